@@ -1,0 +1,74 @@
+# seedrl: `make demo` trains CartPole-v1 to solved; `make test` runs lint + the test suite.
+# Everything runs from a project-local virtual environment that the first target creates.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+ENV ?= CartPole-v1
+PORT ?= 8686
+BIND ?= 127.0.0.1
+LEARNER ?= 127.0.0.1:$(PORT)
+LOGDIR ?= runs/latest
+N ?= 4
+ENVS_PER_ACTOR ?= 1
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: install proto proto-check learner actors demo test lint bench bench-quick plot \
+        tensorboard cluster cluster-down clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=24"
+	$(PY) -m pip install --quiet -e '.[learner,dev]'
+	touch $(STAMP)
+
+## Regenerate the committed gRPC/protobuf code from protos/.
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. --pyi_out=. \
+		protos/seedrl/proto/seedrl.proto
+
+## Learner on this host: `make learner ENV=CartPole-v1 PORT=8686 LOGDIR=runs/x ARGS=...`
+learner: $(STAMP)
+	$(PY) -m learner --env $(ENV) --bind $(BIND) --port $(PORT) --logdir $(LOGDIR) $(ARGS)
+
+## Actors: `make actors N=64 LEARNER=host:port ENVS_PER_ACTOR=1 ARGS=...` (env comes from the learner)
+actors: $(STAMP)
+	$(PY) -m actors --learner $(LEARNER) --num-actors $(N) --envs-per-actor $(ENVS_PER_ACTOR) $(ARGS)
+
+## A learner and local actors train CartPole-v1 until solved; leaves metrics, TB logs, PNG.
+demo: $(STAMP)
+	$(PY) -m learner demo $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: lint
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m learner.bench $(ARGS)
+
+bench-quick: $(STAMP)
+	$(PY) -m learner.bench --quick $(ARGS)
+
+plot: $(STAMP)
+	$(PY) -m learner plot $(LOGDIR)
+
+tensorboard: $(STAMP)
+	$(VENV)/bin/tensorboard --logdir $(LOGDIR) --bind_all
+
+cluster:
+	docker compose -f deploy/docker-compose.yml up --build --scale actor=$(N)
+
+cluster-down:
+	docker compose -f deploy/docker-compose.yml down
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache bench.json

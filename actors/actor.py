@@ -1,0 +1,260 @@
+"""One actor process: step K envs, stream each frame to the learner, apply its actions.
+
+The hot loop (``stream_frames``) is: encode K observations/rewards/flags into one
+reused message -> write -> read K actions -> step the vector env. The actor holds no
+model. When the learner is unreachable or restarts, the actor reconnects with capped
+exponential backoff and jitter, under a fresh ``run_id`` so the learner resets its
+slots; it exits only when the learner says training is finished (or on a signal).
+
+Shape suffixes: K envs in this actor, O observation dims, A action dims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+
+import grpc
+import numpy as np
+
+from seedrl import PROTOCOL_VERSION, codec, envs
+from seedrl.config import ActorConfig, parse_config, resolve_auth_token
+from seedrl.proto import seedrl_pb2 as pb
+from seedrl.proto import seedrl_pb2_grpc as pb_grpc
+from seedrl.transport import auth_metadata, client_channel
+
+log = logging.getLogger(__name__)
+
+RETRYABLE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+    }
+)
+"""Statuses after which the actor reconnects; anything else is a configuration error."""
+
+
+class StreamEnd(enum.Enum):
+    FINISHED = "learner finished training"
+    LEARNER_STOPPING = "learner stopping (restart expected)"
+    CLOSED = "stream closed by the learner"
+    MAX_FRAMES = "actor reached --max-frames"
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter (AWS architecture blog's recipe)."""
+
+    def __init__(self, initial: float = 0.1, cap: float = 30.0, rng: random.Random | None = None):
+        self.initial = initial
+        self.cap = cap
+        self.attempt = 0
+        self._rng = rng or random.Random()
+
+    def next_delay(self) -> float:
+        ceiling = min(self.cap, self.initial * 2**self.attempt)
+        self.attempt += 1
+        return self._rng.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+def process_rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return 0.0
+
+
+class Actor:
+    """State that survives reconnects: the envs, the frame count, the backoff."""
+
+    def __init__(self, config: ActorConfig, index: int) -> None:
+        self.config = config
+        self.index = index
+        prefix = config.actor_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.actor_id = f"{prefix}-{index}"
+        self.token = resolve_auth_token(config.auth_token)
+        self.metadata = auth_metadata(self.token)
+        self.backoff = Backoff(cap=config.max_backoff_s)
+        self.frames = 0
+        self.connections = 0
+        self.vec_env = None
+        self._env_key: tuple[str, str] | None = None
+        self._env_spec: pb.EnvSpec | None = None
+
+    # ---------------------------------------------------------------- envs
+
+    def _ensure_envs(self, info: pb.LearnerInfo) -> pb.EnvSpec:
+        """Build (or rebuild, if the learner changed env) the K envs; check spaces agree."""
+        key = (info.env.env_id, info.env.env_kwargs_json)
+        if self.vec_env is None or key != self._env_key:
+            if self.vec_env is not None:
+                self.vec_env.close()
+            import json
+
+            kwargs = json.loads(info.env.env_kwargs_json or "{}")
+            k = self.config.envs_per_actor
+            self.vec_env = envs.make_vector_env(info.env.env_id, kwargs, k)
+            mine = codec.env_spec(
+                info.env.env_id,
+                kwargs,
+                self.vec_env.single_observation_space,
+                self.vec_env.single_action_space,
+            )
+            self._env_key = key
+            self._env_spec = mine
+            self._seeded = False
+        assert self._env_spec is not None
+        return self._env_spec
+
+    # ---------------------------------------------------------------- connection loop
+
+    async def run(self) -> int:
+        """Connect, stream, reconnect; returns the process exit code."""
+        cfg = self.config
+        while True:
+            channel = client_channel(cfg.learner, cfg.tls_ca, cfg.tls_server_name)
+            try:
+                stub = pb_grpc.LearnerStub(channel)
+                info = await stub.GetInfo(pb.GetInfoRequest(), metadata=self.metadata, timeout=10)
+                spec = self._ensure_envs(info)
+                end = await self.stream_frames(stub, spec)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in RETRYABLE:
+                    log.error("actor %s: learner refused: %s: %s", self.actor_id, exc.code().name, exc.details())
+                    return 2
+                delay = self.backoff.next_delay()
+                log.info(
+                    "actor %s: learner unavailable (%s: %s); retrying in %.1f s",
+                    self.actor_id, exc.code().name, exc.details(), delay,
+                )  # fmt: skip
+                await asyncio.sleep(delay)
+                continue
+            finally:
+                await channel.close()
+            log.info("actor %s: %s after %d frames", self.actor_id, end.value, self.frames)
+            if end in (StreamEnd.FINISHED, StreamEnd.MAX_FRAMES):
+                return 0
+            if end is StreamEnd.LEARNER_STOPPING and cfg.exit_on_shutdown:
+                return 0
+            await asyncio.sleep(self.backoff.next_delay())
+
+    async def stream_frames(self, stub: pb_grpc.LearnerStub, spec: pb.EnvSpec) -> StreamEnd:
+        """One Act stream: Hello, then the lockstep frame/actions loop."""
+        cfg = self.config
+        k = cfg.envs_per_actor
+        assert self.vec_env is not None
+        run_id = uuid.uuid4().hex
+        call = stub.Act(metadata=self.metadata)
+        hello = pb.Hello(
+            protocol_version=PROTOCOL_VERSION, actor_id=self.actor_id, run_id=run_id,
+            num_envs=k, env=spec,
+        )  # fmt: skip
+        await call.write(pb.ActorMessage(hello=hello))
+        accept = await call.read()
+        if accept is grpc.aio.EOF or accept.WhichOneof("kind") != "accept":
+            await call.code()
+            return StreamEnd.CLOSED
+        self.backoff.reset()
+        self.connections += 1
+
+        # Every connection starts fresh episodes: the learner's slots are new too.
+        seed = None if self._seeded else cfg.seed + self.index * k
+        self._seeded = True
+        obs_KO, _ = self.vec_env.reset(seed=seed)
+        reward_K = np.zeros(k, np.float32)
+        terminated_K = np.zeros(k, np.bool_)
+        truncated_K = np.zeros(k, np.bool_)
+        act_spec = spec.action_space
+        act_dtype = np.dtype("int64" if act_spec.kind == "discrete" else "float32")
+        act_shape = (k, *codec.spec_shape(act_spec))
+        low, high = _action_bounds(act_spec)
+        obs_dtype = np.dtype(spec.observation_space.dtype)
+
+        message = pb.ActorMessage()
+        frame = message.frame
+        while True:
+            codec.encode_tensor(np.asarray(obs_KO, dtype=obs_dtype), frame.observations)
+            codec.encode_tensor(reward_K, frame.rewards)
+            codec.encode_tensor(terminated_K, frame.terminated)
+            codec.encode_tensor(truncated_K, frame.truncated)
+            await call.write(message)
+            reply = await call.read()
+            if reply is grpc.aio.EOF:
+                await call.code()
+                return StreamEnd.CLOSED
+            if reply.WhichOneof("kind") == "shutdown":
+                await call.done_writing()
+                return StreamEnd.FINISHED if reply.shutdown.final else StreamEnd.LEARNER_STOPPING
+            actions_KA = codec.decode_tensor(reply.actions.actions, "actions", act_dtype, act_shape)
+            if low is not None:
+                actions_KA = np.clip(actions_KA, low, high)
+            obs_KO, reward, terminated, truncated, _ = self.vec_env.step(actions_KA)
+            reward_K = np.asarray(reward, dtype=np.float32)
+            terminated_K = np.asarray(terminated, dtype=np.bool_)
+            truncated_K = np.asarray(truncated, dtype=np.bool_)
+            self.frames += k
+            if cfg.max_frames and self.frames >= cfg.max_frames:
+                call.cancel()
+                return StreamEnd.MAX_FRAMES
+
+
+def _action_bounds(spec: pb.SpaceSpec) -> tuple[np.ndarray | None, np.ndarray | None]:
+    if spec.kind != "box" or not spec.low.data:
+        return None, None
+    low = codec.decode_tensor(spec.low, "action low").astype(np.float32)
+    high = codec.decode_tensor(spec.high, "action high").astype(np.float32)
+    return low, high
+
+
+async def _run_until_signal(actor: Actor) -> int:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    start = time.perf_counter()
+    try:
+        return await actor.run()
+    except asyncio.CancelledError:
+        return 0
+    finally:
+        wall = time.perf_counter() - start
+        log.info(
+            "actor %s: %d frames in %.1f s (%.0f/s), %d connections, RSS %.1f MB",
+            actor.actor_id, actor.frames, wall, actor.frames / max(wall, 1e-9),
+            actor.connections, process_rss_mb(),
+        )  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one actor process (the launcher starts N of these)."""
+    config = parse_config(
+        ActorConfig, argv, "python -m actors.actor", "Run ONE seedrl actor process (see python -m actors)."
+    )
+    logging.basicConfig(
+        level=os.environ.get("SEEDRL_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    actor = Actor(config, index=config.first_index)
+    return asyncio.run(_run_until_signal(actor))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

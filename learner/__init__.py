@@ -1,0 +1,6 @@
+"""The seedrl learner: gRPC server, dynamic batcher, trajectory builder, V-trace trainer.
+
+Run it with ``python -m learner``. The hot loop (batch -> forward -> reply) is
+``learner.inference.InferenceEngine.process``; the training loop is
+``learner.trainer.Trainer.run``.
+"""

@@ -1,0 +1,55 @@
+"""``python -m learner [flags]`` trains; ``python -m learner plot|demo ...`` are helpers.
+
+Subcommands:
+  (none)    train: serve actors and learn (flags: ``python -m learner --help``)
+  demo      a learner plus local actors on CartPole-v1 until solved, then a plot
+  plot      render the learning curve of a log directory to a PNG
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+
+def train_main(argv: Sequence[str]) -> int:
+    from learner.checkpoint import CheckpointError
+    from learner.run import serve
+    from seedrl.config import LearnerConfig, parse_config
+
+    config = parse_config(
+        LearnerConfig, argv, "python -m learner", "Run a seedrl learner: batched inference + V-trace."
+    )
+    try:
+        asyncio.run(serve(config))
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=os.environ.get("SEEDRL_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args and args[0] == "plot":
+        from learner.plot import main as plot_main
+
+        return plot_main(args[1:])
+    if args and args[0] == "demo":
+        from learner.demo import main as demo_main
+
+        return demo_main(args[1:])
+    return train_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Dynamic batcher: many actors' pending frames -> one forward pass.
+
+A batch closes when ``max_frames`` frames are pending, when every open stream has a
+request pending (nobody else can add to it, so waiting is pure latency), or when
+``timeout_s`` has passed since the first pending request, whichever comes first.
+Nothing waits without a bound, so a stalled or dead actor never stalls the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class BatcherClosed(Exception):
+    """The batcher was stopped: no more frames are served."""
+
+
+class PendingRequest:
+    """One stream's frame of ``num_frames`` envs, waiting for its share of a batch."""
+
+    __slots__ = ("future", "num_frames", "payload")
+
+    def __init__(self, payload: Any, num_frames: int, future: asyncio.Future[Any]) -> None:
+        self.payload = payload
+        self.num_frames = num_frames
+        self.future = future
+
+
+ProcessFn = Callable[[list[PendingRequest]], Awaitable[None]]
+
+
+class DynamicBatcher:
+    """Collects requests on the event loop and hands closed batches to ``process``.
+
+    ``process`` must resolve every request's future (result or exception).
+    """
+
+    def __init__(self, process: ProcessFn, max_frames: int, timeout_s: float) -> None:
+        self._process = process
+        self.max_frames = max_frames
+        self.timeout_s = timeout_s
+        self.open_streams = 0
+        self._pending: list[PendingRequest] = []
+        self._pending_frames = 0
+        self._wakeup = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._closed = False
+        # counters for metrics
+        self.batches = 0
+        self.frames = 0
+
+    def _batch_ready(self) -> bool:
+        if self._pending_frames >= self.max_frames:
+            return True
+        return 0 < self.open_streams <= len(self._pending)
+
+    async def submit(self, payload: Any, num_frames: int) -> Any:
+        """Queue one request and wait for its result."""
+        if self._closed:
+            raise BatcherClosed
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append(PendingRequest(payload, num_frames, future))
+        self._pending_frames += num_frames
+        self._wakeup.set()
+        if self._batch_ready():
+            self._ready.set()
+        return await future
+
+    async def run(self) -> None:
+        """The batching loop; runs until :meth:`close`."""
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            await self._wakeup.wait()
+            if self._closed:
+                break
+            deadline = loop.time() + self.timeout_s
+            while not self._batch_ready() and not self._closed:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                self._ready.clear()
+                try:
+                    await asyncio.wait_for(self._ready.wait(), remaining)
+                except TimeoutError:
+                    break
+            batch = self._take()
+            if not batch:
+                continue
+            self.batches += 1
+            self.frames += sum(r.num_frames for r in batch)
+            try:
+                await self._process(batch)
+            except Exception as exc:  # keep serving; fail only this batch's requests
+                log.exception("inference batch failed")
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+        self._fail_pending()
+
+    def _take(self) -> list[PendingRequest]:
+        batch, self._pending = self._pending, []
+        self._pending_frames = 0
+        self._wakeup.clear()
+        self._ready.clear()
+        # Requests whose stream went away meanwhile are dropped here.
+        return [r for r in batch if not r.future.cancelled()]
+
+    def _fail_pending(self) -> None:
+        for request in self._take():
+            if not request.future.done():
+                request.future.set_exception(BatcherClosed())
+
+    def close(self) -> None:
+        """Stop batching; pending and future submits raise :class:`BatcherClosed`."""
+        self._closed = True
+        self._wakeup.set()
+        self._ready.set()
+        self._fail_pending()

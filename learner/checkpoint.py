@@ -1,0 +1,90 @@
+"""Checkpoints: model, optimizer, counters, config and RNG state, written atomically.
+
+A checkpoint is written to a temporary file in the same directory, flushed and fsynced,
+then renamed over the old one (and the directory fsynced), so a kill at any moment
+leaves either the previous checkpoint or the new one, never a torn file.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "seedrl-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing, corrupt or from an incompatible run."""
+
+
+def snapshot(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    weights_lock: threading.Lock,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A consistent copy of the training state, taken under the weights lock (fast copies)."""
+    with weights_lock:
+        model_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        optim_state = _to_cpu(optimizer.state_dict())
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": model_state,
+        "optimizer": optim_state,
+        "torch_rng": torch.get_rng_state(),
+        **extra,
+    }
+
+
+def _to_cpu(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_cpu(v) for v in obj]
+    return obj
+
+
+def save(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
+    """Write ``state`` to ``path`` atomically (temp file + fsync + rename + dir fsync)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(buffer.getbuffer())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a checkpoint, raising :class:`CheckpointError` that names the file on any problem."""
+    p = Path(path)
+    if not p.is_file():
+        raise CheckpointError(f"{p}: no checkpoint file")
+    try:
+        state = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"{p}: not a readable checkpoint ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{p}: not a seedrl checkpoint")
+    if state.get("version") != VERSION:
+        raise CheckpointError(
+            f"{p}: checkpoint version {state.get('version')}, this seedrl reads version {VERSION}"
+        )
+    return state

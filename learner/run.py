@@ -1,0 +1,293 @@
+"""Wires the learner together and runs it until a stop condition or a signal.
+
+``build_learner`` makes the parts (model, trajectory builder, queue, batcher, trainer,
+gRPC server); ``serve`` runs them: the event loop serves actors, the trainer thread
+learns, and a supervisor loop writes metrics, checkpoints and progress every
+``log_interval_s`` and decides when to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from learner import checkpoint
+from learner.batcher import DynamicBatcher
+from learner.inference import InferenceEngine, StepCounter
+from learner.progress import Progress
+from learner.server import LearnerServicer, build_server, set_serving
+from learner.stats import LearnerStats
+from learner.trainer import GradientHook, Trainer, make_optimizer
+from learner.trajectories import TrajectoryBuilder, UnrollQueue
+from seedrl import codec, envs
+from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
+from seedrl.metrics import MetricsWriter
+from seedrl.models import ActionHead, ActorCritic, action_head, build_model, resolve_device
+
+log = logging.getLogger(__name__)
+
+SOLVED_WINDOW = 100
+"""Episodes the target-return criterion needs before it can stop a run."""
+
+
+@dataclass
+class Learner:
+    """The assembled parts of one learner process."""
+
+    config: LearnerConfig
+    env_spec: Any
+    device: torch.device
+    model: ActorCritic
+    head: ActionHead
+    optimizer: torch.optim.Optimizer
+    stats: LearnerStats
+    builder: TrajectoryBuilder
+    queue: UnrollQueue
+    step_counter: StepCounter
+    weights_lock: threading.Lock
+    learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass
+class RunResult:
+    """What a finished run reports (also printed as the final summary line)."""
+
+    reason: str
+    frames: int
+    learner_steps: int
+    episodes: int
+    episode_return_mean: float | None
+    wall_time_s: float
+    solved: bool
+
+
+def build_learner(config: LearnerConfig) -> Learner:
+    """Model, optimizer and data path for ``config`` (restored from a checkpoint with --resume)."""
+    if config.torch_threads > 0:
+        torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    np.random.seed(config.seed)
+    device = resolve_device(config.device)
+    env_spec = envs.describe_env(config.env, config.env_kwargs)
+    head = action_head(env_spec.action_space)
+    lstm_size = config.lstm_size if config.lstm else 0
+    model = build_model(
+        env_spec.observation_space, head, config.model, config.hidden_sizes, lstm_size
+    ).to(device)
+    optimizer = make_optimizer(model, config)
+    stats = LearnerStats()
+    step_counter = StepCounter()
+    if config.resume and config.checkpoint_path.exists():
+        restore(config.checkpoint_path, model, optimizer, stats, step_counter)
+    builder = TrajectoryBuilder(
+        unroll_length=config.unroll_length,
+        obs_shape=codec.spec_shape(env_spec.observation_space),
+        obs_dtype=env_spec.observation_space.dtype,
+        action_shape=head.action_shape,
+        action_dtype=str(head.action_dtype).removeprefix("torch."),
+        param_size=head.param_size,
+        core_state_sizes=(lstm_size, lstm_size) if lstm_size else (),
+    )
+    return Learner(
+        config=config,
+        env_spec=env_spec,
+        device=device,
+        model=model,
+        head=head,
+        optimizer=optimizer,
+        stats=stats,
+        builder=builder,
+        queue=UnrollQueue(config.max_queue_unrolls),
+        step_counter=step_counter,
+        weights_lock=threading.Lock(),
+    )
+
+
+def restore(
+    path: Path,
+    model: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    stats: LearnerStats,
+    step_counter: StepCounter,
+) -> None:
+    """Load a checkpoint into the parts; a mismatch raises CheckpointError naming the file."""
+    state = checkpoint.load(path)
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise checkpoint.CheckpointError(
+            f"{path}: does not fit this model/config ({exc}); use another --logdir or drop --resume"
+        ) from exc
+    torch.set_rng_state(state["torch_rng"])
+    stats.restore(
+        frames=int(state["frames"]),
+        steps=int(state["learner_steps"]),
+        episodes=int(state["episodes"]),
+        returns=list(state.get("returns", [])),
+    )
+    step_counter.value = int(state["learner_steps"])
+    log.info("resumed from %s at frame %d, step %d", path, stats.frames, step_counter.value)
+
+
+def save_checkpoint(learner: Learner) -> None:
+    stats = learner.stats
+    state = checkpoint.snapshot(
+        learner.model,
+        learner.optimizer,
+        learner.weights_lock,
+        frames=stats.frames,
+        learner_steps=learner.step_counter.value,
+        episodes=stats.episodes,
+        returns=list(stats.returns),
+        config=to_json_dict(learner.config),
+        env_spec=learner.env_spec.SerializeToString(),
+        model_spec=to_json_dict(learner.model.spec),
+    )
+    checkpoint.save(learner.config.checkpoint_path, state)
+
+
+async def serve(
+    config: LearnerConfig,
+    ready: asyncio.Future[int] | None = None,
+    gradient_hook: GradientHook | None = None,
+    rank_addresses: list[str] | None = None,
+) -> RunResult:
+    """Run a learner until it stops; ``ready`` receives the bound port once serving."""
+    learner = build_learner(config)
+    stats, logdir = learner.stats, Path(config.logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    (logdir / "config.json").write_text(json.dumps(to_json_dict(config), indent=2) + "\n")
+
+    engine = InferenceEngine(
+        learner.model, learner.head, learner.device, learner.builder, learner.queue, stats,
+        learner.weights_lock, learner.step_counter,
+    )  # fmt: skip
+    batcher = DynamicBatcher(
+        engine.process, config.inference_batch_size, config.inference_timeout_ms / 1000.0
+    )
+    servicer = LearnerServicer(
+        config, learner.env_spec, batcher, engine, learner.builder, stats, learner.learner_run_id
+    )
+    servicer.rank_addresses = list(rank_addresses or [])
+    server, port, health = build_server(config, servicer, resolve_auth_token(config.auth_token))
+    trainer = Trainer(
+        config, learner.model, learner.head, learner.optimizer, learner.device, learner.queue,
+        stats, learner.weights_lock, learner.step_counter, gradient_hook,
+    )  # fmt: skip
+
+    stop = asyncio.Event()
+    stop_reason = {"reason": "", "final": True}
+
+    def request_stop(reason: str, final: bool) -> None:
+        if not stop.is_set():
+            stop_reason.update(reason=reason, final=final)
+            stop.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, request_stop, f"signal {sig.name}", False)
+        except (NotImplementedError, RuntimeError):  # not the main thread / not Unix
+            pass
+
+    writer = MetricsWriter(logdir, tensorboard=config.tensorboard)
+    progress = Progress(config.progress, config.total_frames, config.target_return)
+    await server.start()
+    await set_serving(health, True)
+    batcher_task = asyncio.create_task(batcher.run(), name="batcher")
+    if config.train:
+        trainer.start()
+    address = f"{config.bind}:{port}"
+    print(f"seedrl learner listening on {address} (env {config.env}, device {learner.device})", flush=True)
+    if ready is not None and not ready.done():
+        ready.set_result(port)
+
+    start = time.perf_counter()
+    last_checkpoint = start
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), config.log_interval_s)
+            except TimeoutError:
+                pass
+            record = stats.snapshot(len(learner.queue))
+            writer.write(record)
+            progress.update(record)
+            reason = _stop_condition(config, stats, start, trainer)
+            if reason:
+                request_stop(reason, True)
+            if time.perf_counter() - last_checkpoint >= config.checkpoint_interval_s:
+                await asyncio.to_thread(save_checkpoint, learner)
+                last_checkpoint = time.perf_counter()
+    finally:
+        await set_serving(health, False)
+        servicer.begin_shutdown(stop_reason["reason"] or "learner stopping", stop_reason["final"])
+        await server.stop(grace=3.0)
+        batcher_task.cancel()
+        trainer.stop()
+        progress.close()
+        await asyncio.to_thread(save_checkpoint, learner)
+        final = stats.snapshot(len(learner.queue))
+        writer.write(final)
+        writer.close()
+    wall = time.perf_counter() - start
+    solved = config.target_return is not None and _solved(config, stats)
+    result = RunResult(
+        reason=stop_reason["reason"],
+        frames=stats.frames,
+        learner_steps=learner.step_counter.value,
+        episodes=stats.episodes,
+        episode_return_mean=stats.return_mean,
+        wall_time_s=wall,
+        solved=solved,
+    )
+    print(summary_line(result), flush=True)
+    (logdir / "result.json").write_text(json.dumps(result.__dict__, indent=2) + "\n")
+    if trainer.error is not None:
+        raise RuntimeError("the trainer thread failed") from trainer.error
+    return result
+
+
+def _solved(config: LearnerConfig, stats: LearnerStats) -> bool:
+    mean = stats.return_mean
+    return (
+        config.target_return is not None
+        and len(stats.returns) >= SOLVED_WINDOW
+        and mean is not None
+        and mean >= config.target_return
+    )
+
+
+def _stop_condition(
+    config: LearnerConfig, stats: LearnerStats, start: float, trainer: Trainer
+) -> str:
+    if config.total_frames and stats.frames >= config.total_frames:
+        return f"reached {config.total_frames} frames"
+    if _solved(config, stats):
+        return f"mean return of the last {SOLVED_WINDOW} episodes reached {config.target_return}"
+    if config.max_seconds and time.perf_counter() - start >= config.max_seconds:
+        return f"reached {config.max_seconds:.0f} s"
+    if config.train and trainer.error is not None:
+        return "trainer failed"
+    return ""
+
+
+def summary_line(result: RunResult) -> str:
+    ret = "-" if result.episode_return_mean is None else f"{result.episode_return_mean:.1f}"
+    return (
+        f"seedrl done: {result.reason}; frames {result.frames}, learner steps "
+        f"{result.learner_steps}, episodes {result.episodes}, mean return {ret}, "
+        f"wall time {result.wall_time_s:.1f} s"
+    )

@@ -1,0 +1,287 @@
+"""The learner's gRPC face: the ``seedrl.v1.Learner`` service, auth, TLS, health, reflection.
+
+``Act`` admits one actor stream (Hello -> Accept), then for every Frame decodes and
+validates the K observations/rewards/flags, submits them to the dynamic batcher and
+answers with the K actions. Anything malformed ends *that* stream with
+``INVALID_ARGUMENT`` and a message saying what was wrong; the other streams go on.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from learner.batcher import BatcherClosed, DynamicBatcher
+from learner.inference import Connection, FramePayload, InferenceEngine
+from learner.stats import LearnerStats
+from learner.trajectories import TrajectoryBuilder
+from seedrl import PROTOCOL_VERSION, codec
+from seedrl.config import LearnerConfig
+from seedrl.proto import seedrl_pb2 as pb
+from seedrl.proto import seedrl_pb2_grpc as pb_grpc
+from seedrl.transport import AUTH_METADATA_KEY, channel_options, listen_address
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Learner"].full_name
+MAX_ENVS_PER_ACTOR = 4096
+HEALTH_PREFIX = "/grpc.health.v1.Health/"
+
+
+class LearnerServicer(pb_grpc.LearnerServicer):
+    """Serves actors: admission, per-frame validation, batched actions, graceful shutdown."""
+
+    def __init__(
+        self,
+        config: LearnerConfig,
+        env_spec: pb.EnvSpec,
+        batcher: DynamicBatcher,
+        engine: InferenceEngine,
+        builder: TrajectoryBuilder,
+        stats: LearnerStats,
+        learner_run_id: str | None = None,
+    ) -> None:
+        self.config = config
+        self.env_spec = env_spec
+        self.batcher = batcher
+        self.engine = engine
+        self.builder = builder
+        self.stats = stats
+        self.learner_run_id = learner_run_id or uuid.uuid4().hex
+        self.rank_addresses: list[str] = []
+        self.connections: set[Connection] = set()
+        self._obs_shape = codec.spec_shape(env_spec.observation_space)
+        self._obs_dtype = np.dtype(env_spec.observation_space.dtype)
+        self._shutdown: pb.Shutdown | None = None
+
+    # ------------------------------------------------------------------ GetInfo
+
+    async def GetInfo(self, request: pb.GetInfoRequest, context: Any) -> pb.LearnerInfo:
+        return pb.LearnerInfo(
+            protocol_version=PROTOCOL_VERSION,
+            env=self.env_spec,
+            learner_run_id=self.learner_run_id,
+            max_message_bytes=self.config.max_message_bytes,
+            rank_addresses=self.rank_addresses,
+        )
+
+    # ------------------------------------------------------------------ Act
+
+    async def Act(
+        self, request_iterator: AsyncIterator[pb.ActorMessage], context: Any
+    ) -> AsyncIterator[pb.LearnerMessage]:
+        if self._shutdown is not None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "learner is shutting down")
+        first = await anext(request_iterator, None)
+        if first is None:
+            return
+        conn = await self._admit(first, context)
+        try:
+            yield pb.LearnerMessage(accept=pb.Accept(learner_run_id=self.learner_run_id))
+            async for message in request_iterator:
+                if message.WhichOneof("kind") != "frame":
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT, "only Frame messages may follow the Hello"
+                    )
+                try:
+                    payload = self._decode_frame(conn, message.frame)
+                except codec.WireError as exc:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {exc}")
+                try:
+                    actions = await self.batcher.submit(payload, conn.num_envs)
+                except BatcherClosed:
+                    yield pb.LearnerMessage(shutdown=self._shutdown or _stopping())
+                    return
+                reply = pb.LearnerMessage()
+                codec.encode_tensor(actions, reply.actions.actions)
+                yield reply
+        finally:
+            self._disconnect(conn)
+
+    async def _admit(self, message: pb.ActorMessage, context: Any) -> Connection:
+        if message.WhichOneof("kind") != "hello":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a Hello")
+        hello = message.hello
+        problem = self._check_hello(hello)
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        if len(self.connections) >= self.config.max_actors:
+            self.stats.streams_rejected += 1
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"learner is full: {len(self.connections)} actors connected, --max-actors "
+                f"{self.config.max_actors}; retry later",
+            )
+        conn = Connection(
+            actor_id=hello.actor_id,
+            run_id=hello.run_id,
+            peer=context.peer(),
+            num_envs=hello.num_envs,
+            # A new stream (and so a new run_id) always gets freshly reset slots.
+            slot_ids=self.builder.allocate(hello.num_envs),
+        )
+        self.connections.add(conn)
+        self.batcher.open_streams = len(self.connections)
+        self.stats.actors_connected = len(self.connections)
+        log.info("actor %s connected from %s with %d envs", conn.actor_id, conn.peer, conn.num_envs)
+        return conn
+
+    def _check_hello(self, hello: pb.Hello) -> str | None:
+        if hello.protocol_version != PROTOCOL_VERSION:
+            return (
+                f"protocol version {hello.protocol_version} is not supported; "
+                f"this learner speaks version {PROTOCOL_VERSION}"
+            )
+        if not 1 <= hello.num_envs <= MAX_ENVS_PER_ACTOR:
+            return f"num_envs must be in [1, {MAX_ENVS_PER_ACTOR}], got {hello.num_envs}"
+        if not hello.run_id:
+            return "hello.run_id is empty: every connection needs a fresh random run_id"
+        mine = self.env_spec
+        if hello.env.env_id != mine.env_id:
+            return f"actor runs env {hello.env.env_id!r} but this learner trains {mine.env_id!r}"
+        for name in ("observation_space", "action_space"):
+            theirs, ours = getattr(hello.env, name), getattr(mine, name)
+            if not codec.specs_match(theirs, ours):
+                return (
+                    f"actor's {name} {codec.spec_summary(theirs)} differs from the learner's "
+                    f"{codec.spec_summary(ours)}"
+                )
+        return None
+
+    def _decode_frame(self, conn: Connection, frame: pb.Frame) -> FramePayload:
+        k = conn.num_envs
+        obs = codec.decode_tensor(
+            frame.observations, "observations", self._obs_dtype, (k, *self._obs_shape)
+        )
+        reward = codec.decode_tensor(frame.rewards, "rewards", np.float32, (k,))
+        terminated = codec.decode_tensor(frame.terminated, "terminated", np.bool_, (k,))
+        truncated = codec.decode_tensor(frame.truncated, "truncated", np.bool_, (k,))
+        codec.require_finite(obs, "observations")
+        codec.require_finite(reward, "rewards")
+        return FramePayload(conn, obs, reward, terminated, truncated)
+
+    def _disconnect(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.engine.release_later(conn)
+            self.batcher.open_streams = len(self.connections)
+            self.stats.actors_connected = len(self.connections)
+            log.info("actor %s disconnected after %d frames", conn.actor_id, conn.frames)
+
+    def begin_shutdown(self, reason: str, final: bool) -> None:
+        """Stop serving frames: every stream gets a Shutdown message and ends."""
+        self._shutdown = pb.Shutdown(reason=reason, final=final)
+        self.batcher.close()
+
+
+def _stopping() -> pb.Shutdown:
+    return pb.Shutdown(reason="learner stopping", final=False)
+
+
+# ---------------------------------------------------------------------- auth
+
+
+class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
+    """Every call but health checks must carry ``authorization: Bearer <token>``."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if details.method.startswith(HEALTH_PREFIX) or handler is None:
+            return handler
+        supplied = ""
+        for key, value in details.invocation_metadata or ():
+            if key == AUTH_METADATA_KEY:
+                supplied = value if isinstance(value, str) else value.decode(errors="replace")
+        if hmac.compare_digest(supplied.encode(), self._expected):
+            return handler
+        return _deny_handler(handler)
+
+
+def _deny_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """A handler of the same streaming kind that fails with UNAUTHENTICATED."""
+
+    async def deny(request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong auth token")
+
+    async def deny_stream(request: Any, context: Any) -> AsyncIterator[Any]:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong auth token")
+        yield None  # pragma: no cover - never reached, makes this an async generator
+
+    kw = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(deny_stream, **kw)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(deny, **kw)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(deny_stream, **kw)
+    return grpc.unary_unary_rpc_method_handler(deny, **kw)
+
+
+# ---------------------------------------------------------------------- server
+
+
+def build_server(
+    config: LearnerConfig, servicer: LearnerServicer, auth_token: str | None
+) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    """An aio server with the Learner service, health and reflection; returns (server, port, health)."""
+    interceptors = [TokenAuthInterceptor(auth_token)] if auth_token else []
+    options = [
+        *channel_options(config.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ]
+    server = grpc.aio.server(interceptors=interceptors, options=options)
+    pb_grpc.add_LearnerServicer_to_server(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        server,
+    )
+    address = listen_address(config.bind, config.port)
+    if config.tls_cert and config.tls_key:
+        client_ca = _read(config.tls_client_ca) if config.tls_client_ca else None
+        credentials = grpc.ssl_server_credentials(
+            [(_read(config.tls_key), _read(config.tls_cert))],
+            root_certificates=client_ca,
+            require_client_auth=client_ca is not None,
+        )
+        port = server.add_secure_port(address, credentials)
+    else:
+        port = server.add_insecure_port(address)
+    if port == 0 and not address.startswith("unix:"):
+        raise OSError(f"could not bind the learner to {address} (port in use?)")
+    return server, port, health_servicer
+
+
+async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
+    status = (
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, status)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()

@@ -1,0 +1,125 @@
+"""The learner's live counters, turned into one metrics record per log interval."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from learner.trajectories import FinishedEpisodes
+from seedrl.timing import PhaseTimer
+
+RETURN_WINDOW = 100
+"""Episodes in the moving mean (the CartPole 'solved' criterion uses the last 100)."""
+
+
+def process_rss_mb() -> float:
+    """Current resident set size of this process in MiB (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except OSError:
+        return 0.0
+    import os
+
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class LearnerStats:
+    """Counters written by the event loop (frames, episodes) and the trainer (losses)."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.episodes = 0
+        self.frames_dropped = 0
+        self.actors_connected = 0
+        self.streams_rejected = 0
+        self.learner_steps = 0
+        self.nonfinite_skipped = 0
+        self.returns: collections.deque[float] = collections.deque(maxlen=RETURN_WINDOW)
+        self.lengths: collections.deque[int] = collections.deque(maxlen=RETURN_WINDOW)
+        self.timer = PhaseTimer()
+        self._lock = threading.Lock()
+        self._train_sums: dict[str, float] = {}
+        self._train_count = 0
+        self._interval_batches = 0
+        self._interval_batch_frames = 0
+        self._last_time = time.perf_counter()
+        self._last_frames = 0
+        self._last_steps = 0
+        self._start = time.perf_counter()
+        self._start_frames = 0
+
+    # ------------------------------------------------------------------ writers
+
+    def on_batch(self, frames: int, episodes: FinishedEpisodes | None) -> None:
+        self.frames += frames
+        self._interval_batches += 1
+        self._interval_batch_frames += frames
+        if episodes is not None:
+            self.episodes += len(episodes.returns)
+            self.returns.extend(episodes.returns.tolist())
+            self.lengths.extend(episodes.lengths.tolist())
+
+    def on_train_step(self, scalars: dict[str, float]) -> None:
+        with self._lock:
+            self.learner_steps += 1
+            self._train_count += 1
+            for key, value in scalars.items():
+                self._train_sums[key] = self._train_sums.get(key, 0.0) + value
+
+    def restore(self, frames: int, steps: int, episodes: int, returns: list[float]) -> None:
+        """Continue counting from a checkpoint."""
+        self.frames = self._last_frames = self._start_frames = frames
+        self.learner_steps = self._last_steps = steps
+        self.episodes = episodes
+        self.returns.extend(returns)
+
+    # ------------------------------------------------------------------ readers
+
+    @property
+    def return_mean(self) -> float | None:
+        return float(np.mean(self.returns)) if self.returns else None
+
+    def snapshot(self, queue_unrolls: int = 0) -> dict[str, Any]:
+        """One metrics record; rates and means cover the time since the previous one."""
+        now = time.perf_counter()
+        dt = max(now - self._last_time, 1e-9)
+        with self._lock:
+            train = {k: v / self._train_count for k, v in self._train_sums.items()}
+            self._train_sums, self._train_count = {}, 0
+            steps = self.learner_steps
+        phases = self.timer.drain()
+        record: dict[str, Any] = {
+            "time": time.time(),
+            "elapsed_s": now - self._start,
+            "frames": self.frames,
+            "fps": (self.frames - self._last_frames) / dt,
+            "fps_mean": (self.frames - self._start_frames) / max(now - self._start, 1e-9),
+            "episodes": self.episodes,
+            "episode_return_mean": self.return_mean,
+            "episode_length_mean": float(np.mean(self.lengths)) if self.lengths else None,
+            "actors_connected": self.actors_connected,
+            "inference_batch_mean": (
+                self._interval_batch_frames / self._interval_batches
+                if self._interval_batches
+                else 0.0
+            ),
+            "inference_batches_per_s": self._interval_batches / dt,
+            "learner_steps": steps,
+            "learner_steps_per_s": (steps - self._last_steps) / dt,
+            "trainer_wait_share": phases.get("trainer_wait_data", 0.0) / dt,
+            "inference_wait_share": phases.get("inference_wait_trainer", 0.0) / dt,
+            "queue_unrolls": queue_unrolls,
+            "frames_dropped": self.frames_dropped,
+            "streams_rejected": self.streams_rejected,
+            "nonfinite_skipped": self.nonfinite_skipped,
+            "learner_rss_mb": process_rss_mb(),
+        }
+        record.update(train)
+        self._last_time, self._last_frames, self._last_steps = now, self.frames, steps
+        self._interval_batches = self._interval_batch_frames = 0
+        return record

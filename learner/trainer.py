@@ -1,0 +1,206 @@
+"""The trainer: batches of unrolls -> V-trace actor-critic loss -> optimizer step.
+
+It runs in its own thread next to the event loop that serves inference, on the very
+model inference uses: ``weights_lock`` is held only for the optimizer step and for each
+inference forward pass, so both see whole updates and neither waits long.
+
+Transitions ``t -> t+1`` of an unroll (``t < T``) are trained on; a transition that
+starts on a frame where the episode ended (final observation -> reset observation) is
+not a real transition: it is masked out by giving it ``log_rho = -inf`` (V-trace then
+leaves it untouched and cuts the trace there) and zero weight in every loss term.
+Discount is 0 only into a *terminated* frame; a *truncated* frame keeps ``gamma`` so the
+episode bootstraps from the value of its final observation.
+
+Shape suffixes: T unroll length, B unrolls in the batch, O observation dims, P policy
+parameters.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+
+import torch
+
+from learner.inference import StepCounter
+from learner.stats import LearnerStats
+from learner.trajectories import UnrollQueue, Unrolls
+from seedrl import vtrace
+from seedrl.config import LearnerConfig
+from seedrl.models import ActionHead, ActorCritic
+
+log = logging.getLogger(__name__)
+
+GradientHook = Callable[[ActorCritic], None]
+"""Called after backward, before clipping (data-parallel ranks all-reduce here)."""
+
+
+def to_time_major(unrolls: Unrolls, device: torch.device) -> dict[str, torch.Tensor]:
+    """Batch-major numpy unrolls -> time-major tensors ``[T+1, B, ...]`` on ``device``."""
+
+    def tm(array) -> torch.Tensor:  # type: ignore[no-untyped-def]
+        return torch.from_numpy(array).to(device, non_blocking=True).transpose(0, 1)
+
+    return {
+        "obs": tm(unrolls.obs),
+        "first": tm(unrolls.first),
+        "reward": tm(unrolls.reward),
+        "terminated": tm(unrolls.terminated),
+        "truncated": tm(unrolls.truncated),
+        "action": tm(unrolls.action),
+        "behaviour_params": tm(unrolls.policy_params),
+    }
+
+
+class Trainer:
+    """V-trace actor-critic learner over the shared model."""
+
+    def __init__(
+        self,
+        config: LearnerConfig,
+        model: ActorCritic,
+        head: ActionHead,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        queue: UnrollQueue,
+        stats: LearnerStats,
+        weights_lock: threading.Lock,
+        step_counter: StepCounter,
+        gradient_hook: GradientHook | None = None,
+    ) -> None:
+        self.config = config
+        self.model = model
+        self.head = head
+        self.optimizer = optimizer
+        self.device = device
+        self.queue = queue
+        self.stats = stats
+        self.weights_lock = weights_lock
+        self.step_counter = step_counter
+        self.gradient_hook = gradient_hook
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    # ------------------------------------------------------------------ the loss
+
+    def loss(self, batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...]):  # type: ignore[no-untyped-def]
+        """Total loss and its parts for one time-major batch."""
+        cfg = self.config
+        t = cfg.unroll_length
+        params_T1BP, values_T1B, _ = self.model(batch["obs"], batch["first"], core_state)
+        action_TB = batch["action"][:t]
+        target_logp_TB = self.head.log_prob(params_T1BP[:t], action_TB)
+        behaviour_logp_TB = self.head.log_prob(batch["behaviour_params"][:t], action_TB)
+
+        valid_TB = ~(batch["terminated"][:t] | batch["truncated"][:t])
+        log_rhos_TB = torch.where(
+            valid_TB, target_logp_TB.detach() - behaviour_logp_TB, float("-inf")
+        )
+        reward_TB = batch["reward"][1:]
+        if cfg.reward_clip is not None:
+            reward_TB = reward_TB.clamp(-cfg.reward_clip, cfg.reward_clip)
+        discount_TB = (~batch["terminated"][1:]).float() * cfg.discount
+
+        vs_TB, pg_adv_TB = vtrace.from_importance_weights(
+            log_rhos=log_rhos_TB,
+            discounts=discount_TB,
+            rewards=reward_TB,
+            values=values_T1B[:t].detach(),
+            bootstrap_value=values_T1B[t].detach(),
+            clip_rho_threshold=cfg.clip_rho_threshold,
+            clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+            lambda_=cfg.lambda_,
+        )
+        weight_TB = valid_TB.float()
+        count = weight_TB.sum().clamp(min=1.0)
+        policy_loss = -(target_logp_TB * pg_adv_TB * weight_TB).sum() / count
+        baseline_loss = 0.5 * ((vs_TB - values_T1B[:t]).pow(2) * weight_TB).sum() / count
+        entropy = (self.head.entropy(params_T1BP[:t]) * weight_TB).sum() / count
+        total = policy_loss + cfg.baseline_cost * baseline_loss - cfg.entropy_cost * entropy
+        with torch.no_grad():
+            rho_mean = (log_rhos_TB.clamp(min=-20).exp() * weight_TB).sum() / count
+        parts = {
+            "loss_total": total.detach(),
+            "loss_policy": policy_loss.detach(),
+            "loss_baseline": baseline_loss.detach(),
+            "loss_entropy": -entropy.detach(),
+            "entropy": entropy.detach(),
+            "rho_mean": rho_mean,
+            "value_mean": (values_T1B[:t].detach() * weight_TB).sum() / count,
+        }
+        return total, parts
+
+    def train_step(self, unrolls: Unrolls) -> dict[str, float] | None:
+        """One optimizer step on ``unrolls``; None when skipped for a non-finite loss/gradient."""
+        batch = to_time_major(unrolls, self.device)
+        core_state = tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state)
+        total, parts = self.loss(batch, core_state)
+        if not torch.isfinite(total):
+            return self._skip("loss")
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        if self.gradient_hook is not None:
+            self.gradient_hook(self.model)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._skip("gradient")
+        with self.weights_lock:
+            self.optimizer.step()
+            self.step_counter.value += 1
+        scalars = {k: float(v) for k, v in parts.items()}
+        scalars["grad_norm"] = float(grad_norm)
+        scalars["policy_lag"] = float(self.step_counter.value - 1 - unrolls.acted_step.mean())
+        return scalars
+
+    def _skip(self, what: str) -> None:
+        self.stats.nonfinite_skipped += 1
+        log.warning("skipped a learner step: non-finite %s (%d so far)", what, self.stats.nonfinite_skipped)
+        return None
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        """Take batches until stopped; every wait for data is timed (trainer_wait_data)."""
+        batch_size = self.config.batch_size
+        while not self._stop.is_set():
+            with self.stats.timer("trainer_wait_data"):
+                unrolls = self.queue.get(batch_size, timeout=0.1)
+            if unrolls is None:
+                continue
+            with self.stats.timer("trainer_step"):
+                scalars = self.train_step(unrolls)
+            if scalars is not None:
+                self.stats.on_train_step(scalars)
+
+    def _run_guarded(self) -> None:
+        try:
+            self.run()
+        except BaseException as exc:  # surfaced by the learner's main loop
+            self.error = exc
+            log.exception("trainer thread failed")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run_guarded, name="trainer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self.queue.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+
+def make_optimizer(model: ActorCritic, config: LearnerConfig) -> torch.optim.Optimizer:
+    return torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
+
+
+def finite(value: float) -> bool:
+    return math.isfinite(value)

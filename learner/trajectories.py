@@ -1,0 +1,329 @@
+"""Trajectory builder: per-(actor, env) slots that turn the frame stream into unrolls.
+
+Every slot keeps the running unroll of one environment as rows ``0..T`` of preallocated
+numpy arrays (batch-major ``[slot, T+1, ...]``). Each inference batch writes one row for
+many slots with a single fancy-index assignment; when a slot fills row ``T`` its unroll
+(``T + 1`` frames) is copied out and row ``T`` becomes row ``0`` of the next one, so
+consecutive unrolls overlap by one frame (the bootstrap frame).
+
+Row ``t`` holds: the observation, the reward and terminated/truncated flags that came
+*with* that observation (the outcome of the previous action), ``first`` (the frame
+starts an episode), the action the policy took there and its policy parameters
+(behaviour logits). The recurrent core state before row 0 is kept for training.
+
+Shape suffixes: B frames in an inference batch, N finished unrolls, T unroll length,
+O observation dims, A action dims, P policy-parameter dims, H core state size.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Unrolls:
+    """N finished unrolls, batch-major ``[N, T+1, ...]``; the trainer makes them time-major."""
+
+    obs: np.ndarray  # [N, T+1, *O]
+    first: np.ndarray  # [N, T+1] bool
+    reward: np.ndarray  # [N, T+1] float32
+    terminated: np.ndarray  # [N, T+1] bool
+    truncated: np.ndarray  # [N, T+1] bool
+    action: np.ndarray  # [N, T+1, *A]
+    policy_params: np.ndarray  # [N, T+1, P] float32
+    core_state: tuple[np.ndarray, ...]  # each [N, H]: the core state before row 0
+    acted_step: np.ndarray  # [N] int64: learner step when the unroll was started
+
+    def __len__(self) -> int:
+        return int(self.obs.shape[0])
+
+    @staticmethod
+    def concat(parts: list[Unrolls]) -> Unrolls:
+        if len(parts) == 1:
+            return parts[0]
+        return Unrolls(
+            obs=np.concatenate([p.obs for p in parts]),
+            first=np.concatenate([p.first for p in parts]),
+            reward=np.concatenate([p.reward for p in parts]),
+            terminated=np.concatenate([p.terminated for p in parts]),
+            truncated=np.concatenate([p.truncated for p in parts]),
+            action=np.concatenate([p.action for p in parts]),
+            policy_params=np.concatenate([p.policy_params for p in parts]),
+            core_state=tuple(
+                np.concatenate([p.core_state[i] for p in parts])
+                for i in range(len(parts[0].core_state))
+            ),
+            acted_step=np.concatenate([p.acted_step for p in parts]),
+        )
+
+    def split(self, n: int) -> tuple[Unrolls, Unrolls]:
+        """The first ``n`` unrolls and the rest."""
+
+        def cut(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return a[:n], a[n:]
+
+        fields = [
+            cut(a)
+            for a in (
+                self.obs,
+                self.first,
+                self.reward,
+                self.terminated,
+                self.truncated,
+                self.action,
+                self.policy_params,
+            )
+        ]
+        states = [cut(s) for s in self.core_state]
+        steps = cut(self.acted_step)
+        head = Unrolls(*(f[0] for f in fields), tuple(s[0] for s in states), steps[0])  # type: ignore[arg-type]
+        tail = Unrolls(*(f[1] for f in fields), tuple(s[1] for s in states), steps[1])  # type: ignore[arg-type]
+        return head, tail
+
+
+@dataclass
+class FinishedEpisodes:
+    """Episodes that ended in one batch: raw (unclipped) returns and lengths."""
+
+    returns: np.ndarray  # [E] float64
+    lengths: np.ndarray  # [E] int64
+
+
+class TrajectoryBuilder:
+    """Slots of running unrolls, allocated per connection and grown on demand."""
+
+    def __init__(
+        self,
+        unroll_length: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: np.dtype | str,
+        action_shape: tuple[int, ...],
+        action_dtype: np.dtype | str,
+        param_size: int,
+        core_state_sizes: tuple[int, ...] = (),
+        initial_capacity: int = 64,
+    ) -> None:
+        self.unroll_length = unroll_length
+        self._rows = unroll_length + 1
+        self._obs_shape = obs_shape
+        self._obs_dtype = np.dtype(obs_dtype)
+        self._action_shape = action_shape
+        self._action_dtype = np.dtype(action_dtype)
+        self._param_size = param_size
+        self._state_sizes = core_state_sizes
+        self.capacity = 0
+        self._free: list[int] = []
+        self._grow(initial_capacity)
+
+    # ------------------------------------------------------------- slot management
+
+    def _grow(self, capacity: int) -> None:
+        old = self.capacity
+        rows = self._rows
+
+        def resized(arr: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype | str):
+            new = np.zeros((capacity, *shape), dtype=dtype)
+            if arr is not None:
+                new[:old] = arr
+            return new
+
+        get = self.__dict__.get
+        self.obs_SRO = resized(get("obs_SRO"), (rows, *self._obs_shape), self._obs_dtype)
+        self.first_SR = resized(get("first_SR"), (rows,), bool)
+        self.reward_SR = resized(get("reward_SR"), (rows,), np.float32)
+        self.terminated_SR = resized(get("terminated_SR"), (rows,), bool)
+        self.truncated_SR = resized(get("truncated_SR"), (rows,), bool)
+        self.action_SRA = resized(get("action_SRA"), (rows, *self._action_shape), self._action_dtype)
+        self.params_SRP = resized(get("params_SRP"), (rows, self._param_size), np.float32)
+        self.position_S = resized(get("position_S"), (), np.int64)
+        self.next_first_S = resized(get("next_first_S"), (), bool)
+        self.episode_return_S = resized(get("episode_return_S"), (), np.float64)
+        self.episode_length_S = resized(get("episode_length_S"), (), np.int64)
+        self.start_step_S = resized(get("start_step_S"), (), np.int64)
+        old_states = get("core_state_SH", [None] * len(self._state_sizes))
+        self.core_state_SH = [
+            resized(s, (h,), np.float32) for s, h in zip(old_states, self._state_sizes, strict=True)
+        ]
+        self.start_state_SH = [
+            resized(s, (h,), np.float32)
+            for s, h in zip(get("start_state_SH", old_states), self._state_sizes, strict=True)
+        ]
+        self._free.extend(range(capacity - 1, old - 1, -1))
+        self.capacity = capacity
+
+    def allocate(self, count: int) -> np.ndarray:
+        """Reserve ``count`` fresh slots (reset: empty unroll, new episode, zero core state)."""
+        while len(self._free) < count:
+            self._grow(max(2 * self.capacity, self.capacity + count))
+        ids = np.array([self._free.pop() for _ in range(count)], dtype=np.int64)
+        self.position_S[ids] = 0
+        self.next_first_S[ids] = True
+        self.episode_return_S[ids] = 0.0
+        self.episode_length_S[ids] = 0
+        for state in self.core_state_SH:
+            state[ids] = 0.0
+        return ids
+
+    def release(self, ids: np.ndarray) -> int:
+        """Return slots to the pool; their partial unrolls are dropped. Returns frames lost."""
+        lost = int(self.position_S[ids].sum())
+        self._free.extend(int(i) for i in ids)
+        return lost
+
+    @property
+    def slots_in_use(self) -> int:
+        return self.capacity - len(self._free)
+
+    # ------------------------------------------------------------- the per-batch path
+
+    def first_flags(self, slot_B: np.ndarray, terminated_B: np.ndarray, truncated_B: np.ndarray):
+        """``first`` for the frames about to be recorded (read before inference, for the LSTM)."""
+        return self.next_first_S[slot_B].copy()
+
+    def record(
+        self,
+        slot_B: np.ndarray,
+        obs_BO: np.ndarray,
+        reward_B: np.ndarray,
+        terminated_B: np.ndarray,
+        truncated_B: np.ndarray,
+        first_B: np.ndarray,
+        action_BA: np.ndarray,
+        params_BP: np.ndarray,
+        state_before_BH: tuple[np.ndarray, ...],
+        state_after_BH: tuple[np.ndarray, ...],
+        learner_step: int,
+    ) -> tuple[Unrolls | None, FinishedEpisodes | None]:
+        """Write one frame per slot; return the unrolls that completed and episodes that ended."""
+        pos_B = self.position_S[slot_B]
+        self.obs_SRO[slot_B, pos_B] = obs_BO
+        self.first_SR[slot_B, pos_B] = first_B
+        self.reward_SR[slot_B, pos_B] = reward_B
+        self.terminated_SR[slot_B, pos_B] = terminated_B
+        self.truncated_SR[slot_B, pos_B] = truncated_B
+        self.action_SRA[slot_B, pos_B] = action_BA
+        self.params_SRP[slot_B, pos_B] = params_BP
+        for store, after in zip(self.core_state_SH, state_after_BH, strict=True):
+            store[slot_B] = after
+
+        starting = pos_B == 0
+        if starting.any():
+            self._mark_start(slot_B[starting], [s[starting] for s in state_before_BH], learner_step)
+
+        done_B = terminated_B | truncated_B
+        self.next_first_S[slot_B] = done_B
+        episodes = self._episode_stats(slot_B, reward_B, done_B)
+
+        full = pos_B == self.unroll_length
+        unrolls = None
+        if full.any():
+            full_slots = slot_B[full]
+            unrolls = self._take_unrolls(full_slots)
+            self._roll_over(full_slots, [s[full] for s in state_before_BH], learner_step)
+        self.position_S[slot_B] = np.where(full, 1, pos_B + 1)
+        return unrolls, episodes
+
+    def _mark_start(self, slots: np.ndarray, state_before: list[np.ndarray], step: int) -> None:
+        self.start_step_S[slots] = step
+        for store, before in zip(self.start_state_SH, state_before, strict=True):
+            store[slots] = before
+
+    def _episode_stats(
+        self, slot_B: np.ndarray, reward_B: np.ndarray, done_B: np.ndarray
+    ) -> FinishedEpisodes | None:
+        self.episode_return_S[slot_B] += reward_B
+        self.episode_length_S[slot_B] += 1
+        if not done_B.any():
+            return None
+        ended = slot_B[done_B]
+        finished = FinishedEpisodes(
+            returns=self.episode_return_S[ended].copy(),
+            lengths=self.episode_length_S[ended].copy(),
+        )
+        # The reset frame that follows carries reward 0 and counts as step 0 of the next one.
+        self.episode_return_S[ended] = 0.0
+        self.episode_length_S[ended] = -1
+        return finished
+
+    def _take_unrolls(self, slots: np.ndarray) -> Unrolls:
+        return Unrolls(
+            obs=self.obs_SRO[slots],
+            first=self.first_SR[slots],
+            reward=self.reward_SR[slots],
+            terminated=self.terminated_SR[slots],
+            truncated=self.truncated_SR[slots],
+            action=self.action_SRA[slots],
+            policy_params=self.params_SRP[slots],
+            core_state=tuple(s[slots] for s in self.start_state_SH),
+            acted_step=self.start_step_S[slots].copy(),
+        )
+
+    def _roll_over(self, slots: np.ndarray, state_before: list[np.ndarray], step: int) -> None:
+        """Row T becomes row 0 of the next unroll (the one-frame overlap)."""
+        last = self.unroll_length
+        for arr in (
+            self.obs_SRO,
+            self.first_SR,
+            self.reward_SR,
+            self.terminated_SR,
+            self.truncated_SR,
+            self.action_SRA,
+            self.params_SRP,
+        ):
+            arr[slots, 0] = arr[slots, last]
+        self._mark_start(slots, state_before, step)
+
+
+class UnrollQueue:
+    """Bounded hand-off of finished unrolls from inference (event loop) to the trainer thread.
+
+    Bounded in unrolls: when the trainer falls behind, ``put`` blocks, which stalls the
+    batcher and so slows inference instead of growing memory (back-pressure).
+    """
+
+    def __init__(self, max_unrolls: int) -> None:
+        self.max_unrolls = max_unrolls
+        self._parts: list[Unrolls] = []
+        self._count = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def has_room(self) -> bool:
+        return self._count < self.max_unrolls or self._closed
+
+    def put(self, unrolls: Unrolls, timeout: float | None = None) -> bool:
+        """Append; waits while full. False if it timed out or the queue is closed."""
+        with self._cond:
+            if not self._cond.wait_for(self.has_room, timeout):
+                return False
+            if self._closed:
+                return False
+            self._parts.append(unrolls)
+            self._count += len(unrolls)
+            self._cond.notify_all()
+            return True
+
+    def get(self, n: int, timeout: float | None = None) -> Unrolls | None:
+        """Exactly ``n`` unrolls, or None on timeout or close."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._count >= n or self._closed, timeout):
+                return None
+            if self._count < n:
+                return None
+            merged = Unrolls.concat(self._parts)
+            batch, rest = merged.split(n)
+            self._parts = [rest] if len(rest) else []
+            self._count -= n
+            self._cond.notify_all()
+            return batch
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()

@@ -1,0 +1,12 @@
+"""seedrl: SEED-RL-style distributed reinforcement learning.
+
+The learner (``python -m learner``) runs batched policy inference and V-trace training
+behind one streaming gRPC endpoint; actors (``python -m actors``) only step gymnasium
+environments. This package holds what both sides share. It must never import torch at
+module level: actors import it and stay torch-free.
+"""
+
+__version__ = "0.1.0"
+
+PROTOCOL_VERSION = 1
+"""Wire protocol version carried in every Hello; bumped on incompatible changes."""

@@ -1,0 +1,119 @@
+"""Wire codec: numpy arrays <-> ``seedrl.v1.Tensor`` and gymnasium spaces <-> ``SpaceSpec``.
+
+Tensors travel as ``{dtype, shape, raw C-order bytes}`` and are decoded with
+``numpy.frombuffer`` (zero copy). Every decode validates dtype, shape and byte length
+against what the receiver expects, and raises :class:`WireError` with a message that
+says what was wrong; the server turns that into ``INVALID_ARGUMENT`` for that stream.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from seedrl.proto import seedrl_pb2 as pb
+
+ALLOWED_DTYPES = frozenset(
+    {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"}
+)
+
+
+class WireError(ValueError):
+    """A message from the other side does not match the contract."""
+
+
+def encode_tensor(array: np.ndarray, out: pb.Tensor | None = None) -> pb.Tensor:
+    """Fill (or create) a Tensor message from ``array``; non-contiguous input is copied."""
+    msg = pb.Tensor() if out is None else out
+    msg.dtype = array.dtype.name
+    msg.shape[:] = array.shape
+    msg.data = np.ascontiguousarray(array).tobytes()
+    return msg
+
+
+def decode_tensor(
+    msg: pb.Tensor,
+    name: str,
+    dtype: np.dtype | str | None = None,
+    shape: Sequence[int] | None = None,
+) -> np.ndarray:
+    """Return a read-only view of ``msg`` as a numpy array, checked against expectations.
+
+    ``dtype``/``shape`` of None accept anything allowed; the byte length must always
+    match the declared dtype and shape exactly.
+    """
+    if msg.dtype not in ALLOWED_DTYPES:
+        raise WireError(f"{name}: dtype {msg.dtype!r} is not one of {sorted(ALLOWED_DTYPES)}")
+    if dtype is not None and msg.dtype != np.dtype(dtype).name:
+        raise WireError(f"{name}: dtype {msg.dtype} but expected {np.dtype(dtype).name}")
+    got_shape = tuple(msg.shape)
+    if any(d < 0 for d in got_shape):
+        raise WireError(f"{name}: negative dimension in shape {list(got_shape)}")
+    if shape is not None and got_shape != tuple(shape):
+        raise WireError(f"{name}: shape {list(got_shape)} but expected {list(shape)}")
+    np_dtype = np.dtype(msg.dtype)
+    expected_bytes = math.prod(got_shape) * np_dtype.itemsize
+    if len(msg.data) != expected_bytes:
+        raise WireError(
+            f"{name}: {len(msg.data)} bytes but dtype {msg.dtype} and shape "
+            f"{list(got_shape)} need {expected_bytes}"
+        )
+    return np.frombuffer(msg.data, dtype=np_dtype).reshape(got_shape)
+
+
+def require_finite(array: np.ndarray, name: str) -> None:
+    """Raise WireError when a floating array holds NaN or inf."""
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise WireError(f"{name}: contains NaN or inf")
+
+
+# ---------------------------------------------------------------- spaces
+
+
+def space_to_spec(space: Any) -> pb.SpaceSpec:
+    """Describe a gymnasium Box or Discrete space for the wire."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        if int(space.start) != 0:
+            raise ValueError(f"Discrete spaces must start at 0, got start={space.start}")
+        return pb.SpaceSpec(kind="discrete", shape=[], dtype="int64", n=int(space.n))
+    if isinstance(space, spaces.Box):
+        spec = pb.SpaceSpec(kind="box", shape=list(space.shape), dtype=space.dtype.name)
+        encode_tensor(np.asarray(space.low), spec.low)
+        encode_tensor(np.asarray(space.high), spec.high)
+        return spec
+    raise ValueError(
+        f"unsupported space {space!r}: seedrl supports Box and Discrete "
+        "(wrap other spaces, e.g. with gymnasium.wrappers.FlattenObservation)"
+    )
+
+
+def spec_summary(spec: pb.SpaceSpec) -> str:
+    """A one-line human description, used in error messages."""
+    if spec.kind == "discrete":
+        return f"Discrete({spec.n})"
+    return f"Box(shape={list(spec.shape)}, dtype={spec.dtype})"
+
+
+def specs_match(a: pb.SpaceSpec, b: pb.SpaceSpec) -> bool:
+    """True when two spaces agree on kind, shape, dtype and number of actions."""
+    return (a.kind, tuple(a.shape), a.dtype, a.n) == (b.kind, tuple(b.shape), b.dtype, b.n)
+
+
+def spec_shape(spec: pb.SpaceSpec) -> tuple[int, ...]:
+    return tuple(int(d) for d in spec.shape)
+
+
+def env_spec(env_id: str, env_kwargs: dict[str, Any], observation_space: Any, action_space: Any):
+    """Build the EnvSpec message the learner publishes and actors echo in their Hello."""
+    return pb.EnvSpec(
+        env_id=env_id,
+        env_kwargs_json=json.dumps(env_kwargs, sort_keys=True),
+        observation_space=space_to_spec(observation_space),
+        action_space=space_to_spec(action_space),
+    )

@@ -1,0 +1,347 @@
+"""Run configuration: frozen dataclasses, one attribute docstring per field, one CLI.
+
+The command-line flags are generated from the dataclasses (``--inference-batch-size``
+for ``inference_batch_size``), their help text from the attribute docstrings, so the
+dataclass is the single source of truth. A config file (TOML or JSON, YAML when PyYAML
+is installed) given with ``--config`` supplies defaults that flags override; the
+resolved config is saved as JSON in the learner's log directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import json
+import os
+import textwrap
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+AUTH_TOKEN_ENV = "SEEDRL_AUTH_TOKEN"
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Everything the learner process needs; saved as ``config.json`` with each run."""
+
+    env: str = "CartPole-v1"
+    """gymnasium id (e.g. CartPole-v1) or a ``module:callable`` env factory."""
+    env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments for the env constructor, as a JSON object."""
+    bind: str = "127.0.0.1"
+    """Address to listen on; 0.0.0.0 (or [::]) to accept actors from other hosts."""
+    port: int = 8686
+    """gRPC port (0 picks a free one and prints it)."""
+    logdir: str = "runs/latest"
+    """Where metrics.jsonl, TensorBoard events, config.json and checkpoints go."""
+    device: str = "auto"
+    """torch device: auto (CUDA when present, else CPU), cpu, cuda, cuda:1, ..."""
+    seed: int = 0
+    """Seed for torch and the learner's action sampling."""
+    torch_threads: int = 1
+    """torch intra-op threads (inference and training share them); 0 keeps torch's choice."""
+
+    # model
+    model: str = "auto"
+    """Torso: auto (cnn for image observations, else mlp), mlp or cnn."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """MLP hidden layer widths."""
+    lstm: bool = False
+    """Add an LSTM core; its per-(actor, env) state lives on the learner."""
+    lstm_size: int = 128
+    """LSTM hidden size when --lstm is on."""
+
+    # learning
+    unroll_length: int = 20
+    """T: transitions per unroll; consecutive unrolls of a slot share one frame."""
+    batch_size: int = 32
+    """Unrolls per learner step."""
+    learning_rate: float = 1e-3
+    """Adam learning rate."""
+    adam_eps: float = 1e-5
+    """Adam epsilon."""
+    discount: float = 0.99
+    """Discount factor gamma."""
+    entropy_cost: float = 0.01
+    """Weight of the entropy bonus."""
+    baseline_cost: float = 0.5
+    """Weight of the value (baseline) loss."""
+    max_grad_norm: float = 40.0
+    """Global gradient-norm clip."""
+    lambda_: float = 1.0
+    """V-trace lambda (trace cutting)."""
+    clip_rho_threshold: float = 1.0
+    """V-trace rho-bar."""
+    clip_pg_rho_threshold: float = 1.0
+    """V-trace rho-bar for the policy-gradient advantage."""
+    reward_clip: float | None = None
+    """Clip training rewards to [-x, x] (Atari uses 1); episode returns stay raw."""
+    train: bool = True
+    """Train the policy (off: inference only, for benchmarks)."""
+
+    # serving
+    inference_batch_size: int = 64
+    """Run a forward pass once this many frames are pending ..."""
+    inference_timeout_ms: float = 2.0
+    """... or this long after the first pending frame arrived, whichever is first."""
+    max_queue_unrolls: int = 256
+    """Finished unrolls waiting for the trainer; when full, inference waits (back-pressure)."""
+    max_actors: int = 1024
+    """Actor streams admitted at once; more get RESOURCE_EXHAUSTED and retry."""
+    max_message_bytes: int = 16 * 1024 * 1024
+    """Largest gRPC message accepted, in bytes."""
+    auth_token: str | None = None
+    """Shared token every call must carry (default: $SEEDRL_AUTH_TOKEN); None disables it."""
+    tls_cert: str | None = None
+    """PEM server certificate; with --tls-key turns TLS on."""
+    tls_key: str | None = None
+    """PEM server private key."""
+    tls_client_ca: str | None = None
+    """PEM CA that client certificates must chain to (mutual TLS); optional."""
+
+    # stopping, checkpoints, logging
+    total_frames: int = 0
+    """Stop after this many env frames (0: no limit)."""
+    target_return: float | None = None
+    """Stop once the mean return of the last 100 episodes reaches this."""
+    max_seconds: float = 0.0
+    """Stop after this much wall time (0: no limit)."""
+    checkpoint_interval_s: float = 60.0
+    """Seconds between checkpoints (one is also written at the end and on SIGTERM/SIGINT)."""
+    resume: bool = False
+    """Continue from logdir/checkpoint.pt when it exists."""
+    log_interval_s: float = 2.0
+    """Seconds between metrics.jsonl lines and progress updates."""
+    progress: str = "auto"
+    """Live progress: auto (bar on a terminal, plain lines otherwise), bar, plain, off."""
+    tensorboard: bool = True
+    """Write TensorBoard event files into logdir."""
+
+    def __post_init__(self) -> None:
+        positive = (
+            "unroll_length",
+            "batch_size",
+            "inference_batch_size",
+            "max_queue_unrolls",
+            "max_actors",
+            "max_message_bytes",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.discount <= 1.0:
+            raise ValueError(f"discount must be in [0, 1], got {self.discount}")
+        if self.inference_timeout_ms < 0:
+            raise ValueError("inference_timeout_ms must be >= 0")
+        if self.model not in ("auto", "mlp", "cnn"):
+            raise ValueError(f"model must be auto, mlp or cnn, got {self.model!r}")
+        if self.progress not in ("auto", "bar", "plain", "off"):
+            raise ValueError(f"progress must be auto, bar, plain or off, got {self.progress!r}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together")
+        if self.max_queue_unrolls < self.batch_size:
+            raise ValueError(
+                f"max_queue_unrolls ({self.max_queue_unrolls}) must be >= batch_size "
+                f"({self.batch_size}) or the trainer could never fill a batch"
+            )
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return Path(self.logdir) / "checkpoint.pt"
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorConfig:
+    """One actor launcher: N processes, each stepping K envs over one stream."""
+
+    learner: str = "127.0.0.1:8686"
+    """Learner address HOST:PORT (or unix:PATH)."""
+    num_actors: int = 1
+    """N: actor processes to start."""
+    envs_per_actor: int = 1
+    """K: environments each actor steps and sends in one message."""
+    seed: int = 0
+    """Base env seed; actor i seeds its envs from seed + i * K."""
+    actor_id: str = ""
+    """Name prefix for actor ids (default: hostname-pid)."""
+    first_index: int = 0
+    """Index of the first actor (seeds and ids), for several launchers on one learner."""
+    auth_token: str | None = None
+    """Shared token (default: $SEEDRL_AUTH_TOKEN)."""
+    tls_ca: str | None = None
+    """PEM CA to verify the learner's certificate; turns TLS on."""
+    tls_server_name: str | None = None
+    """Override the TLS server name checked against the certificate."""
+    max_backoff_s: float = 30.0
+    """Cap of the exponential reconnect backoff (with jitter)."""
+    exit_on_shutdown: bool = False
+    """Exit when the learner stops for a restart, instead of waiting to reconnect."""
+    max_frames: int = 0
+    """Stop each actor after this many frames (0: until the learner finishes)."""
+    restart: bool = True
+    """The launcher restarts actor processes that crash."""
+
+    def __post_init__(self) -> None:
+        if self.num_actors < 1 or self.envs_per_actor < 1:
+            raise ValueError("num_actors and envs_per_actor must be >= 1")
+        if self.max_backoff_s <= 0:
+            raise ValueError("max_backoff_s must be > 0")
+
+
+def resolve_auth_token(token: str | None) -> str | None:
+    """The explicit token, else $SEEDRL_AUTH_TOKEN, else None (auth off)."""
+    if token:
+        return token
+    return os.environ.get(AUTH_TOKEN_ENV) or None
+
+
+# ------------------------------------------------------------------ CLI from dataclasses
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of a dataclass (the string literal under each field)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def _converter(tp: Any) -> tuple[Any, bool]:
+    """(string -> value converter, optional) for a field type."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        conv, _ = _converter(args[0])
+        return conv, True
+    if origin is tuple:
+        (item,) = {a for a in typing.get_args(tp) if a is not Ellipsis}
+
+        def to_tuple(text: str) -> tuple[Any, ...]:
+            return tuple(item(p) for p in text.replace(" ", "").split(",") if p)
+
+        return to_tuple, False
+    if origin is dict or tp is dict:
+
+        def to_dict(text: str) -> dict[str, Any]:
+            value = json.loads(text)
+            if not isinstance(value, dict):
+                raise argparse.ArgumentTypeError("expected a JSON object")
+            return value
+
+        return to_dict, False
+    if tp is bool:
+        return _parse_bool, False
+    return tp, False
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add one ``--flag`` per dataclass field (booleans get ``--flag/--no-flag``)."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    group = parser.add_argument_group(cls.__name__)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.rstrip("_").replace("_", "-")
+        tp = hints[f.name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        help_text = f"{docs.get(f.name, '')} (default: {default!r})"
+        if tp is bool:
+            group.add_argument(
+                flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+            continue
+        conv, optional = _converter(tp)
+        metavar = f.name.rstrip("_").upper()
+        if optional:
+            inner = conv
+
+            def conv(text: str, inner: Any = inner) -> Any:
+                return None if text.lower() in ("none", "") else inner(text)
+
+        group.add_argument(
+            flag, dest=f.name, type=conv, default=argparse.SUPPRESS, metavar=metavar, help=help_text
+        )
+
+
+def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a TOML, JSON or YAML config file into a dict of field values."""
+    p = Path(path)
+    text = p.read_text()
+    if p.suffix == ".toml":
+        import tomllib
+
+        data = tomllib.loads(text)
+    elif p.suffix in (".yaml", ".yml"):
+        try:
+            import yaml  # type: ignore[import-untyped]
+        except ImportError as exc:
+            raise ValueError(f"{p}: YAML configs need PyYAML (pip install pyyaml)") from exc
+        data = yaml.safe_load(text) or {}
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: a config file must hold a table/object of fields")
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def build_config(cls: type[T], overrides: dict[str, Any], base: dict[str, Any] | None = None) -> T:
+    """Make ``cls`` from file values ``base`` then CLI ``overrides``; unknown keys are errors."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    merged = dict(base or {})
+    merged.update(overrides)
+    unknown = sorted(set(merged) - names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields: {', '.join(unknown)}")
+    hints = typing.get_type_hints(cls)
+    for key, value in merged.items():
+        if typing.get_origin(hints[key]) is tuple and isinstance(value, list):
+            merged[key] = tuple(value)
+    return cls(**merged)
+
+
+def parse_config(cls: type[T], argv: Sequence[str] | None, prog: str, description: str) -> T:
+    """Parse ``argv`` into ``cls``: ``--config FILE`` then flags, one CLI for every entry point."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--config", help="TOML/JSON/YAML file of field values; flags override")
+    add_config_arguments(parser, cls)
+    ns = vars(parser.parse_args(argv))
+    config_path = ns.pop("config", None)
+    base = load_config_file(config_path) if config_path else None
+    try:
+        return build_config(cls, ns, base)
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits
+
+
+def to_json_dict(config: Any) -> dict[str, Any]:
+    """A JSON-friendly dict of a config (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))

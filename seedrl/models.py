@@ -1,0 +1,272 @@
+"""Policy/value networks and their action distributions (learner side only: imports torch).
+
+Shape suffixes used in names: T time, B batch (envs or unrolls), O observation dims,
+A action dims, P policy-parameter dims (A logits for discrete actions, 2A mean and
+log-std for continuous ones), H recurrent hidden size.
+
+One network serves both inference (``T = 1``, one row per pending env frame) and
+training (``T = unroll_length + 1``); the optional LSTM core's state is passed in and
+out explicitly so the learner can keep it per (actor, env) slot.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from seedrl.proto import seedrl_pb2 as pb
+
+CoreState = tuple[torch.Tensor, ...]
+"""Recurrent state, each tensor ``[B, H]``; empty for feed-forward models."""
+
+
+class CategoricalHead:
+    """Discrete actions: the policy parameters are logits ``[..., A]``."""
+
+    continuous = False
+
+    def __init__(self, num_actions: int) -> None:
+        self.num_actions = num_actions
+        self.param_size = num_actions
+        self.action_shape: tuple[int, ...] = ()
+        self.action_dtype = torch.int64
+
+    def sample(self, params: torch.Tensor) -> torch.Tensor:
+        flat = params.reshape(-1, self.num_actions)
+        return torch.multinomial(F.softmax(flat, dim=-1), 1).reshape(params.shape[:-1])
+
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        return params.argmax(dim=-1)
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        logp = F.log_softmax(params, dim=-1)
+        return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        logp = F.log_softmax(params, dim=-1)
+        return -(logp.exp() * logp).sum(-1)
+
+
+class GaussianHead:
+    """Continuous actions: diagonal Gaussian, parameters ``[..., 2A]`` = mean, log-std.
+
+    Actions are sampled unclipped (so log-probabilities stay exact for V-trace); the
+    actor's env clips them to the Box bounds.
+    """
+
+    continuous = True
+
+    def __init__(self, action_shape: tuple[int, ...]) -> None:
+        self.action_shape = action_shape
+        self.action_size = math.prod(action_shape)
+        self.param_size = 2 * self.action_size
+        self.action_dtype = torch.float32
+
+    def _split(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = params.split(self.action_size, dim=-1)
+        return mean, log_std.clamp(-5.0, 2.0)
+
+    def _shape(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat.reshape(*flat.shape[:-1], *self.action_shape)
+
+    def sample(self, params: torch.Tensor) -> torch.Tensor:
+        mean, log_std = self._split(params)
+        return self._shape(mean + log_std.exp() * torch.randn_like(mean))
+
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        return self._shape(self._split(params)[0])
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        mean, log_std = self._split(params)
+        a = actions.reshape(mean.shape).to(mean.dtype)
+        z = (a - mean) / log_std.exp()
+        return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        _, log_std = self._split(params)
+        return (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+
+
+ActionHead = CategoricalHead | GaussianHead
+
+
+def action_head(action_spec: pb.SpaceSpec) -> ActionHead:
+    """The distribution that matches the env's action space."""
+    if action_spec.kind == "discrete":
+        return CategoricalHead(int(action_spec.n))
+    if action_spec.kind == "box":
+        return GaussianHead(tuple(int(d) for d in action_spec.shape))
+    raise ValueError(f"unsupported action space kind {action_spec.kind!r}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the network is built from; stored in checkpoints so they can be rebuilt."""
+
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    torso: str  # "mlp" or "cnn"
+    hidden_sizes: tuple[int, ...]
+    param_size: int
+    lstm_size: int  # 0: no LSTM
+
+
+def choose_torso(obs_spec: pb.SpaceSpec, requested: str) -> str:
+    """``auto`` picks the CNN for image-like observations (rank 3, or rank 2 uint8)."""
+    if requested != "auto":
+        return requested
+    rank = len(obs_spec.shape)
+    is_image = rank == 3 or (rank == 2 and obs_spec.dtype == "uint8")
+    return "cnn" if is_image else "mlp"
+
+
+class NatureCNN(nn.Module):
+    """The Nature-DQN encoder (Mnih et al. 2015); input ``[N, C, H, W]`` scaled to [0, 1]."""
+
+    def __init__(self, in_channels: int, height: int, width: int, out_size: int = 512) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            flat = self.conv(torch.zeros(1, in_channels, height, width)).shape[-1]
+        self.fc = nn.Sequential(nn.Linear(flat, out_size), nn.ReLU())
+        self.out_size = out_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(x))
+
+
+class SmallCNN(nn.Module):
+    """A compact conv encoder for small grids (MinAtar's 10x10), where Nature's strides don't fit."""
+
+    def __init__(self, in_channels: int, height: int, width: int, out_size: int = 128) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(in_channels, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
+        flat = 16 * (height - 2) * (width - 2)
+        self.fc = nn.Sequential(nn.Linear(flat, out_size), nn.ReLU())
+        self.out_size = out_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(x))
+
+
+class ActorCritic(nn.Module):
+    """Torso (MLP or CNN) -> optional LSTM core -> policy parameters and value."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.channels_last = False
+        if spec.torso == "mlp":
+            layers: list[nn.Module] = []
+            size = math.prod(spec.obs_shape)
+            for width in spec.hidden_sizes:
+                layers += [nn.Linear(size, width), nn.Tanh()]
+                size = width
+            self.torso: nn.Module = nn.Sequential(*layers)
+            torso_out = size
+        elif spec.torso == "cnn":
+            c, h, w = self._image_layout(spec.obs_shape)
+            encoder: NatureCNN | SmallCNN
+            encoder = NatureCNN(c, h, w) if min(h, w) >= 36 else SmallCNN(c, h, w)
+            self.torso = encoder
+            torso_out = encoder.out_size
+        else:
+            raise ValueError(f"unknown torso {spec.torso!r}")
+        self.core: nn.LSTMCell | None = None
+        if spec.lstm_size:
+            self.core = nn.LSTMCell(torso_out, spec.lstm_size)
+            torso_out = spec.lstm_size
+        self.policy = nn.Linear(torso_out, spec.param_size)
+        self.baseline = nn.Linear(torso_out, 1)
+        nn.init.orthogonal_(self.policy.weight, gain=0.01)
+        nn.init.zeros_(self.policy.bias)
+
+    def _image_layout(self, shape: tuple[int, ...]) -> tuple[int, int, int]:
+        """(C, H, W) of an image observation; channels-last when the last dim is the smallest."""
+        if len(shape) == 2:
+            return 1, shape[0], shape[1]
+        if len(shape) != 3:
+            raise ValueError(f"cnn needs a rank-2 or rank-3 observation, got shape {shape}")
+        if shape[-1] < shape[0] and shape[-1] <= 16:
+            self.channels_last = True
+            return shape[2], shape[0], shape[1]
+        return shape[0], shape[1], shape[2]
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> CoreState:
+        if self.core is None:
+            return ()
+        zeros = torch.zeros(batch, self.spec.lstm_size, device=device)
+        return (zeros, zeros.clone())
+
+    def _encode(self, obs_NO: torch.Tensor) -> torch.Tensor:
+        x = obs_NO.float()
+        if self.spec.obs_dtype == "uint8":
+            x = x / 255.0
+        if self.spec.torso == "mlp":
+            return self.torso(x.flatten(1))  # type: ignore[no-any-return]
+        if x.dim() == 3:
+            x = x.unsqueeze(1)
+        elif self.channels_last:
+            x = x.permute(0, 3, 1, 2)
+        return self.torso(x)  # type: ignore[no-any-return]
+
+    def forward(
+        self, obs_TBO: torch.Tensor, first_TB: torch.Tensor, core_state: CoreState = ()
+    ) -> tuple[torch.Tensor, torch.Tensor, CoreState]:
+        """Policy parameters ``[T, B, P]``, values ``[T, B]`` and the core state after step T.
+
+        ``first_TB`` marks the first frame of an episode: the LSTM state is zeroed there.
+        """
+        t, b = obs_TBO.shape[:2]
+        features = self._encode(obs_TBO.reshape(t * b, *obs_TBO.shape[2:]))
+        if self.core is not None:
+            h, c = core_state
+            keep_TB1 = (~first_TB.bool()).float().unsqueeze(-1)
+            features_TBF = features.reshape(t, b, -1)
+            outputs = []
+            for step in range(t):
+                h, c = self.core(features_TBF[step], (h * keep_TB1[step], c * keep_TB1[step]))
+                outputs.append(h)
+            features = torch.stack(outputs).reshape(t * b, -1)
+            core_state = (h, c)
+        params = self.policy(features).reshape(t, b, -1)
+        values = self.baseline(features).reshape(t, b)
+        return params, values, core_state
+
+
+def build_model(
+    obs_spec: pb.SpaceSpec,
+    head: ActionHead,
+    torso: str = "auto",
+    hidden_sizes: tuple[int, ...] = (64, 64),
+    lstm_size: int = 0,
+) -> ActorCritic:
+    """The ActorCritic for an env's spaces."""
+    spec = ModelSpec(
+        obs_shape=tuple(int(d) for d in obs_spec.shape),
+        obs_dtype=obs_spec.dtype,
+        torso=choose_torso(obs_spec, torso),
+        hidden_sizes=tuple(hidden_sizes),
+        param_size=head.param_size,
+        lstm_size=lstm_size,
+    )
+    return ActorCritic(spec)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; anything else is passed to torch."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)

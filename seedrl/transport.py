@@ -1,0 +1,51 @@
+"""gRPC settings both ends share: addresses, channel options, credentials, auth metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+AUTH_METADATA_KEY = "authorization"
+
+
+def listen_address(bind: str, port: int) -> str:
+    """``host:port`` for gRPC, bracketing IPv6 hosts; ``unix:`` addresses pass through."""
+    if bind.startswith("unix:"):
+        return bind
+    host = f"[{bind}]" if ":" in bind and not bind.startswith("[") else bind
+    return f"{host}:{port}"
+
+
+def channel_options(max_message_bytes: int) -> list[tuple[str, Any]]:
+    """Message size limits and keepalive (dead peers are noticed within ~15 s)."""
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.keepalive_permit_without_calls", 1),
+    ]
+
+
+def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """Call metadata carrying the shared token, or nothing when auth is off."""
+    return ((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ()
+
+
+def client_channel(
+    target: str,
+    tls_ca: str | None = None,
+    tls_server_name: str | None = None,
+    max_message_bytes: int = 64 * 1024 * 1024,
+) -> grpc.aio.Channel:
+    """An asyncio channel to the learner, TLS-verified against ``tls_ca`` when given."""
+    options = channel_options(max_message_bytes)
+    if tls_ca is None:
+        return grpc.aio.insecure_channel(target, options=options)
+    with open(tls_ca, "rb") as f:
+        credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+    if tls_server_name:
+        options.append(("grpc.ssl_target_name_override", tls_server_name))
+    return grpc.aio.secure_channel(target, credentials, options=options)
