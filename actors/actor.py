@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Sequence
 
 import grpc
+import gymnasium as gym
 import numpy as np
 
 from seedrl import PROTOCOL_VERSION, codec, envs
@@ -94,7 +95,7 @@ class Actor:
         self.backoff = Backoff(cap=config.max_backoff_s)
         self.frames = 0
         self.connections = 0
-        self.vec_env = None
+        self.vec_env: gym.vector.VectorEnv | None = None
         self._env_key: tuple[str, str] | None = None
         self._env_spec: pb.EnvSpec | None = None
 
@@ -137,7 +138,12 @@ class Actor:
                 end = await self.stream_frames(stub, spec)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in RETRYABLE:
-                    log.error("actor %s: learner refused: %s: %s", self.actor_id, exc.code().name, exc.details())
+                    log.error(
+                        "actor %s: learner refused: %s: %s",
+                        self.actor_id,
+                        exc.code().name,
+                        exc.details(),
+                    )
                     return 2
                 delay = self.backoff.next_delay()
                 log.info(
@@ -246,7 +252,10 @@ async def _run_until_signal(actor: Actor) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one actor process (the launcher starts N of these)."""
     config = parse_config(
-        ActorConfig, argv, "python -m actors.actor", "Run ONE seedrl actor process (see python -m actors)."
+        ActorConfig,
+        argv,
+        "python -m actors.actor",
+        "Run ONE seedrl actor process (see python -m actors).",
     )
     logging.basicConfig(
         level=os.environ.get("SEEDRL_LOG_LEVEL", "WARNING"),

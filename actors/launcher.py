@@ -143,5 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python -m actors",
         "Start N seedrl actor processes that step envs and stream frames to a learner.",
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     return run(config)

@@ -21,7 +21,10 @@ def train_main(argv: Sequence[str]) -> int:
     from seedrl.config import LearnerConfig, parse_config
 
     config = parse_config(
-        LearnerConfig, argv, "python -m learner", "Run a seedrl learner: batched inference + V-trace."
+        LearnerConfig,
+        argv,
+        "python -m learner",
+        "Run a seedrl learner: batched inference + V-trace.",
     )
     try:
         asyncio.run(serve(config))

@@ -50,6 +50,7 @@ class DynamicBatcher:
         self._wakeup = asyncio.Event()
         self._ready = asyncio.Event()
         self._closed = False
+        self._first_pending_at = 0.0
         # counters for metrics
         self.batches = 0
         self.frames = 0
@@ -59,11 +60,20 @@ class DynamicBatcher:
             return True
         return 0 < self.open_streams <= len(self._pending)
 
+    def set_open_streams(self, count: int) -> None:
+        """Track how many streams can still submit; a closed stream may complete a batch."""
+        self.open_streams = count
+        if self._pending and self._batch_ready():
+            self._ready.set()
+
     async def submit(self, payload: Any, num_frames: int) -> Any:
         """Queue one request and wait for its result."""
         if self._closed:
             raise BatcherClosed
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._pending:
+            self._first_pending_at = loop.time()
         self._pending.append(PendingRequest(payload, num_frames, future))
         self._pending_frames += num_frames
         self._wakeup.set()
@@ -78,7 +88,7 @@ class DynamicBatcher:
             await self._wakeup.wait()
             if self._closed:
                 break
-            deadline = loop.time() + self.timeout_s
+            deadline = self._first_pending_at + self.timeout_s
             while not self._batch_ready() and not self._closed:
                 remaining = deadline - loop.time()
                 if remaining <= 0:

@@ -80,7 +80,9 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         state = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise CheckpointError(f"{p}: not a readable checkpoint ({type(exc).__name__}: {exc})") from exc
+        raise CheckpointError(
+            f"{p}: not a readable checkpoint ({type(exc).__name__}: {exc})"
+        ) from exc
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{p}: not a seedrl checkpoint")
     if state.get("version") != VERSION:

@@ -44,7 +44,7 @@ class FramePayload:
 
     __slots__ = ("conn", "obs_KO", "reward_K", "terminated_K", "truncated_K")
 
-    def __init__(self, conn, obs_KO, reward_K, terminated_K, truncated_K) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, conn, obs_KO, reward_K, terminated_K, truncated_K) -> None:
         self.conn: Connection = conn
         self.obs_KO: np.ndarray = obs_KO
         self.reward_K: np.ndarray = reward_K
@@ -64,7 +64,7 @@ class InferenceEngine:
         queue: UnrollQueue,
         stats: LearnerStats,
         weights_lock: threading.Lock,
-        learner_step: "StepCounter",
+        learner_step: StepCounter,
     ) -> None:
         self.model = model
         self.head = head
@@ -119,7 +119,7 @@ class InferenceEngine:
         if unrolls is not None:
             await self._enqueue(unrolls)
 
-    def _policy(self, slot_B: np.ndarray, obs_BO: np.ndarray, first_B: np.ndarray):  # type: ignore[no-untyped-def]
+    def _policy(self, slot_B: np.ndarray, obs_BO: np.ndarray, first_B: np.ndarray):
         """One forward pass with T = 1; returns numpy actions, params and core states."""
         state_before = tuple(s[slot_B] for s in self.builder.core_state_SH)
         obs = torch.from_numpy(obs_BO).to(self.device, non_blocking=True)
@@ -132,7 +132,7 @@ class InferenceEngine:
         state_after = tuple(s.cpu().numpy() for s in core_after)
         return action_BA.cpu().numpy(), params_BP.cpu().numpy(), state_before, state_after
 
-    async def _enqueue(self, unrolls) -> None:  # type: ignore[no-untyped-def]
+    async def _enqueue(self, unrolls) -> None:
         if self.queue.has_room():
             self.queue.put(unrolls)
             return

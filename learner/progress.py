@@ -23,7 +23,9 @@ def progress_line(record: dict[str, Any]) -> str:
 class Progress:
     """``bar`` (rich, live-updating), ``plain`` (one printed line per update) or ``off``."""
 
-    def __init__(self, mode: str, total_frames: int = 0, target_return: float | None = None) -> None:
+    def __init__(
+        self, mode: str, total_frames: int = 0, target_return: float | None = None
+    ) -> None:
         if mode == "auto":
             mode = "bar" if sys.stdout.isatty() else "plain"
         self.mode = mode

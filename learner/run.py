@@ -9,6 +9,7 @@ learns, and a supervisor loop writes metrics, checkpoints and progress every
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
@@ -188,19 +189,20 @@ async def serve(
     )  # fmt: skip
 
     stop = asyncio.Event()
-    stop_reason = {"reason": "", "final": True}
+    stop_reason = ""
+    stop_final = True
 
     def request_stop(reason: str, final: bool) -> None:
+        nonlocal stop_reason, stop_final
         if not stop.is_set():
-            stop_reason.update(reason=reason, final=final)
+            stop_reason, stop_final = reason, final
             stop.set()
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
+        # Not available off the main thread or off Unix: then only the caller stops us.
+        with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, request_stop, f"signal {sig.name}", False)
-        except (NotImplementedError, RuntimeError):  # not the main thread / not Unix
-            pass
 
     writer = MetricsWriter(logdir, tensorboard=config.tensorboard)
     progress = Progress(config.progress, config.total_frames, config.target_return)
@@ -210,7 +212,10 @@ async def serve(
     if config.train:
         trainer.start()
     address = f"{config.bind}:{port}"
-    print(f"seedrl learner listening on {address} (env {config.env}, device {learner.device})", flush=True)
+    print(
+        f"seedrl learner listening on {address} (env {config.env}, device {learner.device})",
+        flush=True,
+    )
     if ready is not None and not ready.done():
         ready.set_result(port)
 
@@ -218,10 +223,8 @@ async def serve(
     last_checkpoint = start
     try:
         while not stop.is_set():
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), config.log_interval_s)
-            except TimeoutError:
-                pass
             record = stats.snapshot(len(learner.queue))
             writer.write(record)
             progress.update(record)
@@ -233,7 +236,7 @@ async def serve(
                 last_checkpoint = time.perf_counter()
     finally:
         await set_serving(health, False)
-        servicer.begin_shutdown(stop_reason["reason"] or "learner stopping", stop_reason["final"])
+        servicer.begin_shutdown(stop_reason or "learner stopping", stop_final)
         await server.stop(grace=3.0)
         batcher_task.cancel()
         trainer.stop()
@@ -245,7 +248,7 @@ async def serve(
     wall = time.perf_counter() - start
     solved = config.target_return is not None and _solved(config, stats)
     result = RunResult(
-        reason=stop_reason["reason"],
+        reason=stop_reason,
         frames=stats.frames,
         learner_steps=learner.step_counter.value,
         episodes=stats.episodes,

@@ -108,7 +108,9 @@ class LearnerServicer(pb_grpc.LearnerServicer):
 
     async def _admit(self, message: pb.ActorMessage, context: Any) -> Connection:
         if message.WhichOneof("kind") != "hello":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a Hello")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a Hello"
+            )
         hello = message.hello
         problem = self._check_hello(hello)
         if problem:
@@ -129,7 +131,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             slot_ids=self.builder.allocate(hello.num_envs),
         )
         self.connections.add(conn)
-        self.batcher.open_streams = len(self.connections)
+        self.batcher.set_open_streams(len(self.connections))
         self.stats.actors_connected = len(self.connections)
         log.info("actor %s connected from %s with %d envs", conn.actor_id, conn.peer, conn.num_envs)
         return conn
@@ -172,7 +174,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         if conn in self.connections:
             self.connections.discard(conn)
             self.engine.release_later(conn)
-            self.batcher.open_streams = len(self.connections)
+            self.batcher.set_open_streams(len(self.connections))
             self.stats.actors_connected = len(self.connections)
             log.info("actor %s disconnected after %d frames", conn.actor_id, conn.frames)
 
@@ -241,7 +243,7 @@ def _deny_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 def build_server(
     config: LearnerConfig, servicer: LearnerServicer, auth_token: str | None
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    """An aio server with the Learner service, health and reflection; returns (server, port, health)."""
+    """An aio server with the Learner service, health and reflection: (server, port, health)."""
     interceptors = [TokenAuthInterceptor(auth_token)] if auth_token else []
     options = [
         *channel_options(config.max_message_bytes),
@@ -253,7 +255,11 @@ def build_server(
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        (
+            SERVICE_NAME,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
         server,
     )
     address = listen_address(config.bind, config.port)

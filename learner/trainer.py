@@ -18,7 +18,6 @@ parameters.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Callable
 
@@ -40,7 +39,7 @@ GradientHook = Callable[[ActorCritic], None]
 def to_time_major(unrolls: Unrolls, device: torch.device) -> dict[str, torch.Tensor]:
     """Batch-major numpy unrolls -> time-major tensors ``[T+1, B, ...]`` on ``device``."""
 
-    def tm(array) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    def tm(array) -> torch.Tensor:
         return torch.from_numpy(array).to(device, non_blocking=True).transpose(0, 1)
 
     return {
@@ -86,7 +85,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loss
 
-    def loss(self, batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...]):  # type: ignore[no-untyped-def]
+    def loss(self, batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...]):
         """Total loss and its parts for one time-major batch."""
         cfg = self.config
         t = cfg.unroll_length
@@ -139,15 +138,19 @@ class Trainer:
         core_state = tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state)
         total, parts = self.loss(batch, core_state)
         if not torch.isfinite(total):
-            return self._skip("loss")
+            self._skip("loss")
+            return None
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         if self.gradient_hook is not None:
             self.gradient_hook(self.model)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.config.max_grad_norm
+        )
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
-            return self._skip("gradient")
+            self._skip("gradient")
+            return None
         with self.weights_lock:
             self.optimizer.step()
             self.step_counter.value += 1
@@ -157,8 +160,11 @@ class Trainer:
         return scalars
 
     def _skip(self, what: str) -> None:
+        """Count and log a skipped step (the weights stay as they were)."""
         self.stats.nonfinite_skipped += 1
-        log.warning("skipped a learner step: non-finite %s (%d so far)", what, self.stats.nonfinite_skipped)
+        log.warning(
+            "skipped a learner step: non-finite %s (%d so far)", what, self.stats.nonfinite_skipped
+        )
         return None
 
     # ------------------------------------------------------------------ the loop
@@ -200,7 +206,3 @@ class Trainer:
 
 def make_optimizer(model: ActorCritic, config: LearnerConfig) -> torch.optim.Optimizer:
     return torch.optim.Adam(model.parameters(), lr=config.learning_rate, eps=config.adam_eps)
-
-
-def finite(value: float) -> bool:
-    return math.isfinite(value)

@@ -17,10 +17,12 @@ O observation dims, A action dims, P policy-parameter dims, H core state size.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 
 @dataclass
@@ -61,27 +63,16 @@ class Unrolls:
 
     def split(self, n: int) -> tuple[Unrolls, Unrolls]:
         """The first ``n`` unrolls and the rest."""
-
-        def cut(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            return a[:n], a[n:]
-
-        fields = [
-            cut(a)
-            for a in (
-                self.obs,
-                self.first,
-                self.reward,
-                self.terminated,
-                self.truncated,
-                self.action,
-                self.policy_params,
-            )
-        ]
-        states = [cut(s) for s in self.core_state]
-        steps = cut(self.acted_step)
-        head = Unrolls(*(f[0] for f in fields), tuple(s[0] for s in states), steps[0])  # type: ignore[arg-type]
-        tail = Unrolls(*(f[1] for f in fields), tuple(s[1] for s in states), steps[1])  # type: ignore[arg-type]
-        return head, tail
+        head: dict[str, object] = {}
+        tail: dict[str, object] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "core_state":
+                head[f.name] = tuple(s[:n] for s in value)
+                tail[f.name] = tuple(s[n:] for s in value)
+            else:
+                head[f.name], tail[f.name] = value[:n], value[n:]
+        return Unrolls(**head), Unrolls(**tail)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -99,9 +90,9 @@ class TrajectoryBuilder:
         self,
         unroll_length: int,
         obs_shape: tuple[int, ...],
-        obs_dtype: np.dtype | str,
+        obs_dtype: DTypeLike,
         action_shape: tuple[int, ...],
-        action_dtype: np.dtype | str,
+        action_dtype: DTypeLike,
         param_size: int,
         core_state_sizes: tuple[int, ...] = (),
         initial_capacity: int = 64,
@@ -124,7 +115,7 @@ class TrajectoryBuilder:
         old = self.capacity
         rows = self._rows
 
-        def resized(arr: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype | str):
+        def resized(arr: np.ndarray | None, shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
             new = np.zeros((capacity, *shape), dtype=dtype)
             if arr is not None:
                 new[:old] = arr
@@ -136,7 +127,9 @@ class TrajectoryBuilder:
         self.reward_SR = resized(get("reward_SR"), (rows,), np.float32)
         self.terminated_SR = resized(get("terminated_SR"), (rows,), bool)
         self.truncated_SR = resized(get("truncated_SR"), (rows,), bool)
-        self.action_SRA = resized(get("action_SRA"), (rows, *self._action_shape), self._action_dtype)
+        self.action_SRA = resized(
+            get("action_SRA"), (rows, *self._action_shape), self._action_dtype
+        )
         self.params_SRP = resized(get("params_SRP"), (rows, self._param_size), np.float32)
         self.position_S = resized(get("position_S"), (), np.int64)
         self.next_first_S = resized(get("next_first_S"), (), bool)
@@ -162,7 +155,7 @@ class TrajectoryBuilder:
         self.position_S[ids] = 0
         self.next_first_S[ids] = True
         self.episode_return_S[ids] = 0.0
-        self.episode_length_S[ids] = 0
+        self.episode_length_S[ids] = -1  # the reset frame is step 0, as after a done frame
         for state in self.core_state_SH:
             state[ids] = 0.0
         return ids

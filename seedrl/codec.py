@@ -14,8 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from seedrl.proto import seedrl_pb2 as pb
+
+MAX_RANK = 32
+MAX_DIM = 2**31 - 1
 
 ALLOWED_DTYPES = frozenset(
     {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"}
@@ -29,16 +33,17 @@ class WireError(ValueError):
 def encode_tensor(array: np.ndarray, out: pb.Tensor | None = None) -> pb.Tensor:
     """Fill (or create) a Tensor message from ``array``; non-contiguous input is copied."""
     msg = pb.Tensor() if out is None else out
-    msg.dtype = array.dtype.name
+    native = array.dtype.newbyteorder("=")  # the wire is little-endian/native, never ">f4"
+    msg.dtype = native.name
     msg.shape[:] = array.shape
-    msg.data = np.ascontiguousarray(array).tobytes()
+    msg.data = np.ascontiguousarray(array, dtype=native).tobytes()
     return msg
 
 
 def decode_tensor(
     msg: pb.Tensor,
     name: str,
-    dtype: np.dtype | str | None = None,
+    dtype: DTypeLike | None = None,
     shape: Sequence[int] | None = None,
 ) -> np.ndarray:
     """Return a read-only view of ``msg`` as a numpy array, checked against expectations.
@@ -51,8 +56,10 @@ def decode_tensor(
     if dtype is not None and msg.dtype != np.dtype(dtype).name:
         raise WireError(f"{name}: dtype {msg.dtype} but expected {np.dtype(dtype).name}")
     got_shape = tuple(msg.shape)
-    if any(d < 0 for d in got_shape):
-        raise WireError(f"{name}: negative dimension in shape {list(got_shape)}")
+    if len(got_shape) > MAX_RANK:
+        raise WireError(f"{name}: rank {len(got_shape)} exceeds the limit of {MAX_RANK}")
+    if any(d < 0 or d > MAX_DIM for d in got_shape):
+        raise WireError(f"{name}: dimension out of range in shape {list(got_shape)}")
     if shape is not None and got_shape != tuple(shape):
         raise WireError(f"{name}: shape {list(got_shape)} but expected {list(shape)}")
     np_dtype = np.dtype(msg.dtype)

@@ -13,6 +13,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import itertools
 import json
 import os
 import textwrap
@@ -210,7 +211,7 @@ def field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:], strict=False):
+    for node, nxt in itertools.pairwise(body):
         if (
             isinstance(node, ast.AnnAssign)
             and isinstance(node.target, ast.Name)
@@ -267,7 +268,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.rstrip("_").replace("_", "-")
         tp = hints[f.name]
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        default: Any = f.default
+        if default is dataclasses.MISSING and callable(f.default_factory):
+            default = f.default_factory()
         help_text = f"{docs.get(f.name, '')} (default: {default!r})"
         if tp is bool:
             group.add_argument(
@@ -301,7 +304,7 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         data = tomllib.loads(text)
     elif p.suffix in (".yaml", ".yml"):
         try:
-            import yaml  # type: ignore[import-untyped]
+            import yaml
         except ImportError as exc:
             raise ValueError(f"{p}: YAML configs need PyYAML (pip install pyyaml)") from exc
         data = yaml.safe_load(text) or {}

@@ -32,7 +32,7 @@ def _factory(env_id: str) -> Callable[..., gym.Env] | None:
         return None
     if not callable(factory):
         raise ValueError(f"{env_id}: {attr!r} in module {module_name!r} is not callable")
-    return factory  # type: ignore[no-any-return]
+    return factory
 
 
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
@@ -84,6 +84,8 @@ def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> pb.En
     """Build one env, read its spaces and close it: what the learner publishes in GetInfo."""
     env = make_env(env_id, env_kwargs)
     try:
-        return codec.env_spec(env_id, dict(env_kwargs or {}), env.observation_space, env.action_space)
+        return codec.env_spec(
+            env_id, dict(env_kwargs or {}), env.observation_space, env.action_space
+        )
     finally:
         env.close()

@@ -148,7 +148,7 @@ class NatureCNN(nn.Module):
 
 
 class SmallCNN(nn.Module):
-    """A compact conv encoder for small grids (MinAtar's 10x10), where Nature's strides don't fit."""
+    """A compact conv encoder for small grids (MinAtar's 10x10) where Nature's strides don't fit."""
 
     def __init__(self, in_channels: int, height: int, width: int, out_size: int = 128) -> None:
         super().__init__()
@@ -215,12 +215,12 @@ class ActorCritic(nn.Module):
         if self.spec.obs_dtype == "uint8":
             x = x / 255.0
         if self.spec.torso == "mlp":
-            return self.torso(x.flatten(1))  # type: ignore[no-any-return]
+            return self.torso(x.flatten(1))
         if x.dim() == 3:
             x = x.unsqueeze(1)
         elif self.channels_last:
             x = x.permute(0, 3, 1, 2)
-        return self.torso(x)  # type: ignore[no-any-return]
+        return self.torso(x)
 
     def forward(
         self, obs_TBO: torch.Tensor, first_TB: torch.Tensor, core_state: CoreState = ()

@@ -1,0 +1,88 @@
+"""``python -m learner demo``: one learner and local actors train CartPole-v1 until solved.
+
+Starts the learner (live progress on this terminal) and an actor launcher as two OS
+processes on loopback, waits until the mean return of the last 100 episodes reaches the
+target, lets both stop cleanly, then renders the learning curve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from learner.plot import plot_run
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free right now (tests and the demo bind to it next)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m learner demo", description=__doc__)
+    parser.add_argument("--logdir", default="runs/demo")
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--target-return", type=float, default=475.0)
+    parser.add_argument("--max-seconds", type=float, default=900.0)
+    parser.add_argument("--num-actors", type=int, default=2)
+    parser.add_argument("--envs-per-actor", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "learner_args", nargs=argparse.REMAINDER, help="extra learner flags after --"
+    )
+    args = parser.parse_args(argv)
+    logdir = Path(args.logdir)
+    if logdir.exists() and any(logdir.iterdir()):
+        logdir = logdir.with_name(f"{logdir.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    logdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    extra = [a for a in args.learner_args if a != "--"]
+    learner_cmd = [
+        sys.executable, "-m", "learner", "--env", args.env, "--port", str(port),
+        "--logdir", str(logdir), "--target-return", str(args.target_return),
+        "--max-seconds", str(args.max_seconds), "--seed", str(args.seed), *extra,
+    ]  # fmt: skip
+    actors_cmd = [
+        sys.executable, "-m", "actors", "--learner", f"127.0.0.1:{port}",
+        "--num-actors", str(args.num_actors), "--envs-per-actor", str(args.envs_per_actor),
+        "--seed", str(args.seed),
+    ]  # fmt: skip
+    print(
+        f"seedrl demo: {args.env}, {args.num_actors} actors x {args.envs_per_actor} envs, "
+        f"logs in {logdir}"
+    )
+    learner = subprocess.Popen(learner_cmd)
+    with open(logdir / "actors.log", "wb") as actor_log:
+        actors = subprocess.Popen(actors_cmd, stdout=actor_log, stderr=subprocess.STDOUT)
+        try:
+            learner_code = learner.wait()
+        except KeyboardInterrupt:
+            learner.terminate()
+            learner_code = learner.wait()
+        try:
+            actors.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            actors.terminate()
+            actors.wait(timeout=10)
+    if learner_code != 0:
+        print(f"seedrl demo: learner exited with {learner_code}", file=sys.stderr)
+        return learner_code
+    png = plot_run(logdir)
+    result = json.loads((logdir / "result.json").read_text())
+    verdict = "SOLVED" if result["solved"] else "not solved"
+    print(
+        f"seedrl demo: {verdict} {args.env} in {result['wall_time_s']:.1f} s and "
+        f"{result['frames']:,} frames (mean return {result['episode_return_mean']:.1f}).\n"
+        f"  metrics: {logdir / 'metrics.jsonl'}\n  TensorBoard: {logdir} "
+        f"(make tensorboard LOGDIR={logdir})\n  checkpoint: {logdir / 'checkpoint.pt'}\n"
+        f"  learning curve: {png}"
+    )
+    return 0 if result["solved"] else 1

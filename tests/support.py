@@ -1,0 +1,157 @@
+"""Helpers for tests that run real learner/actor OS processes on loopback.
+
+Every process started here is ended by the context manager that started it, and every
+wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Proc:
+    """A child process whose combined output is collected line by line in the background."""
+
+    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.args = list(args)
+        self.popen = subprocess.Popen(
+            self.args,
+            cwd=ROOT,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self._queue.put(line)
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        """The first output line containing ``text``; fails after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        for line in list(self.lines):
+            if text in line:
+                return line
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=max(0.01, min(0.2, deadline - time.monotonic())))
+            except queue.Empty:
+                if self.popen.poll() is not None and self._queue.empty():
+                    break
+                continue
+            if text in line:
+                return line
+        raise AssertionError(f"{text!r} not seen within {timeout} s; output:\n{self.output()}")
+
+    def output(self) -> str:
+        return "\n".join(self.lines[-80:])
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(
+                f"process still running after {timeout} s:\n{self.output()}"
+            ) from exc
+
+    def signal(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+
+    def kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+
+    def stop(self, grace: float = 10.0) -> int | None:
+        """SIGTERM, wait, then SIGKILL the whole process group."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(grace)
+        self.kill_group()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(5)
+        self._reader.join(timeout=2)
+        return self.popen.returncode
+
+
+def learner_args(port: int, logdir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "learner", "--port", str(port), "--logdir", str(logdir),
+        "--progress", "plain", "--log-interval-s", "1", "--no-tensorboard", *extra,
+    ]  # fmt: skip
+
+
+def actor_args(port: int, num_actors: int = 1, envs: int = 4, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "actors", "--learner", f"127.0.0.1:{port}",
+        "--num-actors", str(num_actors), "--envs-per-actor", str(envs), *extra,
+    ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def running(args: Sequence[str], env: dict[str, str] | None = None) -> Iterator[Proc]:
+    proc = Proc(args, env)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@contextlib.contextmanager
+def learner_process(
+    tmp_path: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> Iterator[tuple[Proc, int]]:
+    """A learner on a free loopback port, waited on until it listens."""
+    port = free_port()
+    with running(learner_args(port, tmp_path, *extra), env) as proc:
+        proc.wait_for("listening on", timeout)
+        yield proc, port
+
+
+def read_records(logdir: Path) -> list[dict[str, Any]]:
+    path = logdir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_until(
+    predicate: Any, timeout: float, interval: float = 0.2, what: str = "condition"
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} not reached within {timeout} s")

@@ -1,0 +1,300 @@
+"""Wire codec: tensors as {dtype, shape, bytes} and gymnasium spaces as SpaceSpec."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from seedrl import codec
+from seedrl.proto import seedrl_pb2 as pb
+
+ROUND_TRIP_DTYPES = ["float32", "uint8", "int64", "bool"]
+ROUND_TRIP_SHAPES = [(), (3,), (2, 4, 84), (0, 5)]
+
+
+def _sample(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype == "float32":
+        return rng.standard_normal(shape).astype(np.float32)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+
+
+def _tensor(dtype: str, shape: list[int], data: bytes) -> pb.Tensor:
+    return pb.Tensor(dtype=dtype, shape=shape, data=data)
+
+
+# ---------------------------------------------------------------- round trip
+
+
+@pytest.mark.parametrize("dtype", ROUND_TRIP_DTYPES)
+@pytest.mark.parametrize("shape", ROUND_TRIP_SHAPES, ids=str)
+def test_round_trip(dtype: str, shape: tuple[int, ...]) -> None:
+    array = _sample(dtype, shape)
+    msg = codec.encode_tensor(array)
+    assert msg.dtype == dtype
+    assert tuple(msg.shape) == shape
+    assert len(msg.data) == array.nbytes
+
+    out = codec.decode_tensor(msg, "x", dtype=dtype, shape=shape)
+    assert out.dtype == np.dtype(dtype)
+    assert out.shape == shape
+    np.testing.assert_array_equal(out, array)
+
+
+@pytest.mark.parametrize("dtype", ROUND_TRIP_DTYPES)
+def test_round_trip_non_contiguous(dtype: str) -> None:
+    base = _sample(dtype, (4, 84, 2), seed=1)
+    view = base.transpose(2, 0, 1)  # (2, 4, 84), not C-contiguous
+    assert not view.flags.c_contiguous
+    out = codec.decode_tensor(codec.encode_tensor(view), "obs", dtype, (2, 4, 84))
+    np.testing.assert_array_equal(out, view)
+
+    strided = base[::2, ::3, 1]
+    out = codec.decode_tensor(codec.encode_tensor(strided), "obs")
+    np.testing.assert_array_equal(out, strided)
+
+
+def test_encode_fills_given_message_and_overwrites_it() -> None:
+    msg = codec.encode_tensor(np.zeros((2, 3), np.float32))
+    same = codec.encode_tensor(np.arange(4, dtype=np.int64), out=msg)
+    assert same is msg
+    assert msg.dtype == "int64"
+    assert list(msg.shape) == [4]
+    np.testing.assert_array_equal(codec.decode_tensor(msg, "x"), np.arange(4))
+
+
+def test_decode_without_expectations_accepts_any_allowed() -> None:
+    array = np.arange(6, dtype=np.int16).reshape(2, 3)
+    out = codec.decode_tensor(codec.encode_tensor(array), "x")
+    assert out.dtype == np.int16
+    np.testing.assert_array_equal(out, array)
+
+
+def test_decoded_array_is_read_only_view() -> None:
+    out = codec.decode_tensor(codec.encode_tensor(np.ones(3, np.float32)), "x")
+    assert not out.flags.writeable
+    with pytest.raises(ValueError):
+        out[0] = 2.0
+
+
+def test_round_trip_big_endian_input() -> None:
+    array = np.arange(3, dtype=">f4")
+    out = codec.decode_tensor(codec.encode_tensor(array), "x")
+    np.testing.assert_array_equal(out, array)
+
+
+# ---------------------------------------------------------------- decode rejects
+
+
+def test_decode_rejects_wrong_dtype_naming_field() -> None:
+    msg = codec.encode_tensor(np.zeros(3, np.float64))
+    with pytest.raises(codec.WireError, match=r"^rewards: dtype float64 but expected float32"):
+        codec.decode_tensor(msg, "rewards", dtype=np.float32, shape=(3,))
+
+
+def test_decode_rejects_wrong_shape_naming_field() -> None:
+    msg = codec.encode_tensor(np.zeros((2, 4), np.float32))
+    expected = r"^observations: shape \[2, 4\] but expected \[4, 2\]"
+    with pytest.raises(codec.WireError, match=expected):
+        codec.decode_tensor(msg, "observations", dtype="float32", shape=(4, 2))
+    # same number of elements is not enough: the shape itself must match
+    with pytest.raises(codec.WireError, match="observations"):
+        codec.decode_tensor(msg, "observations", shape=(8,))
+
+
+@pytest.mark.parametrize("delta", [-1, 1, 4])
+def test_decode_rejects_byte_length_mismatch(delta: int) -> None:
+    good = codec.encode_tensor(np.zeros((2, 3), np.float32))
+    data = good.data[:delta] if delta < 0 else good.data + b"\x00" * delta
+    msg = _tensor("float32", [2, 3], data)
+    with pytest.raises(codec.WireError, match=rf"^terminated: {len(data)} bytes .* need 24"):
+        codec.decode_tensor(msg, "terminated")
+
+
+def test_decode_rejects_scalar_with_no_bytes() -> None:
+    with pytest.raises(codec.WireError, match=r"^x: 0 bytes"):
+        codec.decode_tensor(_tensor("float32", [], b""), "x")
+
+
+@pytest.mark.parametrize("dtype", ["object", "complex64", "float128", "str", "", "<f4", "O"])
+def test_decode_rejects_disallowed_dtype(dtype: str) -> None:
+    msg = _tensor(dtype, [1], b"\x00" * 8)
+    with pytest.raises(codec.WireError, match=r"^actions: dtype .* is not one of"):
+        codec.decode_tensor(msg, "actions")
+
+
+@pytest.mark.parametrize("shape", [[-1], [2, -3], [-1, -4]])
+def test_decode_rejects_negative_dims(shape: list[int]) -> None:
+    msg = _tensor("uint8", shape, b"abcd")
+    with pytest.raises(codec.WireError, match=r"^obs: dimension out of range"):
+        codec.decode_tensor(msg, "obs")
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [[0, 2**62, 4], [0, 2**63 - 1], [1] * 65],
+    ids=["zero-size-overflow", "zero-size-int64-max", "65-dims"],
+)
+def test_decode_rejects_unrepresentable_shape_with_wire_error(shape: list[int]) -> None:
+    data = b"" if 0 in shape else b"x"
+    with pytest.raises(codec.WireError, match=r"^x: "):
+        codec.decode_tensor(_tensor("uint8", shape, data), "x")
+
+
+# ---------------------------------------------------------------- require_finite
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_require_finite_rejects_nan_and_inf(bad: float, dtype: str) -> None:
+    array = np.zeros((2, 3), dtype)
+    array[1, 2] = bad
+    with pytest.raises(codec.WireError, match=r"^rewards: contains NaN or inf"):
+        codec.require_finite(array, "rewards")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int64", "bool", "float32"])
+def test_require_finite_accepts_finite_and_integers(dtype: str) -> None:
+    codec.require_finite(np.zeros((2, 3), dtype), "x")
+    codec.require_finite(np.full(4, np.iinfo(np.int64).max, np.int64), "x")
+    codec.require_finite(np.array([np.finfo(np.float32).max], np.float32), "x")
+    codec.require_finite(np.zeros((0,), np.float32), "x")
+
+
+# ---------------------------------------------------------------- spaces
+
+
+def test_space_to_spec_box() -> None:
+    space = gym.spaces.Box(low=-1.0, high=2.0, shape=(2, 3), dtype=np.float32)
+    spec = codec.space_to_spec(space)
+    assert spec.kind == "box"
+    assert codec.spec_shape(spec) == (2, 3)
+    assert spec.dtype == "float32"
+    np.testing.assert_array_equal(codec.decode_tensor(spec.low, "low"), np.full((2, 3), -1.0))
+    np.testing.assert_array_equal(codec.decode_tensor(spec.high, "high"), np.full((2, 3), 2.0))
+    assert codec.spec_summary(spec) == "Box(shape=[2, 3], dtype=float32)"
+
+
+def test_space_to_spec_image_box() -> None:
+    space = gym.spaces.Box(0, 255, shape=(4, 84, 84), dtype=np.uint8)
+    spec = codec.space_to_spec(space)
+    assert (spec.kind, spec.dtype, codec.spec_shape(spec)) == ("box", "uint8", (4, 84, 84))
+    assert codec.decode_tensor(spec.high, "high", np.uint8, (4, 84, 84)).max() == 255
+
+
+def test_space_to_spec_discrete() -> None:
+    spec = codec.space_to_spec(gym.spaces.Discrete(4))
+    assert spec.kind == "discrete"
+    assert spec.n == 4
+    assert spec.dtype == "int64"
+    assert codec.spec_shape(spec) == ()
+    assert codec.spec_summary(spec) == "Discrete(4)"
+
+
+def test_space_to_spec_discrete_must_start_at_zero() -> None:
+    with pytest.raises(ValueError, match="start"):
+        codec.space_to_spec(gym.spaces.Discrete(4, start=1))
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        gym.spaces.Dict({"a": gym.spaces.Discrete(2)}),
+        gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3))),
+        gym.spaces.MultiBinary(3),
+    ],
+    ids=["Dict", "Tuple", "MultiBinary"],
+)
+def test_space_to_spec_unsupported_space(space: gym.Space) -> None:
+    with pytest.raises(ValueError, match=r"unsupported space .*Box and Discrete"):
+        codec.space_to_spec(space)
+
+
+def _spec(space: gym.Space) -> pb.SpaceSpec:
+    return codec.space_to_spec(space)
+
+
+def test_specs_match() -> None:
+    box = _spec(gym.spaces.Box(-1, 1, (4,), np.float32))
+    assert codec.specs_match(box, box)
+    # bounds are not part of the match
+    assert codec.specs_match(box, _spec(gym.spaces.Box(-5, 5, (4,), np.float32)))
+    assert not codec.specs_match(box, _spec(gym.spaces.Box(-1, 1, (5,), np.float32)))
+    assert not codec.specs_match(box, _spec(gym.spaces.Box(-1, 1, (4,), np.float64)))
+    assert not codec.specs_match(box, _spec(gym.spaces.Box(-1, 1, (2, 2), np.float32)))
+
+    d2, d3 = _spec(gym.spaces.Discrete(2)), _spec(gym.spaces.Discrete(3))
+    assert codec.specs_match(d2, _spec(gym.spaces.Discrete(2)))
+    assert not codec.specs_match(d2, d3)
+    assert not codec.specs_match(d2, box)
+
+
+def test_env_spec_carries_kwargs_and_spaces() -> None:
+    spec = codec.env_spec(
+        "CartPole-v1", {"b": 1, "a": 2}, gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+    )
+    assert spec.env_id == "CartPole-v1"
+    assert spec.env_kwargs_json == '{"a": 2, "b": 1}'
+    assert codec.spec_summary(spec.observation_space) == "Box(shape=[4], dtype=float32)"
+    assert codec.spec_summary(spec.action_space) == "Discrete(2)"
+
+
+# ---------------------------------------------------------------- properties
+
+_allowed_dtypes = st.sampled_from(sorted(codec.ALLOWED_DTYPES)).map(np.dtype)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(
+    hnp.arrays(
+        dtype=_allowed_dtypes,
+        shape=hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5),
+    )
+)
+def test_property_round_trip(array: np.ndarray) -> None:
+    out = codec.decode_tensor(codec.encode_tensor(array), "x", array.dtype, array.shape)
+    assert out.dtype == array.dtype
+    assert out.shape == array.shape
+    # NaN == NaN and -0.0 vs 0.0 differences are caught by comparing raw bytes
+    assert out.tobytes() == np.ascontiguousarray(array).tobytes()
+
+
+_dtype_names = st.one_of(
+    st.sampled_from(sorted(codec.ALLOWED_DTYPES)),
+    st.sampled_from(["object", "complex64", "float128", "str", "U4", "<f4", "V8", "int"]),
+    st.text(max_size=10),
+)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    dtype=_dtype_names,
+    shape=st.lists(st.integers(min_value=-3, max_value=1000), max_size=6),
+    data=st.binary(max_size=64),
+    expect_dtype=st.one_of(st.none(), st.sampled_from(sorted(codec.ALLOWED_DTYPES))),
+    expect_shape=st.one_of(st.none(), st.lists(st.integers(0, 4), max_size=3)),
+)
+def test_property_decode_arbitrary_input(
+    dtype: str,
+    shape: list[int],
+    data: bytes,
+    expect_dtype: str | None,
+    expect_shape: list[int] | None,
+) -> None:
+    msg = _tensor(dtype, shape, data)
+    try:
+        out = codec.decode_tensor(msg, "field", expect_dtype, expect_shape)
+    except codec.WireError as exc:
+        assert str(exc).startswith("field: ")
+        return
+    assert out.nbytes == len(data)
+    assert out.shape == tuple(shape)
+    assert out.dtype.name == dtype
+    assert out.tobytes() == data
