@@ -113,6 +113,7 @@ class ModelSpec:
     hidden_sizes: tuple[int, ...]
     param_size: int
     lstm_size: int  # 0: no LSTM
+    separate_value: bool = False  # MLP only: the value gets its own MLP (no shared torso)
 
 
 def choose_torso(obs_spec: pb.SpaceSpec, requested: str) -> str:
@@ -161,21 +162,34 @@ class SmallCNN(nn.Module):
         return self.fc(self.conv(x))
 
 
+def mlp(in_size: int, hidden_sizes: tuple[int, ...]) -> tuple[nn.Sequential, int]:
+    """Tanh MLP and its output width."""
+    layers: list[nn.Module] = []
+    size = in_size
+    for width in hidden_sizes:
+        layers += [nn.Linear(size, width), nn.Tanh()]
+        size = width
+    return nn.Sequential(*layers), size
+
+
 class ActorCritic(nn.Module):
-    """Torso (MLP or CNN) -> optional LSTM core -> policy parameters and value."""
+    """Torso (MLP or CNN) -> optional LSTM core -> policy parameters and value.
+
+    A feed-forward MLP model gives the value its own MLP (``separate_value``): on
+    low-dimensional tasks the large value-loss gradients otherwise swamp the policy's
+    shared features (as in PPO/A2C defaults).
+    """
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.spec = spec
         self.channels_last = False
+        self.value_torso: nn.Module | None = None
+        self.torso: nn.Module
         if spec.torso == "mlp":
-            layers: list[nn.Module] = []
-            size = math.prod(spec.obs_shape)
-            for width in spec.hidden_sizes:
-                layers += [nn.Linear(size, width), nn.Tanh()]
-                size = width
-            self.torso: nn.Module = nn.Sequential(*layers)
-            torso_out = size
+            self.torso, torso_out = mlp(math.prod(spec.obs_shape), spec.hidden_sizes)
+            if spec.separate_value and not spec.lstm_size:
+                self.value_torso, _ = mlp(math.prod(spec.obs_shape), spec.hidden_sizes)
         elif spec.torso == "cnn":
             c, h, w = self._image_layout(spec.obs_shape)
             encoder: NatureCNN | SmallCNN
@@ -210,17 +224,16 @@ class ActorCritic(nn.Module):
         zeros = torch.zeros(batch, self.spec.lstm_size, device=device)
         return (zeros, zeros.clone())
 
-    def _encode(self, obs_NO: torch.Tensor) -> torch.Tensor:
+    def _prepare(self, obs_NO: torch.Tensor) -> torch.Tensor:
+        """Observations as float network input: scaled bytes, flattened or channels-first."""
         x = obs_NO.float()
         if self.spec.obs_dtype == "uint8":
             x = x / 255.0
         if self.spec.torso == "mlp":
-            return self.torso(x.flatten(1))
+            return x.flatten(1)
         if x.dim() == 3:
-            x = x.unsqueeze(1)
-        elif self.channels_last:
-            x = x.permute(0, 3, 1, 2)
-        return self.torso(x)
+            return x.unsqueeze(1)
+        return x.permute(0, 3, 1, 2) if self.channels_last else x
 
     def forward(
         self, obs_TBO: torch.Tensor, first_TB: torch.Tensor, core_state: CoreState = ()
@@ -230,7 +243,8 @@ class ActorCritic(nn.Module):
         ``first_TB`` marks the first frame of an episode: the LSTM state is zeroed there.
         """
         t, b = obs_TBO.shape[:2]
-        features = self._encode(obs_TBO.reshape(t * b, *obs_TBO.shape[2:]))
+        x = self._prepare(obs_TBO.reshape(t * b, *obs_TBO.shape[2:]))
+        features = self.torso(x)
         if self.core is not None:
             h, c = core_state
             keep_TB1 = (~first_TB.bool()).float().unsqueeze(-1)
@@ -242,7 +256,8 @@ class ActorCritic(nn.Module):
             features = torch.stack(outputs).reshape(t * b, -1)
             core_state = (h, c)
         params = self.policy(features).reshape(t, b, -1)
-        values = self.baseline(features).reshape(t, b)
+        value_features = features if self.value_torso is None else self.value_torso(x)
+        values = self.baseline(value_features).reshape(t, b)
         return params, values, core_state
 
 
@@ -252,6 +267,7 @@ def build_model(
     torso: str = "auto",
     hidden_sizes: tuple[int, ...] = (64, 64),
     lstm_size: int = 0,
+    separate_value: bool = True,
 ) -> ActorCritic:
     """The ActorCritic for an env's spaces."""
     spec = ModelSpec(
@@ -261,6 +277,7 @@ def build_model(
         hidden_sizes=tuple(hidden_sizes),
         param_size=head.param_size,
         lstm_size=lstm_size,
+        separate_value=separate_value,
     )
     return ActorCritic(spec)
 

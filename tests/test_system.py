@@ -1,0 +1,95 @@
+"""End-to-end: a real learner process and real actor processes on loopback."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+import pytest
+from support import actor_args, learner_process, read_records, running, wait_until
+
+# The learning budget CI can afford on 2 cores: well above random (~22) but far from solved.
+CI_TARGET_RETURN = 100.0
+
+
+def test_cartpole_learns_well_above_random(tmp_path):
+    """Fixed seed, 2 actors x 16 envs: the mean return rises from ~22 to >= 100."""
+    extra = ["--seed", "1", "--target-return", str(CI_TARGET_RETURN), "--max-seconds", "150"]
+    with learner_process(tmp_path, *extra) as (learner, port):
+        with running(actor_args(port, 2, 16, "--seed", "1")) as actors:
+            code = learner.wait(timeout=200)
+            assert code == 0, learner.output()
+            assert actors.wait(timeout=30) == 0, actors.output()
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["solved"], f"did not reach {CI_TARGET_RETURN}: {result}"
+    assert result["episode_return_mean"] >= CI_TARGET_RETURN
+    records = read_records(tmp_path)
+    first_returns = [r["episode_return_mean"] for r in records if r["episode_return_mean"]]
+    assert first_returns[0] < 40, "training should start near random"
+    assert records[-1]["learner_steps"] > 0
+    assert max(r["inference_batch_mean"] for r in records) > 1, "inference must batch"
+    for key in ("time", "frames", "fps", "episodes", "actors_connected", "loss_policy"):
+        assert any(key in r for r in records), key
+    assert (tmp_path / "checkpoint.pt").exists()
+    assert "seedrl done:" in learner.output()
+
+
+def test_total_frames_stop_and_summary(tmp_path):
+    with learner_process(tmp_path, "--total-frames", "3000") as (learner, port):
+        with running(actor_args(port, 2, 4)) as actors:
+            assert learner.wait(timeout=60) == 0, learner.output()
+            assert actors.wait(timeout=30) == 0, actors.output()
+    summary = learner.wait_for("seedrl done:", 1)
+    assert "reached 3000 frames" in summary
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["frames"] >= 3000
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["total_frames"] == 3000
+
+
+def test_sigterm_stops_learner_cleanly_and_actors_wait(tmp_path):
+    """SIGTERM: final checkpoint, exit 0; actors (not told 'final') keep waiting to reconnect."""
+    with learner_process(tmp_path, "--checkpoint-interval-s", "3600") as (learner, port):
+        with running(actor_args(port, 1, 4)) as actors:
+            wait_until(
+                lambda: (read_records(tmp_path) or [{}])[-1].get("frames", 0) > 500,
+                timeout=60,
+                what="frames flowing",
+            )
+            learner.signal(signal.SIGTERM)
+            assert learner.wait(timeout=20) == 0, learner.output()
+            assert (tmp_path / "checkpoint.pt").exists()
+            # The launcher is still up: its actors wait for the learner to come back.
+            assert actors.popen.poll() is None
+
+
+def test_actor_process_never_imports_torch(tmp_path):
+    """Run a real actor loop in a fresh interpreter and check torch never got imported."""
+    code = (
+        "import sys, asyncio\n"
+        "from actors.actor import Actor\n"
+        "from seedrl.config import ActorConfig\n"
+        "import actors, actors.launcher\n"
+        "cfg = ActorConfig(learner=sys.argv[1], envs_per_actor=4, max_frames=400)\n"
+        "rc = asyncio.run(Actor(cfg, 0).run())\n"
+        "from actors.actor import process_rss_mb\n"
+        "print('torch_loaded', 'torch' in sys.modules, 'rc', rc, 'rss_mb', process_rss_mb())\n"
+    )
+    with learner_process(tmp_path) as (_learner, port):
+        with running([sys.executable, "-c", code, f"127.0.0.1:{port}"]) as actor:
+            line = actor.wait_for("torch_loaded", 60)
+    fields = line.split()
+    assert fields[1] == "False", line
+    assert fields[3] == "0", line
+    assert float(fields[5]) < 120, f"actor RSS too large: {line}"
+
+
+@pytest.mark.slow
+def test_cartpole_solved(tmp_path):
+    """The full solve (make demo's job): mean return of the last 100 episodes >= 475."""
+    extra = ["--target-return", "475", "--max-seconds", "600"]
+    with learner_process(tmp_path, *extra) as (learner, port):
+        with running(actor_args(port, 2, 32)):
+            assert learner.wait(timeout=700) == 0, learner.output()
+    assert json.loads((tmp_path / "result.json").read_text())["solved"]
