@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target-return", type=float, default=475.0)
     parser.add_argument("--max-seconds", type=float, default=900.0)
     parser.add_argument("--num-actors", type=int, default=2)
-    parser.add_argument("--envs-per-actor", type=int, default=16)
+    parser.add_argument("--envs-per-actor", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "learner_args", nargs=argparse.REMAINDER, help="extra learner flags after --"

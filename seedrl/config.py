@@ -62,7 +62,7 @@ class LearnerConfig:
     # learning
     unroll_length: int = 20
     """T: transitions per unroll; consecutive unrolls of a slot share one frame."""
-    batch_size: int = 32
+    batch_size: int = 16
     """Unrolls per learner step."""
     learning_rate: float = 1e-3
     """Adam learning rate."""
@@ -70,12 +70,12 @@ class LearnerConfig:
     """Adam epsilon."""
     discount: float = 0.99
     """Discount factor gamma."""
-    entropy_cost: float = 0.01
+    entropy_cost: float = 0.003
     """Weight of the entropy bonus."""
     baseline_cost: float = 0.5
     """Weight of the value (baseline) loss."""
-    max_grad_norm: float = 40.0
-    """Global gradient-norm clip."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip (losses are per-frame means, so PPO-sized clips fit)."""
     lambda_: float = 1.0
     """V-trace lambda (trace cutting)."""
     clip_rho_threshold: float = 1.0
