@@ -26,6 +26,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> bool:
+    """True once something accepts TCP connections on loopback ``port`` (False if ``proc`` died)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(0.5)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.2)
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m learner demo", description=__doc__)
     parser.add_argument("--logdir", default="runs/demo")
@@ -60,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"logs in {logdir}"
     )
     learner = subprocess.Popen(learner_cmd)
+    if not wait_for_port(port, learner):
+        learner.terminate()
+        print("seedrl demo: the learner did not start listening", file=sys.stderr)
+        return learner.wait() or 1
     with open(logdir / "actors.log", "wb") as actor_log:
         actors = subprocess.Popen(actors_cmd, stdout=actor_log, stderr=subprocess.STDOUT)
         try:
