@@ -93,3 +93,27 @@ def test_cartpole_solved(tmp_path):
         with running(actor_args(port, 2, 32)):
             assert learner.wait(timeout=700) == 0, learner.output()
     assert json.loads((tmp_path / "result.json").read_text())["solved"]
+
+
+def _returns_of_seeded_run(tmp_path, seed: int) -> list[float]:
+    """Episode returns a single actor sees with a fixed seed (inference only, no training)."""
+    import torch
+
+    extra = ["--seed", str(seed), "--no-train", "--max-seconds", "60"]
+    with learner_process(tmp_path, *extra) as (learner, port):
+        actor = actor_args(port, 1, 4, "--seed", str(seed), "--max-frames", "1000")
+        with running(actor) as actors:
+            assert actors.wait(timeout=60) == 0, actors.output()
+        learner.signal(signal.SIGTERM)
+        assert learner.wait(timeout=30) == 0, learner.output()
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    return list(state["returns"])
+
+
+def test_seed_makes_single_actor_run_reproducible(tmp_path):
+    first = _returns_of_seeded_run(tmp_path / "a", seed=3)
+    again = _returns_of_seeded_run(tmp_path / "b", seed=3)
+    other = _returns_of_seeded_run(tmp_path / "c", seed=4)
+    assert len(first) > 20
+    assert first == again
+    assert first != other
