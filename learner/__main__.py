@@ -5,6 +5,7 @@ Subcommands:
             under ``torchrun --nproc-per-node=G`` each process is one data-parallel rank
   demo      a learner plus local actors on CartPole-v1 until solved, then a plot
   plot      render the learning curve of a log directory to a PNG
+  healthcheck  exit 0 when the learner at --address reports SERVING (container probes)
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from learner.plot import main as plot_main
 
         return plot_main(args[1:])
+    if args and args[0] == "healthcheck":
+        from learner.healthcheck import main as healthcheck_main
+
+        return healthcheck_main(args[1:])
     if args and args[0] == "demo":
         from learner.demo import main as demo_main
 

@@ -177,7 +177,8 @@ class ActorConfig:
     actor_id: str = ""
     """Name prefix for actor ids (default: hostname-pid)."""
     first_index: int = 0
-    """Index of the first actor (seeds and ids), for several launchers on one learner."""
+    """Index of the first actor (seeds, ids, learner rank), for several launchers on one
+    learner; -1 picks a random one, for identical replicas (compose --scale, Kubernetes)."""
     auth_token: str | None = None
     """Shared token (default: $SEEDRL_AUTH_TOKEN)."""
     tls_ca: str | None = None
