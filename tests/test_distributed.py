@@ -103,3 +103,17 @@ def test_two_ranks_train_in_lockstep(tmp_path):
     assert max(r["actors_connected"] for r in read_records(tmp_path / "rank1")) == 2
     assert not (tmp_path / "rank1" / "checkpoint.pt").exists(), "only rank 0 checkpoints"
     assert (tmp_path / "checkpoint.pt").exists()
+
+
+def test_identical_replicas_pick_a_random_first_index(monkeypatch):
+    """--first-index -1 (compose/k8s replicas): distinct seeds, spread over ranks."""
+    from actors.launcher import Launcher
+    from seedrl.config import ActorConfig
+
+    spawned: list[int] = []
+    monkeypatch.setattr(Launcher, "_spawn", lambda self, index: spawned.append(index))
+    Launcher(ActorConfig(num_actors=3, first_index=-1)).start()
+    assert spawned[0] >= 0 and spawned == list(range(spawned[0], spawned[0] + 3))
+    spawned.clear()
+    Launcher(ActorConfig(num_actors=2, first_index=5)).start()
+    assert spawned == [5, 6]
