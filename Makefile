@@ -12,12 +12,13 @@ BIND ?= 127.0.0.1
 LEARNER ?= 127.0.0.1:$(PORT)
 LOGDIR ?= runs/latest
 N ?= 4
+GPUS ?= 1
 ENVS_PER_ACTOR ?= 1
 ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: install proto proto-check learner actors demo test lint bench bench-quick plot \
-        tensorboard cluster cluster-down clean
+        tensorboard cluster cluster-down k8s-secret clean
 
 install: $(STAMP)
 
@@ -33,8 +34,14 @@ proto: $(STAMP)
 		protos/seedrl/proto/seedrl.proto
 
 ## Learner on this host: `make learner ENV=CartPole-v1 PORT=8686 LOGDIR=runs/x ARGS=...`
+## GPUS=G > 1 starts G data-parallel ranks with torchrun (rank r serves PORT + r).
 learner: $(STAMP)
+ifeq ($(GPUS),1)
 	$(PY) -m learner --env $(ENV) --bind $(BIND) --port $(PORT) --logdir $(LOGDIR) $(ARGS)
+else
+	$(VENV)/bin/torchrun --standalone --nproc-per-node=$(GPUS) -m learner --env $(ENV) \
+		--bind $(BIND) --port $(PORT) --logdir $(LOGDIR) $(ARGS)
+endif
 
 ## Actors: `make actors N=64 LEARNER=host:port ENVS_PER_ACTOR=1 ARGS=...` (env comes from the learner)
 actors: $(STAMP)
@@ -64,11 +71,20 @@ plot: $(STAMP)
 tensorboard: $(STAMP)
 	$(VENV)/bin/tensorboard --logdir $(LOGDIR) --bind_all
 
-cluster:
+## Learner + N actor containers: `make cluster N=64` (needs Docker with the compose plugin).
+cluster: deploy/seedrl.env
 	docker compose -f deploy/docker-compose.yml up --build --scale actor=$(N)
 
 cluster-down:
 	docker compose -f deploy/docker-compose.yml down
+
+## The token Secret for `kubectl apply -k deploy/k8s`.
+k8s-secret: deploy/k8s/seedrl.env
+
+# A random shared token, written once, readable only by you, never committed.
+deploy/seedrl.env deploy/k8s/seedrl.env:
+	umask 077 && printf 'SEEDRL_AUTH_TOKEN=%s\n' \
+		"$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(32))')" > $@
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache bench.json

@@ -31,7 +31,7 @@ from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.config import ActorConfig, parse_config, resolve_auth_token
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
-from seedrl.transport import auth_metadata, client_channel
+from seedrl.transport import auth_metadata, client_channel, learner_targets, pick_rank
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,12 @@ class Actor:
         self.token = resolve_auth_token(config.auth_token)
         self.metadata = auth_metadata(self.token)
         self.backoff = Backoff(cap=config.max_backoff_s)
+        # Several learner ranks: a list spreads actors by index; one address is rank 0's,
+        # and GetInfo's rank_addresses then says which rank this actor belongs to.
+        targets = learner_targets(config.learner)
+        self.discover_ranks = len(targets) == 1
+        self.home = targets[index % len(targets)]
+        self.target = self.home
         self.frames = 0
         self.connections = 0
         self.vec_env: gym.vector.VectorEnv | None = None
@@ -130,10 +136,15 @@ class Actor:
         """Connect, stream, reconnect; returns the process exit code."""
         cfg = self.config
         while True:
-            channel = client_channel(cfg.learner, cfg.tls_ca, cfg.tls_server_name)
+            channel = client_channel(self.target, cfg.tls_ca, cfg.tls_server_name)
             try:
                 stub = pb_grpc.LearnerStub(channel)
                 info = await stub.GetInfo(pb.GetInfoRequest(), metadata=self.metadata, timeout=10)
+                rank = pick_rank(info.rank_addresses, self.index, self.home)
+                if self.discover_ranks and rank != self.target:
+                    log.info("actor %s: using learner rank at %s", self.actor_id, rank)
+                    self.target = rank
+                    continue
                 spec = self._ensure_envs(info)
                 end = await self.stream_frames(stub, spec)
             except grpc.aio.AioRpcError as exc:
@@ -145,6 +156,7 @@ class Actor:
                         exc.details(),
                     )
                     return 2
+                self.target = self.home  # find the ranks again once the learner is back
                 delay = self.backoff.next_delay()
                 log.info(
                     "actor %s: learner unavailable (%s: %s); retrying in %.1f s",
@@ -159,6 +171,7 @@ class Actor:
                 return 0
             if end is StreamEnd.LEARNER_STOPPING and cfg.exit_on_shutdown:
                 return 0
+            self.target = self.home
             await asyncio.sleep(self.backoff.next_delay())
 
     async def stream_frames(self, stub: pb_grpc.LearnerStub, spec: pb.EnvSpec) -> StreamEnd:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.2
 STOP_GRACE_S = 5.0
+RANDOM_INDEX_RANGE = 1 << 20
 
 
 def actor_command(config: ActorConfig, index: int) -> list[str]:
@@ -55,6 +57,8 @@ class Launcher:
 
     def start(self) -> None:
         first = self.config.first_index
+        if first < 0:  # identical replicas: distinct env seeds and a spread over learner ranks
+            first = random.SystemRandom().randrange(RANDOM_INDEX_RANGE)
         for index in range(first, first + self.config.num_actors):
             self._spawn(index)
 

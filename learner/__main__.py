@@ -1,9 +1,11 @@
 """``python -m learner [flags]`` trains; ``python -m learner plot|demo ...`` are helpers.
 
 Subcommands:
-  (none)    train: serve actors and learn (flags: ``python -m learner --help``)
+  (none)    train: serve actors and learn (flags: ``python -m learner --help``);
+            under ``torchrun --nproc-per-node=G`` each process is one data-parallel rank
   demo      a learner plus local actors on CartPole-v1 until solved, then a plot
   plot      render the learning curve of a log directory to a PNG
+  healthcheck  exit 0 when the learner at --address reports SERVING (container probes)
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ def train_main(argv: Sequence[str]) -> int:
         "Run a seedrl learner: batched inference + V-trace.",
     )
     try:
-        asyncio.run(serve(config))
+        if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # started by torchrun
+            from learner.distributed import run_rank
+
+            asyncio.run(run_rank(config))
+        else:
+            asyncio.run(serve(config))
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -47,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from learner.plot import main as plot_main
 
         return plot_main(args[1:])
+    if args and args[0] == "healthcheck":
+        from learner.healthcheck import main as healthcheck_main
+
+        return healthcheck_main(args[1:])
     if args and args[0] == "demo":
         from learner.demo import main as demo_main
 

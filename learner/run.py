@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,6 +35,9 @@ from seedrl import codec, envs
 from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
 from seedrl.metrics import MetricsWriter
 from seedrl.models import ActionHead, ActorCritic, action_head, build_model, resolve_device
+
+if TYPE_CHECKING:
+    from learner.distributed import RankSync
 
 log = logging.getLogger(__name__)
 
@@ -142,15 +145,17 @@ def restore(
     log.info("resumed from %s at frame %d, step %d", path, stats.frames, step_counter.value)
 
 
-def save_checkpoint(learner: Learner) -> None:
+def save_checkpoint(learner: Learner, counters: tuple[int, int] | None = None) -> None:
+    """Write the checkpoint; ``counters`` overrides (frames, episodes), e.g. all ranks' totals."""
     stats = learner.stats
+    frames, episodes = counters or (stats.frames, stats.episodes)
     state = checkpoint.snapshot(
         learner.model,
         learner.optimizer,
         learner.weights_lock,
-        frames=stats.frames,
+        frames=frames,
         learner_steps=learner.step_counter.value,
-        episodes=stats.episodes,
+        episodes=episodes,
         returns=list(stats.returns),
         config=to_json_dict(learner.config),
         env_spec=learner.env_spec.SerializeToString(),
@@ -164,9 +169,17 @@ async def serve(
     ready: asyncio.Future[int] | None = None,
     gradient_hook: GradientHook | None = None,
     rank_addresses: list[str] | None = None,
+    rank: RankSync | None = None,
 ) -> RunResult:
-    """Run a learner until it stops; ``ready`` receives the bound port once serving."""
+    """Run a learner until it stops; ``ready`` receives the bound port once serving.
+
+    With ``rank`` (learner.distributed) this process is one of several data-parallel ranks.
+    """
     learner = build_learner(config)
+    if rank is not None:
+        rank.attach(learner)
+        rank_addresses = rank.addresses
+    writes_checkpoints = rank is None or rank.is_main
     stats, logdir = learner.stats, Path(config.logdir)
     logdir.mkdir(parents=True, exist_ok=True)
     (logdir / "config.json").write_text(json.dumps(to_json_dict(config), indent=2) + "\n")
@@ -183,7 +196,7 @@ async def serve(
     )
     servicer.rank_addresses = list(rank_addresses or [])
     server, port, health = build_server(config, servicer, resolve_auth_token(config.auth_token))
-    trainer = Trainer(
+    trainer = (rank.make_trainer if rank is not None else Trainer)(
         config, learner.model, learner.head, learner.optimizer, learner.device, learner.queue,
         stats, learner.weights_lock, learner.step_counter, gradient_hook,
     )  # fmt: skip
@@ -226,13 +239,19 @@ async def serve(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), config.log_interval_s)
             record = stats.snapshot(len(learner.queue))
+            if rank is not None:
+                record.update(rank.metrics())
             writer.write(record)
             progress.update(record)
             reason = _stop_condition(config, stats, start, trainer)
+            if rank is not None and not reason:
+                reason = rank.stop_reason
             if reason:
                 request_stop(reason, True)
-            if time.perf_counter() - last_checkpoint >= config.checkpoint_interval_s:
-                await asyncio.to_thread(save_checkpoint, learner)
+            due = time.perf_counter() - last_checkpoint >= config.checkpoint_interval_s
+            if due and writes_checkpoints:
+                counters = rank.checkpoint_counters() if rank is not None else None
+                await asyncio.to_thread(save_checkpoint, learner, counters)
                 last_checkpoint = time.perf_counter()
     finally:
         await set_serving(health, False)
@@ -241,8 +260,12 @@ async def serve(
         batcher_task.cancel()
         trainer.stop()
         progress.close()
-        await asyncio.to_thread(save_checkpoint, learner)
+        if writes_checkpoints:
+            counters = rank.checkpoint_counters() if rank is not None else None
+            await asyncio.to_thread(save_checkpoint, learner, counters)
         final = stats.snapshot(len(learner.queue))
+        if rank is not None:
+            final.update(rank.metrics())
         writer.write(final)
         writer.close()
     wall = time.perf_counter() - start

@@ -39,7 +39,10 @@ class LearnerConfig:
     bind: str = "127.0.0.1"
     """Address to listen on; 0.0.0.0 (or [::]) to accept actors from other hosts."""
     port: int = 8686
-    """gRPC port (0 picks a free one and prints it)."""
+    """gRPC port (0 picks a free one and prints it); under torchrun, rank r serves port + r."""
+    advertise_host: str = ""
+    """Host actors dial for this learner (GetInfo rank_addresses); default: --bind, and
+    for a wildcard bind the host the actor already used to reach rank 0."""
     logdir: str = "runs/latest"
     """Where metrics.jsonl, TensorBoard events, config.json and checkpoints go."""
     device: str = "auto"
@@ -163,7 +166,8 @@ class ActorConfig:
     """One actor launcher: N processes, each stepping K envs over one stream."""
 
     learner: str = "127.0.0.1:8686"
-    """Learner address HOST:PORT (or unix:PATH)."""
+    """Learner address HOST:PORT (or unix:PATH); with several learner ranks, rank 0's
+    address (the rest come from GetInfo) or a comma-separated list (actor i -> entry i mod n)."""
     num_actors: int = 1
     """N: actor processes to start."""
     envs_per_actor: int = 1
@@ -173,7 +177,8 @@ class ActorConfig:
     actor_id: str = ""
     """Name prefix for actor ids (default: hostname-pid)."""
     first_index: int = 0
-    """Index of the first actor (seeds and ids), for several launchers on one learner."""
+    """Index of the first actor (seeds, ids, learner rank), for several launchers on one
+    learner; -1 picks a random one, for identical replicas (compose --scale, Kubernetes)."""
     auth_token: str | None = None
     """Shared token (default: $SEEDRL_AUTH_TOKEN)."""
     tls_ca: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -49,3 +50,41 @@ def client_channel(
     if tls_server_name:
         options.append(("grpc.ssl_target_name_override", tls_server_name))
     return grpc.aio.secure_channel(target, credentials, options=options)
+
+
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+
+
+def split_host_port(target: str) -> tuple[str, str]:
+    """``host:port`` (IPv6 hosts in brackets) -> (host, port); the port may be empty."""
+    if target.startswith("["):
+        host, _, rest = target.partition("]")
+        return host + "]", rest.removeprefix(":")
+    host, sep, port = target.rpartition(":")
+    return (host, port) if sep else (target, "")
+
+
+def learner_targets(learner: str) -> list[str]:
+    """The learner addresses in an actor's ``--learner`` (a comma-separated list is allowed)."""
+    return [t.strip() for t in learner.split(",") if t.strip()]
+
+
+def rank_target(rank_address: str, dialled: str) -> str:
+    """A rank's address as an actor should dial it: a wildcard host becomes ``dialled``'s host.
+
+    A learner bound to 0.0.0.0 advertises ``0.0.0.0:PORT``; the actor reached rank 0
+    through some host name, and ranks started together by torchrun share that host.
+    """
+    if rank_address.startswith("unix:"):
+        return rank_address
+    host, port = split_host_port(rank_address)
+    if host in WILDCARD_HOSTS:
+        return f"{split_host_port(dialled)[0]}:{port}"
+    return rank_address
+
+
+def pick_rank(rank_addresses: Sequence[str], index: int, dialled: str) -> str:
+    """The learner rank actor ``index`` should use: rank ``index mod n`` (``dialled`` if none)."""
+    if len(rank_addresses) <= 1:
+        return dialled
+    return rank_target(rank_addresses[index % len(rank_addresses)], dialled)

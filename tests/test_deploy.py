@@ -1,0 +1,269 @@
+"""deploy/ must say what the code really does: images, flags, ports, probes, variables.
+
+Docker and Kubernetes are not run here (no engine on the build machines); these tests
+parse every compose/Kubernetes/Docker file and cross-check it against the code, so a
+renamed flag, port or variable breaks the build instead of a cluster. With the docker
+compose plugin installed, ``docker compose config`` validates the compose file too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import ROOT, learner_process, running
+
+from learner.healthcheck import build_parser as healthcheck_parser
+from learner.server import SERVICE_NAME
+from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, LearnerConfig, parse_config
+
+yaml = pytest.importorskip("yaml", reason="pyyaml is in the dev extra")
+
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+COMPOSE = DEPLOY / "docker-compose.yml"
+IMAGES = {"learner": "seedrl-learner", "actor": "seedrl-actor"}
+DOCKERFILES = {"learner": DEPLOY / "Dockerfile.learner", "actor": DEPLOY / "Dockerfile.actor"}
+ENTRY_MODULES = {"learner": "learner", "actor": "actors"}
+CONFIGS: dict[str, type] = {"learner": LearnerConfig, "actor": ActorConfig}
+
+
+def interpolate(value: str) -> str:
+    """Compose's ``${VAR:-default}`` -> the default (what runs when VAR is unset)."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+
+
+def parse_flags(role: str, args: list[Any]):
+    """Parse a container's arguments with the real CLI; an unknown flag fails the test."""
+    argv = [interpolate(str(a)) for a in args]
+    try:
+        return parse_config(CONFIGS[role], argv, f"{role} in deploy/", "")
+    except SystemExit as exc:
+        pytest.fail(f"{role} arguments {argv} are not valid {CONFIGS[role].__name__} flags: {exc}")
+
+
+def load_yaml_docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, with backslash continuations joined."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def exec_form(path: Path, instruction: str) -> list[str]:
+    (value,) = [v for k, v in dockerfile_instructions(path) if k == instruction]
+    return json.loads(value)
+
+
+def env_file_names(path: Path) -> set[str]:
+    lines = [line.strip() for line in path.read_text().splitlines()]
+    return {line.split("=", 1)[0] for line in lines if line and not line.startswith("#")}
+
+
+def host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+# ---------------------------------------------------------------------- Dockerfiles
+
+
+@pytest.mark.parametrize("role", ["learner", "actor"])
+def test_dockerfile_entrypoint_and_flags_are_real(role):
+    path = DOCKERFILES[role]
+    assert exec_form(path, "ENTRYPOINT") == ["python", "-m", ENTRY_MODULES[role]]
+    config = parse_flags(role, exec_form(path, "CMD"))
+    if role == "learner":
+        assert config.bind == "0.0.0.0", "a learner in a container must listen on all interfaces"
+        assert config.port == LearnerConfig().port
+        assert f"EXPOSE {config.port}" in path.read_text()
+    for kind, args in dockerfile_instructions(path):
+        if kind == "COPY":
+            for source in args.split()[:-1]:
+                if "*" not in source:
+                    assert (ROOT / source).exists(), f"{path.name} copies missing {source}"
+
+
+def test_actor_image_has_no_torch_and_learner_image_does():
+    actor = DOCKERFILES["actor"].read_text()
+    install = [a for k, a in dockerfile_instructions(DOCKERFILES["actor"]) if k == "RUN"]
+    assert any("pip install ." in a for a in install)
+    assert "[learner]" not in actor and "COPY learner" not in actor
+    assert "'torch' not in sys.modules" in actor, "the build should prove torch is absent"
+    learner = DOCKERFILES["learner"].read_text()
+    assert '".[learner]"' in learner and "TORCH_INDEX_URL" in learner
+
+
+def test_learner_image_healthcheck_uses_grpc_health():
+    (check,) = [a for k, a in dockerfile_instructions(DOCKERFILES["learner"]) if k == "HEALTHCHECK"]
+    command = json.loads(check.split("CMD", 1)[1])
+    assert command[:4] == ["python", "-m", "learner", "healthcheck"]
+    args = healthcheck_parser().parse_args(command[4:])
+    assert host_port(args.address)[1] == LearnerConfig().port
+
+
+# ---------------------------------------------------------------------- compose
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    (doc,) = load_yaml_docs(COMPOSE)
+    return doc
+
+
+def test_compose_services_images_and_dockerfiles(compose):
+    services = compose["services"]
+    assert set(services) == {"learner", "actor"}
+    for role, service in services.items():
+        assert service["image"].split(":")[0] == IMAGES[role]
+        build = service["build"]
+        assert (COMPOSE.parent / build["context"] / build["dockerfile"]).resolve() == (
+            DOCKERFILES[role].resolve()
+        )
+
+
+def test_compose_learner_port_token_volume_and_health(compose):
+    learner = compose["services"]["learner"]
+    config = parse_flags("learner", learner["command"])
+    assert config.bind == "0.0.0.0"
+    published = [interpolate(p) for p in learner["ports"]]
+    assert any(p.endswith(f":{config.port}") for p in published), published
+    assert any(v.split(":")[1] == str(Path(config.logdir).parent) for v in learner["volumes"])
+    test = learner["healthcheck"]["test"]
+    assert test[0] == "CMD" and test[1:5] == ["python", "-m", "learner", "healthcheck"]
+    args = healthcheck_parser().parse_args(test[5:])
+    assert host_port(args.address)[1] == config.port
+    assert args.service in ("", SERVICE_NAME)
+    for role in ("learner", "actor"):
+        (env_file,) = compose["services"][role]["env_file"]
+        assert env_file == "seedrl.env"
+    assert AUTH_TOKEN_ENV in env_file_names(DEPLOY / "seedrl.env.example")
+
+
+def test_compose_actors_reach_the_learner_service_and_wait_for_health(compose):
+    actor = compose["services"]["actor"]
+    config = parse_flags("actor", actor["command"])
+    host, port = host_port(config.learner)
+    assert host == "learner", "actors dial the learner service by name"
+    assert port == parse_flags("learner", compose["services"]["learner"]["command"]).port
+    assert config.num_actors == 1, "one container = one actor: --scale actor=N is the count"
+    assert config.first_index == -1, "identical replicas need distinct seeds"
+    assert actor["depends_on"]["learner"]["condition"] == "service_healthy"
+    assert actor["restart"] in ("on-failure", "unless-stopped", "always")
+
+
+def test_compose_config_validates_with_docker():
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("no docker client installed")
+    probe = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip("the docker client has no compose plugin ('docker compose' unknown)")
+    env_file = DEPLOY / "seedrl.env"
+    made = not env_file.exists()
+    if made:
+        env_file.write_text((DEPLOY / "seedrl.env.example").read_text())
+    try:
+        done = subprocess.run(
+            [docker, "compose", "-f", str(COMPOSE), "config", "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        if made:
+            env_file.unlink()
+    assert done.returncode == 0, done.stderr
+
+
+# ---------------------------------------------------------------------- Kubernetes
+
+
+@pytest.fixture(scope="module")
+def k8s() -> dict[tuple[str, str], dict[str, Any]]:
+    """Every object of the kustomization, by (kind, name)."""
+    kustomization = load_yaml_docs(K8S / "kustomization.yaml")[0]
+    objects = {}
+    for resource in kustomization["resources"]:
+        for doc in load_yaml_docs(K8S / resource):
+            objects[(doc["kind"], doc["metadata"]["name"])] = doc
+    objects[("Kustomization", "")] = kustomization
+    return objects
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def test_every_k8s_file_parses_and_is_listed():
+    listed = set(load_yaml_docs(K8S / "kustomization.yaml")[0]["resources"])
+    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed == on_disk
+    for path in K8S.glob("*.yaml"):
+        assert load_yaml_docs(path), path
+
+
+def test_k8s_images_match_compose(k8s, compose):
+    images = {i["name"] for i in k8s[("Kustomization", "")]["images"]}
+    assert images == set(IMAGES.values())
+    for role in ("learner", "actor"):
+        assert container(k8s[("Deployment", role)])["image"] == IMAGES[role]
+
+
+def test_k8s_learner_flags_ports_probes_gpu(k8s):
+    learner = container(k8s[("Deployment", "learner")])
+    config = parse_flags("learner", learner["args"])
+    assert config.bind == "0.0.0.0"
+    (port,) = learner["ports"]
+    assert port["containerPort"] == config.port
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        grpc = learner[probe]["grpc"]
+        assert grpc["port"] == config.port, probe
+        assert grpc.get("service", "") in ("", SERVICE_NAME), probe
+    assert int(learner["resources"]["limits"]["nvidia.com/gpu"]) >= 1
+    (service_port,) = k8s[("Service", "learner")]["spec"]["ports"]
+    assert service_port["targetPort"] in (port["name"], config.port)
+    mount = learner["volumeMounts"][0]["mountPath"]
+    assert Path(config.logdir).is_relative_to(mount)
+
+
+def test_k8s_actors_dial_the_service_with_the_token(k8s):
+    actor = container(k8s[("Deployment", "actor")])
+    config = parse_flags("actor", actor["args"])
+    host, port = host_port(config.learner)
+    (service_port,) = k8s[("Service", "learner")]["spec"]["ports"]
+    assert host == "learner" and port == service_port["port"]
+    assert config.num_actors == 1 and config.first_index == -1
+    (generator,) = k8s[("Kustomization", "")]["secretGenerator"]
+    for role in ("learner", "actor"):
+        (source,) = container(k8s[("Deployment", role)])["envFrom"]
+        assert source["secretRef"]["name"] == generator["name"]
+    (env_file,) = generator["envs"]
+    assert AUTH_TOKEN_ENV in env_file_names(K8S / f"{env_file}.example")
+
+
+def test_healthcheck_command_against_a_real_learner(tmp_path):
+    """The compose healthcheck's command: 0 while serving (even with a token set), 1 when gone."""
+    check = [sys.executable, "-m", "learner", "healthcheck", "--timeout-s", "5"]
+    with learner_process(tmp_path, env={AUTH_TOKEN_ENV: "s3cret"}) as (_learner, port):
+        for service in ("", SERVICE_NAME):
+            with running([*check, "--address", f"127.0.0.1:{port}", "--service", service]) as p:
+                assert p.wait(timeout=30) == 0, p.output()
+            assert "SERVING" in p.output()
+    with running([*check, "--address", f"127.0.0.1:{port}"]) as gone:
+        assert gone.wait(timeout=30) == 1, gone.output()

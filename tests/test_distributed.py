@@ -1,0 +1,119 @@
+"""Several learner ranks: torchrun + gloo on CPU, real actor processes, identical weights."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+import pytest
+from support import read_records, running
+
+from learner.distributed import RankEnv, rank_config
+from seedrl.config import LearnerConfig
+from seedrl.transport import learner_targets, pick_rank, rank_target
+
+
+def free_port_pair() -> int:
+    """A port p with p and p + 1 both free on loopback (rank 0 and rank 1)."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                return int(port)
+    raise RuntimeError("no two adjacent free ports")
+
+
+def test_rank_env_from_torchrun_variables():
+    assert RankEnv.from_environ({}) is None
+    assert RankEnv.from_environ({"WORLD_SIZE": "1", "RANK": "0"}) is None
+    env = RankEnv.from_environ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"})
+    assert env == RankEnv(rank=3, world_size=4, local_rank=1)
+    assert not env.is_main
+
+
+def test_rank_config_ports_logdirs_devices():
+    base = LearnerConfig(port=9000, logdir="runs/x", device="auto", seed=5)
+    r0 = rank_config(base, RankEnv(0, 2, 0))
+    r1 = rank_config(base, RankEnv(1, 2, 1))
+    assert (r0.port, r1.port) == (9000, 9001)
+    assert r0.logdir == "runs/x" and r1.logdir.endswith("rank1")
+    assert r0.seed != r1.seed
+    assert r1.device in ("cpu", "cuda:1")
+    assert r1.progress == "off"
+    with pytest.raises(ValueError, match="fixed --port"):
+        rank_config(LearnerConfig(port=0), RankEnv(0, 2, 0))
+
+
+def test_actor_picks_rank_by_index():
+    ranks = ["0.0.0.0:9000", "0.0.0.0:9001"]
+    assert pick_rank(ranks, 0, "learner.svc:9000") == "learner.svc:9000"
+    assert pick_rank(ranks, 3, "learner.svc:9000") == "learner.svc:9001"
+    assert pick_rank([], 3, "h:1") == "h:1"
+    assert pick_rank(["10.0.0.2:9000", "10.0.0.3:9000"], 1, "10.0.0.2:9000") == "10.0.0.3:9000"
+    assert rank_target("[::]:9001", "[fd00::1]:9000") == "[fd00::1]:9001"
+    assert learner_targets("a:1, b:2,") == ["a:1", "b:2"]
+
+
+def test_two_ranks_train_in_lockstep(tmp_path):
+    """2 gloo ranks, 3 actors (2 find their rank via GetInfo, 1 is given a list)."""
+    port = free_port_pair()
+    learner = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "-m", "learner", "--port", str(port), "--logdir", str(tmp_path), "--total-frames", "8000",
+        "--batch-size", "8", "--unroll-length", "10", "--max-seconds", "90",
+        "--progress", "plain", "--log-interval-s", "1", "--no-tensorboard",
+    ]  # fmt: skip
+    by_discovery = [
+        sys.executable, "-m", "actors", "--learner", f"127.0.0.1:{port}",
+        "--num-actors", "2", "--envs-per-actor", "4",
+    ]  # fmt: skip
+    by_list = [
+        sys.executable, "-m", "actors", "--learner", f"127.0.0.1:{port + 1},127.0.0.1:{port}",
+        "--num-actors", "1", "--envs-per-actor", "4", "--first-index", "2",
+    ]  # fmt: skip
+    with running(learner, {"OMP_NUM_THREADS": "1"}) as ranks:
+        for _ in range(2):
+            ranks.wait_for("listening on", 90)
+        with running(by_discovery), running(by_list):
+            assert ranks.wait(timeout=120) == 0, ranks.output()
+    assert "parameters identical: True" in ranks.output()
+    summary = json.loads((tmp_path / "ranks.json").read_text())
+    assert summary["world_size"] == 2
+    assert summary["params_identical"], summary
+    results = [
+        json.loads((tmp_path / "result.json").read_text()),
+        json.loads((tmp_path / "rank1" / "result.json").read_text()),
+    ]
+    assert summary["frames_all_ranks"] == sum(r["frames"] for r in results)
+    assert summary["frames_all_ranks"] >= 8000
+    assert all(r["frames"] > 0 for r in results), results
+    steps = {r["learner_steps"] for r in results}
+    assert len(steps) == 1 and steps.pop() > 0, results
+    for logdir in (tmp_path, tmp_path / "rank1"):
+        records = read_records(logdir)
+        assert max(r["actors_connected"] for r in records) >= 1, logdir
+        assert records[-1]["world_size"] == 2
+    # Rank 1 got actor 1 (by discovery) and actor 2 (by list): two streams at once.
+    assert max(r["actors_connected"] for r in read_records(tmp_path / "rank1")) == 2
+    assert not (tmp_path / "rank1" / "checkpoint.pt").exists(), "only rank 0 checkpoints"
+    assert (tmp_path / "checkpoint.pt").exists()
+
+
+def test_identical_replicas_pick_a_random_first_index(monkeypatch):
+    """--first-index -1 (compose/k8s replicas): distinct seeds, spread over ranks."""
+    from actors.launcher import Launcher
+    from seedrl.config import ActorConfig
+
+    spawned: list[int] = []
+    monkeypatch.setattr(Launcher, "_spawn", lambda self, index: spawned.append(index))
+    Launcher(ActorConfig(num_actors=3, first_index=-1)).start()
+    assert spawned[0] >= 0 and spawned == list(range(spawned[0], spawned[0] + 3))
+    spawned.clear()
+    Launcher(ActorConfig(num_actors=2, first_index=5)).start()
+    assert spawned == [5, 6]
