@@ -90,7 +90,7 @@ def build_learner(config: LearnerConfig) -> Learner:
     stats = LearnerStats()
     step_counter = StepCounter()
     if config.resume and config.checkpoint_path.exists():
-        restore(config.checkpoint_path, model, optimizer, stats, step_counter)
+        restore(config.checkpoint_path, model, optimizer, stats, step_counter, env_spec)
     builder = TrajectoryBuilder(
         unroll_length=config.unroll_length,
         obs_shape=codec.spec_shape(env_spec.observation_space),
@@ -121,24 +121,25 @@ def restore(
     optimizer: torch.optim.Optimizer,
     stats: LearnerStats,
     step_counter: StepCounter,
+    env_spec: Any = None,
 ) -> None:
     """Load a checkpoint into the parts; a mismatch raises CheckpointError naming the file."""
     state = checkpoint.load(path)
+    if env_spec is not None and "env_spec" in state:
+        checkpoint.check_env(path, state["env_spec"], env_spec)
     try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-    except (RuntimeError, ValueError, KeyError) as exc:
+        torch.set_rng_state(state["torch_rng"])
+        frames, steps = int(state["frames"]), int(state["learner_steps"])
+        episodes, returns = int(state["episodes"]), list(state.get("returns", []))
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise checkpoint.CheckpointError(
-            f"{path}: does not fit this model/config ({exc}); use another --logdir or drop --resume"
+            f"{path}: does not fit this model/config ({type(exc).__name__}: {exc}); "
+            "use another --logdir or drop --resume"
         ) from exc
-    torch.set_rng_state(state["torch_rng"])
-    stats.restore(
-        frames=int(state["frames"]),
-        steps=int(state["learner_steps"]),
-        episodes=int(state["episodes"]),
-        returns=list(state.get("returns", [])),
-    )
-    step_counter.value = int(state["learner_steps"])
+    stats.restore(frames=frames, steps=steps, episodes=episodes, returns=returns)
+    step_counter.value = steps
     log.info("resumed from %s at frame %d, step %d", path, stats.frames, step_counter.value)
 
 
@@ -232,7 +233,10 @@ async def serve(
             if reason:
                 request_stop(reason, True)
             if time.perf_counter() - last_checkpoint >= config.checkpoint_interval_s:
-                await asyncio.to_thread(save_checkpoint, learner)
+                try:
+                    await asyncio.to_thread(save_checkpoint, learner)
+                except OSError as exc:  # a full disk should not end the run; the old one stays
+                    log.error("could not write checkpoint %s: %s", config.checkpoint_path, exc)
                 last_checkpoint = time.perf_counter()
     finally:
         await set_serving(health, False)
