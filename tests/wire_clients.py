@@ -101,9 +101,15 @@ class LockstepClient:
     """A well-behaved actor in a thread: Hello, then one frame per received reply."""
 
     def __init__(
-        self, channel: grpc.Channel, env: pb.EnvSpec, num_envs: int = 2, token: str | None = None
+        self,
+        channel: grpc.Channel,
+        env: pb.EnvSpec,
+        num_envs: int = 2,
+        token: str | None = None,
+        pause_s: float = 0.0,
     ) -> None:
         self._stub = stub(channel)
+        self._pause_s = pause_s
         self._hello = hello(env, num_envs, actor_id="lockstep-client")
         self._frame = frame(num_envs)
         self._metadata = auth_metadata(token)
@@ -130,6 +136,8 @@ class LockstepClient:
                 self.ended_by = f"no accept: {first}"
                 return
             while not self._stop.is_set():
+                if self._pause_s and self._stop.wait(self._pause_s):
+                    break
                 self._requests.put(self._frame)
                 reply = next(call)
                 if reply.WhichOneof("kind") != "actions":
@@ -181,6 +189,25 @@ def lockstep(
         yield client
     finally:
         client.stop()
+
+
+class HeldStream:
+    """An admitted Act stream that sends its Hello, gets the Accept, then sends nothing."""
+
+    def __init__(self, channel: grpc.Channel, env: pb.EnvSpec, num_envs: int = 2) -> None:
+        self._release = threading.Event()
+        self._hello = hello(env, num_envs, actor_id="held-stream")
+        self.call = stub(channel).Act(self._messages(), timeout=600)
+        first = next(self.call)
+        assert first.WhichOneof("kind") == "accept", first
+
+    def _messages(self) -> Iterator[pb.ActorMessage]:
+        yield self._hello
+        self._release.wait(600)
+
+    def close(self) -> None:
+        self._release.set()
+        self.call.cancel()
 
 
 def child_pids(parent: int) -> list[int]:
