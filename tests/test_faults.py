@@ -8,6 +8,7 @@ guard are tested in-process, where the failure can be placed exactly.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -169,6 +170,9 @@ def test_learner_sigkill_resume_same_actors_then_sigint(tmp_path):
     final = checkpoint.load(ckpt)
     assert final["frames"] >= resumed[-1]["frames"]
     assert final["learner_steps"] >= resumed[-1]["learner_steps"]
+    # Frames stopped before the final checkpoint: it holds everything the run counted.
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert (final["frames"], final["learner_steps"]) == (result["frames"], result["learner_steps"])
 
 
 # ------------------------------------------------------------------ stuck, slow, overload
