@@ -18,12 +18,16 @@ def listen_address(bind: str, port: int) -> str:
 
 
 def channel_options(max_message_bytes: int) -> list[tuple[str, Any]]:
-    """Message size limits and keepalive (dead peers are noticed within ~15 s)."""
+    """Message size limits and keepalive (dead or hung peers are noticed within ~15 s)."""
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.keepalive_time_ms", 10_000),
         ("grpc.keepalive_timeout_ms", 5_000),
+        # grpc core 1.85 closes the connection on an unanswered ping only after this
+        # (default 1 min, and in our tests never on a server): without it a hung actor
+        # host (no FIN, no RST) holds its stream and its --max-actors place forever.
+        ("grpc.http2.ping_timeout_ms", 5_000),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.keepalive_permit_without_calls", 1),
     ]

@@ -178,7 +178,9 @@ def test_learner_sigkill_resume_same_actors_then_sigint(tmp_path):
 # ------------------------------------------------------------------ stuck, slow, overload
 
 
-def test_stuck_and_slow_actors_do_not_stall_others_and_overload_is_refused(tmp_path):
+def test_stuck_slow_hung_actors_and_overload(tmp_path):
+    """A silent stream, a slow one and a SIGSTOPped one never stall the others; overload is
+    refused with RESOURCE_EXHAUSTED until a place frees."""
     max_actors = 4
     with running(
         learner_args(port := free_port(), tmp_path, "--max-actors", str(max_actors)), env=INFO
@@ -189,7 +191,7 @@ def test_stuck_and_slow_actors_do_not_stall_others_and_overload_is_refused(tmp_p
             held = HeldStream(channel, env)  # admitted, then silent forever
             slow = LockstepClient(channel, env, pause_s=2.0).start()  # seconds between frames
             try:
-                with running(actor_args(port, 1, 4), env=INFO):  # a real actor, full speed
+                with running(actor_args(port, 1, 4), env=INFO) as real:  # full speed
                     with lockstep(channel, env) as good:
                         wait_until(
                             lambda: last(tmp_path, "actors_connected") == max_actors, 60, what="4"
@@ -221,6 +223,26 @@ def test_stuck_and_slow_actors_do_not_stall_others_and_overload_is_refused(tmp_p
                             )
                             good.wait_for_more(50)
                             assert last(tmp_path, "actors_connected") <= max_actors
+
+                            # A hung actor host (no FIN, no RST: SIGSTOP) is dropped by the
+                            # keepalive ping timeout, freeing its place; once it runs again
+                            # it notices its dead stream and reconnects.
+                            hung = child_pids(real.popen.pid)[0]
+                            os.kill(hung, signal.SIGSTOP)
+                            try:
+                                wait_until(
+                                    lambda: last(tmp_path, "actors_connected") == max_actors - 1,
+                                    40,
+                                    what="hung actor dropped",
+                                )
+                                good.wait_for_more(50)
+                            finally:
+                                os.kill(hung, signal.SIGCONT)
+                            wait_until(
+                                lambda: last(tmp_path, "actors_connected") == max_actors,
+                                40,
+                                what="hung actor back",
+                            )
             finally:
                 held.close()
                 slow.stop()
