@@ -145,9 +145,12 @@ class Actor:
                         exc.details(),
                     )
                     return 2
+                # The first failure of a series is a warning, so a wrong address or TLS CA
+                # is visible at the default log level; the retries after it are not.
+                level = logging.WARNING if self.backoff.attempt == 0 else logging.INFO
                 delay = self.backoff.next_delay()
-                log.info(
-                    "actor %s: learner unavailable (%s: %s); retrying in %.1f s",
+                log.log(
+                    level, "actor %s: learner unavailable (%s: %s); retrying in %.1f s",
                     self.actor_id, exc.code().name, exc.details(), delay,
                 )  # fmt: skip
                 await asyncio.sleep(delay)

@@ -8,6 +8,7 @@ guard are tested in-process, where the failure can be placed exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -81,6 +82,7 @@ def test_actor_churn_sigkill(tmp_path):
                 lambda: last(tmp_path, "learner_steps") > steps_before + 5, 60, what="training"
             )
             dropped = last(tmp_path, "frames_dropped")
+            print(f"churn: {kills} kills, {dropped} frames dropped of {last(tmp_path, 'frames')}")
             # Each killed actor loses at most its K partial unrolls (< T+1 frames each).
             assert 0 < dropped <= kills * envs * (UNROLL + 1), (dropped, kills)
             assert all(r["actors_connected"] <= actors_n for r in read_records(tmp_path))
@@ -148,6 +150,9 @@ def test_learner_sigkill_resume_same_actors_then_sigint(tmp_path):
                 what="actors back and training after resume",
             )
             resumed = read_records(tmp_path)[records_before:]
+            first_after = (resumed[0]["frames"], resumed[0]["learner_steps"])
+            print(f"resume: checkpoint {saved['frames']}/{saved['learner_steps']} (frames/steps),")
+            print(f"        first record after the restart {first_after}")
             assert resumed[0]["frames"] >= saved["frames"]
             assert resumed[0]["learner_steps"] >= saved["learner_steps"]
             assert resumed[-1]["frames"] > saved["frames"]
@@ -322,6 +327,32 @@ def test_bad_checkpoint_is_a_clear_error(tmp_path, capsys, case, words):
     assert str(path) in err and words in err, err
     assert "Traceback" not in err
     assert not (tmp_path / "metrics.jsonl").exists(), "nothing may start on a bad checkpoint"
+
+
+def test_resume_restores_weights_optimizer_counters_and_rng(tmp_path):
+    config = _small_config(tmp_path)
+    learner = build_learner(config)
+    trainer = Trainer(
+        config, learner.model, learner.head, learner.optimizer, learner.device, learner.queue,
+        learner.stats, learner.weights_lock, learner.step_counter,
+    )  # fmt: skip
+    assert trainer.train_step(_unrolls(4, 4)) is not None
+    learner.stats.frames, learner.stats.episodes = 5000, 7
+    learner.stats.returns.extend([10.0, 20.0])
+    save_checkpoint(learner)
+    next_draw = torch.rand(8)  # what sampling would have drawn next
+
+    resumed = build_learner(dataclasses.replace(config, resume=True, seed=99))
+    assert torch.equal(torch.rand(8), next_draw), "torch RNG state must be restored"
+    assert resumed.step_counter.value == 1
+    assert (resumed.stats.frames, resumed.stats.episodes) == (5000, 7)
+    assert resumed.stats.return_mean == 15.0
+    for a, b in zip(_weights(learner.model), _weights(resumed.model), strict=True):
+        assert torch.equal(a, b)
+    saved_opt, loaded_opt = learner.optimizer.state_dict(), resumed.optimizer.state_dict()
+    for key, state in saved_opt["state"].items():
+        for name, value in state.items():
+            assert torch.equal(value, loaded_opt["state"][key][name]), name
 
 
 # ------------------------------------------------------------------ the trainer's guard
