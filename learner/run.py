@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 SOLVED_WINDOW = 100
 """Episodes the target-return criterion needs before it can stop a run."""
+TRAINER_FAILED = "trainer failed"
 
 
 @dataclass
@@ -231,7 +232,8 @@ async def serve(
             progress.update(record)
             reason = _stop_condition(config, stats, start, trainer)
             if reason:
-                request_stop(reason, True)
+                # A failed trainer is not a finished run: actors wait for the restart.
+                request_stop(reason, reason != TRAINER_FAILED)
             if time.perf_counter() - last_checkpoint >= config.checkpoint_interval_s:
                 try:
                     await asyncio.to_thread(save_checkpoint, learner)
@@ -287,7 +289,7 @@ def _stop_condition(
     if config.max_seconds and time.perf_counter() - start >= config.max_seconds:
         return f"reached {config.max_seconds:.0f} s"
     if config.train and trainer.error is not None:
-        return "trainer failed"
+        return TRAINER_FAILED
     return ""
 
 

@@ -123,6 +123,14 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                 f"learner is full: {len(self.connections)} actors connected, --max-actors "
                 f"{self.config.max_actors}; retry later",
             )
+        envs_in_use = sum(c.num_envs for c in self.connections)
+        if envs_in_use + hello.num_envs > self.config.max_envs:
+            self.stats.streams_rejected += 1
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"learner is full: {envs_in_use} envs in use + {hello.num_envs} asked exceeds "
+                f"--max-envs {self.config.max_envs}; retry later",
+            )
         conn = Connection(
             actor_id=hello.actor_id,
             run_id=hello.run_id,

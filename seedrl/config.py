@@ -96,6 +96,9 @@ class LearnerConfig:
     """Finished unrolls waiting for the trainer; when full, inference waits (back-pressure)."""
     max_actors: int = 1024
     """Actor streams admitted at once; more get RESOURCE_EXHAUSTED and retry."""
+    max_envs: int = 16384
+    """Envs (trajectory slots) across all admitted streams; bounds the learner's memory
+    (each slot holds T+1 observations), so one Hello cannot claim gigabytes."""
     max_message_bytes: int = 16 * 1024 * 1024
     """Largest gRPC message accepted, in bytes."""
     auth_token: str | None = None
@@ -132,6 +135,7 @@ class LearnerConfig:
             "inference_batch_size",
             "max_queue_unrolls",
             "max_actors",
+            "max_envs",
             "max_message_bytes",
         )
         for name in positive:

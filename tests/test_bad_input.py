@@ -28,6 +28,7 @@ from seedrl.envs import describe_env
 from seedrl.proto import seedrl_pb2 as pb
 
 MAX_MESSAGE_BYTES = 200_000
+MAX_ENVS = 64  # the real actor (4 envs) and the good client (2) leave 58
 K = 2
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -37,7 +38,7 @@ def served(tmp_path_factory):
     """(channel, env spec, good client, learner proc, actor launcher proc)."""
     logdir = tmp_path_factory.mktemp("bad_input")
     env = {"SEEDRL_LOG_LEVEL": "INFO"}
-    extra = ["--max-message-bytes", str(MAX_MESSAGE_BYTES)]
+    extra = ["--max-message-bytes", str(MAX_MESSAGE_BYTES), "--max-envs", str(MAX_ENVS)]
     with learner_process(logdir, *extra, env=env) as (learner, port):
         with running(actor_args(port, 1, 4), env=env) as actors:
             wait_until(lambda: child_pids(actors.popen.pid), 30, what="actor process")
@@ -113,6 +114,11 @@ CASES = {
     ),
     "zero envs": (lambda e: [hello(e, 0)], INVALID, "num_envs must be in"),
     "too many envs": (lambda e: [hello(e, 100_000)], INVALID, "num_envs must be in"),
+    "more envs than --max-envs": (
+        lambda e: [hello(e, 60)],
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "6 envs in use + 60 asked exceeds --max-envs 64",
+    ),
     "empty run id": (lambda e: [hello(e, K, run_id="")], INVALID, "run_id is empty"),
     "second hello": (lambda e: [hello(e, K), hello(e, K)], INVALID, "only Frame messages"),
     "obs wrong shape": (
