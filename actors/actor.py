@@ -130,7 +130,10 @@ class Actor:
         """Connect, stream, reconnect; returns the process exit code."""
         cfg = self.config
         while True:
-            channel = client_channel(cfg.learner, cfg.tls_ca, cfg.tls_server_name)
+            channel = client_channel(
+                cfg.learner, cfg.tls_ca, cfg.tls_server_name,
+                tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
+            )  # fmt: skip
             try:
                 stub = pb_grpc.LearnerStub(channel)
                 info = await stub.GetInfo(pb.GetInfoRequest(), metadata=self.metadata, timeout=10)

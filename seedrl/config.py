@@ -184,6 +184,10 @@ class ActorConfig:
     """PEM CA to verify the learner's certificate; turns TLS on."""
     tls_server_name: str | None = None
     """Override the TLS server name checked against the certificate."""
+    tls_cert: str | None = None
+    """PEM client certificate, for a learner that demands one (--tls-client-ca)."""
+    tls_key: str | None = None
+    """PEM private key of --tls-cert."""
     max_backoff_s: float = 30.0
     """Cap of the exponential reconnect backoff (with jitter)."""
     exit_on_shutdown: bool = False
@@ -198,6 +202,10 @@ class ActorConfig:
             raise ValueError("num_actors and envs_per_actor must be >= 1")
         if self.max_backoff_s <= 0:
             raise ValueError("max_backoff_s must be > 0")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together")
+        if self.tls_cert is not None and self.tls_ca is None:
+            raise ValueError("--tls-cert needs --tls-ca (the CA that signed the learner's cert)")
 
 
 def resolve_auth_token(token: str | None) -> str | None:

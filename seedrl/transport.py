@@ -43,13 +43,27 @@ def client_channel(
     tls_ca: str | None = None,
     tls_server_name: str | None = None,
     max_message_bytes: int = 64 * 1024 * 1024,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
 ) -> grpc.aio.Channel:
-    """An asyncio channel to the learner, TLS-verified against ``tls_ca`` when given."""
+    """An asyncio channel to the learner, TLS-verified against ``tls_ca`` when given.
+
+    ``tls_cert``/``tls_key`` present a client certificate (mutual TLS).
+    """
     options = channel_options(max_message_bytes)
     if tls_ca is None:
         return grpc.aio.insecure_channel(target, options=options)
     with open(tls_ca, "rb") as f:
-        credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+        root = f.read()
+    key = chain = None
+    if tls_cert and tls_key:
+        with open(tls_key, "rb") as f:
+            key = f.read()
+        with open(tls_cert, "rb") as f:
+            chain = f.read()
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=root, private_key=key, certificate_chain=chain
+    )
     if tls_server_name:
         options.append(("grpc.ssl_target_name_override", tls_server_name))
     return grpc.aio.secure_channel(target, credentials, options=options)

@@ -127,18 +127,30 @@ _CA_KEY_USAGE = x509.KeyUsage(
 )  # fmt: skip
 
 
-def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """A throwaway CA and a server certificate for 127.0.0.1/localhost: (ca, cert, key)."""
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+
+
+def make_certificates(directory: Path) -> dict[str, Path]:
+    """A throwaway CA, a server certificate for 127.0.0.1/localhost and a client
+    certificate, as PEM files: keys ca, cert, key, client_cert, client_key."""
+    directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
-
-    def name(common_name: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = (
         x509.CertificateBuilder()
-        .subject_name(name("seedrl test CA"))
-        .issuer_name(name("seedrl test CA"))
+        .subject_name(_name("seedrl test CA"))
+        .issuer_name(_name("seedrl test CA"))
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -147,34 +159,34 @@ def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
         .add_extension(_CA_KEY_USAGE, critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    san = x509.SubjectAlternativeName(
+    paths = {n: directory / f"{n}.pem" for n in ("ca", "cert", "key", "client_cert", "client_key")}
+    paths["ca"].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    server_names = x509.SubjectAlternativeName(
         [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name("localhost"))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(san, critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    ca_path, cert_path, key_path = (directory / f"{n}.pem" for n in ("ca", "cert", "key"))
-    ca_path.write_bytes(ca_cert.public_bytes(pem))
-    cert_path.write_bytes(cert.public_bytes(pem))
-    key_path.write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return ca_path, cert_path, key_path
+    for prefix, common_name, san in (("", "localhost", server_names), ("client_", "actor", None)):
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(_name(common_name))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        )
+        if san is not None:
+            builder = builder.add_extension(san, critical=False)
+        cert = builder.sign(ca_key, hashes.SHA256())
+        paths[f"{prefix}cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_key(paths[f"{prefix}key"], key)
+    return paths
 
 
 def test_tls_training_and_plaintext_client_refused(tmp_path):
-    ca, cert, key = make_certificates(tmp_path)
+    pki = make_certificates(tmp_path / "pki")
+    ca, cert, key = pki["ca"], pki["cert"], pki["key"]
     logdir = tmp_path / "run"
     tls = ["--tls-cert", str(cert), "--tls-key", str(key)]
     with learner_process(logdir, *tls) as (learner, port):
@@ -183,8 +195,7 @@ def test_tls_training_and_plaintext_client_refused(tmp_path):
         with grpc.insecure_channel(target) as plain:
             assert rpc_code(lambda: get_info(plain)) == grpc.StatusCode.UNAVAILABLE
         # A client that trusts another CA is refused as well.
-        (tmp_path / "other").mkdir()
-        other_ca, _, _ = make_certificates(tmp_path / "other")
+        other_ca = make_certificates(tmp_path / "other")["ca"]
         with grpc.secure_channel(
             target, grpc.ssl_channel_credentials(other_ca.read_bytes())
         ) as untrusted:
@@ -199,4 +210,20 @@ def test_tls_training_and_plaintext_client_refused(tmp_path):
             train_then_stop(learner, logdir, actors, 400)
     result = json.loads((logdir / "result.json").read_text())
     assert result["frames"] >= 400
+    assert "Traceback" not in learner.output()
+
+
+def test_mutual_tls_needs_a_client_certificate(tmp_path):
+    pki = make_certificates(tmp_path / "pki")
+    logdir = tmp_path / "run"
+    tls = ["--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"])]
+    with learner_process(logdir, *tls, "--tls-client-ca", str(pki["ca"])) as (learner, port):
+        target = f"127.0.0.1:{port}"
+        server_only = grpc.ssl_channel_credentials(pki["ca"].read_bytes())
+        with grpc.secure_channel(target, server_only) as anonymous:
+            assert rpc_code(lambda: get_info(anonymous)) == grpc.StatusCode.UNAVAILABLE
+        client_tls = ["--tls-cert", str(pki["client_cert"]), "--tls-key", str(pki["client_key"])]
+        mtls_actors = actor_args(port, 2, 2, "--tls-ca", str(pki["ca"]), *client_tls)
+        with running([*mtls_actors, "--exit-on-shutdown"]) as actors:
+            train_then_stop(learner, logdir, actors, 200)
     assert "Traceback" not in learner.output()
