@@ -259,7 +259,7 @@ def test_stuck_slow_hung_actors_and_overload(tmp_path):
 
 
 def _small_config(tmp_path: Path, **kw: object) -> LearnerConfig:
-    return LearnerConfig(logdir=str(tmp_path), tensorboard=False, progress="off", **kw)  # type: ignore[arg-type]
+    return LearnerConfig(logdir=str(tmp_path), tensorboard=False, progress="off", **kw)
 
 
 def test_crash_mid_checkpoint_write_keeps_previous(tmp_path, monkeypatch):

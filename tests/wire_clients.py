@@ -47,7 +47,7 @@ def hello(env: pb.EnvSpec, num_envs: int, **overrides: object) -> pb.ActorMessag
         "env": env,
     }
     fields.update(overrides)
-    return pb.ActorMessage(hello=pb.Hello(**fields))  # type: ignore[arg-type]
+    return pb.ActorMessage(hello=pb.Hello(**fields))
 
 
 def frame(
