@@ -136,7 +136,10 @@ class Actor:
         """Connect, stream, reconnect; returns the process exit code."""
         cfg = self.config
         while True:
-            channel = client_channel(self.target, cfg.tls_ca, cfg.tls_server_name)
+            channel = client_channel(
+                self.target, cfg.tls_ca, cfg.tls_server_name,
+                tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
+            )  # fmt: skip
             try:
                 stub = pb_grpc.LearnerStub(channel)
                 info = await stub.GetInfo(pb.GetInfoRequest(), metadata=self.metadata, timeout=10)
@@ -157,9 +160,12 @@ class Actor:
                     )
                     return 2
                 self.target = self.home  # find the ranks again once the learner is back
+                # The first failure of a series is a warning, so a wrong address or TLS CA
+                # is visible at the default log level; the retries after it are not.
+                level = logging.WARNING if self.backoff.attempt == 0 else logging.INFO
                 delay = self.backoff.next_delay()
-                log.info(
-                    "actor %s: learner unavailable (%s: %s); retrying in %.1f s",
+                log.log(
+                    level, "actor %s: learner unavailable (%s: %s); retrying in %.1f s",
                     self.actor_id, exc.code().name, exc.details(), delay,
                 )  # fmt: skip
                 await asyncio.sleep(delay)

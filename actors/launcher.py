@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 POLL_S = 0.2
 STOP_GRACE_S = 5.0
 RANDOM_INDEX_RANGE = 1 << 20
+HEALTHY_RUN_S = 30.0
+"""An actor that ran this long before crashing restarts with the shortest backoff again."""
 
 
 def actor_command(config: ActorConfig, index: int) -> list[str]:
@@ -54,6 +56,7 @@ class Launcher:
         self._stopping = False
         self._next_start: dict[int, float] = {}
         self._failures: dict[int, int] = {}
+        self._started: dict[int, float] = {}
 
     def start(self) -> None:
         first = self.config.first_index
@@ -64,6 +67,7 @@ class Launcher:
 
     def _spawn(self, index: int) -> None:
         self.procs[index] = subprocess.Popen(actor_command(self.config, index))
+        self._started[index] = time.monotonic()
 
     def poll(self) -> bool:
         """Reap and restart; True while any actor should still be running."""
@@ -80,6 +84,8 @@ class Launcher:
                 continue
             due = self._next_start.get(index)
             if due is None:
+                if now - self._started.get(index, now) >= HEALTHY_RUN_S:
+                    self._failures[index] = 0  # a crash a day must not grow the backoff forever
                 failures = self._failures.get(index, 0) + 1
                 self._failures[index] = failures
                 delay = min(30.0, 0.5 * 2 ** (failures - 1))

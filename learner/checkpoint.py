@@ -15,6 +15,9 @@ from typing import Any
 
 import torch
 
+from seedrl import codec
+from seedrl.proto import seedrl_pb2 as pb
+
 FORMAT = "seedrl-checkpoint"
 VERSION = 1
 
@@ -60,16 +63,23 @@ def save(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
     buffer = io.BytesIO()
     torch.save(state, buffer)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(buffer.getbuffer())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     dir_fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+    # Temp files of writers that were killed mid-write (other pids) are garbage now.
+    for stale in target.parent.glob(f".{target.name}.tmp-*"):
+        stale.unlink(missing_ok=True)
 
 
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -90,3 +100,23 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{p}: checkpoint version {state.get('version')}, this seedrl reads version {VERSION}"
         )
     return state
+
+
+def check_env(path: str | os.PathLike[str], saved_env_spec: bytes, env_spec: pb.EnvSpec) -> None:
+    """Raise CheckpointError when a checkpoint was trained on another env or other spaces."""
+    try:
+        saved = pb.EnvSpec.FromString(saved_env_spec)
+    except Exception as exc:
+        raise CheckpointError(f"{path}: unreadable env description ({exc})") from exc
+    if saved.env_id != env_spec.env_id:
+        raise CheckpointError(
+            f"{path}: trained on env {saved.env_id!r}, this learner runs {env_spec.env_id!r}; "
+            "use another --logdir or drop --resume"
+        )
+    for name in ("observation_space", "action_space"):
+        theirs, ours = getattr(saved, name), getattr(env_spec, name)
+        if not codec.specs_match(theirs, ours):
+            raise CheckpointError(
+                f"{path}: trained with {name} {codec.spec_summary(theirs)}, this learner has "
+                f"{codec.spec_summary(ours)}; use another --logdir or drop --resume"
+            )

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 SOLVED_WINDOW = 100
 """Episodes the target-return criterion needs before it can stop a run."""
+TRAINER_FAILED = "trainer failed"
 
 
 @dataclass
@@ -93,7 +94,7 @@ def build_learner(config: LearnerConfig) -> Learner:
     stats = LearnerStats()
     step_counter = StepCounter()
     if config.resume and config.checkpoint_path.exists():
-        restore(config.checkpoint_path, model, optimizer, stats, step_counter)
+        restore(config.checkpoint_path, model, optimizer, stats, step_counter, env_spec)
     builder = TrajectoryBuilder(
         unroll_length=config.unroll_length,
         obs_shape=codec.spec_shape(env_spec.observation_space),
@@ -124,24 +125,25 @@ def restore(
     optimizer: torch.optim.Optimizer,
     stats: LearnerStats,
     step_counter: StepCounter,
+    env_spec: Any = None,
 ) -> None:
     """Load a checkpoint into the parts; a mismatch raises CheckpointError naming the file."""
     state = checkpoint.load(path)
+    if env_spec is not None and "env_spec" in state:
+        checkpoint.check_env(path, state["env_spec"], env_spec)
     try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-    except (RuntimeError, ValueError, KeyError) as exc:
+        torch.set_rng_state(state["torch_rng"])
+        frames, steps = int(state["frames"]), int(state["learner_steps"])
+        episodes, returns = int(state["episodes"]), list(state.get("returns", []))
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise checkpoint.CheckpointError(
-            f"{path}: does not fit this model/config ({exc}); use another --logdir or drop --resume"
+            f"{path}: does not fit this model/config ({type(exc).__name__}: {exc}); "
+            "use another --logdir or drop --resume"
         ) from exc
-    torch.set_rng_state(state["torch_rng"])
-    stats.restore(
-        frames=int(state["frames"]),
-        steps=int(state["learner_steps"]),
-        episodes=int(state["episodes"]),
-        returns=list(state.get("returns", [])),
-    )
-    step_counter.value = int(state["learner_steps"])
+    stats.restore(frames=frames, steps=steps, episodes=episodes, returns=returns)
+    step_counter.value = steps
     log.info("resumed from %s at frame %d, step %d", path, stats.frames, step_counter.value)
 
 
@@ -247,11 +249,15 @@ async def serve(
             if rank is not None and not reason:
                 reason = rank.stop_reason
             if reason:
-                request_stop(reason, True)
+                # A failed trainer is not a finished run: actors wait for the restart.
+                request_stop(reason, reason != TRAINER_FAILED)
             due = time.perf_counter() - last_checkpoint >= config.checkpoint_interval_s
             if due and writes_checkpoints:
                 counters = rank.checkpoint_counters() if rank is not None else None
-                await asyncio.to_thread(save_checkpoint, learner, counters)
+                try:
+                    await asyncio.to_thread(save_checkpoint, learner, counters)
+                except OSError as exc:  # a full disk should not end the run; the old one stays
+                    log.error("could not write checkpoint %s: %s", config.checkpoint_path, exc)
                 last_checkpoint = time.perf_counter()
     finally:
         await set_serving(health, False)
@@ -306,7 +312,7 @@ def _stop_condition(
     if config.max_seconds and time.perf_counter() - start >= config.max_seconds:
         return f"reached {config.max_seconds:.0f} s"
     if config.train and trainer.error is not None:
-        return "trainer failed"
+        return TRAINER_FAILED
     return ""
 
 

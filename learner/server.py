@@ -9,6 +9,7 @@ answers with the K actions. Anything malformed ends *that* stream with
 from __future__ import annotations
 
 import hmac
+import inspect
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -122,6 +123,14 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                 f"learner is full: {len(self.connections)} actors connected, --max-actors "
                 f"{self.config.max_actors}; retry later",
             )
+        envs_in_use = sum(c.num_envs for c in self.connections)
+        if envs_in_use + hello.num_envs > self.config.max_envs:
+            self.stats.streams_rejected += 1
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"learner is full: {envs_in_use} envs in use + {hello.num_envs} asked exceeds "
+                f"--max-envs {self.config.max_envs}; retry later",
+            )
         conn = Connection(
             actor_id=hello.actor_id,
             run_id=hello.run_id,
@@ -133,7 +142,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         self.connections.add(conn)
         self.batcher.set_open_streams(len(self.connections))
         self.stats.actors_connected = len(self.connections)
-        log.info("actor %s connected from %s with %d envs", conn.actor_id, conn.peer, conn.num_envs)
+        log.info("actor %r connected from %s with %d envs", conn.actor_id, conn.peer, conn.num_envs)
         return conn
 
     def _check_hello(self, hello: pb.Hello) -> str | None:
@@ -160,6 +169,12 @@ class LearnerServicer(pb_grpc.LearnerServicer):
 
     def _decode_frame(self, conn: Connection, frame: pb.Frame) -> FramePayload:
         k = conn.num_envs
+        envs_in_frame = frame.observations.shape[0] if frame.observations.shape else None
+        if envs_in_frame != k:
+            raise codec.WireError(
+                f"observations carry {envs_in_frame} envs but the Hello declared num_envs={k} "
+                "(K cannot change mid-stream; open a new stream)"
+            )
         obs = codec.decode_tensor(
             frame.observations, "observations", self._obs_dtype, (k, *self._obs_shape)
         )
@@ -176,7 +191,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             self.engine.release_later(conn)
             self.batcher.set_open_streams(len(self.connections))
             self.stats.actors_connected = len(self.connections)
-            log.info("actor %s disconnected after %d frames", conn.actor_id, conn.frames)
+            log.info("actor %r disconnected after %d frames", conn.actor_id, conn.frames)
 
     def begin_shutdown(self, reason: str, final: bool) -> None:
         """Stop serving frames: every stream gets a Shutdown message and ends."""
@@ -237,6 +252,98 @@ def _deny_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(deny, **kw)
 
 
+# ---------------------------------------------------------------------- undecodable bytes
+
+
+class _Undecodable:
+    """Stands in for a request whose bytes did not parse, so the handler can reject it."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:
+            return _Undecodable(f"{type(exc).__name__}: {exc}")
+
+    return deserialize
+
+
+class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
+    """Bytes that do not parse end the call with INVALID_ARGUMENT, quietly.
+
+    Without this, grpc answers UNKNOWN and logs a traceback per bad message, so any
+    client could flood the learner's log. Applies to every service on the server.
+    """
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        return _guard_handler(handler, details.method)
+
+
+def _guard_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    async def reject(request: Any, context: Any) -> None:
+        if isinstance(request, _Undecodable):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{method}: request is not a valid protobuf message ({request.error})",
+            )
+
+    async def checked(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        async for request in requests:
+            await reject(request, context)
+            yield request
+
+    def wrap(behavior: Callable[..., Any], streaming_request: bool) -> Callable[..., Any]:
+        if inspect.isasyncgenfunction(behavior):
+
+            async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
+                if streaming_request:
+                    request = checked(request, context)
+                else:
+                    await reject(request, context)
+                async for response in behavior(request, context):
+                    yield response
+
+            return generate
+
+        async def call(request: Any, context: Any) -> Any:
+            if streaming_request:
+                request = checked(request, context)
+            else:
+                await reject(request, context)
+            result = behavior(request, context)
+            return await result if inspect.isawaitable(result) else result
+
+        return call
+
+    kw = {
+        "request_deserializer": _tolerant(handler.request_deserializer),
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(wrap(handler.stream_stream, True), **kw)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(wrap(handler.stream_unary, True), **kw)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(wrap(handler.unary_stream, False), **kw)
+    return grpc.unary_unary_rpc_method_handler(wrap(handler.unary_unary, False), **kw)
+
+
 # ---------------------------------------------------------------------- server
 
 
@@ -244,10 +351,16 @@ def build_server(
     config: LearnerConfig, servicer: LearnerServicer, auth_token: str | None
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """An aio server with the Learner service, health and reflection: (server, port, health)."""
-    interceptors = [TokenAuthInterceptor(auth_token)] if auth_token else []
+    # The first interceptor sees the handler the later ones chose (also the auth denial).
+    interceptors: list[grpc.aio.ServerInterceptor] = [DecodeGuardInterceptor()]
+    if auth_token:
+        interceptors.append(TokenAuthInterceptor(auth_token))
     options = [
         *channel_options(config.max_message_bytes),
         ("grpc.so_reuseport", 0),
+        # The server-side name of the minimum interval between *received* pings: accept
+        # the actors' keepalive pings (every 10 s) while a stream is idle (a slow env);
+        # the default (5 min) answers the third early ping with GOAWAY too_many_pings.
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ]
     server = grpc.aio.server(interceptors=interceptors, options=options)

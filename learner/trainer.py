@@ -137,19 +137,26 @@ class Trainer:
         batch = to_time_major(unrolls, self.device)
         core_state = tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state)
         total, parts = self.loss(batch, core_state)
-        if not torch.isfinite(total):
+        loss_finite = bool(torch.isfinite(total))
+        if not loss_finite and self.gradient_hook is None:
             self._skip("loss")
             return None
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         if self.gradient_hook is not None:
+            if not loss_finite:
+                # Other ranks wait in the hook's all-reduce: join it with NaN gradients,
+                # so every rank sees a non-finite norm below and skips this step together.
+                for param in self.model.parameters():
+                    if param.grad is not None:
+                        param.grad.fill_(float("nan"))
             self.gradient_hook(self.model)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), self.config.max_grad_norm
         )
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
-            self._skip("gradient")
+            self._skip("gradient" if loss_finite else "loss")
             return None
         with self.weights_lock:
             self.optimizer.step()

@@ -99,6 +99,9 @@ class LearnerConfig:
     """Finished unrolls waiting for the trainer; when full, inference waits (back-pressure)."""
     max_actors: int = 1024
     """Actor streams admitted at once; more get RESOURCE_EXHAUSTED and retry."""
+    max_envs: int = 16384
+    """Envs (trajectory slots) across all admitted streams; bounds the learner's memory
+    (each slot holds T+1 observations), so one Hello cannot claim gigabytes."""
     max_message_bytes: int = 16 * 1024 * 1024
     """Largest gRPC message accepted, in bytes."""
     auth_token: str | None = None
@@ -135,6 +138,7 @@ class LearnerConfig:
             "inference_batch_size",
             "max_queue_unrolls",
             "max_actors",
+            "max_envs",
             "max_message_bytes",
         )
         for name in positive:
@@ -185,6 +189,10 @@ class ActorConfig:
     """PEM CA to verify the learner's certificate; turns TLS on."""
     tls_server_name: str | None = None
     """Override the TLS server name checked against the certificate."""
+    tls_cert: str | None = None
+    """PEM client certificate, for a learner that demands one (--tls-client-ca)."""
+    tls_key: str | None = None
+    """PEM private key of --tls-cert."""
     max_backoff_s: float = 30.0
     """Cap of the exponential reconnect backoff (with jitter)."""
     exit_on_shutdown: bool = False
@@ -199,6 +207,10 @@ class ActorConfig:
             raise ValueError("num_actors and envs_per_actor must be >= 1")
         if self.max_backoff_s <= 0:
             raise ValueError("max_backoff_s must be > 0")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together")
+        if self.tls_cert is not None and self.tls_ca is None:
+            raise ValueError("--tls-cert needs --tls-ca (the CA that signed the learner's cert)")
 
 
 def resolve_auth_token(token: str | None) -> str | None:

@@ -19,12 +19,16 @@ def listen_address(bind: str, port: int) -> str:
 
 
 def channel_options(max_message_bytes: int) -> list[tuple[str, Any]]:
-    """Message size limits and keepalive (dead peers are noticed within ~15 s)."""
+    """Message size limits and keepalive (dead or hung peers are noticed within ~15 s)."""
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.keepalive_time_ms", 10_000),
         ("grpc.keepalive_timeout_ms", 5_000),
+        # grpc core 1.85 closes the connection on an unanswered ping only after this
+        # (default 1 min, and in our tests never on a server): without it a hung actor
+        # host (no FIN, no RST) holds its stream and its --max-actors place forever.
+        ("grpc.http2.ping_timeout_ms", 5_000),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.keepalive_permit_without_calls", 1),
     ]
@@ -40,13 +44,27 @@ def client_channel(
     tls_ca: str | None = None,
     tls_server_name: str | None = None,
     max_message_bytes: int = 64 * 1024 * 1024,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
 ) -> grpc.aio.Channel:
-    """An asyncio channel to the learner, TLS-verified against ``tls_ca`` when given."""
+    """An asyncio channel to the learner, TLS-verified against ``tls_ca`` when given.
+
+    ``tls_cert``/``tls_key`` present a client certificate (mutual TLS).
+    """
     options = channel_options(max_message_bytes)
     if tls_ca is None:
         return grpc.aio.insecure_channel(target, options=options)
     with open(tls_ca, "rb") as f:
-        credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+        root = f.read()
+    key = chain = None
+    if tls_cert and tls_key:
+        with open(tls_key, "rb") as f:
+            key = f.read()
+        with open(tls_cert, "rb") as f:
+            chain = f.read()
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=root, private_key=key, certificate_chain=chain
+    )
     if tls_server_name:
         options.append(("grpc.ssl_target_name_override", tls_server_name))
     return grpc.aio.secure_channel(target, credentials, options=options)
