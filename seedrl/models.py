@@ -201,7 +201,7 @@ class ActorCritic(nn.Module):
         self.core: nn.LSTMCell | None = None
         if spec.lstm_size:
             self.core = nn.LSTMCell(torso_out, spec.lstm_size)
-            torso_out = spec.lstm_size
+            torso_out += spec.lstm_size  # heads see [torso features, core output]
         self.policy = nn.Linear(torso_out, spec.param_size)
         self.baseline = nn.Linear(torso_out, 1)
         nn.init.orthogonal_(self.policy.weight, gain=0.01)
@@ -253,7 +253,8 @@ class ActorCritic(nn.Module):
             for step in range(t):
                 h, c = self.core(features_TBF[step], (h * keep_TB1[step], c * keep_TB1[step]))
                 outputs.append(h)
-            features = torch.stack(outputs).reshape(t * b, -1)
+            core_out = torch.stack(outputs).reshape(t * b, -1)
+            features = torch.cat([features, core_out], dim=-1)
             core_state = (h, c)
         params = self.policy(features).reshape(t, b, -1)
         value_features = features if self.value_torso is None else self.value_torso(x)
