@@ -82,6 +82,8 @@ class LearnerConfig:
     """V-trace rho-bar."""
     clip_pg_rho_threshold: float = 1.0
     """V-trace rho-bar for the policy-gradient advantage."""
+    reward_scale: float = 1.0
+    """Multiply training rewards by this (before clipping); episode returns stay raw."""
     reward_clip: float | None = None
     """Clip training rewards to [-x, x] (Atari uses 1); episode returns stay raw."""
     train: bool = True
