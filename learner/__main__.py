@@ -4,6 +4,7 @@ Subcommands:
   (none)    train: serve actors and learn (flags: ``python -m learner --help``)
   demo      a learner plus local actors on CartPole-v1 until solved, then a plot
   plot      render the learning curve of a log directory to a PNG
+  evaluate  run a checkpoint's policy for N episodes (mean/std return, optional video)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def train_main(argv: Sequence[str]) -> int:
         argv,
         "python -m learner",
         "Run a seedrl learner: batched inference + V-trace.",
+        presets=True,
     )
     try:
         asyncio.run(serve(config))
@@ -47,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from learner.plot import main as plot_main
 
         return plot_main(args[1:])
+    if args and args[0] == "evaluate":
+        from learner.evaluate import main as evaluate_main
+
+        return evaluate_main(args[1:])
     if args and args[0] == "demo":
         from learner.demo import main as demo_main
 

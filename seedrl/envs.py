@@ -127,7 +127,7 @@ class AtariEnv(gym.Env):
         info_0 = {k: v[0] for k, v in info.items()}
         return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), info_0
 
-    def render(self) -> np.ndarray | None:  # type: ignore[override]
+    def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array" or self._obs is None:
             return None
         frame = self._obs[-1] if self._obs.ndim == 3 else self._obs[..., -1]
