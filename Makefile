@@ -16,17 +16,21 @@ GPUS ?= 1
 ENVS_PER_ACTOR ?= 1
 ARGS ?=
 PYTEST_ARGS ?=
+# Extra env families / tools to install besides learner+dev: `make install EXTRAS=atari,minatar`
+EXTRAS ?=
 
-.PHONY: install proto proto-check learner actors demo test lint bench bench-quick plot \
-        tensorboard cluster cluster-down k8s-secret clean
+.PHONY: install proto proto-check learner actors demo evaluate test lint bench bench-quick \
+        plot tensorboard cluster cluster-down k8s-secret clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=24"
-	$(PY) -m pip install --quiet -e '.[learner,dev]'
+	$(PY) -m pip install --quiet -e '.[learner,dev$(if $(EXTRAS),$(comma)$(EXTRAS))]'
 	touch $(STAMP)
+
+comma := ,
 
 ## Regenerate the committed gRPC/protobuf code from protos/.
 proto: $(STAMP)
@@ -46,6 +50,11 @@ endif
 ## Actors: `make actors N=64 LEARNER=host:port ENVS_PER_ACTOR=1 ARGS=...` (env comes from the learner)
 actors: $(STAMP)
 	$(PY) -m actors --learner $(LEARNER) --num-actors $(N) --envs-per-actor $(ENVS_PER_ACTOR) $(ARGS)
+
+## Run a checkpoint's policy: `make evaluate CHECKPOINT=runs/x/checkpoint.pt ARGS="--video out.gif"`
+CHECKPOINT ?= $(LOGDIR)/checkpoint.pt
+evaluate: $(STAMP)
+	$(PY) -m learner evaluate --checkpoint $(CHECKPOINT) $(ARGS)
 
 ## A learner and local actors train CartPole-v1 until solved; leaves metrics, TB logs, PNG.
 demo: $(STAMP)

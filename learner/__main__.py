@@ -6,6 +6,7 @@ Subcommands:
   demo      a learner plus local actors on CartPole-v1 until solved, then a plot
   plot      render the learning curve of a log directory to a PNG
   healthcheck  exit 0 when the learner at --address reports SERVING (container probes)
+  evaluate  run a checkpoint's policy for N episodes (mean/std return, optional video)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def train_main(argv: Sequence[str]) -> int:
         argv,
         "python -m learner",
         "Run a seedrl learner: batched inference + V-trace.",
+        presets=True,
     )
     try:
         if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # started by torchrun
@@ -58,6 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from learner.healthcheck import main as healthcheck_main
 
         return healthcheck_main(args[1:])
+    if args and args[0] == "evaluate":
+        from learner.evaluate import main as evaluate_main
+
+        return evaluate_main(args[1:])
     if args and args[0] == "demo":
         from learner.demo import main as demo_main
 

@@ -219,7 +219,12 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, request_stop, f"signal {sig.name}", False)
 
-    writer = MetricsWriter(logdir, tensorboard=config.tensorboard)
+    prometheus = (config.bind, config.metrics_port) if config.metrics_port else None
+    writer = MetricsWriter(logdir, tensorboard=config.tensorboard, prometheus=prometheus)
+    if writer.prometheus is not None:
+        print(
+            f"seedrl metrics on http://{config.bind}:{writer.prometheus.port}/metrics", flush=True
+        )
     progress = Progress(config.progress, config.total_frames, config.target_return)
     await server.start()
     await set_serving(health, True)

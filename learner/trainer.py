@@ -99,6 +99,8 @@ class Trainer:
             valid_TB, target_logp_TB.detach() - behaviour_logp_TB, float("-inf")
         )
         reward_TB = batch["reward"][1:]
+        if cfg.reward_scale != 1.0:
+            reward_TB = reward_TB * cfg.reward_scale
         if cfg.reward_clip is not None:
             reward_TB = reward_TB.clamp(-cfg.reward_clip, cfg.reward_clip)
         discount_TB = (~batch["terminated"][1:]).float() * cfg.discount

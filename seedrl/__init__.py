@@ -10,3 +10,8 @@ __version__ = "0.1.0"
 
 PROTOCOL_VERSION = 1
 """Wire protocol version carried in every Hello; bumped on incompatible changes."""
+
+
+from seedrl.api import TrainResult, train  # noqa: E402  (torch-free: torch loads inside train)
+
+__all__ = ["PROTOCOL_VERSION", "TrainResult", "__version__", "train"]

@@ -4,7 +4,8 @@ The command-line flags are generated from the dataclasses (``--inference-batch-s
 for ``inference_batch_size``), their help text from the attribute docstrings, so the
 dataclass is the single source of truth. A config file (TOML or JSON, YAML when PyYAML
 is installed) given with ``--config`` supplies defaults that flags override; the
-resolved config is saved as JSON in the learner's log directory.
+resolved config is saved as JSON in the learner's log directory. Presets shipped in
+``seedrl/presets/NAME.toml`` (``--preset cartpole``) sit below both: preset < file < flags.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class LearnerConfig:
     """V-trace rho-bar."""
     clip_pg_rho_threshold: float = 1.0
     """V-trace rho-bar for the policy-gradient advantage."""
+    reward_scale: float = 1.0
+    """Multiply training rewards by this (before clipping); episode returns stay raw."""
     reward_clip: float | None = None
     """Clip training rewards to [-x, x] (Atari uses 1); episode returns stay raw."""
     train: bool = True
@@ -130,6 +133,8 @@ class LearnerConfig:
     """Live progress: auto (bar on a terminal, plain lines otherwise), bar, plain, off."""
     tensorboard: bool = True
     """Write TensorBoard event files into logdir."""
+    metrics_port: int = 0
+    """Serve Prometheus /metrics on this port (on --bind's address); 0: off."""
 
     def __post_init__(self) -> None:
         positive = (
@@ -146,6 +151,8 @@ class LearnerConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.discount <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {self.discount}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be in [0, 65535], got {self.metrics_port}")
         if self.inference_timeout_ms < 0:
             raise ValueError("inference_timeout_ms must be >= 0")
         if self.model not in ("auto", "mlp", "cnn"):
@@ -332,6 +339,27 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 
+def preset_names() -> list[str]:
+    """Names of the presets shipped in ``seedrl/presets`` (``cartpole``, ``atari``, ...)."""
+    from importlib import resources
+
+    folder = resources.files("seedrl") / "presets"
+    return sorted(
+        p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
+    )
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """The field values of a shipped preset; unknown names list the known ones."""
+    import tomllib
+    from importlib import resources
+
+    if name not in preset_names():
+        raise ValueError(f"unknown preset {name!r}; shipped presets: {', '.join(preset_names())}")
+    text = (resources.files("seedrl") / "presets" / f"{name}.toml").read_text()
+    return {k.replace("-", "_"): v for k, v in tomllib.loads(text).items()}
+
+
 def build_config(cls: type[T], overrides: dict[str, Any], base: dict[str, Any] | None = None) -> T:
     """Make ``cls`` from file values ``base`` then CLI ``overrides``; unknown keys are errors."""
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
@@ -347,15 +375,29 @@ def build_config(cls: type[T], overrides: dict[str, Any], base: dict[str, Any] |
     return cls(**merged)
 
 
-def parse_config(cls: type[T], argv: Sequence[str] | None, prog: str, description: str) -> T:
-    """Parse ``argv`` into ``cls``: ``--config FILE`` then flags, one CLI for every entry point."""
+def parse_config(
+    cls: type[T],
+    argv: Sequence[str] | None,
+    prog: str,
+    description: str,
+    presets: bool = False,
+) -> T:
+    """Parse ``argv`` into ``cls``: ``--preset``, ``--config FILE``, then flags."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--config", help="TOML/JSON/YAML file of field values; flags override")
+    if presets:
+        parser.add_argument(
+            "--preset",
+            help=f"a shipped preset ({', '.join(preset_names())}); file and flags override",
+        )
     add_config_arguments(parser, cls)
     ns = vars(parser.parse_args(argv))
     config_path = ns.pop("config", None)
-    base = load_config_file(config_path) if config_path else None
+    preset = ns.pop("preset", None)
     try:
+        base = load_preset(preset) if preset else {}
+        if config_path:
+            base.update(load_config_file(config_path))
         return build_config(cls, ns, base)
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))

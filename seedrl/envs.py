@@ -7,15 +7,32 @@ NEXT_STEP autoreset mode: an env that ends reports its final observation with th
 terminated/truncated flag, and the following step resets it (reward 0, flags clear).
 That is exactly the wire contract, so truncated episodes can bootstrap from the value
 of their true final observation.
+
+Two families get seedrl's standard treatment, so the learner and every actor build the
+same preprocessed env from nothing but the id and kwargs (the learner publishes both
+in GetInfo):
+
+- ``ALE/<Game>-v5`` (extra ``[atari]``): the DeepMind/IMPALA/SEED RL setting, done in
+  ale-py's C++ vector env: frame skip 4 with max-pooling, 84x84 grayscale, a stack of 4
+  frames as uint8 ``[4, 84, 84]``, up to 30 no-op starts, sticky actions (0.25), raw
+  rewards (clip them in the learner with ``--reward-clip 1``). Every key of
+  :data:`ATARI_DEFAULTS` can be overridden with ``--env-kwargs`` (``episodic_life``,
+  ``frameskip``, ``stack_num``, ``noop_max``, ``repeat_action_probability``, ...).
+  The raw ALE env stays reachable as the factory ``ale_py.env:AtariEnv``.
+- ``MinAtar/<Game>-v0|v1`` (extra ``[minatar]``): MinAtar's gymnasium envs, with the
+  boolean observation transposed to channels-first ``[C, 10, 10]`` so the CNN never has
+  to guess the layout (Seaquest's ``10x10x10`` would be ambiguous).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from seedrl import codec
 from seedrl.proto import seedrl_pb2 as pb
@@ -35,9 +52,132 @@ def _factory(env_id: str) -> Callable[..., gym.Env] | None:
     return factory
 
 
-def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
+ATARI_PREFIX = "ALE/"
+MINATAR_PREFIX = "MinAtar/"
+
+ATARI_DEFAULTS: dict[str, Any] = {
+    "frameskip": 4,
+    "maxpool": True,
+    "img_height": 84,
+    "img_width": 84,
+    "grayscale": True,
+    "stack_num": 4,
+    "noop_max": 30,
+    "repeat_action_probability": 0.25,
+    "episodic_life": False,
+    "use_fire_reset": False,
+    "reward_clipping": False,
+    "num_threads": 1,
+}
+"""Atari preprocessing (IMPALA/SEED RL); ``--env-kwargs`` override any key.
+
+Rewards stay raw (the learner clips them, so reported returns are game scores) and
+each actor process steps its envs on one thread (one actor process per core scales
+better than threads fighting over cores)."""
+
+
+def atari_kwargs(env_id: str, env_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """Keyword arguments of ale-py's ``AtariVectorEnv`` for an ``ALE/...`` id."""
+    try:
+        import ale_py
+    except ImportError as exc:
+        raise ValueError(f"{env_id}: Atari needs ale-py: pip install 'seedrl[atari]'") from exc
+    gym.register_envs(ale_py)
+    spec_kwargs = dict(gym.spec(env_id).kwargs)
+    spec_kwargs.pop("obs_type", None)
+    return {**spec_kwargs, **ATARI_DEFAULTS, **dict(env_kwargs or {})}
+
+
+def _atari_vector_env(env_id: str, env_kwargs: dict[str, Any] | None, num_envs: int):
+    from ale_py.vector_env import AtariVectorEnv
+
+    kwargs = atari_kwargs(env_id, env_kwargs)
+    return AtariVectorEnv(
+        num_envs=num_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP, **kwargs
+    )
+
+
+class AtariEnv(gym.Env):
+    """One preprocessed Atari env: ale-py's vector env with a single member.
+
+    Built the same way as the actors' envs, so the learner's spaces and evaluation
+    match training exactly. ``render_mode="rgb_array"`` renders the newest frame of
+    the stack (what the agent sees), upscaled 3x.
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}  # noqa: RUF012
+
+    def __init__(
+        self, env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode: str | None = None
+    ) -> None:
+        self._vec = _atari_vector_env(env_id, env_kwargs, 1)
+        self.observation_space = self._vec.single_observation_space
+        self.action_space = self._vec.single_action_space
+        self.render_mode = render_mode
+        self._obs: np.ndarray | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = self._vec.reset(seed=seed)
+        self._obs = obs[0]
+        return obs[0], {k: v[0] for k, v in info.items()}
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self._vec.step(np.asarray([action]))
+        self._obs = obs[0]
+        info_0 = {k: v[0] for k, v in info.items()}
+        return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), info_0
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array" or self._obs is None:
+            return None
+        frame = self._obs[-1] if self._obs.ndim == 3 else self._obs[..., -1]
+        if frame.ndim == 2:
+            frame = np.repeat(frame[..., None], 3, axis=-1)
+        return np.kron(frame, np.ones((3, 3, 1), dtype=np.uint8))
+
+    def close(self) -> None:
+        self._vec.close()
+
+
+def _ensure_minatar(env_id: str) -> None:
+    """Register MinAtar's gymnasium ids (its plugin is not auto-loaded by gymnasium 1.x)."""
+    if env_id in gym.registry:
+        return
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # minatar warns on import when seaborn (rendering) is absent
+    try:
+        import minatar.gym as minatar_gym
+    except ImportError as exc:
+        raise ValueError(f"{env_id}: MinAtar needs minatar: pip install 'seedrl[minatar]'") from exc
+    finally:
+        root.setLevel(level)
+    minatar_gym.register_envs()
+
+
+def _channels_first(env: gym.Env) -> gym.Env:
+    """MinAtar's ``[10, 10, C]`` observations as ``[C, 10, 10]``."""
+    space = env.observation_space
+    assert isinstance(space, gym.spaces.Box)
+    h, w, c = space.shape
+    new_space = gym.spaces.Box(0, 1, shape=(c, h, w), dtype=space.dtype)
+    return gym.wrappers.TransformObservation(
+        env, lambda obs: np.ascontiguousarray(np.transpose(obs, (2, 0, 1))), new_space
+    )
+
+
+def make_env(
+    env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode: str | None = None
+) -> gym.Env:
     """One environment instance (learner: spaces and evaluation)."""
     kwargs = dict(env_kwargs or {})
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    if env_id.startswith(ATARI_PREFIX):
+        return AtariEnv(env_id, env_kwargs, render_mode)
+    if env_id.startswith(MINATAR_PREFIX):
+        _ensure_minatar(env_id)
+        return _channels_first(gym.make(env_id, **kwargs))
     factory = _factory(env_id)
     if factory is not None:
         return factory(**kwargs)
@@ -53,8 +193,16 @@ def make_vector_env(
     is ~15x faster than K separate envs), else a synchronous vector env.
     """
     kwargs = dict(env_kwargs or {})
-    factory = _factory(env_id)
     next_step = gym.vector.AutoresetMode.NEXT_STEP
+    if env_id.startswith(ATARI_PREFIX):
+        return _atari_vector_env(env_id, kwargs, num_envs)
+    if env_id.startswith(MINATAR_PREFIX):
+        _ensure_minatar(env_id)
+        return gym.vector.SyncVectorEnv(
+            [lambda: _channels_first(gym.make(env_id, **kwargs)) for _ in range(num_envs)],
+            autoreset_mode=next_step,
+        )
+    factory = _factory(env_id)
     if factory is not None:
         vec: gym.vector.VectorEnv = gym.vector.SyncVectorEnv(
             [lambda: factory(**kwargs) for _ in range(num_envs)], autoreset_mode=next_step

@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from seedrl import codec
 from seedrl.proto import seedrl_pb2 as pb
 
 CoreState = tuple[torch.Tensor, ...]
@@ -60,8 +62,14 @@ class GaussianHead:
 
     continuous = True
 
-    def __init__(self, action_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        action_shape: tuple[int, ...],
+        low: tuple[float, ...] = (),
+        high: tuple[float, ...] = (),
+    ) -> None:
         self.action_shape = action_shape
+        self.low, self.high = low, high  # flat Box bounds; () when unbounded
         self.action_size = math.prod(action_shape)
         self.param_size = 2 * self.action_size
         self.action_dtype = torch.float32
@@ -99,7 +107,14 @@ def action_head(action_spec: pb.SpaceSpec) -> ActionHead:
     if action_spec.kind == "discrete":
         return CategoricalHead(int(action_spec.n))
     if action_spec.kind == "box":
-        return GaussianHead(tuple(int(d) for d in action_spec.shape))
+        low: tuple[float, ...] = ()
+        high: tuple[float, ...] = ()
+        if action_spec.low.data and action_spec.high.data:
+            low_A = codec.decode_tensor(action_spec.low, "action low").astype(float).ravel()
+            high_A = codec.decode_tensor(action_spec.high, "action high").astype(float).ravel()
+            if np.isfinite(low_A).all() and np.isfinite(high_A).all():
+                low, high = tuple(low_A.tolist()), tuple(high_A.tolist())
+        return GaussianHead(tuple(int(d) for d in action_spec.shape), low, high)
     raise ValueError(f"unsupported action space kind {action_spec.kind!r}")
 
 
@@ -114,6 +129,9 @@ class ModelSpec:
     param_size: int
     lstm_size: int  # 0: no LSTM
     separate_value: bool = False  # MLP only: the value gets its own MLP (no shared torso)
+    continuous: bool = False  # Gaussian head: state-independent log-std (params = mean, log-std)
+    action_low: tuple[float, ...] = ()  # finite Box bounds: the mean is squashed into them
+    action_high: tuple[float, ...] = ()
 
 
 def choose_torso(obs_spec: pb.SpaceSpec, requested: str) -> str:
@@ -201,8 +219,27 @@ class ActorCritic(nn.Module):
         self.core: nn.LSTMCell | None = None
         if spec.lstm_size:
             self.core = nn.LSTMCell(torso_out, spec.lstm_size)
-            torso_out = spec.lstm_size
-        self.policy = nn.Linear(torso_out, spec.param_size)
+            torso_out += spec.lstm_size  # heads see [torso features, core output]
+        # A continuous policy learns one log-std per action dim, not per state: a
+        # state-dependent std collapses within a few hundred V-trace steps on Pendulum.
+        self.log_std: nn.Parameter | None = None
+        policy_out = spec.param_size
+        if spec.continuous:
+            policy_out = spec.param_size // 2
+            self.log_std = nn.Parameter(torch.zeros(policy_out))
+        # Bounded continuous actions: mean = centre + half-range * tanh(raw). An unbounded
+        # mean drifts past the bounds, where the clipped action no longer changes and
+        # the policy sticks at full torque (Pendulum's -1600 plateau).
+        self.action_centre: torch.Tensor | None
+        self.action_half_range: torch.Tensor | None
+        centre = half_range = None
+        if spec.continuous and spec.action_low:
+            low = torch.tensor(spec.action_low, dtype=torch.float32)
+            high = torch.tensor(spec.action_high, dtype=torch.float32)
+            centre, half_range = (high + low) / 2, (high - low) / 2
+        self.register_buffer("action_centre", centre)
+        self.register_buffer("action_half_range", half_range)
+        self.policy = nn.Linear(torso_out, policy_out)
         self.baseline = nn.Linear(torso_out, 1)
         nn.init.orthogonal_(self.policy.weight, gain=0.01)
         nn.init.zeros_(self.policy.bias)
@@ -253,9 +290,14 @@ class ActorCritic(nn.Module):
             for step in range(t):
                 h, c = self.core(features_TBF[step], (h * keep_TB1[step], c * keep_TB1[step]))
                 outputs.append(h)
-            features = torch.stack(outputs).reshape(t * b, -1)
+            core_out = torch.stack(outputs).reshape(t * b, -1)
+            features = torch.cat([features, core_out], dim=-1)
             core_state = (h, c)
         params = self.policy(features).reshape(t, b, -1)
+        if self.action_centre is not None and self.action_half_range is not None:
+            params = self.action_centre + self.action_half_range * torch.tanh(params)
+        if self.log_std is not None:
+            params = torch.cat([params, self.log_std.expand_as(params)], dim=-1)
         value_features = features if self.value_torso is None else self.value_torso(x)
         values = self.baseline(value_features).reshape(t, b)
         return params, values, core_state
@@ -278,6 +320,9 @@ def build_model(
         param_size=head.param_size,
         lstm_size=lstm_size,
         separate_value=separate_value,
+        continuous=head.continuous,
+        action_low=head.low if isinstance(head, GaussianHead) else (),
+        action_high=head.high if isinstance(head, GaussianHead) else (),
     )
     return ActorCritic(spec)
 

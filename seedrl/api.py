@@ -1,0 +1,190 @@
+"""The Python API for notebooks and scripts: ``seedrl.train(...)`` -> a trained policy.
+
+It runs the same learner as ``python -m learner`` in this process (so the model is
+loaded straight from the final checkpoint afterwards) and the same actor launcher as
+``python -m actors`` as a child process on loopback. Imported lazily by
+``seedrl.train``: ``import seedrl`` stays free of torch.
+
+Example (CartPole to a mean return of 200, then use the policy)::
+
+    import seedrl
+
+    result = seedrl.train("CartPole-v1", target_return=200, max_seconds=300,
+                          num_actors=2, envs_per_actor=16)
+    print(result.episode_return_mean, result.logdir)
+    env = result.policy.make_env()
+    obs, _ = env.reset(seed=0)
+    result.policy.reset()
+    obs, reward, terminated, truncated, _ = env.step(result.policy.act(obs))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seedrl.config import AUTH_TOKEN_ENV, LearnerConfig, build_config, load_preset
+
+ACTORS_EXIT_TIMEOUT_S = 20.0
+"""How long the actor launcher gets to exit after the learner finished."""
+
+
+@dataclass
+class TrainResult:
+    """What ``seedrl.train`` returns: the run summary, where its files are, the policy."""
+
+    reason: str
+    frames: int
+    learner_steps: int
+    episodes: int
+    episode_return_mean: float | None
+    wall_time_s: float
+    solved: bool
+    logdir: Path
+    checkpoint: Path
+    policy: Any
+    """A :class:`learner.evaluate.Policy` loaded from the final checkpoint (``.act(obs)``)."""
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """The run's metrics.jsonl records (for plotting in a notebook)."""
+        from seedrl.metrics import read_metrics
+
+        return read_metrics(self.logdir)
+
+
+def train(
+    env: str = "CartPole-v1",
+    *,
+    total_frames: int = 0,
+    num_actors: int = 2,
+    envs_per_actor: int = 8,
+    preset: str | None = None,
+    logdir: str | os.PathLike[str] | None = None,
+    greedy: bool = True,
+    **learner_overrides: Any,
+) -> TrainResult:
+    """Train a policy with a local learner and ``num_actors`` actor processes.
+
+    ``learner_overrides`` are :class:`~seedrl.config.LearnerConfig` fields
+    (``target_return=475``, ``max_seconds=120``, ``lstm=True``, ``env_kwargs={...}``);
+    a ``preset`` supplies defaults below them. Stops at ``total_frames``, the target
+    return or ``max_seconds``, whichever comes first; set at least one.
+    """
+    base = load_preset(preset) if preset else {}
+    fields: dict[str, Any] = {
+        "env": env,
+        "total_frames": total_frames,
+        "port": 0,
+        "progress": "off",
+        **learner_overrides,
+    }
+    if preset and env == "CartPole-v1" and "env" in base:
+        fields["env"] = base["env"]  # the preset's env unless one was asked for
+    if logdir is None:
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(fields["env"])).strip("-")
+        logdir = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    fields["logdir"] = str(logdir)
+    config = build_config(LearnerConfig, fields, base)
+    if not (config.total_frames or config.target_return is not None or config.max_seconds):
+        raise ValueError("set total_frames, target_return or max_seconds, or training never stops")
+
+    coroutine = _train(config, num_actors, envs_per_actor)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        run = asyncio.run(coroutine)  # a script: signals (Ctrl-C) stop the learner cleanly
+    else:
+        run = _run_in_thread(coroutine)  # a notebook: its event loop is already running
+
+    from learner.evaluate import Policy
+
+    checkpoint = config.checkpoint_path
+    return TrainResult(
+        reason=run.reason,
+        frames=run.frames,
+        learner_steps=run.learner_steps,
+        episodes=run.episodes,
+        episode_return_mean=run.episode_return_mean,
+        wall_time_s=run.wall_time_s,
+        solved=run.solved,
+        logdir=Path(config.logdir),
+        checkpoint=checkpoint,
+        policy=Policy.load(checkpoint, greedy=greedy),
+    )
+
+
+def _run_in_thread(coroutine: Any) -> Any:
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = asyncio.run(coroutine)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="seedrl-train", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+async def _train(config: LearnerConfig, num_actors: int, envs_per_actor: int) -> Any:
+    """Serve until done; the actor launcher starts once the learner listens."""
+    from learner.run import serve
+
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[int] = loop.create_future()
+    learner = asyncio.create_task(serve(config, ready=ready), name="learner")
+    waiting: set[asyncio.Future[Any]] = {learner, ready}
+    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    if not ready.done():
+        return learner.result()  # serve failed before listening: raise its error
+    actors = _start_actors(config, ready.result(), num_actors, envs_per_actor)
+    try:
+        return await learner
+    finally:
+        await asyncio.to_thread(_stop_actors, actors)
+
+
+def _start_actors(
+    config: LearnerConfig, port: int, num_actors: int, envs_per_actor: int
+) -> subprocess.Popen[bytes]:
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    if config.auth_token:
+        env[AUTH_TOKEN_ENV] = config.auth_token  # never on the command line
+    cmd = [
+        sys.executable, "-m", "actors", "--learner", f"127.0.0.1:{port}",
+        "--num-actors", str(num_actors), "--envs-per-actor", str(envs_per_actor),
+        "--seed", str(config.seed),
+    ]  # fmt: skip
+    logdir = Path(config.logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    with open(logdir / "actors.log", "ab") as log_file:
+        return subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+
+
+def _stop_actors(actors: subprocess.Popen[bytes]) -> None:
+    """The launcher exits when the learner says it finished; terminate it otherwise."""
+    try:
+        actors.wait(timeout=ACTORS_EXIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        actors.terminate()
+        try:
+            actors.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            actors.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                actors.wait(timeout=5)
