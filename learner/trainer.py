@@ -117,6 +117,10 @@ class Trainer:
         )
         weight_TB = valid_TB.float()
         count = weight_TB.sum().clamp(min=1.0)
+        if cfg.normalize_advantages:
+            mean = (pg_adv_TB * weight_TB).sum() / count
+            std = (((pg_adv_TB - mean) * weight_TB).pow(2).sum() / count).sqrt()
+            pg_adv_TB = (pg_adv_TB - mean) / (std + 1e-8)
         policy_loss = -(target_logp_TB * pg_adv_TB * weight_TB).sum() / count
         baseline_loss = 0.5 * ((vs_TB - values_T1B[:t]).pow(2) * weight_TB).sum() / count
         entropy = (self.head.entropy(params_T1BP[:t]) * weight_TB).sum() / count

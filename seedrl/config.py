@@ -88,6 +88,9 @@ class LearnerConfig:
     """V-trace rho-bar for the policy-gradient advantage."""
     reward_scale: float = 1.0
     """Multiply training rewards by this (before clipping); episode returns stay raw."""
+    normalize_advantages: bool = False
+    """Scale V-trace policy-gradient advantages to zero mean, unit std per batch (helps
+    continuous control; IMPALA itself does not)."""
     reward_clip: float | None = None
     """Clip training rewards to [-x, x] (Atari uses 1); episode returns stay raw."""
     train: bool = True
