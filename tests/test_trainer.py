@@ -1,0 +1,129 @@
+"""The V-trace actor-critic loss: masking, termination vs truncation, advantage scaling."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from learner.run import build_learner
+from learner.trainer import Trainer, to_time_major
+from learner.trajectories import Unrolls
+from seedrl import vtrace
+from seedrl.config import LearnerConfig
+
+T, B = 6, 3
+
+
+def _trainer(tmp_path, **overrides) -> Trainer:
+    config = LearnerConfig(
+        logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=B, **overrides
+    )
+    learner = build_learner(config)
+    return Trainer(
+        config, learner.model, learner.head, learner.optimizer, learner.device, learner.queue,
+        learner.stats, learner.weights_lock, learner.step_counter,
+    )  # fmt: skip
+
+
+def _unrolls(seed: int = 0) -> Unrolls:
+    rng = np.random.default_rng(seed)
+    rows = T + 1
+    return Unrolls(
+        obs=rng.normal(size=(B, rows, 4)).astype(np.float32),
+        first=np.zeros((B, rows), bool),
+        reward=rng.normal(size=(B, rows)).astype(np.float32),
+        terminated=np.zeros((B, rows), bool),
+        truncated=np.zeros((B, rows), bool),
+        action=rng.integers(0, 2, size=(B, rows)),
+        policy_params=rng.normal(size=(B, rows, 2)).astype(np.float32),
+        core_state=(),
+        acted_step=np.zeros(B, np.int64),
+    )
+
+
+def _loss(trainer: Trainer, unrolls: Unrolls) -> dict[str, float]:
+    _, parts = trainer.loss(to_time_major(unrolls, torch.device("cpu")), ())
+    return {k: float(v) for k, v in parts.items()}
+
+
+def test_the_fake_transition_after_a_done_frame_does_not_count(tmp_path):
+    """What is stored on a done frame's action and on the reset frame's reward is ignored."""
+    trainer = _trainer(tmp_path)
+    base = _unrolls()
+    base.terminated[:, 2] = True  # frame 2 ends the episode; frame 3 is the reset frame
+    base.reward[:, 3] = 0.0
+    before = _loss(trainer, base)
+    changed = dataclasses.replace(
+        base,
+        action=base.action.copy(),
+        policy_params=base.policy_params.copy(),
+        reward=base.reward.copy(),
+    )
+    changed.action[:, 2] = 1 - changed.action[:, 2]
+    changed.policy_params[:, 2] += 5.0
+    after = _loss(trainer, changed)
+    assert before == after
+
+
+def test_rewards_after_an_episode_end_never_flow_back(tmp_path, monkeypatch):
+    """Value targets before a terminated or truncated frame ignore the next episode's rewards."""
+    trainer = _trainer(tmp_path)
+    captured: list[torch.Tensor] = []
+    real = vtrace.from_importance_weights
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        result = real(*args, **kwargs)
+        captured.append(result.vs)
+        return result
+
+    monkeypatch.setattr(vtrace, "from_importance_weights", spy)
+    for flag in ("terminated", "truncated"):
+        targets = []
+        for late_reward in (0.0, 100.0):
+            unrolls = _unrolls(seed=1)
+            getattr(unrolls, flag)[:, 3] = True  # frame 3 ends the episode
+            unrolls.reward[:, 4] = 0.0  # frame 4 is the reset frame
+            unrolls.reward[:, 5:] = late_reward  # the next episode's rewards
+            _loss(trainer, unrolls)
+            targets.append(captured.pop())
+        assert torch.equal(targets[0][:3], targets[1][:3]), flag
+        assert not torch.equal(targets[0][4:], targets[1][4:]), flag
+
+
+def test_discount_is_zero_only_into_a_terminated_frame(tmp_path):
+    """The last real transition into a terminated frame has no bootstrap; truncated has one."""
+    trainer = _trainer(tmp_path)
+    with torch.no_grad():  # a constant value of 10 everywhere makes the bootstrap visible
+        trainer.model.baseline.weight.zero_()
+        trainer.model.baseline.bias.fill_(10.0)
+    results = {}
+    for flag in ("terminated", "truncated"):
+        unrolls = _unrolls(seed=2)
+        unrolls.reward[:] = 0.0
+        getattr(unrolls, flag)[:, T - 1] = True
+        results[flag] = _loss(trainer, unrolls)["loss_baseline"]
+    # terminated: the target into frame T-1 is 0 (value 10 -> error 10); truncated: the
+    # target is 0.99 * 10 (error 0.1), so the baseline loss is far smaller.
+    assert results["terminated"] > 10 * results["truncated"]
+
+
+def test_normalized_advantages_make_the_policy_loss_scale_free(tmp_path):
+    """With --normalize-advantages, scaling rewards leaves the policy-gradient term unchanged."""
+    losses = {}
+    for normalize in (False, True):
+        trainer = _trainer(tmp_path / str(normalize), normalize_advantages=normalize)
+        with torch.no_grad():  # V = 0, so advantages scale exactly with the rewards
+            trainer.model.baseline.weight.zero_()
+            trainer.model.baseline.bias.zero_()
+        small = _unrolls(seed=3)
+        large = dataclasses.replace(small, reward=small.reward * 10.0)
+        losses[normalize] = (
+            _loss(trainer, small)["loss_policy"],
+            _loss(trainer, large)["loss_policy"],
+        )
+    raw_small, raw_large = losses[False]
+    assert abs(raw_large - 10 * raw_small) < 1e-3 * max(1.0, abs(raw_large))
+    norm_small, norm_large = losses[True]
+    assert abs(norm_small - norm_large) < 1e-5
