@@ -27,6 +27,7 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
+from actors.latency import RoundTripStats
 from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.config import ActorConfig, parse_config, resolve_auth_token
 from seedrl.proto import seedrl_pb2 as pb
@@ -95,6 +96,7 @@ class Actor:
         self.backoff = Backoff(cap=config.max_backoff_s)
         self.frames = 0
         self.connections = 0
+        self.round_trips = RoundTripStats()
         self.vec_env: gym.vector.VectorEnv | None = None
         self._env_key: tuple[str, str] | None = None
         self._env_spec: pb.EnvSpec | None = None
@@ -153,6 +155,7 @@ class Actor:
                 await asyncio.sleep(delay)
                 continue
             finally:
+                self.round_trips.flush(self.actor_id, cfg.envs_per_actor)
                 await channel.close()
             log.info("actor %s: %s after %d frames", self.actor_id, end.value, self.frames)
             if end in (StreamEnd.FINISHED, StreamEnd.MAX_FRAMES):
@@ -195,13 +198,16 @@ class Actor:
 
         message = pb.ActorMessage()
         frame = message.frame
+        clock, record_rtt = time.perf_counter, self.round_trips.record
         while True:
             codec.encode_tensor(np.asarray(obs_KO, dtype=obs_dtype), frame.observations)
             codec.encode_tensor(reward_K, frame.rewards)
             codec.encode_tensor(terminated_K, frame.terminated)
             codec.encode_tensor(truncated_K, frame.truncated)
+            sent = clock()
             await call.write(message)
             reply = await call.read()
+            record_rtt(clock() - sent)
             if reply is grpc.aio.EOF:
                 await call.code()
                 return StreamEnd.CLOSED
