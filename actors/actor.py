@@ -12,6 +12,7 @@ Shape suffixes: K envs in this actor, O observation dims, A action dims.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import os
@@ -255,6 +256,32 @@ async def _run_until_signal(actor: Actor) -> int:
         )  # fmt: skip
 
 
+async def _run_groups(config: ActorConfig) -> int:
+    """G env groups in one process, one stream each: while one group steps, others wait.
+
+    Group ``g`` of actor ``i`` is actor index ``i * G + g`` with K / G envs, so seeds and
+    ids stay distinct. The exit code is the worst of the groups'.
+    """
+    groups = config.env_groups
+    group_config = dataclasses.replace(
+        config, envs_per_actor=config.envs_per_actor // groups, env_groups=1
+    )
+    actors = [Actor(group_config, config.first_index * groups + g) for g in range(groups)]
+    tasks = [asyncio.create_task(actor.run()) for actor in actors]
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: [task.cancel() for task in tasks])
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for actor in actors:
+        actor.round_trips.flush(actor.actor_id, group_config.envs_per_actor)
+    codes = [r if isinstance(r, int) else 0 for r in results]  # cancelled by a signal: 0
+    for r in results:
+        if isinstance(r, Exception):
+            log.error("actor group failed: %r", r)
+            codes.append(1)
+    return max(codes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one actor process (the launcher starts N of these)."""
     config = parse_config(
@@ -267,6 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=os.environ.get("SEEDRL_LOG_LEVEL", "WARNING"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if config.env_groups > 1:
+        return asyncio.run(_run_groups(config))
     actor = Actor(config, index=config.first_index)
     return asyncio.run(_run_until_signal(actor))
 

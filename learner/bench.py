@@ -157,13 +157,16 @@ def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
 class ActorFleet:
     """N actor processes (``python -m actors.actor``) that outlive the servers of a point."""
 
-    def __init__(self, address: str, n: int, k: int, stats_dir: Path, extra: Sequence[str]):
+    def __init__(
+        self, address: str, n: int, k: int, groups: int, stats_dir: Path, extra: Sequence[str]
+    ) -> None:
+        self.groups = groups
         self.stats_dir = stats_dir
         stats_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SEEDRL_ACTOR_STATS_DIR": str(stats_dir)}
         self.procs = [
             subprocess.Popen(
-                self.command(address, k, i, extra),
+                [*self.command(address, k, i, extra), "--env-groups", str(groups)],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -238,6 +241,7 @@ class Settings:
     actor_args: tuple[str, ...]
     torch_threads: int
     workdir: Path
+    env_groups: int = 1
 
 
 def server_command(mode: str, address_bind: str, port: int, logdir: Path, s: Settings) -> list:
@@ -271,7 +275,8 @@ def measure_server(mode: str, n: int, k: int, fleet: ActorFleet, bind: str, port
 
             def all_connected() -> bool:
                 records = read_metrics(metrics)
-                return bool(records) and records[-1].get("actors_connected", 0) >= n
+                streams = n * fleet.groups
+                return bool(records) and records[-1].get("actors_connected", 0) >= streams
 
             if not wait_for(all_connected, s.connect_timeout_s):
                 tail = log_path.read_text(errors="replace")[-400:]
@@ -310,7 +315,7 @@ def measure_server(mode: str, n: int, k: int, fleet: ActorFleet, bind: str, port
         "actors_connected": last.get("actors_connected"),
     }
     # The actors flush one record per stream when the server goes away.
-    wait_for(lambda: len(fleet.stream_records()) >= streams_before + n, 10.0)
+    wait_for(lambda: len(fleet.stream_records()) >= streams_before + n * fleet.groups, 10.0)
     streams = fleet.stream_records()[streams_before:]
     if streams:
         row["rtt_p50_ms"] = statistics.median(r["rtt_p50_ms"] for r in streams)
@@ -363,7 +368,9 @@ def run_point(n: int, k: int, modes: Sequence[str], repeat: int, s: Settings, lo
     if not networked:
         return
     with point_address(s.transport, s.workdir) as (address, bind, port):
-        fleet = ActorFleet(address, n, k, s.workdir / f"actors-{n}x{k}-{repeat}", s.actor_args)
+        groups = s.env_groups if k % s.env_groups == 0 else 1
+        stats_dir = s.workdir / f"actors-{n}x{k}-{repeat}"
+        fleet = ActorFleet(address, n, k, groups, stats_dir, s.actor_args)
         try:
             for mode in networked:
                 try:
@@ -545,6 +552,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         actor_args=tuple(args.actor_args.split()),
         torch_threads=args.torch_threads,
         workdir=workdir,
+        env_groups=args.env_groups,
     )
     started = time.time()
     load_before = os.getloadavg()
@@ -579,6 +587,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             "measure_s": measure,
             "transport": settings.transport,
             "torch_threads": settings.torch_threads,
+            "env_groups": settings.env_groups,
             "learner_args": list(settings.learner_args),
             "actor_args": list(settings.actor_args),
         },
@@ -619,6 +628,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--connect-timeout-s", type=float, default=120.0)
     parser.add_argument("--transport", choices=("tcp", "unix"), default="tcp")
     parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument(
+        "--env-groups", type=int, default=1, help="actor --env-groups G where G divides K"
+    )
     parser.add_argument("--learner-args", default="", help="extra learner flags, one string")
     parser.add_argument("--actor-args", default="", help="extra actor flags, one string")
     parser.add_argument("--env", default="CartPole-v1")

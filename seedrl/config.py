@@ -168,6 +168,9 @@ class ActorConfig:
     """N: actor processes to start."""
     envs_per_actor: int = 1
     """K: environments each actor steps and sends in one message."""
+    env_groups: int = 1
+    """G: split the K envs into G groups, each on its own stream, so one group steps its
+    envs while the others wait for actions (Sample Factory's double buffering); K % G == 0."""
     seed: int = 0
     """Base env seed; actor i seeds its envs from seed + i * K."""
     actor_id: str = ""
@@ -194,6 +197,11 @@ class ActorConfig:
             raise ValueError("num_actors and envs_per_actor must be >= 1")
         if self.max_backoff_s <= 0:
             raise ValueError("max_backoff_s must be > 0")
+        if self.env_groups < 1 or self.envs_per_actor % self.env_groups:
+            raise ValueError(
+                f"env_groups must be >= 1 and divide envs_per_actor ({self.envs_per_actor}), "
+                f"got {self.env_groups}"
+            )
 
 
 def resolve_auth_token(token: str | None) -> str | None:
