@@ -83,7 +83,7 @@ def run_ideal(env_id: str, num_envs: int, seconds: float, warmup_s: float, threa
     import numpy as np
     import torch
 
-    from seedrl import codec, envs
+    from seedrl import envs
     from seedrl.config import LearnerConfig
     from seedrl.models import action_head, build_model
 
@@ -97,12 +97,12 @@ def run_ideal(env_id: str, num_envs: int, seconds: float, warmup_s: float, threa
     obs_KO, _ = vec.reset(seed=0)
     first_1K = torch.ones(1, num_envs, dtype=torch.bool)
     frames, t0 = 0, time.perf_counter()
-    measured_from, measured_frames = None, 0
+    measured_from, measured_frames, cpu_from = None, 0, 0.0
     with torch.no_grad():
         while True:
             now = time.perf_counter()
             if measured_from is None and now - t0 >= warmup_s:
-                measured_from, measured_frames = now, frames
+                measured_from, measured_frames, cpu_from = now, frames, time.process_time()
             if now - t0 >= warmup_s + seconds:
                 break
             obs = torch.from_numpy(np.asarray(obs_KO, dtype=obs_dtype)).unsqueeze(0)
@@ -111,9 +111,14 @@ def run_ideal(env_id: str, num_envs: int, seconds: float, warmup_s: float, threa
             obs_KO, *_ = vec.step(action_K)
             frames += num_envs
     wall = time.perf_counter() - (measured_from or t0)
+    cpu = time.process_time() - cpu_from
     vec.close()
-    _ = codec  # the ideal uses the same env factory and model the learner uses
-    return {"fps": (frames - measured_frames) / max(wall, 1e-9), "seconds": wall}
+    measured = max(frames - measured_frames, 1)
+    return {
+        "fps": measured / max(wall, 1e-9),
+        "seconds": wall,
+        "cpu_us_per_frame": cpu / measured * 1e6,
+    }
 
 
 # ---------------------------------------------------------------------- processes
@@ -306,6 +311,9 @@ def measure_server(mode: str, n: int, k: int, fleet: ActorFleet, bind: str, port
         "learner_cpu": learner_cpu,
         "actors_cpu": actors_cpu,
         "learner_cpu_share": learner_cpu / max(learner_cpu + actors_cpu, 1e-9),
+        # CPU seconds per frame hold up under a loaded machine far better than frames/s.
+        "cpu_us_per_frame": (learner_cpu + actors_cpu) / max(fps, 1e-9) * 1e6,
+        "learner_cpu_us_per_frame": learner_cpu / max(fps, 1e-9) * 1e6,
         "learner_rss_mb": last.get("learner_rss_mb"),
         "actor_rss_mb_max": max(actor_rss) if actor_rss else None,
         "actor_rss_mb_mean": statistics.fmean(actor_rss) if actor_rss else None,
@@ -338,7 +346,11 @@ def measure_ideal(n: int, k: int, s: Settings) -> dict[str, Any]:
     timeout = 60 + 2 * (s.warmup_s + s.measure_s)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"fps": result["fps"], "round_trips_per_s": None}
+    return {
+        "fps": result["fps"],
+        "round_trips_per_s": None,
+        "cpu_us_per_frame": result["cpu_us_per_frame"],
+    }
 
 
 @contextlib.contextmanager
@@ -401,6 +413,11 @@ def summarize(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[di
         point["system_over_ideal"] = _ratio(point["system_fps"], point["ideal_fps"])
         point["system_over_echo"] = _ratio(point["system_fps"], point["echo_fps"])
         point["inference_over_echo"] = _ratio(point["inference_fps"], point["echo_fps"])
+        # Load-robust companion of system/ideal: ideal CPU per frame / system CPU per frame.
+        point["system_cpu_efficiency"] = _ratio(
+            _median_field(rows, point["n"], point["k"], "ideal", "cpu_us_per_frame"),
+            _median_field(rows, point["n"], point["k"], "system", "cpu_us_per_frame"),
+        )
     table = sorted(points.values(), key=lambda p: (p["n"], p["k"]))
 
     def fps(n: int, k: int, mode: str) -> float | None:
@@ -447,6 +464,15 @@ def summarize(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[di
     return table, targets
 
 
+def _median_field(rows: list[dict[str, Any]], n: int, k: int, mode: str, key: str):
+    values = [
+        r[key]
+        for r in rows
+        if (r["n"], r["k"], r["mode"]) == (n, k, mode) and r.get(key) is not None
+    ]
+    return statistics.median(values) if values else None
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
@@ -487,8 +513,8 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
     console = Console(width=max(Console().width, 180))
     t = Table(title="seedrl bench: frames/s (medians over repeats)")
     for col in ("N x K", "ideal", "echo", "inference", "system", "sys/ideal", "sys/echo",
-                "batch", "rtt p50/p99 ms", "learner cpu", "steps/s", "trainer wait",
-                "inf wait", "RSS learner/actor MB"):  # fmt: skip
+                "cpu µs/frame i/e/s", "batch", "rtt p50/p99 ms", "learner cpu", "steps/s",
+                "trainer wait", "inf wait", "RSS learner/actor MB"):  # fmt: skip
         t.add_column(col, justify="right")
     for p in table:
         n, k = p["n"], p["k"]
@@ -496,7 +522,9 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
         t.add_row(
             f"{n} x {k}", f(p["ideal_fps"]), f(p["echo_fps"]), f(p["inference_fps"]),
             f(p["system_fps"]), f(p["system_over_ideal"], "{:.2f}"),
-            f(p["system_over_echo"], "{:.2f}"), f(med(n, k, "system", "inference_batch_mean"),
+            f(p["system_over_echo"], "{:.2f}"),
+            "/".join(f(med(n, k, m, "cpu_us_per_frame")) for m in ("ideal", "echo", "system")),
+            f(med(n, k, "system", "inference_batch_mean"),
             "{:.1f}"), f"{f(p50, '{:.1f}')}/{f(p99, '{:.1f}')}",
             f(med(n, k, "system", "learner_cpu"), "{:.2f}"),
             f(med(n, k, "system", "learner_steps_per_s"), "{:.1f}"),
@@ -559,7 +587,10 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
 
     def log(n: int, k: int, mode: str, row: dict[str, Any]) -> None:
         if args.verbose:
-            shown = row.get("error") or f"{row.get('fps', 0):,.0f} frames/s"
+            shown = row.get("error") or (
+                f"{row.get('fps', 0):,.0f} frames/s, "
+                f"{row.get('cpu_us_per_frame') or 0:.0f} cpu µs/frame"
+            )
             elapsed = time.time() - started
             print(f"  [{elapsed:5.0f} s] {n:>4} x {k:<3} {mode:<9} {shown}", file=sys.stderr,
                   flush=True)  # fmt: skip

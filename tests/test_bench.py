@@ -30,6 +30,7 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     for mode, row in rows.items():
         assert "error" not in row, row
         assert row["fps"] > 0, (mode, row)
+        assert row["cpu_us_per_frame"] > 0, (mode, row)
     for mode in ("echo", "inference", "system"):
         row = rows[mode]
         assert row["round_trips_per_s"] == pytest.approx(row["fps"] / 4)
@@ -45,6 +46,7 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     (point,) = report["points"]
     assert point["system_over_ideal"] == pytest.approx(point["system_fps"] / point["ideal_fps"])
     assert point["system_over_echo"] == pytest.approx(point["system_fps"] / point["echo_fps"])
+    assert point["system_cpu_efficiency"] > 0
     assert [t["name"] for t in report["targets"]] == [t.name for t in TARGETS]
     assert "seedrl bench" in done.stdout
 
