@@ -25,6 +25,8 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     assert report["schema"] == "seedrl-bench/1"
     assert report["settings"]["sweep"] == ["2x4"]
     assert report["machine"]["cpus"] >= 1
+    assert report["ideal_reference"]["envs"] == 64
+    assert report["ideal_reference"]["fps"] > 0
     rows = {row["mode"]: row for row in report["results"]}
     assert set(rows) == set(MODES)
     for mode, row in rows.items():
@@ -86,6 +88,11 @@ def test_summarize_medians_ratios_and_targets():
     assert checks["learner_rss_mb_per_actor"]["value"] == pytest.approx(1.0)
     assert checks["learner_rss_mb_per_actor"]["pass"] is True
     assert checks["system_256x1_over_64x1"]["pass"] is False
+    # With a measured one-process reference (64 envs) the best system point is judged by it.
+    _, targets = summarize(rows, ideal_reference_fps=150.0)
+    best = next(t for t in targets if t["name"] == "best_system_over_ideal")
+    assert best["value"] == pytest.approx(95.0 / 150.0)
+    assert best["pass"] is True
 
 
 def test_round_trip_stats_flush_one_line_per_stream(tmp_path):
