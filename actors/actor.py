@@ -294,6 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=os.environ.get("SEEDRL_LOG_LEVEL", "WARNING"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if config.nice:
+        os.nice(config.nice)
     if config.env_groups > 1:
         return asyncio.run(_run_groups(config))
     actor = Actor(config, index=config.first_index)

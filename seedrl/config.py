@@ -189,6 +189,9 @@ class ActorConfig:
     """Exit when the learner stops for a restart, instead of waiting to reconnect."""
     max_frames: int = 0
     """Stop each actor after this many frames (0: until the learner finishes)."""
+    nice: int = 0
+    """Add this to the actor processes' niceness (0-19): with many more actors than cores on
+    the learner's host, the learner then keeps the CPU share it needs to serve them."""
     restart: bool = True
     """The launcher restarts actor processes that crash."""
 
@@ -197,6 +200,8 @@ class ActorConfig:
             raise ValueError("num_actors and envs_per_actor must be >= 1")
         if self.max_backoff_s <= 0:
             raise ValueError("max_backoff_s must be > 0")
+        if not 0 <= self.nice <= 19:
+            raise ValueError(f"nice must be in [0, 19], got {self.nice}")
         if self.env_groups < 1 or self.envs_per_actor % self.env_groups:
             raise ValueError(
                 f"env_groups must be >= 1 and divide envs_per_actor ({self.envs_per_actor}), "

@@ -1,4 +1,4 @@
-"""``--env-groups G``: one actor process, G streams of K/G envs each (double buffering)."""
+"""Actor process options for throughput: ``--env-groups G`` (double buffering) and ``--nice``."""
 
 from __future__ import annotations
 
@@ -28,3 +28,10 @@ def test_one_actor_process_with_two_groups_opens_two_streams(tmp_path):
     records = read_records(tmp_path)
     assert records[-1]["frames"] >= 4000
     assert max(r["actors_connected"] for r in records) == 2  # never more: one process
+
+
+def test_actor_nice_is_bounded():
+    assert ActorConfig(nice=10).nice == 10
+    for bad in (-1, 20):
+        with pytest.raises(ValueError, match="nice"):
+            ActorConfig(nice=bad)
