@@ -12,6 +12,7 @@ Shape suffixes: K envs in this actor, O observation dims, A action dims.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import os
@@ -27,6 +28,7 @@ import grpc
 import gymnasium as gym
 import numpy as np
 
+from actors.latency import RoundTripStats
 from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.config import ActorConfig, parse_config, resolve_auth_token
 from seedrl.proto import seedrl_pb2 as pb
@@ -101,6 +103,7 @@ class Actor:
         self.target = self.home
         self.frames = 0
         self.connections = 0
+        self.round_trips = RoundTripStats()
         self.vec_env: gym.vector.VectorEnv | None = None
         self._env_key: tuple[str, str] | None = None
         self._env_spec: pb.EnvSpec | None = None
@@ -171,6 +174,7 @@ class Actor:
                 await asyncio.sleep(delay)
                 continue
             finally:
+                self.round_trips.flush(self.actor_id, cfg.envs_per_actor)
                 await channel.close()
             log.info("actor %s: %s after %d frames", self.actor_id, end.value, self.frames)
             if end in (StreamEnd.FINISHED, StreamEnd.MAX_FRAMES):
@@ -214,13 +218,16 @@ class Actor:
 
         message = pb.ActorMessage()
         frame = message.frame
+        clock, record_rtt = time.perf_counter, self.round_trips.record
         while True:
             codec.encode_tensor(np.asarray(obs_KO, dtype=obs_dtype), frame.observations)
             codec.encode_tensor(reward_K, frame.rewards)
             codec.encode_tensor(terminated_K, frame.terminated)
             codec.encode_tensor(truncated_K, frame.truncated)
+            sent = clock()
             await call.write(message)
             reply = await call.read()
+            record_rtt(clock() - sent)
             if reply is grpc.aio.EOF:
                 await call.code()
                 return StreamEnd.CLOSED
@@ -268,6 +275,32 @@ async def _run_until_signal(actor: Actor) -> int:
         )  # fmt: skip
 
 
+async def _run_groups(config: ActorConfig) -> int:
+    """G env groups in one process, one stream each: while one group steps, others wait.
+
+    Group ``g`` of actor ``i`` is actor index ``i * G + g`` with K / G envs, so seeds and
+    ids stay distinct. The exit code is the worst of the groups'.
+    """
+    groups = config.env_groups
+    group_config = dataclasses.replace(
+        config, envs_per_actor=config.envs_per_actor // groups, env_groups=1
+    )
+    actors = [Actor(group_config, config.first_index * groups + g) for g in range(groups)]
+    tasks = [asyncio.create_task(actor.run()) for actor in actors]
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: [task.cancel() for task in tasks])
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for actor in actors:
+        actor.round_trips.flush(actor.actor_id, group_config.envs_per_actor)
+    codes = [r if isinstance(r, int) else 0 for r in results]  # cancelled by a signal: 0
+    for r in results:
+        if isinstance(r, Exception):
+            log.error("actor group failed: %r", r)
+            codes.append(1)
+    return max(codes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one actor process (the launcher starts N of these)."""
     config = parse_config(
@@ -280,6 +313,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=os.environ.get("SEEDRL_LOG_LEVEL", "WARNING"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if config.nice:
+        os.nice(config.nice)
+    if config.env_groups > 1:
+        return asyncio.run(_run_groups(config))
     actor = Actor(config, index=config.first_index)
     return asyncio.run(_run_until_signal(actor))
 

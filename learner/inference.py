@@ -75,6 +75,8 @@ class InferenceEngine:
         self.weights_lock = weights_lock
         self.learner_step = learner_step
         self._released: list[np.ndarray] = []
+        self.keep_unrolls = True
+        """False with --no-train: nobody consumes unrolls, so they are not queued."""
 
     def release_later(self, conn: Connection) -> None:
         """Free a closed stream's slots between batches, never under a batch in flight."""
@@ -116,7 +118,7 @@ class InferenceEngine:
                 request.future.set_result(action_BA[offset : offset + k])
             offset += k
 
-        if unrolls is not None:
+        if unrolls is not None and self.keep_unrolls:
             await self._enqueue(unrolls)
 
     def _policy(self, slot_B: np.ndarray, obs_BO: np.ndarray, first_B: np.ndarray):

@@ -190,6 +190,7 @@ async def serve(
         learner.model, learner.head, learner.device, learner.builder, learner.queue, stats,
         learner.weights_lock, learner.step_counter,
     )  # fmt: skip
+    engine.keep_unrolls = config.train  # --no-train: nothing drains the queue
     batcher = DynamicBatcher(
         engine.process, config.inference_batch_size, config.inference_timeout_ms / 1000.0
     )

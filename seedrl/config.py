@@ -186,6 +186,9 @@ class ActorConfig:
     """N: actor processes to start."""
     envs_per_actor: int = 1
     """K: environments each actor steps and sends in one message."""
+    env_groups: int = 1
+    """G: split the K envs into G groups, each on its own stream, so one group steps its
+    envs while the others wait for actions (Sample Factory's double buffering); K % G == 0."""
     seed: int = 0
     """Base env seed; actor i seeds its envs from seed + i * K."""
     actor_id: str = ""
@@ -209,6 +212,9 @@ class ActorConfig:
     """Exit when the learner stops for a restart, instead of waiting to reconnect."""
     max_frames: int = 0
     """Stop each actor after this many frames (0: until the learner finishes)."""
+    nice: int = 0
+    """Add this to the actor processes' niceness (0-19): with many more actors than cores on
+    the learner's host, the learner then keeps the CPU share it needs to serve them."""
     restart: bool = True
     """The launcher restarts actor processes that crash."""
 
@@ -221,6 +227,13 @@ class ActorConfig:
             raise ValueError("--tls-cert and --tls-key go together")
         if self.tls_cert is not None and self.tls_ca is None:
             raise ValueError("--tls-cert needs --tls-ca (the CA that signed the learner's cert)")
+        if not 0 <= self.nice <= 19:
+            raise ValueError(f"nice must be in [0, 19], got {self.nice}")
+        if self.env_groups < 1 or self.envs_per_actor % self.env_groups:
+            raise ValueError(
+                f"env_groups must be >= 1 and divide envs_per_actor ({self.envs_per_actor}), "
+                f"got {self.env_groups}"
+            )
 
 
 def resolve_auth_token(token: str | None) -> str | None:

@@ -1,0 +1,706 @@
+"""``make bench``: the system measured against its own limits, side by side.
+
+For every point of a sweep of N actor processes x K envs per actor, four modes run back
+to back (so their ratios hold on a noisy, shared machine):
+
+- ``ideal``: the same N*K envs and the same model stepped in ONE process, no network
+  (vector env step -> batched forward -> sample), the limit of the machine;
+- ``echo``: the real actor processes against ``learner.echo`` (answers without a
+  model), the transport limit of the topology;
+- ``inference``: the real learner with ``--no-train``;
+- ``system``: the real learner, training.
+
+The N actor processes are started once per point and stay up while the servers behind
+the address change (they reconnect with a short backoff), so all three networked modes
+measure the very same actors. Throughput, batch sizes, waits and learner RSS come from
+the server's ``metrics.jsonl`` over a measuring window that starts after a warm-up once
+all N actors are connected; step latency comes from the actors themselves
+(``$SEEDRL_ACTOR_STATS_DIR``, see :mod:`actors.latency`); CPU and actor RSS from
+``/proc``. The table is printed and everything is written to ``bench.json``, with
+pass/fail columns against the speed targets (targets live here, never in tests).
+
+``python -m learner.bench ideal --envs E --seconds S`` is the ideal worker (JSON on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "seedrl-bench/1"
+MODES = ("ideal", "echo", "inference", "system")
+DEFAULT_SWEEP = tuple((n, k) for n in (1, 4, 16, 64) for k in (1, 8, 32))
+IDEAL_REFERENCE_ENVS = 64
+"""The machine's limit the best-configuration target compares against: ONE process
+stepping a 64-env vector env with batched forward passes (the issue's ~63 k frames/s).
+Per point, system/ideal compares with the same N*K envs instead; with hundreds of envs
+in one numpy-vectorised CartPole the in-process ideal runs away (~500 k frames/s), a
+bound no multi-process system approaches, so it is reported but not the target."""
+QUICK_SWEEP = ((1, 4), (2, 8))
+"""--quick: two small points with short windows (``make bench-quick``, the CI smoke run)."""
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One speed/memory target from the performance issue, checked on the results."""
+
+    name: str
+    description: str
+    threshold: float
+    higher_is_better: bool = True
+
+
+TARGETS = (
+    Target(
+        "best_system_over_ideal",
+        f"best system fps / ideal fps with {IDEAL_REFERENCE_ENVS} envs (training on)",
+        0.5,
+    ),
+    Target("system_over_echo_64x1", "64 single-env actors: system fps / echo fps", 0.9),
+    Target("actor_rss_mb_max", "largest actor RSS (MB)", 60.0, higher_is_better=False),
+    Target(
+        "learner_rss_mb_per_actor",
+        "learner RSS growth per connected actor, 64x1 vs 1x1, system (MB)",
+        1.0,
+        higher_is_better=False,
+    ),
+    Target("system_256x1_over_64x1", "system fps at 256x1 / at 64x1 (no collapse)", 0.8),
+)
+
+
+# ---------------------------------------------------------------------- ideal worker
+
+
+def run_ideal(env_id: str, num_envs: int, seconds: float, warmup_s: float, threads: int) -> dict:
+    """Step ``num_envs`` envs with the learner's model in this process; frames/s after warm-up."""
+    import numpy as np
+    import torch
+
+    from seedrl import envs
+    from seedrl.config import LearnerConfig
+    from seedrl.models import action_head, build_model
+
+    torch.set_num_threads(threads)
+    cfg = LearnerConfig()
+    spec = envs.describe_env(env_id)
+    head = action_head(spec.action_space)
+    model = build_model(spec.observation_space, head, cfg.model, cfg.hidden_sizes, 0)
+    vec = envs.make_vector_env(env_id, {}, num_envs)
+    obs_dtype = np.dtype(spec.observation_space.dtype)
+    obs_KO, _ = vec.reset(seed=0)
+    first_1K = torch.ones(1, num_envs, dtype=torch.bool)
+    frames, t0 = 0, time.perf_counter()
+    measured_from, measured_frames, cpu_from = None, 0, 0.0
+    with torch.no_grad():
+        while True:
+            now = time.perf_counter()
+            if measured_from is None and now - t0 >= warmup_s:
+                measured_from, measured_frames, cpu_from = now, frames, time.process_time()
+            if now - t0 >= warmup_s + seconds:
+                break
+            obs = torch.from_numpy(np.asarray(obs_KO, dtype=obs_dtype)).unsqueeze(0)
+            params_1KP, _, _ = model(obs, first_1K, ())
+            action_K = head.sample(params_1KP[0]).numpy()
+            obs_KO, *_ = vec.step(action_K)
+            frames += num_envs
+    wall = time.perf_counter() - (measured_from or t0)
+    cpu = time.process_time() - cpu_from
+    vec.close()
+    measured = max(frames - measured_frames, 1)
+    return {
+        "fps": measured / max(wall, 1e-9),
+        "seconds": wall,
+        "cpu_us_per_frame": cpu / measured * 1e6,
+    }
+
+
+# ---------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return 0.0
+
+
+def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
+    """SIGTERM, a bounded wait, then SIGKILL."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+class ActorFleet:
+    """N actor processes (``python -m actors.actor``) that outlive the servers of a point."""
+
+    def __init__(
+        self, address: str, n: int, k: int, groups: int, stats_dir: Path, extra: Sequence[str]
+    ) -> None:
+        self.groups = groups
+        self.stats_dir = stats_dir
+        stats_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "SEEDRL_ACTOR_STATS_DIR": str(stats_dir)}
+        self.procs = [
+            subprocess.Popen(
+                [*self.command(address, k, i, extra), "--env-groups", str(groups)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i in range(n)
+        ]
+
+    @staticmethod
+    def command(address: str, k: int, index: int, extra: Sequence[str]) -> list[str]:
+        return [
+            sys.executable, "-m", "actors.actor", "--learner", address,
+            "--envs-per-actor", str(k), "--first-index", str(index),
+            "--max-backoff-s", "0.3", *extra,
+        ]  # fmt: skip
+
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds(p.pid) for p in self.procs)
+
+    def rss_mb(self) -> list[float]:
+        return [rss_mb(p.pid) for p in self.procs if p.poll() is None]
+
+    def stream_records(self) -> list[dict[str, Any]]:
+        """Every per-stream record the actors have flushed so far."""
+        records = []
+        for path in sorted(self.stats_dir.glob("actor-*.jsonl")):
+            records += [json.loads(line) for line in path.read_text().splitlines() if line]
+        return records
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return records
+
+
+def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+# ---------------------------------------------------------------------- one measurement
+
+
+@dataclass
+class Settings:
+    env: str
+    warmup_s: float
+    measure_s: float
+    connect_timeout_s: float
+    transport: str
+    learner_args: tuple[str, ...]
+    actor_args: tuple[str, ...]
+    torch_threads: int
+    workdir: Path
+    env_groups: int = 1
+
+
+def server_command(mode: str, address_bind: str, port: int, logdir: Path, s: Settings) -> list:
+    if mode == "echo":
+        return [
+            sys.executable, "-m", "learner.echo", "--env", s.env, "--bind", address_bind,
+            "--port", str(port), "--logdir", str(logdir), "--log-interval-s", "0.5",
+        ]  # fmt: skip
+    return [
+        sys.executable, "-m", "learner", "--env", s.env, "--bind", address_bind,
+        "--port", str(port), "--logdir", str(logdir), "--log-interval-s", "0.5",
+        "--progress", "off", "--no-tensorboard", "--checkpoint-interval-s", "1e9",
+        "--torch-threads", str(s.torch_threads),
+        *(["--no-train"] if mode == "inference" else []), *s.learner_args,
+    ]  # fmt: skip
+
+
+def measure_server(mode: str, n: int, k: int, fleet: ActorFleet, bind: str, port: int,
+                   s: Settings) -> dict[str, Any]:  # fmt: skip
+    """Run one server mode behind the fleet's address; return its row of numbers."""
+    logdir = s.workdir / f"{n}x{k}-{mode}-{time.monotonic_ns()}"
+    streams_before = len(fleet.stream_records())
+    log_path = logdir.with_suffix(".log")
+    logdir.mkdir(parents=True)
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            server_command(mode, bind, port, logdir, s), stdout=log_file, stderr=subprocess.STDOUT
+        )
+        try:
+            metrics = logdir / "metrics.jsonl"
+
+            def all_connected() -> bool:
+                records = read_metrics(metrics)
+                streams = n * fleet.groups
+                return bool(records) and records[-1].get("actors_connected", 0) >= streams
+
+            if not wait_for(all_connected, s.connect_timeout_s):
+                tail = log_path.read_text(errors="replace")[-400:]
+                raise RuntimeError(f"{mode}: {n} actors not connected in time; server said {tail}")
+            time.sleep(s.warmup_s)
+            t0, cpu0, acpu0 = time.time(), cpu_seconds(proc.pid), fleet.cpu_seconds()
+            time.sleep(s.measure_s)
+            t1, cpu1, acpu1 = time.time(), cpu_seconds(proc.pid), fleet.cpu_seconds()
+            actor_rss = fleet.rss_mb()
+            time.sleep(0.6)  # one more metrics record covering the window's end
+        finally:
+            stop_process(proc)
+    window = [r for r in read_metrics(metrics) if t0 <= r["time"] <= t1 + 0.55]
+    if len(window) < 2:
+        raise RuntimeError(f"{mode}: only {len(window)} metrics records in the window")
+    first, last = window[0], window[-1]
+    dt = last["elapsed_s"] - first["elapsed_s"]
+    fps = (last["frames"] - first["frames"]) / max(dt, 1e-9)
+    inner = window[1:]
+    wall = t1 - t0
+    learner_cpu = (cpu1 - cpu0) / wall
+    actors_cpu = (acpu1 - acpu0) / wall
+    row: dict[str, Any] = {
+        "fps": fps,
+        "round_trips_per_s": fps / k,
+        "inference_batch_mean": _mean(inner, "inference_batch_mean"),
+        "learner_cpu": learner_cpu,
+        "actors_cpu": actors_cpu,
+        "learner_cpu_share": learner_cpu / max(learner_cpu + actors_cpu, 1e-9),
+        # CPU seconds per frame hold up under a loaded machine far better than frames/s.
+        "cpu_us_per_frame": (learner_cpu + actors_cpu) / max(fps, 1e-9) * 1e6,
+        "learner_cpu_us_per_frame": learner_cpu / max(fps, 1e-9) * 1e6,
+        "learner_rss_mb": last.get("learner_rss_mb"),
+        "actor_rss_mb_max": max(actor_rss) if actor_rss else None,
+        "actor_rss_mb_mean": statistics.fmean(actor_rss) if actor_rss else None,
+        "learner_steps_per_s": _mean(inner, "learner_steps_per_s"),
+        "trainer_wait_share": _mean(inner, "trainer_wait_share"),
+        "inference_wait_share": _mean(inner, "inference_wait_share"),
+        "actors_connected": last.get("actors_connected"),
+    }
+    # The actors flush one record per stream when the server goes away.
+    wait_for(lambda: len(fleet.stream_records()) >= streams_before + n * fleet.groups, 10.0)
+    streams = fleet.stream_records()[streams_before:]
+    if streams:
+        row["rtt_p50_ms"] = statistics.median(r["rtt_p50_ms"] for r in streams)
+        row["rtt_p99_ms"] = max(r["rtt_p99_ms"] for r in streams)
+    shutil.rmtree(logdir, ignore_errors=True)
+    return row
+
+
+def _mean(records: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in records if r.get(key) is not None]
+    return statistics.fmean(values) if values else None
+
+
+def measure_ideal(num_envs: int, s: Settings) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "learner.bench", "ideal", "--env", s.env, "--envs", str(num_envs),
+        "--seconds", str(s.measure_s), "--warmup-s", str(min(s.warmup_s, 1.0)),
+        "--torch-threads", str(s.torch_threads),
+    ]  # fmt: skip
+    timeout = 60 + 2 * (s.warmup_s + s.measure_s)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return {
+        "fps": result["fps"],
+        "round_trips_per_s": None,
+        "cpu_us_per_frame": result["cpu_us_per_frame"],
+    }
+
+
+@contextlib.contextmanager
+def point_address(transport: str, workdir: Path) -> Iterator[tuple[str, str, int]]:
+    """(actor address, server --bind, server --port) for one sweep point."""
+    if transport == "unix":
+        path = workdir / f"s{time.monotonic_ns() % 10**9}.sock"
+        yield f"unix:{path}", f"unix:{path}", 0
+        with contextlib.suppress(OSError):
+            path.unlink()
+    else:
+        port = free_port()
+        yield f"127.0.0.1:{port}", "127.0.0.1", port
+
+
+def run_point(n: int, k: int, modes: Sequence[str], repeat: int, s: Settings, log: Any):
+    """Every mode of one N x K point, back to back; yields result rows."""
+    base = {"n": n, "k": k, "repeat": repeat}
+    if "ideal" in modes:
+        try:
+            row = measure_ideal(n * k, s)
+        except (subprocess.SubprocessError, ValueError, IndexError) as exc:
+            row = {"error": f"ideal failed: {exc}"}
+        log(n, k, "ideal", row)
+        yield {**base, "mode": "ideal", **row}
+    networked = [m for m in modes if m != "ideal"]
+    if not networked:
+        return
+    with point_address(s.transport, s.workdir) as (address, bind, port):
+        groups = s.env_groups if k % s.env_groups == 0 else 1
+        stats_dir = s.workdir / f"actors-{n}x{k}-{repeat}"
+        fleet = ActorFleet(address, n, k, groups, stats_dir, s.actor_args)
+        try:
+            for mode in networked:
+                try:
+                    row = measure_server(mode, n, k, fleet, bind, port, s)
+                except (RuntimeError, OSError, KeyError) as exc:
+                    row = {"error": str(exc)}
+                log(n, k, mode, row)
+                yield {**base, "mode": mode, **row}
+        finally:
+            fleet.stop()
+
+
+# ---------------------------------------------------------------------- summary
+
+
+def summarize(
+    rows: list[dict[str, Any]], ideal_reference_fps: float | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Per-point medians over repeats (with the ratios) and the target checks.
+
+    ``ideal_reference_fps`` is the one-process limit with IDEAL_REFERENCE_ENVS envs; when
+    absent, the ideal of a sweep point with that many envs stands in for it.
+    """
+    points: dict[tuple[int, int], dict[str, Any]] = {}
+    for row in rows:
+        if row.get("error") or row.get("fps") is None:
+            continue
+        point = points.setdefault((row["n"], row["k"]), {"n": row["n"], "k": row["k"]})
+        point.setdefault(f"{row['mode']}_fps_runs", []).append(row["fps"])
+    for point in points.values():
+        for mode in MODES:
+            runs = point.pop(f"{mode}_fps_runs", None)
+            point[f"{mode}_fps"] = statistics.median(runs) if runs else None
+        point["system_over_ideal"] = _ratio(point["system_fps"], point["ideal_fps"])
+        point["system_over_echo"] = _ratio(point["system_fps"], point["echo_fps"])
+        point["inference_over_echo"] = _ratio(point["inference_fps"], point["echo_fps"])
+        # Load-robust companion of system/ideal: ideal CPU per frame / system CPU per frame.
+        point["system_cpu_efficiency"] = _ratio(
+            _median_field(rows, point["n"], point["k"], "ideal", "cpu_us_per_frame"),
+            _median_field(rows, point["n"], point["k"], "system", "cpu_us_per_frame"),
+        )
+    table = sorted(points.values(), key=lambda p: (p["n"], p["k"]))
+
+    def fps(n: int, k: int, mode: str) -> float | None:
+        return points.get((n, k), {}).get(f"{mode}_fps")
+
+    def field_median(n: int, k: int, mode: str, key: str) -> float | None:
+        values = [
+            r[key]
+            for r in rows
+            if (r["n"], r["k"], r["mode"]) == (n, k, mode) and r.get(key) is not None
+        ]
+        return statistics.median(values) if values else None
+
+    system = [p["system_fps"] for p in table if p["system_fps"]]
+    if ideal_reference_fps is None:
+        same_envs = [p["ideal_fps"] for p in table if p["n"] * p["k"] == IDEAL_REFERENCE_ENVS]
+        ideal_reference_fps = max((x for x in same_envs if x), default=None)
+    actor_rss = [r["actor_rss_mb_max"] for r in rows if r.get("actor_rss_mb_max")]
+    rss_64 = field_median(64, 1, "system", "learner_rss_mb")
+    rss_1 = field_median(1, 1, "system", "learner_rss_mb")
+    values = {
+        "best_system_over_ideal": _ratio(max(system, default=None), ideal_reference_fps),
+        "system_over_echo_64x1": _ratio(fps(64, 1, "system"), fps(64, 1, "echo")),
+        "actor_rss_mb_max": max(actor_rss, default=None),
+        "learner_rss_mb_per_actor": (
+            (rss_64 - rss_1) / 63 if rss_64 is not None and rss_1 is not None else None
+        ),
+        "system_256x1_over_64x1": _ratio(fps(256, 1, "system"), fps(64, 1, "system")),
+    }
+    targets = []
+    for t in TARGETS:
+        value = values[t.name]
+        passed = None
+        if value is not None:
+            passed = value >= t.threshold if t.higher_is_better else value <= t.threshold
+        targets.append(
+            {
+                "name": t.name,
+                "description": t.description,
+                "value": value,
+                "target": t.threshold,
+                "comparison": ">=" if t.higher_is_better else "<=",
+                "pass": passed,
+            }
+        )
+    return table, targets
+
+
+def _median_field(rows: list[dict[str, Any]], n: int, k: int, mode: str, key: str):
+    values = [
+        r[key]
+        for r in rows
+        if (r["n"], r["k"], r["mode"]) == (n, k, mode) and r.get(key) is not None
+    ]
+    return statistics.median(values) if values else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def machine_info() -> dict[str, Any]:
+    versions = {}
+    for dist in ("torch", "grpcio", "gymnasium", "numpy"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[dist] = metadata.version(dist)
+    cpu_model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_model": cpu_model,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
+
+
+def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], targets: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def f(value: Any, fmt: str = "{:,.0f}") -> str:
+        return "-" if value is None else fmt.format(value)
+
+    def med(n: int, k: int, mode: str, key: str) -> float | None:
+        values = [r[key] for r in rows if (r["n"], r["k"], r["mode"]) == (n, k, mode)
+                  and r.get(key) is not None]  # fmt: skip
+        return statistics.median(values) if values else None
+
+    console = Console(width=max(Console().width, 180))
+    t = Table(title="seedrl bench: frames/s (medians over repeats)")
+    for col in ("N x K", "ideal", "echo", "inference", "system", "sys/ideal", "sys/echo",
+                "cpu µs/frame i/e/s", "batch", "rtt p50/p99 ms", "learner cpu", "steps/s",
+                "trainer wait", "inf wait", "RSS learner/actor MB"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for p in table:
+        n, k = p["n"], p["k"]
+        p50, p99 = med(n, k, "system", "rtt_p50_ms"), med(n, k, "system", "rtt_p99_ms")
+        t.add_row(
+            f"{n} x {k}", f(p["ideal_fps"]), f(p["echo_fps"]), f(p["inference_fps"]),
+            f(p["system_fps"]), f(p["system_over_ideal"], "{:.2f}"),
+            f(p["system_over_echo"], "{:.2f}"),
+            "/".join(f(med(n, k, m, "cpu_us_per_frame")) for m in ("ideal", "echo", "system")),
+            f(med(n, k, "system", "inference_batch_mean"),
+            "{:.1f}"), f"{f(p50, '{:.1f}')}/{f(p99, '{:.1f}')}",
+            f(med(n, k, "system", "learner_cpu"), "{:.2f}"),
+            f(med(n, k, "system", "learner_steps_per_s"), "{:.1f}"),
+            f(med(n, k, "system", "trainer_wait_share"), "{:.0%}"),
+            f(med(n, k, "system", "inference_wait_share"), "{:.0%}"),
+            f"{f(med(n, k, 'system', 'learner_rss_mb'))}/"
+            f"{f(med(n, k, 'system', 'actor_rss_mb_max'))}",
+        )  # fmt: skip
+    console.print(t)
+    tt = Table(title="targets")
+    for col in ("target", "value", "wanted", "pass"):
+        tt.add_column(col)
+    for target in targets:
+        verdict = {True: "[green]PASS", False: "[red]FAIL", None: "[yellow]n/a"}[target["pass"]]
+        tt.add_row(
+            target["description"], f(target["value"], "{:.2f}"),
+            f"{target['comparison']} {target['target']}", verdict,
+        )  # fmt: skip
+    console.print(tt)
+    for row in rows:
+        if row.get("error"):
+            console.print(f"[red]{row['n']}x{row['k']} {row['mode']}: {row['error']}")
+
+
+# ---------------------------------------------------------------------- entry points
+
+
+def parse_sweep(text: str) -> tuple[tuple[int, int], ...]:
+    """``"1x1,4x8,64x32"`` -> ((1, 1), (4, 8), (64, 32))."""
+    points = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        n, sep, k = part.lower().partition("x")
+        if not sep or not n.isdigit() or not k.isdigit() or int(n) < 1 or int(k) < 1:
+            raise argparse.ArgumentTypeError(f"sweep points look like 4x8, got {part!r}")
+        points.append((int(n), int(k)))
+    return tuple(points)
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    sweep = args.sweep or (QUICK_SWEEP if args.quick else DEFAULT_SWEEP)
+    warmup = args.warmup_s if args.warmup_s is not None else (0.5 if args.quick else 1.5)
+    measure = args.measure_s if args.measure_s is not None else (1.5 if args.quick else 3.0)
+    workdir = Path(tempfile.mkdtemp(prefix="seedrl-bench-"))
+    settings = Settings(
+        env=args.env,
+        warmup_s=warmup,
+        measure_s=measure,
+        connect_timeout_s=args.connect_timeout_s,
+        transport=args.transport,
+        learner_args=tuple(args.learner_args.split()),
+        actor_args=tuple(args.actor_args.split()),
+        torch_threads=args.torch_threads,
+        workdir=workdir,
+        env_groups=args.env_groups,
+    )
+    started = time.time()
+    load_before = os.getloadavg()
+
+    def log(n: int, k: int, mode: str, row: dict[str, Any]) -> None:
+        if args.verbose:
+            shown = row.get("error") or (
+                f"{row.get('fps', 0):,.0f} frames/s, "
+                f"{row.get('cpu_us_per_frame') or 0:.0f} cpu µs/frame"
+            )
+            elapsed = time.time() - started
+            print(f"  [{elapsed:5.0f} s] {n:>4} x {k:<3} {mode:<9} {shown}", file=sys.stderr,
+                  flush=True)  # fmt: skip
+
+    rows: list[dict[str, Any]] = []
+    references: list[float] = []
+    try:
+        for repeat in range(args.repeats):
+            if "ideal" in args.modes:
+                with contextlib.suppress(subprocess.SubprocessError, ValueError, IndexError):
+                    references.append(measure_ideal(IDEAL_REFERENCE_ENVS, settings)["fps"])
+            for n, k in sweep:
+                rows += run_point(n, k, args.modes, repeat, settings, log)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    reference = statistics.median(references) if references else None
+    table, targets = summarize(rows, reference)
+    return {
+        "schema": SCHEMA,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "wall_time_s": time.time() - started,
+        "machine": machine_info(),
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+        "settings": {
+            "env": settings.env,
+            "sweep": [f"{n}x{k}" for n, k in sweep],
+            "modes": list(args.modes),
+            "repeats": args.repeats,
+            "warmup_s": warmup,
+            "measure_s": measure,
+            "transport": settings.transport,
+            "torch_threads": settings.torch_threads,
+            "env_groups": settings.env_groups,
+            "learner_args": list(settings.learner_args),
+            "actor_args": list(settings.actor_args),
+        },
+        "ideal_reference": {"envs": IDEAL_REFERENCE_ENVS, "fps": reference, "runs": references},
+        "results": rows,
+        "points": table,
+        "targets": targets,
+    }
+
+
+def ideal_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m learner.bench ideal")
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--envs", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--warmup-s", type=float, default=1.0)
+    parser.add_argument("--torch-threads", type=int, default=1)
+    a = parser.parse_args(argv)
+    print(json.dumps(run_ideal(a.env, a.envs, a.seconds, a.warmup_s, a.torch_threads)))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["ideal"]:
+        return ideal_main(args_list[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m learner.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="CI smoke: 2 small points, short")
+    parser.add_argument("--sweep", type=parse_sweep, help="points N x K, e.g. 1x1,64x1,256x1")
+    parser.add_argument("--modes", type=lambda t: tuple(t.split(",")), default=MODES,
+                        help="comma list of ideal,echo,inference,system")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=1, help="sweeps, interleaved; medians")
+    parser.add_argument("--warmup-s", type=float, help="after all actors connect (default 1.5)")
+    parser.add_argument("--measure-s", type=float, help="measuring window per mode (default 3)")
+    parser.add_argument("--connect-timeout-s", type=float, default=120.0)
+    parser.add_argument("--transport", choices=("tcp", "unix"), default="tcp")
+    parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument(
+        "--env-groups", type=int, default=1, help="actor --env-groups G where G divides K"
+    )
+    parser.add_argument("--learner-args", default="", help="extra learner flags, one string")
+    parser.add_argument("--actor-args", default="", help="extra actor flags, one string")
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--out", default="bench.json")
+    parser.add_argument("--verbose", "-v", action="store_true", help="a line per measurement")
+    args = parser.parse_args(args_list)
+    unknown = set(args.modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown modes {sorted(unknown)}; choose from {MODES}")
+    report = run_bench(args)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print_report(report["points"], report["results"], report["targets"])
+    print(f"wrote {args.out} ({report['wall_time_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""``make bench`` smoke run (schema and sane values, never speed) and its pure helpers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from support import ROOT
+
+from actors.latency import RoundTripStats
+from learner.bench import MODES, TARGETS, parse_sweep, summarize
+
+
+def test_quick_bench_writes_a_sane_bench_json(tmp_path):
+    out = tmp_path / "bench.json"
+    cmd = [
+        sys.executable, "-m", "learner.bench", "--quick", "--sweep", "2x4",
+        "--warmup-s", "0.3", "--measure-s", "1", "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert report["schema"] == "seedrl-bench/1"
+    assert report["settings"]["sweep"] == ["2x4"]
+    assert report["machine"]["cpus"] >= 1
+    assert report["ideal_reference"]["envs"] == 64
+    assert report["ideal_reference"]["fps"] > 0
+    rows = {row["mode"]: row for row in report["results"]}
+    assert set(rows) == set(MODES)
+    for mode, row in rows.items():
+        assert "error" not in row, row
+        assert row["fps"] > 0, (mode, row)
+        assert row["cpu_us_per_frame"] > 0, (mode, row)
+    for mode in ("echo", "inference", "system"):
+        row = rows[mode]
+        assert row["round_trips_per_s"] == pytest.approx(row["fps"] / 4)
+        assert row["actors_connected"] == 2
+        assert 0 < row["rtt_p50_ms"] <= row["rtt_p99_ms"]
+        assert 0 < row["actor_rss_mb_max"] < 500
+        assert row["learner_rss_mb"] > 0
+        assert row["learner_cpu"] > 0
+    assert rows["system"]["inference_batch_mean"] >= 1
+    assert rows["system"]["learner_steps_per_s"] > 0, "the system mode must train"
+    assert 0 <= rows["system"]["trainer_wait_share"] <= 1.5
+    assert rows["inference"]["learner_steps_per_s"] == 0
+    (point,) = report["points"]
+    assert point["system_over_ideal"] == pytest.approx(point["system_fps"] / point["ideal_fps"])
+    assert point["system_over_echo"] == pytest.approx(point["system_fps"] / point["echo_fps"])
+    assert point["system_cpu_efficiency"] > 0
+    assert [t["name"] for t in report["targets"]] == [t.name for t in TARGETS]
+    assert "seedrl bench" in done.stdout
+
+
+def test_parse_sweep():
+    assert parse_sweep("1x1, 64X32,256x1") == ((1, 1), (64, 32), (256, 1))
+    for bad in ("4", "0x1", "ax2", "4x-1"):
+        with pytest.raises(Exception, match="sweep points"):
+            parse_sweep(bad)
+
+
+def test_summarize_medians_ratios_and_targets():
+    def row(n, k, mode, fps, repeat=0, **extra):
+        return {"n": n, "k": k, "mode": mode, "fps": fps, "repeat": repeat, **extra}
+
+    rows = [
+        row(64, 1, "ideal", 1000.0),
+        row(64, 1, "echo", 100.0, actor_rss_mb_max=40.0),
+        row(64, 1, "system", 95.0, learner_rss_mb=363.0),
+        row(64, 1, "system", 80.0, repeat=1, learner_rss_mb=363.0),
+        row(64, 1, "system", 99.0, repeat=2, learner_rss_mb=363.0),
+        row(1, 1, "system", 50.0, learner_rss_mb=300.0, actor_rss_mb_max=70.0),
+        row(256, 1, "system", 10.0),
+        row(256, 1, "echo", 0.0, error="did not connect"),
+    ]
+    points, targets = summarize(rows)
+    by_point = {(p["n"], p["k"]): p for p in points}
+    assert by_point[(64, 1)]["system_fps"] == 95.0  # the median of three repeats
+    assert by_point[(64, 1)]["system_over_echo"] == pytest.approx(0.95)
+    assert by_point[(64, 1)]["system_over_ideal"] == pytest.approx(0.095)
+    assert by_point[(256, 1)]["echo_fps"] is None
+    checks = {t["name"]: t for t in targets}
+    assert checks["system_over_echo_64x1"]["pass"] is True
+    assert checks["best_system_over_ideal"]["pass"] is False
+    assert checks["actor_rss_mb_max"]["value"] == 70.0
+    assert checks["actor_rss_mb_max"]["pass"] is False
+    assert checks["learner_rss_mb_per_actor"]["value"] == pytest.approx(1.0)
+    assert checks["learner_rss_mb_per_actor"]["pass"] is True
+    assert checks["system_256x1_over_64x1"]["pass"] is False
+    # With a measured one-process reference (64 envs) the best system point is judged by it.
+    _, targets = summarize(rows, ideal_reference_fps=150.0)
+    best = next(t for t in targets if t["name"] == "best_system_over_ideal")
+    assert best["value"] == pytest.approx(95.0 / 150.0)
+    assert best["pass"] is True
+
+
+def test_round_trip_stats_flush_one_line_per_stream(tmp_path):
+    stats = RoundTripStats(capacity=8, directory=str(tmp_path))
+    stats.flush("a-0", 4)  # nothing recorded: nothing written
+    assert not list(tmp_path.iterdir())
+    for ms in range(1, 21):  # more than the ring holds: the recent 8 remain
+        stats.record(ms / 1e3)
+    stats.flush("a-0", 4)
+    stats.record(0.005)
+    stats.flush("a-0", 4)
+    lines = [json.loads(x) for x in stats.path.read_text().splitlines()]
+    assert [x["round_trips"] for x in lines] == [20, 1]
+    assert lines[0]["frames"] == 80
+    assert lines[0]["rtt_p50_ms"] == pytest.approx(16.5)
+    assert lines[0]["rtt_p50_ms"] <= lines[0]["rtt_p99_ms"] <= 20.0
+    assert lines[1]["rtt_p50_ms"] == pytest.approx(5.0)
+    with pytest.raises(ValueError):
+        RoundTripStats(capacity=6)
