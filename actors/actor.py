@@ -33,6 +33,7 @@ from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.config import ActorConfig, parse_config, resolve_auth_token
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
+from seedrl.timing import process_rss_mb
 from seedrl.transport import auth_metadata, client_channel, learner_targets, pick_rank
 
 log = logging.getLogger(__name__)
@@ -74,14 +75,6 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempt = 0
-
-
-def process_rss_mb() -> float:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except OSError:
-        return 0.0
 
 
 class Actor:

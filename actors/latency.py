@@ -21,16 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from seedrl.timing import process_rss_mb
+
 STATS_DIR_ENV = "SEEDRL_ACTOR_STATS_DIR"
-
-
-def process_rss_mb() -> float:
-    """Resident set size of this process in MiB (Linux; 0 elsewhere)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except OSError:
-        return 0.0
 
 
 class RoundTripStats:

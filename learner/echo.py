@@ -25,10 +25,10 @@ from typing import Any
 import grpc
 import numpy as np
 
-from learner.stats import process_rss_mb
 from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
+from seedrl.timing import process_rss_mb
 from seedrl.transport import channel_options, listen_address
 
 

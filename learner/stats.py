@@ -10,22 +10,10 @@ from typing import Any
 import numpy as np
 
 from learner.trajectories import FinishedEpisodes
-from seedrl.timing import PhaseTimer
+from seedrl.timing import PhaseTimer, process_rss_mb
 
 RETURN_WINDOW = 100
 """Episodes in the moving mean (the CartPole 'solved' criterion uses the last 100)."""
-
-
-def process_rss_mb() -> float:
-    """Current resident set size of this process in MiB (Linux; 0 elsewhere)."""
-    try:
-        with open("/proc/self/statm") as f:
-            pages = int(f.read().split()[1])
-    except OSError:
-        return 0.0
-    import os
-
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 class LearnerStats:

@@ -1,7 +1,8 @@
-"""Phase timing on the monotonic clock (never ``time.time()`` for durations)."""
+"""Phase timing on the monotonic clock (never ``time.time()`` for durations) and RSS readings."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -31,3 +32,12 @@ class PhaseTimer:
         with self._lock:
             out, self._seconds = self._seconds, {}
         return out
+
+
+def process_rss_mb() -> float:
+    """Resident set size of this process in MiB (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return 0.0

@@ -73,7 +73,7 @@ def test_actor_process_never_imports_torch(tmp_path):
         "import actors, actors.launcher\n"
         "cfg = ActorConfig(learner=sys.argv[1], envs_per_actor=4, max_frames=400)\n"
         "rc = asyncio.run(Actor(cfg, 0).run())\n"
-        "from actors.actor import process_rss_mb\n"
+        "from seedrl.timing import process_rss_mb\n"
         "print('torch_loaded', 'torch' in sys.modules, 'rc', rc, 'rss_mb', process_rss_mb())\n"
     )
     with learner_process(tmp_path) as (_learner, port):
