@@ -99,7 +99,7 @@ class InferenceEngine:
         reward_B = np.concatenate([f.reward_K for f in frames])
         terminated_B = np.concatenate([f.terminated_K for f in frames])
         truncated_B = np.concatenate([f.truncated_K for f in frames])
-        first_B = self.builder.next_first_S[slot_B]
+        first_B = self.builder.first_flags(slot_B)
 
         action_BA, params_BP, state_before, state_after = self._policy(slot_B, obs_BO, first_B)
 

@@ -29,7 +29,7 @@ from learner.inference import InferenceEngine, StepCounter
 from learner.progress import Progress
 from learner.server import LearnerServicer, build_server, set_serving
 from learner.stats import LearnerStats
-from learner.trainer import GradientHook, Trainer, make_optimizer
+from learner.trainer import Trainer, make_optimizer
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
@@ -169,7 +169,6 @@ def save_checkpoint(learner: Learner, counters: tuple[int, int] | None = None) -
 async def serve(
     config: LearnerConfig,
     ready: asyncio.Future[int] | None = None,
-    gradient_hook: GradientHook | None = None,
     rank_addresses: list[str] | None = None,
     rank: RankSync | None = None,
 ) -> RunResult:
@@ -201,7 +200,7 @@ async def serve(
     server, port, health = build_server(config, servicer, resolve_auth_token(config.auth_token))
     trainer = (rank.make_trainer if rank is not None else Trainer)(
         config, learner.model, learner.head, learner.optimizer, learner.device, learner.queue,
-        stats, learner.weights_lock, learner.step_counter, gradient_hook,
+        stats, learner.weights_lock, learner.step_counter,
     )  # fmt: skip
 
     stop = asyncio.Event()

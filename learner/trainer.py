@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 
 import torch
 
@@ -31,9 +30,6 @@ from seedrl.config import LearnerConfig
 from seedrl.models import ActionHead, ActorCritic
 
 log = logging.getLogger(__name__)
-
-GradientHook = Callable[[ActorCritic], None]
-"""Called after backward, before clipping (data-parallel ranks all-reduce here)."""
 
 
 def to_time_major(unrolls: Unrolls, device: torch.device) -> dict[str, torch.Tensor]:
@@ -67,7 +63,6 @@ class Trainer:
         stats: LearnerStats,
         weights_lock: threading.Lock,
         step_counter: StepCounter,
-        gradient_hook: GradientHook | None = None,
     ) -> None:
         self.config = config
         self.model = model
@@ -78,7 +73,6 @@ class Trainer:
         self.stats = stats
         self.weights_lock = weights_lock
         self.step_counter = step_counter
-        self.gradient_hook = gradient_hook
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
@@ -143,26 +137,17 @@ class Trainer:
         batch = to_time_major(unrolls, self.device)
         core_state = tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state)
         total, parts = self.loss(batch, core_state)
-        loss_finite = bool(torch.isfinite(total))
-        if not loss_finite and self.gradient_hook is None:
+        if not torch.isfinite(total):
             self._skip("loss")
             return None
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
-        if self.gradient_hook is not None:
-            if not loss_finite:
-                # Other ranks wait in the hook's all-reduce: join it with NaN gradients,
-                # so every rank sees a non-finite norm below and skips this step together.
-                for param in self.model.parameters():
-                    if param.grad is not None:
-                        param.grad.fill_(float("nan"))
-            self.gradient_hook(self.model)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), self.config.max_grad_norm
         )
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
-            self._skip("gradient" if loss_finite else "loss")
+            self._skip("gradient")
             return None
         with self.weights_lock:
             self.optimizer.step()

@@ -172,7 +172,7 @@ class TrajectoryBuilder:
 
     # ------------------------------------------------------------- the per-batch path
 
-    def first_flags(self, slot_B: np.ndarray, terminated_B: np.ndarray, truncated_B: np.ndarray):
+    def first_flags(self, slot_B: np.ndarray) -> np.ndarray:
         """``first`` for the frames about to be recorded (read before inference, for the LSTM)."""
         return self.next_first_S[slot_B].copy()
 

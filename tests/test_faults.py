@@ -381,15 +381,12 @@ def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("with_hook", [False, True])
-def test_non_finite_never_reaches_the_optimizer(tmp_path, with_hook):
+def test_non_finite_never_reaches_the_optimizer(tmp_path):
     config = _small_config(tmp_path)
     learner = build_learner(config)
-    hook_calls: list[int] = []
     trainer = Trainer(
         config, learner.model, learner.head, learner.optimizer, learner.device, learner.queue,
         learner.stats, learner.weights_lock, learner.step_counter,
-        (lambda model: hook_calls.append(1)) if with_hook else None,
     )  # fmt: skip
     before = _weights(learner.model)
     bad_batches = [
@@ -404,8 +401,6 @@ def test_non_finite_never_reaches_the_optimizer(tmp_path, with_hook):
         assert all(torch.equal(a, b) for a, b in zip(before, _weights(learner.model), strict=True))
         assert learner.step_counter.value == 0
         assert not learner.optimizer.state, "Adam moments must not see the bad step"
-    if with_hook:  # every rank joins the all-reduce even when it skips (no deadlock)
-        assert len(hook_calls) == len(bad_batches)
     scalars = trainer.train_step(_unrolls(4, 4))
     assert scalars is not None and np.isfinite(scalars["loss_total"])
     assert learner.step_counter.value == 1

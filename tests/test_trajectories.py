@@ -110,7 +110,7 @@ class Driver:
         frames = [self.streams[s][i] for s, i in zip(slots, index_B, strict=True)]
         terminated_B = np.array([f.terminated for f in frames])
         truncated_B = np.array([f.truncated for f in frames])
-        first_B = self.builder.first_flags(slot_B, terminated_B, truncated_B)
+        first_B = self.builder.first_flags(slot_B)
         with_state = bool(self.builder.core_state_SH)
         states = (
             (
@@ -328,16 +328,15 @@ def test_first_flags_reads_the_next_frames_first_before_recording() -> None:
     builder = make_builder()
     (slot,) = (int(i) for i in builder.allocate(1))
     slot_B = np.array([slot])
-    no = np.zeros(1, bool)
-    assert builder.first_flags(slot_B, no, no).tolist() == [True]
+    assert builder.first_flags(slot_B).tolist() == [True]
     driver = Driver(builder, {slot: episodes((2, "term"), (5, "open"))})
     driver.tick([slot])  # reset frame
-    assert builder.first_flags(slot_B, no, no).tolist() == [False]
+    assert builder.first_flags(slot_B).tolist() == [False]
     driver.tick([slot])  # step 1
     driver.tick([slot])  # step 2, terminated
-    assert builder.first_flags(slot_B, no, no).tolist() == [True]
+    assert builder.first_flags(slot_B).tolist() == [True]
     driver.tick([slot])  # reset frame
-    assert builder.first_flags(slot_B, no, no).tolist() == [False]
+    assert builder.first_flags(slot_B).tolist() == [False]
 
 
 def test_episode_returns_reported_on_the_done_frame() -> None:
@@ -461,8 +460,7 @@ def test_released_slots_are_reused_and_reset() -> None:
     assert again == a  # the released slot is reused
     assert builder.capacity == capacity
     np.testing.assert_array_equal(builder.core_state_SH[0][again], np.zeros(H))
-    no = np.zeros(1, bool)
-    assert builder.first_flags(np.array([again]), no, no).tolist() == [True]
+    assert builder.first_flags(np.array([again])).tolist() == [True]
 
     # a new connection on the reused slot: nothing of the old run leaks in
     new = Driver(builder, {again: episodes((3, "term"), (30, "open"))})
