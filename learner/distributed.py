@@ -48,8 +48,9 @@ from seedrl.config import LearnerConfig
 from seedrl.transport import listen_address
 
 if TYPE_CHECKING:
-    from learner.run import Learner, RunResult
+    from learner.run import Learner
     from learner.trajectories import Unrolls
+    from seedrl.metrics import RunResult
 
 log = logging.getLogger(__name__)
 

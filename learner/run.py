@@ -33,7 +33,7 @@ from learner.trainer import Trainer, make_optimizer
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
-from seedrl.metrics import MetricsWriter
+from seedrl.metrics import MetricsWriter, RunResult
 from seedrl.models import ActionHead, ActorCritic, action_head, build_model, resolve_device
 
 if TYPE_CHECKING:
@@ -62,19 +62,6 @@ class Learner:
     step_counter: StepCounter
     weights_lock: threading.Lock
     learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-
-@dataclass
-class RunResult:
-    """What a finished run reports (also printed as the final summary line)."""
-
-    reason: str
-    frames: int
-    learner_steps: int
-    episodes: int
-    episode_return_mean: float | None
-    wall_time_s: float
-    solved: bool
 
 
 def build_learner(config: LearnerConfig) -> Learner:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 import subprocess
@@ -33,22 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from seedrl.config import AUTH_TOKEN_ENV, LearnerConfig, build_config, load_preset
+from seedrl.metrics import RunResult
 
 ACTORS_EXIT_TIMEOUT_S = 20.0
 """How long the actor launcher gets to exit after the learner finished."""
 
 
 @dataclass
-class TrainResult:
+class TrainResult(RunResult):
     """What ``seedrl.train`` returns: the run summary, where its files are, the policy."""
 
-    reason: str
-    frames: int
-    learner_steps: int
-    episodes: int
-    episode_return_mean: float | None
-    wall_time_s: float
-    solved: bool
     logdir: Path
     checkpoint: Path
     policy: Any
@@ -109,13 +104,7 @@ def train(
 
     checkpoint = config.checkpoint_path
     return TrainResult(
-        reason=run.reason,
-        frames=run.frames,
-        learner_steps=run.learner_steps,
-        episodes=run.episodes,
-        episode_return_mean=run.episode_return_mean,
-        wall_time_s=run.wall_time_s,
-        solved=run.solved,
+        **dataclasses.asdict(run),
         logdir=Path(config.logdir),
         checkpoint=checkpoint,
         policy=Policy.load(checkpoint, greedy=greedy),

@@ -14,6 +14,7 @@ import math
 import re
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,19 @@ class PrometheusExporter:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+@dataclass
+class RunResult:
+    """What a finished run reports (also printed as the final summary line)."""
+
+    reason: str
+    frames: int
+    learner_steps: int
+    episodes: int
+    episode_return_mean: float | None
+    wall_time_s: float
+    solved: bool
 
 
 class MetricsWriter:
