@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # Extra env families / tools to install besides learner+dev: `make install EXTRAS=atari,minatar`
 EXTRAS ?=
 
-.PHONY: install proto proto-check learner actors demo evaluate test lint bench bench-quick \
+.PHONY: install proto proto-check learner actors demo evaluate test test-slow lint bench bench-quick \
         plot tensorboard cluster cluster-down k8s-secret clean
 
 install: $(STAMP)
@@ -67,6 +67,10 @@ lint: $(STAMP)
 
 test: lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+## The long learning runs CI skips (e.g. CartPole all the way to 475).
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m learner.bench $(ARGS)
