@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -36,7 +36,6 @@ class Connection:
     slot_ids: np.ndarray
     frames: int = 0
     closed: bool = False
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 class FramePayload:

@@ -57,12 +57,6 @@ class Progress:
                 done = max(0.0, record["episode_return_mean"] or 0.0)
             self._rich.update(self._task, completed=done, description=line)
 
-    def message(self, text: str) -> None:
-        if self._rich is not None:
-            self._rich.console.print(text)
-        elif self.mode != "off":
-            print(text, flush=True)
-
     def close(self) -> None:
         if self._rich is not None:
             self._rich.stop()

@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,14 @@ def build_learner(config: LearnerConfig) -> Learner:
     )
 
 
+def make_trainer(learner: Learner, trainer_cls: Callable[..., Trainer] = Trainer) -> Trainer:
+    """The trainer over a learner's shared model, queue and counters."""
+    return trainer_cls(
+        learner.config, learner.model, learner.head, learner.optimizer, learner.device,
+        learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
+    )  # fmt: skip
+
+
 def restore(
     path: Path,
     model: ActorCritic,
@@ -185,10 +194,7 @@ async def serve(
     )
     servicer.rank_addresses = list(rank_addresses or [])
     server, port, health = build_server(config, servicer, resolve_auth_token(config.auth_token))
-    trainer = (rank.make_trainer if rank is not None else Trainer)(
-        config, learner.model, learner.head, learner.optimizer, learner.device, learner.queue,
-        stats, learner.weights_lock, learner.step_counter,
-    )  # fmt: skip
+    trainer = make_trainer(learner, rank.make_trainer if rank is not None else Trainer)
 
     stop = asyncio.Event()
     stop_reason = ""

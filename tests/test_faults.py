@@ -27,8 +27,7 @@ from wire_clients import HeldStream, LockstepClient, act, child_pids, get_info, 
 
 from learner import checkpoint
 from learner.__main__ import main as learner_main
-from learner.run import build_learner, save_checkpoint
-from learner.trainer import Trainer
+from learner.run import build_learner, make_trainer, save_checkpoint
 from learner.trajectories import Unrolls
 from seedrl.config import LearnerConfig
 
@@ -332,10 +331,7 @@ def test_bad_checkpoint_is_a_clear_error(tmp_path, capsys, case, words):
 def test_resume_restores_weights_optimizer_counters_and_rng(tmp_path):
     config = _small_config(tmp_path)
     learner = build_learner(config)
-    trainer = Trainer(
-        config, learner.model, learner.head, learner.optimizer, learner.device, learner.queue,
-        learner.stats, learner.weights_lock, learner.step_counter,
-    )  # fmt: skip
+    trainer = make_trainer(learner)
     assert trainer.train_step(_unrolls(4, 4)) is not None
     learner.stats.frames, learner.stats.episodes = 5000, 7
     learner.stats.returns.extend([10.0, 20.0])
@@ -384,10 +380,7 @@ def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
 def test_non_finite_never_reaches_the_optimizer(tmp_path):
     config = _small_config(tmp_path)
     learner = build_learner(config)
-    trainer = Trainer(
-        config, learner.model, learner.head, learner.optimizer, learner.device, learner.queue,
-        learner.stats, learner.weights_lock, learner.step_counter,
-    )  # fmt: skip
+    trainer = make_trainer(learner)
     before = _weights(learner.model)
     bad_batches = [
         _unrolls(4, 4, fill=float("nan")),  # NaN observations (bypassing the wire checks)

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from learner.run import build_learner
+from learner.run import build_learner, make_trainer
 from learner.trainer import Trainer, to_time_major
 from learner.trajectories import Unrolls
 from seedrl import vtrace
@@ -20,11 +20,7 @@ def _trainer(tmp_path, **overrides) -> Trainer:
     config = LearnerConfig(
         logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=B, **overrides
     )
-    learner = build_learner(config)
-    return Trainer(
-        config, learner.model, learner.head, learner.optimizer, learner.device, learner.queue,
-        learner.stats, learner.weights_lock, learner.step_counter,
-    )  # fmt: skip
+    return make_trainer(build_learner(config))
 
 
 def _unrolls(seed: int = 0) -> Unrolls:
