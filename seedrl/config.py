@@ -311,7 +311,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         default: Any = f.default
         if default is dataclasses.MISSING and callable(f.default_factory):
             default = f.default_factory()
-        help_text = f"{docs.get(f.name, '')} (default: {default!r})"
+        # argparse expands %-formats in help; docstrings say "K % G" literally.
+        help_text = f"{docs.get(f.name, '')} (default: {default!r})".replace("%", "%%")
         if tp is bool:
             group.add_argument(
                 flag,
