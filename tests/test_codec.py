@@ -298,3 +298,20 @@ def test_property_decode_arbitrary_input(
     assert out.shape == tuple(shape)
     assert out.dtype.name == dtype
     assert out.tobytes() == data
+
+
+def test_actor_frames_do_not_grow_memory() -> None:
+    """Regression: refilling one upb message kept every old payload in its arena."""
+    from actors.actor import frame_message
+    from seedrl.timing import process_rss_mb
+
+    k = 512
+    obs_KO = np.ones((k, 4), np.float32)
+    reward_K, done_K = np.ones(k, np.float32), np.zeros(k, np.bool_)
+    frame_message(obs_KO, reward_K, done_K, done_K)
+    before = process_rss_mb()
+    for _ in range(20_000):  # ~160 MB of frames; the leak kept all of it
+        message = frame_message(obs_KO, reward_K, done_K, done_K)
+    assert process_rss_mb() - before < 20.0
+    decoded = codec.decode_tensor(message.frame.observations, "observations", np.float32, (k, 4))
+    np.testing.assert_array_equal(decoded, obs_KO)
