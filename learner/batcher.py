@@ -88,16 +88,13 @@ class DynamicBatcher:
             await self._wakeup.wait()
             if self._closed:
                 break
-            deadline = self._first_pending_at + self.timeout_s
-            while not self._batch_ready() and not self._closed:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
+            remaining = self._first_pending_at + self.timeout_s - loop.time()
+            if remaining > 0 and not self._batch_ready():
+                # One timer handle per batch; asyncio.wait_for would cost a task each time.
                 self._ready.clear()
-                try:
-                    await asyncio.wait_for(self._ready.wait(), remaining)
-                except TimeoutError:
-                    break
+                deadline = loop.call_later(remaining, self._ready.set)
+                await self._ready.wait()
+                deadline.cancel()
             batch = self._take()
             if not batch:
                 continue

@@ -33,6 +33,7 @@ from seedrl.transport import AUTH_METADATA_KEY, channel_options, listen_address
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Learner"].full_name
+ACT_METHOD = f"/{SERVICE_NAME}/Act"
 MAX_ENVS_PER_ACTOR = 4096
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
@@ -84,10 +85,18 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         first = await anext(request_iterator, None)
         if first is None:
             return
+        if type(first) is Undecodable:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, first.describe(ACT_METHOD))
         conn = await self._admit(first, context)
         try:
             yield pb.LearnerMessage(accept=pb.Accept(learner_run_id=self.learner_run_id))
             async for message in request_iterator:
+                # Checked here rather than by DecodeGuardInterceptor's wrapper: that wrapper
+                # costs two async-generator hops per frame.
+                if type(message) is Undecodable:
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT, message.describe(ACT_METHOD)
+                    )
                 if message.WhichOneof("kind") != "frame":
                     await context.abort(
                         grpc.StatusCode.INVALID_ARGUMENT, "only Frame messages may follow the Hello"
@@ -255,13 +264,16 @@ def _deny_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 # ---------------------------------------------------------------------- undecodable bytes
 
 
-class _Undecodable:
+class Undecodable:
     """Stands in for a request whose bytes did not parse, so the handler can reject it."""
 
     __slots__ = ("error",)
 
     def __init__(self, error: str) -> None:
         self.error = error
+
+    def describe(self, method: str) -> str:
+        return f"{method}: request is not a valid protobuf message ({self.error})"
 
 
 def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
@@ -272,7 +284,7 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
         try:
             return deserializer(data)
         except Exception as exc:
-            return _Undecodable(f"{type(exc).__name__}: {exc}")
+            return Undecodable(f"{type(exc).__name__}: {exc}")
 
     return deserialize
 
@@ -281,8 +293,14 @@ class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
     """Bytes that do not parse end the call with INVALID_ARGUMENT, quietly.
 
     Without this, grpc answers UNKNOWN and logs a traceback per bad message, so any
-    client could flood the learner's log. Applies to every service on the server.
+    client could flood the learner's log. Applies to every service on the server;
+    methods in ``checks_itself`` only get the tolerant deserializer and must reject
+    :class:`Undecodable` requests themselves (the hot ``Act`` stream does, to save
+    a wrapper per message).
     """
+
+    def __init__(self, checks_itself: frozenset[str] = frozenset()) -> None:
+        self._checks_itself = checks_itself
 
     async def intercept_service(
         self,
@@ -292,16 +310,16 @@ class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None:
             return handler
-        return _guard_handler(handler, details.method)
+        checks_itself = details.method in self._checks_itself
+        return _guard_handler(handler, details.method, wrap_behavior=not checks_itself)
 
 
-def _guard_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+def _guard_handler(
+    handler: grpc.RpcMethodHandler, method: str, wrap_behavior: bool
+) -> grpc.RpcMethodHandler:
     async def reject(request: Any, context: Any) -> None:
-        if isinstance(request, _Undecodable):
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"{method}: request is not a valid protobuf message ({request.error})",
-            )
+        if isinstance(request, Undecodable):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.describe(method))
 
     async def checked(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
         async for request in requests:
@@ -309,6 +327,8 @@ def _guard_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMetho
             yield request
 
     def wrap(behavior: Callable[..., Any], streaming_request: bool) -> Callable[..., Any]:
+        if not wrap_behavior:
+            return behavior
         if inspect.isasyncgenfunction(behavior):
 
             async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
@@ -352,7 +372,9 @@ def build_server(
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """An aio server with the Learner service, health and reflection: (server, port, health)."""
     # The first interceptor sees the handler the later ones chose (also the auth denial).
-    interceptors: list[grpc.aio.ServerInterceptor] = [DecodeGuardInterceptor()]
+    interceptors: list[grpc.aio.ServerInterceptor] = [
+        DecodeGuardInterceptor(checks_itself=frozenset({ACT_METHOD}))
+    ]
     if auth_token:
         interceptors.append(TokenAuthInterceptor(auth_token))
     options = [

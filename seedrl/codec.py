@@ -8,6 +8,7 @@ says what was wrong; the server turns that into ``INVALID_ARGUMENT`` for that st
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -33,11 +34,18 @@ class WireError(ValueError):
 def encode_tensor(array: np.ndarray, out: pb.Tensor | None = None) -> pb.Tensor:
     """Fill (or create) a Tensor message from ``array``; non-contiguous input is copied."""
     msg = pb.Tensor() if out is None else out
-    native = array.dtype.newbyteorder("=")  # the wire is little-endian/native, never ">f4"
-    msg.dtype = native.name
+    native, name = _wire_dtype(array.dtype)
+    msg.dtype = name
     msg.shape[:] = array.shape
     msg.data = np.ascontiguousarray(array, dtype=native).tobytes()
     return msg
+
+
+@functools.lru_cache(maxsize=64)
+def _wire_dtype(dtype: np.dtype) -> tuple[np.dtype, str]:
+    """The native-byte-order dtype and its name: the wire never carries ">f4"."""
+    native = dtype.newbyteorder("=")
+    return native, native.name
 
 
 def decode_tensor(
@@ -51,6 +59,25 @@ def decode_tensor(
     ``dtype``/``shape`` of None accept anything allowed; the byte length must always
     match the declared dtype and shape exactly.
     """
+    if dtype is not None and shape is not None:
+        # The per-frame path: one comparison per field against cached expectations.
+        np_dtype, dtype_name, nbytes, shape_tuple = _expectation(dtype, tuple(shape))
+        data = msg.data
+        if msg.dtype == dtype_name and len(data) == nbytes and tuple(msg.shape) == shape_tuple:
+            return np.frombuffer(data, dtype=np_dtype).reshape(shape_tuple)
+    return _decode_checked(msg, name, dtype, shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _expectation(dtype: Any, shape: tuple[int, ...]) -> tuple[np.dtype, str, int, tuple[int, ...]]:
+    np_dtype = np.dtype(dtype)
+    return np_dtype, np_dtype.name, math.prod(shape) * np_dtype.itemsize, shape
+
+
+def _decode_checked(
+    msg: pb.Tensor, name: str, dtype: DTypeLike | None, shape: Sequence[int] | None
+) -> np.ndarray:
+    """Full validation, with a message naming what is wrong."""
     if msg.dtype not in ALLOWED_DTYPES:
         raise WireError(f"{name}: dtype {msg.dtype!r} is not one of {sorted(ALLOWED_DTYPES)}")
     if dtype is not None and msg.dtype != np.dtype(dtype).name:

@@ -198,6 +198,21 @@ def test_k_change_is_caught_after_serving_the_good_frames(served):
     good.wait_for_more(5)
 
 
+def test_undecodable_bytes_mid_stream_end_the_stream_cleanly(served):
+    """Act checks parse failures itself (no interceptor wrapper on the hot path)."""
+    channel, env, good, _learner, _actors = served
+    chunks = [hello(env, K).SerializeToString(), frame(K).SerializeToString(), b"\xff" * 40]
+    replies = channel.stream_stream("/seedrl.v1.Learner/Act")(iter(chunks), timeout=10)
+    kinds = []
+    with pytest.raises(grpc.RpcError) as caught:
+        for raw in replies:
+            kinds.append(pb.LearnerMessage.FromString(raw).WhichOneof("kind"))
+    assert kinds == ["accept", "actions"]
+    assert caught.value.code() == INVALID
+    assert "Act: request is not a valid protobuf message" in caught.value.details()
+    good.wait_for_more(5)
+
+
 METHODS = (
     "/seedrl.v1.Learner/Act",
     "/seedrl.v1.Learner/GetInfo",
