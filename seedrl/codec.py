@@ -59,7 +59,7 @@ def decode_tensor(
     ``dtype``/``shape`` of None accept anything allowed; the byte length must always
     match the declared dtype and shape exactly.
     """
-    if dtype is not None and shape is not None:
+    if isinstance(dtype, (type, np.dtype, str)) and shape is not None:
         # The per-frame path: one comparison per field against cached expectations.
         np_dtype, dtype_name, nbytes, shape_tuple = _expectation(dtype, tuple(shape))
         data = msg.data
