@@ -59,7 +59,7 @@ def decode_tensor(
     ``dtype``/``shape`` of None accept anything allowed; the byte length must always
     match the declared dtype and shape exactly.
     """
-    if isinstance(dtype, (type, np.dtype, str)) and shape is not None:
+    if dtype is not None and shape is not None:
         # The per-frame path: one comparison per field against cached expectations.
         np_dtype, dtype_name, nbytes, shape_tuple = _expectation(dtype, tuple(shape))
         data = msg.data
@@ -68,10 +68,21 @@ def decode_tensor(
     return _decode_checked(msg, name, dtype, shape)
 
 
-@functools.lru_cache(maxsize=256)
-def _expectation(dtype: Any, shape: tuple[int, ...]) -> tuple[np.dtype, str, int, tuple[int, ...]]:
-    np_dtype = np.dtype(dtype)
-    return np_dtype, np_dtype.name, math.prod(shape) * np_dtype.itemsize, shape
+_Expectation = tuple[np.dtype, str, int, tuple[int, ...]]
+_expectations: dict[tuple[Any, tuple[int, ...]], _Expectation] = {}
+
+
+def _expectation(dtype: Any, shape: tuple[int, ...]) -> _Expectation:
+    """(dtype, its name, byte length, shape), cached: ``np.dtype(...).name`` is slow."""
+    key = (dtype, shape)
+    found = _expectations.get(key)  # (an unhashable dtype-like raises: callers pass types)
+    if found is None:
+        if len(_expectations) > 1024:  # one entry per (field, K) seen; never unbounded
+            _expectations.clear()
+        np_dtype = np.dtype(dtype)
+        found = np_dtype, np_dtype.name, math.prod(shape) * np_dtype.itemsize, shape
+        _expectations[key] = found
+    return found
 
 
 def _decode_checked(
