@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -45,14 +46,37 @@ from typing import Any
 
 SCHEMA = "seedrl-bench/1"
 MODES = ("ideal", "echo", "inference", "system")
-DEFAULT_SWEEP = tuple((n, k) for n in (1, 4, 16, 64) for k in (1, 8, 32))
+
+
+@dataclass(frozen=True, order=True)
+class Point:
+    """One sweep point: N actor processes x K envs each; ``batch`` unrolls per training
+    step when set (``NxKbB``), else the learner's default."""
+
+    n: int
+    k: int
+    batch: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.n}x{self.k}" + (f"b{self.batch}" if self.batch else "")
+
+
+DEFAULT_SWEEP = (
+    *(Point(n, k) for n in (1, 4, 16, 64) for k in (1, 8, 32)),
+    # Throughput points: few actors with many envs each, and a training batch of 128
+    # unrolls (the default 16 is tuned for sample efficiency; per step the trainer's
+    # cost is mostly fixed, so 128 trains ~2.5x more frames per CPU second).
+    Point(2, 256, 128),
+    Point(1, 512, 128),
+)
 IDEAL_REFERENCE_ENVS = 64
 """The machine's limit the best-configuration target compares against: ONE process
 stepping a 64-env vector env with batched forward passes (the issue's ~63 k frames/s).
 Per point, system/ideal compares with the same N*K envs instead; with hundreds of envs
 in one numpy-vectorised CartPole the in-process ideal runs away (~500 k frames/s), a
 bound no multi-process system approaches, so it is reported but not the target."""
-QUICK_SWEEP = ((1, 4), (2, 8))
+QUICK_SWEEP = (Point(1, 4), Point(2, 8))
 """--quick: two small points with short windows (``make bench-quick``, the CI smoke run)."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -259,7 +283,9 @@ class Settings:
     env_groups: int = 1
 
 
-def server_command(mode: str, address_bind: str, port: int, logdir: Path, s: Settings) -> list:
+def server_command(
+    mode: str, address_bind: str, port: int, logdir: Path, s: Settings, batch: int = 0
+) -> list:
     if mode == "echo":
         return [
             sys.executable, "-m", "learner.echo", "--env", s.env, "--bind", address_bind,
@@ -270,20 +296,24 @@ def server_command(mode: str, address_bind: str, port: int, logdir: Path, s: Set
         "--port", str(port), "--logdir", str(logdir), "--log-interval-s", "0.5",
         "--progress", "off", "--no-tensorboard", "--checkpoint-interval-s", "1e9",
         "--torch-threads", str(s.torch_threads),
-        *(["--no-train"] if mode == "inference" else []), *s.learner_args,
+        *(["--no-train"] if mode == "inference" else []),
+        *(["--batch-size", str(batch)] if batch else []), *s.learner_args,
     ]  # fmt: skip
 
 
-def measure_server(mode: str, n: int, k: int, fleet: ActorFleet, bind: str, port: int,
+def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: int,
                    s: Settings) -> dict[str, Any]:  # fmt: skip
     """Run one server mode behind the fleet's address; return its row of numbers."""
-    logdir = s.workdir / f"{n}x{k}-{mode}-{time.monotonic_ns()}"
+    n, k = point.n, point.k
+    logdir = s.workdir / f"{point.label}-{mode}-{time.monotonic_ns()}"
     streams_before = len(fleet.stream_records())
     log_path = logdir.with_suffix(".log")
     logdir.mkdir(parents=True)
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
-            server_command(mode, bind, port, logdir, s), stdout=log_file, stderr=subprocess.STDOUT
+            server_command(mode, bind, port, logdir, s, point.batch),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
         )
         try:
             metrics = logdir / "metrics.jsonl"
@@ -376,30 +406,31 @@ def point_address(transport: str, workdir: Path) -> Iterator[tuple[str, str, int
         yield f"127.0.0.1:{port}", "127.0.0.1", port
 
 
-def run_point(n: int, k: int, modes: Sequence[str], repeat: int, s: Settings, log: Any):
+def run_point(point: Point, modes: Sequence[str], repeat: int, s: Settings, log: Any):
     """Every mode of one N x K point, back to back; yields result rows."""
-    base = {"n": n, "k": k, "repeat": repeat}
+    n, k = point.n, point.k
+    base = {"point": point.label, "n": n, "k": k, "batch": point.batch, "repeat": repeat}
     if "ideal" in modes:
         try:
             row = measure_ideal(n * k, s)
         except (subprocess.SubprocessError, ValueError, IndexError) as exc:
             row = {"error": f"ideal failed: {exc}"}
-        log(n, k, "ideal", row)
+        log(point, "ideal", row)
         yield {**base, "mode": "ideal", **row}
     networked = [m for m in modes if m != "ideal"]
     if not networked:
         return
     with point_address(s.transport, s.workdir) as (address, bind, port):
         groups = s.env_groups if k % s.env_groups == 0 else 1
-        stats_dir = s.workdir / f"actors-{n}x{k}-{repeat}"
+        stats_dir = s.workdir / f"actors-{point.label}-{repeat}"
         fleet = ActorFleet(address, n, k, groups, stats_dir, s.actor_args)
         try:
             for mode in networked:
                 try:
-                    row = measure_server(mode, n, k, fleet, bind, port, s)
+                    row = measure_server(mode, point, fleet, bind, port, s)
                 except (RuntimeError, OSError, KeyError) as exc:
                     row = {"error": str(exc)}
-                log(n, k, mode, row)
+                log(point, mode, row)
                 yield {**base, "mode": mode, **row}
         finally:
             fleet.stop()
@@ -416,11 +447,14 @@ def summarize(
     ``ideal_reference_fps`` is the one-process limit with IDEAL_REFERENCE_ENVS envs; when
     absent, the ideal of a sweep point with that many envs stands in for it.
     """
-    points: dict[tuple[int, int], dict[str, Any]] = {}
+    points: dict[str, dict[str, Any]] = {}
     for row in rows:
         if row.get("error") or row.get("fps") is None:
             continue
-        point = points.setdefault((row["n"], row["k"]), {"n": row["n"], "k": row["k"]})
+        label = _label(row)
+        point = points.setdefault(
+            label, {"point": label, "n": row["n"], "k": row["k"], "batch": row.get("batch", 0)}
+        )
         point.setdefault(f"{row['mode']}_fps_runs", []).append(row["fps"])
     for point in points.values():
         for mode in MODES:
@@ -431,38 +465,32 @@ def summarize(
         point["inference_over_echo"] = _ratio(point["inference_fps"], point["echo_fps"])
         # Load-robust companion of system/ideal: ideal CPU per frame / system CPU per frame.
         point["system_cpu_efficiency"] = _ratio(
-            _median_field(rows, point["n"], point["k"], "ideal", "cpu_us_per_frame"),
-            _median_field(rows, point["n"], point["k"], "system", "cpu_us_per_frame"),
+            _median_field(rows, point["point"], "ideal", "cpu_us_per_frame"),
+            _median_field(rows, point["point"], "system", "cpu_us_per_frame"),
         )
-    table = sorted(points.values(), key=lambda p: (p["n"], p["k"]))
+    table = sorted(points.values(), key=lambda p: (p["batch"], p["n"], p["k"]))
 
-    def fps(n: int, k: int, mode: str) -> float | None:
-        return points.get((n, k), {}).get(f"{mode}_fps")
+    def fps(label: str, mode: str) -> float | None:
+        return points.get(label, {}).get(f"{mode}_fps")
 
-    def field_median(n: int, k: int, mode: str, key: str) -> float | None:
-        values = [
-            r[key]
-            for r in rows
-            if (r["n"], r["k"], r["mode"]) == (n, k, mode) and r.get(key) is not None
-        ]
-        return statistics.median(values) if values else None
-
-    system = [p["system_fps"] for p in table if p["system_fps"]]
+    system = [(p["system_fps"], p["point"]) for p in table if p["system_fps"]]
+    best_fps, best_point = max(system, default=(None, None))
     if ideal_reference_fps is None:
         same_envs = [p["ideal_fps"] for p in table if p["n"] * p["k"] == IDEAL_REFERENCE_ENVS]
         ideal_reference_fps = max((x for x in same_envs if x), default=None)
     actor_rss = [r["actor_rss_mb_max"] for r in rows if r.get("actor_rss_mb_max")]
-    rss_64 = field_median(64, 1, "system", "learner_rss_mb")
-    rss_1 = field_median(1, 1, "system", "learner_rss_mb")
+    rss_64 = _median_field(rows, "64x1", "system", "learner_rss_mb")
+    rss_1 = _median_field(rows, "1x1", "system", "learner_rss_mb")
     values = {
-        "best_system_over_ideal": _ratio(max(system, default=None), ideal_reference_fps),
-        "system_over_echo_64x1": _ratio(fps(64, 1, "system"), fps(64, 1, "echo")),
+        "best_system_over_ideal": _ratio(best_fps, ideal_reference_fps),
+        "system_over_echo_64x1": _ratio(fps("64x1", "system"), fps("64x1", "echo")),
         "actor_rss_mb_max": max(actor_rss, default=None),
         "learner_rss_mb_per_actor": (
             (rss_64 - rss_1) / 63 if rss_64 is not None and rss_1 is not None else None
         ),
-        "system_256x1_over_64x1": _ratio(fps(256, 1, "system"), fps(64, 1, "system")),
+        "system_256x1_over_64x1": _ratio(fps("256x1", "system"), fps("64x1", "system")),
     }
+    where = {"best_system_over_ideal": best_point}
     targets = []
     for t in TARGETS:
         value = values[t.name]
@@ -477,16 +505,19 @@ def summarize(
                 "target": t.threshold,
                 "comparison": ">=" if t.higher_is_better else "<=",
                 "pass": passed,
+                **({"point": where[t.name]} if where.get(t.name) else {}),
             }
         )
     return table, targets
 
 
-def _median_field(rows: list[dict[str, Any]], n: int, k: int, mode: str, key: str):
+def _label(row: dict[str, Any]) -> str:
+    return str(row.get("point") or Point(row["n"], row["k"], row.get("batch", 0)).label)
+
+
+def _median_field(rows: list[dict[str, Any]], label: str, mode: str, key: str) -> float | None:
     values = [
-        r[key]
-        for r in rows
-        if (r["n"], r["k"], r["mode"]) == (n, k, mode) and r.get(key) is not None
+        r[key] for r in rows if _label(r) == label and r["mode"] == mode and r.get(key) is not None
     ]
     return statistics.median(values) if values else None
 
@@ -523,63 +554,66 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
     def f(value: Any, fmt: str = "{:,.0f}") -> str:
         return "-" if value is None else fmt.format(value)
 
-    def med(n: int, k: int, mode: str, key: str) -> float | None:
-        values = [r[key] for r in rows if (r["n"], r["k"], r["mode"]) == (n, k, mode)
-                  and r.get(key) is not None]  # fmt: skip
-        return statistics.median(values) if values else None
+    def med(label: str, mode: str, key: str) -> float | None:
+        return _median_field(rows, label, mode, key)
 
     console = Console(width=max(Console().width, 180))
     t = Table(title="seedrl bench: frames/s (medians over repeats)")
-    for col in ("N x K", "ideal", "echo", "inference", "system", "sys/ideal", "sys/echo",
+    for col in ("NxK[bB]", "ideal", "echo", "inference", "system", "sys/ideal", "sys/echo",
                 "cpu µs/frame i/e/s", "batch", "rtt p50/p99 ms", "learner cpu", "steps/s",
                 "trainer wait", "inf wait", "RSS learner/actor MB"):  # fmt: skip
         t.add_column(col, justify="right")
     for p in table:
-        n, k = p["n"], p["k"]
-        p50, p99 = med(n, k, "system", "rtt_p50_ms"), med(n, k, "system", "rtt_p99_ms")
+        pt = p["point"]
+        p50, p99 = med(pt, "system", "rtt_p50_ms"), med(pt, "system", "rtt_p99_ms")
         t.add_row(
-            f"{n} x {k}", f(p["ideal_fps"]), f(p["echo_fps"]), f(p["inference_fps"]),
+            pt, f(p["ideal_fps"]), f(p["echo_fps"]), f(p["inference_fps"]),
             f(p["system_fps"]), f(p["system_over_ideal"], "{:.2f}"),
             f(p["system_over_echo"], "{:.2f}"),
-            "/".join(f(med(n, k, m, "cpu_us_per_frame")) for m in ("ideal", "echo", "system")),
-            f(med(n, k, "system", "inference_batch_mean"),
+            "/".join(f(med(pt, m, "cpu_us_per_frame")) for m in ("ideal", "echo", "system")),
+            f(med(pt, "system", "inference_batch_mean"),
             "{:.1f}"), f"{f(p50, '{:.1f}')}/{f(p99, '{:.1f}')}",
-            f(med(n, k, "system", "learner_cpu"), "{:.2f}"),
-            f(med(n, k, "system", "learner_steps_per_s"), "{:.1f}"),
-            f(med(n, k, "system", "trainer_wait_share"), "{:.0%}"),
-            f(med(n, k, "system", "inference_wait_share"), "{:.0%}"),
-            f"{f(med(n, k, 'system', 'learner_rss_mb'))}/"
-            f"{f(med(n, k, 'system', 'actor_rss_mb_max'))}",
+            f(med(pt, "system", "learner_cpu"), "{:.2f}"),
+            f(med(pt, "system", "learner_steps_per_s"), "{:.1f}"),
+            f(med(pt, "system", "trainer_wait_share"), "{:.0%}"),
+            f(med(pt, "system", "inference_wait_share"), "{:.0%}"),
+            f"{f(med(pt, 'system', 'learner_rss_mb'))}/"
+            f"{f(med(pt, 'system', 'actor_rss_mb_max'))}",
         )  # fmt: skip
     console.print(t)
+    console.print("NxK: N actor processes x K envs each; bB: B unrolls per training step")
     tt = Table(title="targets")
     for col in ("target", "value", "wanted", "pass"):
         tt.add_column(col)
     for target in targets:
         verdict = {True: "[green]PASS", False: "[red]FAIL", None: "[yellow]n/a"}[target["pass"]]
         tt.add_row(
-            target["description"], f(target["value"], "{:.2f}"),
+            target["description"] + (f" [{target['point']}]" if target.get("point") else ""),
+            f(target["value"], "{:.2f}"),
             f"{target['comparison']} {target['target']}", verdict,
         )  # fmt: skip
     console.print(tt)
     for row in rows:
         if row.get("error"):
-            console.print(f"[red]{row['n']}x{row['k']} {row['mode']}: {row['error']}")
+            console.print(f"[red]{_label(row)} {row['mode']}: {row['error']}")
 
 
 # ---------------------------------------------------------------------- entry points
 
 
-def parse_sweep(text: str) -> tuple[tuple[int, int], ...]:
-    """``"1x1,4x8,64x32"`` -> ((1, 1), (4, 8), (64, 32))."""
+def parse_sweep(text: str) -> tuple[Point, ...]:
+    """``"1x1,4x8,2x256b128"`` -> Point(1, 1), Point(4, 8), Point(2, 256, batch=128)."""
     points = []
-    for part in text.replace(" ", "").split(","):
+    for part in text.replace(" ", "").lower().split(","):
         if not part:
             continue
-        n, sep, k = part.lower().partition("x")
-        if not sep or not n.isdigit() or not k.isdigit() or int(n) < 1 or int(k) < 1:
-            raise argparse.ArgumentTypeError(f"sweep points look like 4x8, got {part!r}")
-        points.append((int(n), int(k)))
+        match = re.fullmatch(r"([1-9][0-9]*)x([1-9][0-9]*)(?:b([1-9][0-9]*))?", part)
+        if not match:
+            raise argparse.ArgumentTypeError(
+                f"sweep points look like 4x8 (or 2x256b128 for a training batch), got {part!r}"
+            )
+        n, k, batch = match.groups()
+        points.append(Point(int(n), int(k), int(batch or 0)))
     return tuple(points)
 
 
@@ -603,14 +637,14 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     load_before = os.getloadavg()
 
-    def log(n: int, k: int, mode: str, row: dict[str, Any]) -> None:
+    def log(point: Point, mode: str, row: dict[str, Any]) -> None:
         if args.verbose:
             shown = row.get("error") or (
                 f"{row.get('fps', 0):,.0f} frames/s, "
                 f"{row.get('cpu_us_per_frame') or 0:.0f} cpu µs/frame"
             )
             elapsed = time.time() - started
-            print(f"  [{elapsed:5.0f} s] {n:>4} x {k:<3} {mode:<9} {shown}", file=sys.stderr,
+            print(f"  [{elapsed:5.0f} s] {point.label:>10} {mode:<9} {shown}", file=sys.stderr,
                   flush=True)  # fmt: skip
 
     rows: list[dict[str, Any]] = []
@@ -620,8 +654,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             if "ideal" in args.modes:
                 with contextlib.suppress(subprocess.SubprocessError, ValueError, IndexError):
                     references.append(measure_ideal(IDEAL_REFERENCE_ENVS, settings)["fps"])
-            for n, k in sweep:
-                rows += run_point(n, k, args.modes, repeat, settings, log)
+            for point in sweep:
+                rows += run_point(point, args.modes, repeat, settings, log)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     reference = statistics.median(references) if references else None
@@ -634,7 +668,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "settings": {
             "env": settings.env,
-            "sweep": [f"{n}x{k}" for n, k in sweep],
+            "sweep": [point.label for point in sweep],
             "modes": list(args.modes),
             "repeats": args.repeats,
             "warmup_s": warmup,

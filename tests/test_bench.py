@@ -10,20 +10,21 @@ import pytest
 from support import ROOT
 
 from actors.latency import RoundTripStats
-from learner.bench import MODES, TARGETS, parse_sweep, summarize
+from learner.bench import MODES, TARGETS, Point, parse_sweep, summarize
 
 
 def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [
-        sys.executable, "-m", "learner.bench", "--quick", "--sweep", "2x4",
+        sys.executable, "-m", "learner.bench", "--quick", "--sweep", "2x4b8",
         "--warmup-s", "0.3", "--measure-s", "1", "--out", str(out),
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
     assert report["schema"] == "seedrl-bench/1"
-    assert report["settings"]["sweep"] == ["2x4"]
+    assert report["settings"]["sweep"] == ["2x4b8"]
+    assert {row["batch"] for row in report["results"]} == {8}
     assert report["machine"]["cpus"] >= 1
     assert report["ideal_reference"]["envs"] == 64
     assert report["ideal_reference"]["fps"] > 0
@@ -54,8 +55,14 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
 
 
 def test_parse_sweep():
-    assert parse_sweep("1x1, 64X32,256x1") == ((1, 1), (64, 32), (256, 1))
-    for bad in ("4", "0x1", "ax2", "4x-1"):
+    assert parse_sweep("1x1, 64X32,256x1,2x256b128") == (
+        Point(1, 1),
+        Point(64, 32),
+        Point(256, 1),
+        Point(2, 256, batch=128),
+    )
+    assert [p.label for p in parse_sweep("2x8,2x256b128")] == ["2x8", "2x256b128"]
+    for bad in ("4", "0x1", "ax2", "4x-1", "2x8b0", "2x8b"):
         with pytest.raises(Exception, match="sweep points"):
             parse_sweep(bad)
 
@@ -73,9 +80,12 @@ def test_summarize_medians_ratios_and_targets():
         row(1, 1, "system", 50.0, learner_rss_mb=300.0, actor_rss_mb_max=70.0),
         row(256, 1, "system", 10.0),
         row(256, 1, "echo", 0.0, error="did not connect"),
+        # A throughput point with a training batch of 128 is a point of its own.
+        row(1, 512, "system", 120.0, point="1x512b128", batch=128),
+        row(1, 512, "system", 60.0, point="1x512"),
     ]
     points, targets = summarize(rows)
-    by_point = {(p["n"], p["k"]): p for p in points}
+    by_point = {(p["n"], p["k"]): p for p in points if not p["batch"]}
     assert by_point[(64, 1)]["system_fps"] == 95.0  # the median of three repeats
     assert by_point[(64, 1)]["system_over_echo"] == pytest.approx(0.95)
     assert by_point[(64, 1)]["system_over_ideal"] == pytest.approx(0.095)
@@ -88,10 +98,15 @@ def test_summarize_medians_ratios_and_targets():
     assert checks["learner_rss_mb_per_actor"]["value"] == pytest.approx(1.0)
     assert checks["learner_rss_mb_per_actor"]["pass"] is True
     assert checks["system_256x1_over_64x1"]["pass"] is False
+    assert {p["point"]: p["system_fps"] for p in points if p["k"] == 512} == {
+        "1x512b128": 120.0,
+        "1x512": 60.0,
+    }
     # With a measured one-process reference (64 envs) the best system point is judged by it.
     _, targets = summarize(rows, ideal_reference_fps=150.0)
     best = next(t for t in targets if t["name"] == "best_system_over_ideal")
-    assert best["value"] == pytest.approx(95.0 / 150.0)
+    assert best["value"] == pytest.approx(120.0 / 150.0)
+    assert best["point"] == "1x512b128"
     assert best["pass"] is True
 
 
@@ -112,3 +127,17 @@ def test_round_trip_stats_flush_one_line_per_stream(tmp_path):
     assert lines[1]["rtt_p50_ms"] == pytest.approx(5.0)
     with pytest.raises(ValueError):
         RoundTripStats(capacity=6)
+
+
+def test_a_point_with_a_training_batch_starts_the_learner_with_it(tmp_path):
+    from learner.bench import Settings, server_command
+
+    settings = Settings(
+        env="CartPole-v1", warmup_s=1, measure_s=1, connect_timeout_s=1, transport="tcp",
+        learner_args=("--seed", "3"), actor_args=(), torch_threads=1, workdir=tmp_path,
+    )  # fmt: skip
+    command = server_command("system", "127.0.0.1", 1234, tmp_path, settings, batch=128)
+    assert command[command.index("--batch-size") + 1] == "128"
+    assert command[-2:] == ["--seed", "3"]  # the user's learner flags still win
+    assert "--batch-size" not in server_command("system", "127.0.0.1", 1234, tmp_path, settings)
+    assert "--batch-size" not in server_command("echo", "127.0.0.1", 1234, tmp_path, settings, 128)
