@@ -129,13 +129,15 @@ def from_importance_weights(
         # Broadcast so every step has the full [B, ...] shape before the recursion.
         deltas_TB, decay_TB = torch.broadcast_tensors(deltas_TB, discounts * cs_TB)
 
-        # acc_t = delta_t + gamma_t * c_t * acc_{t+1}, acc_T = 0.
-        acc_TB = torch.empty_like(deltas_TB)
+        # acc_t = delta_t + gamma_t * c_t * acc_{t+1}, acc_T = 0: one fused op per step
+        # (the loop's per-op overhead, not arithmetic, is its cost at learner batch sizes).
         acc_B = torch.zeros_like(deltas_TB[0])
-        for t in range(deltas_TB.shape[0] - 1, -1, -1):
-            acc_B = deltas_TB[t] + decay_TB[t] * acc_B
-            acc_TB[t] = acc_B
-        vs_TB = values + acc_TB
+        accs_B = []
+        steps = zip(deltas_TB.unbind(0), decay_TB.unbind(0), strict=True)
+        for delta_B, decay_B in reversed(list(steps)):
+            acc_B = torch.addcmul(delta_B, decay_B, acc_B)
+            accs_B.append(acc_B)
+        vs_TB = values + torch.stack(accs_B[::-1])
 
         vs_t_plus_1_TB = torch.cat([vs_TB[1:], bootstrap_value.unsqueeze(0)], dim=0)
         if clip_pg_rho_threshold is not None:
