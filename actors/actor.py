@@ -1,7 +1,7 @@
 """One actor process: step K envs, stream each frame to the learner, apply its actions.
 
 The hot loop (``stream_frames``) is: encode K observations/rewards/flags into one
-reused message -> write -> read K actions -> step the vector env. The actor holds no
+fresh message -> write -> read K actions -> step the vector env. The actor holds no
 model. When the learner is unreachable or restarts, the actor reconnects with capped
 exponential backoff and jitter, under a fresh ``run_id`` so the learner resets its
 slots; it exits only when the learner says training is finished (or on a signal).

@@ -64,6 +64,7 @@ class Point:
 
 DEFAULT_SWEEP = (
     *(Point(n, k) for n in (1, 4, 16, 64) for k in (1, 8, 32)),
+    Point(256, 1),  # no collapse from 64 to 256 single-env actors (a target)
     # Throughput points: few actors with many envs each, and a training batch of 128
     # unrolls (the default 16 is tuned for sample efficiency; per step the trainer's
     # cost is mostly fixed, so 128 trains ~2.5x more frames per CPU second).

@@ -141,3 +141,15 @@ def test_a_point_with_a_training_batch_starts_the_learner_with_it(tmp_path):
     assert command[-2:] == ["--seed", "3"]  # the user's learner flags still win
     assert "--batch-size" not in server_command("system", "127.0.0.1", 1234, tmp_path, settings)
     assert "--batch-size" not in server_command("echo", "127.0.0.1", 1234, tmp_path, settings, 128)
+
+
+def test_the_default_sweep_measures_every_target():
+    """A plain `make bench` must be able to judge each target, not print n/a."""
+    from learner.bench import DEFAULT_SWEEP, IDEAL_REFERENCE_ENVS
+
+    labels = {p.label for p in DEFAULT_SWEEP}
+    assert {"1x1", "64x1", "256x1"} <= labels  # RSS per actor, system/echo, no collapse
+    assert any(p.n * p.k == IDEAL_REFERENCE_ENVS for p in DEFAULT_SWEEP)
+    for n in (1, 4, 16, 64):  # the issue's minimum sweep
+        for k in (1, 8, 32):
+            assert f"{n}x{k}" in labels
