@@ -91,7 +91,22 @@ def test_actors_train_across_the_link_and_survive_cuts(hosts, tmp_path):
             # off and retry until the link is back, then reconnect under a new run_id.
             hosts.set_link(up=False)
             try:
-                actors.wait_for("learner unavailable", LONG_CUT_TIMEOUT_S)
+                # Both actors must find their connection dead before the link returns;
+                # otherwise the slower one's TCP stream just carries on (one connection).
+                wait_until(
+                    lambda: (
+                        len(
+                            {
+                                line.split("actor ")[1].split(":")[0]
+                                for line in actors.lines
+                                if "learner unavailable" in line
+                            }
+                        )
+                        >= 2
+                    ),
+                    timeout=LONG_CUT_TIMEOUT_S,
+                    what="both actors to declare the learner unavailable",
+                )
             finally:
                 hosts.set_link(up=True)
             resumed_from = frames(tmp_path)
