@@ -85,8 +85,6 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         first = await anext(request_iterator, None)
         if first is None:
             return
-        if type(first) is Undecodable:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, first.describe(ACT_METHOD))
         conn = await self._admit(first, context)
         try:
             yield pb.LearnerMessage(accept=pb.Accept(learner_run_id=self.learner_run_id))
@@ -117,6 +115,9 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             self._disconnect(conn)
 
     async def _admit(self, message: pb.ActorMessage, context: Any) -> Connection:
+        """Check the first message (Hello, or bytes that did not parse) and take a place."""
+        if type(message) is Undecodable:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message.describe(ACT_METHOD))
         if message.WhichOneof("kind") != "hello":
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a Hello"
