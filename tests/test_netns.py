@@ -58,6 +58,13 @@ def actors_in(hosts: TwoHosts, *extra: str) -> list[str]:
     )  # fmt: skip
 
 
+def actors_that_lost_the_learner(lines: list[str]) -> set[str]:
+    """Actor ids from "actor <id>: learner unavailable ..." log lines."""
+    return {
+        line.split("actor ")[1].split(":")[0] for line in lines if "learner unavailable" in line
+    }
+
+
 def test_actors_train_across_the_link_and_survive_cuts(hosts, tmp_path):
     """Train over the link; a short cut is ridden out, a long one forces a real reconnect."""
     env = {"SEEDRL_LOG_LEVEL": "INFO"}
@@ -94,16 +101,7 @@ def test_actors_train_across_the_link_and_survive_cuts(hosts, tmp_path):
                 # Both actors must find their connection dead before the link returns;
                 # otherwise the slower one's TCP stream just carries on (one connection).
                 wait_until(
-                    lambda: (
-                        len(
-                            {
-                                line.split("actor ")[1].split(":")[0]
-                                for line in actors.lines
-                                if "learner unavailable" in line
-                            }
-                        )
-                        >= 2
-                    ),
+                    lambda: len(actors_that_lost_the_learner(actors.lines)) >= 2,
                     timeout=LONG_CUT_TIMEOUT_S,
                     what="both actors to declare the learner unavailable",
                 )
