@@ -141,7 +141,7 @@ def run_ideal(env_id: str, num_envs: int, seconds: float, warmup_s: float, threa
             if now - t0 >= warmup_s + seconds:
                 break
             obs = torch.from_numpy(np.asarray(obs_KO, dtype=obs_dtype)).unsqueeze(0)
-            params_1KP, _, _ = model(obs, first_1K, ())
+            params_1KP, _ = model.act(obs, first_1K, ())
             action_K = head.sample(params_1KP[0]).numpy()
             obs_KO, *_ = vec.step(action_K)
             frames += num_envs

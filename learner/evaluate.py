@@ -86,7 +86,7 @@ class Policy:
         if self._first and not self._state:
             self._state = self.model.initial_state(1)
         with torch.no_grad():
-            params_11P, _, self._state = self.model(obs_11O, first_11, self._state)
+            params_11P, self._state = self.model.act(obs_11O, first_11, self._state)
         self._first = False
         params_P = params_11P[0, 0]
         action = self.head.greedy(params_P) if self.greedy else self.head.sample(params_P)

@@ -22,6 +22,7 @@ import torch
 from learner.batcher import PendingRequest
 from learner.stats import LearnerStats
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
+from seedrl.codec import WireError
 from seedrl.models import ActionHead, ActorCritic
 
 
@@ -39,16 +40,62 @@ class Connection:
 
 
 class FramePayload:
-    """The decoded arrays of one stream's frame (views into the received message)."""
+    """One stream's frame as the raw bytes of its four tensors, already checked for layout.
 
-    __slots__ = ("conn", "obs_KO", "reward_K", "terminated_K", "truncated_K")
+    Arrays are built once per batch (one ``frombuffer`` per field for all streams), not
+    per frame: at K = 1 that was most of the learner's Python per message.
+    """
 
-    def __init__(self, conn, obs_KO, reward_K, terminated_K, truncated_K) -> None:
-        self.conn: Connection = conn
-        self.obs_KO: np.ndarray = obs_KO
-        self.reward_K: np.ndarray = reward_K
-        self.terminated_K: np.ndarray = terminated_K
-        self.truncated_K: np.ndarray = truncated_K
+    __slots__ = ("conn", "observations", "rewards", "terminated", "truncated")
+
+    def __init__(
+        self,
+        conn: Connection,
+        observations: bytes,
+        rewards: bytes,
+        terminated: bytes,
+        truncated: bytes,
+    ) -> None:
+        self.conn = conn
+        self.observations = observations
+        self.rewards = rewards
+        self.terminated = terminated
+        self.truncated = truncated
+
+
+@dataclass
+class FrameBatch:
+    """The frames of one forward pass as arrays, B rows in stream order."""
+
+    slot_B: np.ndarray
+    obs_BO: np.ndarray
+    reward_B: np.ndarray
+    terminated_B: np.ndarray
+    truncated_B: np.ndarray
+
+
+def gather_frames(
+    frames: list[FramePayload], obs_dtype: np.dtype, obs_shape: tuple[int, ...]
+) -> FrameBatch:
+    """Join the frames' bytes into one array per field (the observations writable, for torch)."""
+    return FrameBatch(
+        slot_B=np.concatenate([f.conn.slot_ids for f in frames]),
+        obs_BO=np.frombuffer(bytearray().join([f.observations for f in frames]), obs_dtype).reshape(
+            -1, *obs_shape
+        ),
+        reward_B=np.frombuffer(b"".join([f.rewards for f in frames]), np.float32),
+        terminated_B=np.frombuffer(b"".join([f.terminated for f in frames]), np.bool_),
+        truncated_B=np.frombuffer(b"".join([f.truncated for f in frames]), np.bool_),
+    )
+
+
+def nonfinite_problem(batch: FrameBatch) -> str | None:
+    """Why a batch (or one frame) cannot be used: NaN or inf in observations or rewards."""
+    if batch.obs_BO.dtype.kind == "f" and not np.isfinite(batch.obs_BO).all():
+        return "observations: contains NaN or inf"
+    if not np.isfinite(batch.reward_B).all():
+        return "rewards: contains NaN or inf"
+    return None
 
 
 class InferenceEngine:
@@ -93,21 +140,24 @@ class InferenceEngine:
         if not live:
             return
         frames: list[FramePayload] = [r.payload for r in live]
-        slot_B = np.concatenate([f.conn.slot_ids for f in frames])
-        obs_BO = np.concatenate([f.obs_KO for f in frames])
-        reward_B = np.concatenate([f.reward_K for f in frames])
-        terminated_B = np.concatenate([f.terminated_K for f in frames])
-        truncated_B = np.concatenate([f.truncated_K for f in frames])
-        first_B = self.builder.first_flags(slot_B)
+        fb = gather_frames(frames, self.builder.obs_dtype, self.builder.obs_shape)
+        if nonfinite_problem(fb) is not None:  # one check per batch; the search is rare
+            live, frames = self._reject_nonfinite(live)
+            if not live:
+                return
+            fb = gather_frames(frames, self.builder.obs_dtype, self.builder.obs_shape)
+        first_B = self.builder.first_flags(fb.slot_B)
 
-        action_BA, params_BP, state_before, state_after = self._policy(slot_B, obs_BO, first_B)
+        action_BA, params_BP, state_before, state_after = self._policy(
+            fb.slot_B, fb.obs_BO, first_B
+        )
 
         step = self.learner_step.value
         unrolls, episodes = self.builder.record(
-            slot_B, obs_BO, reward_B, terminated_B, truncated_B, first_B,
+            fb.slot_B, fb.obs_BO, fb.reward_B, fb.terminated_B, fb.truncated_B, first_B,
             action_BA, params_BP, state_before, state_after, step,
         )  # fmt: skip
-        self.stats.on_batch(len(slot_B), episodes)
+        self.stats.on_batch(len(fb.slot_B), episodes)
 
         offset = 0
         for request, frame in zip(live, frames, strict=True):
@@ -120,6 +170,22 @@ class InferenceEngine:
         if unrolls is not None and self.keep_unrolls:
             await self._enqueue(unrolls)
 
+    def _reject_nonfinite(
+        self, batch: list[PendingRequest]
+    ) -> tuple[list[PendingRequest], list[FramePayload]]:
+        """Fail the requests whose frames hold NaN/inf (their streams end); keep the rest."""
+        kept: list[PendingRequest] = []
+        for request in batch:
+            frame = request.payload
+            problem = nonfinite_problem(
+                gather_frames([frame], self.builder.obs_dtype, self.builder.obs_shape)
+            )
+            if problem is None:
+                kept.append(request)
+            elif not request.future.done():
+                request.future.set_exception(WireError(problem))
+        return kept, [r.payload for r in kept]
+
     def _policy(self, slot_B: np.ndarray, obs_BO: np.ndarray, first_B: np.ndarray):
         """One forward pass with T = 1; returns numpy actions, params and core states."""
         state_before = tuple(s[slot_B] for s in self.builder.core_state_SH)
@@ -127,7 +193,7 @@ class InferenceEngine:
         first = torch.from_numpy(first_B).to(self.device)
         core = tuple(torch.from_numpy(s).to(self.device) for s in state_before)
         with torch.no_grad(), self.weights_lock:
-            params_1BP, _, core_after = self.model(obs.unsqueeze(0), first.unsqueeze(0), core)
+            params_1BP, core_after = self.model.act(obs.unsqueeze(0), first.unsqueeze(0), core)
         params_BP = params_1BP[0]
         action_BA = self.head.sample(params_BP)
         state_after = tuple(s.cpu().numpy() for s in core_after)

@@ -13,7 +13,7 @@ import inspect
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import numpy as np
@@ -62,6 +62,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         self.connections: set[Connection] = set()
         self._obs_shape = codec.spec_shape(env_spec.observation_space)
         self._obs_dtype = np.dtype(env_spec.observation_space.dtype)
+        self._frame_layouts: dict[int, FrameLayout] = {}
         self._shutdown: pb.Shutdown | None = None
 
     # ------------------------------------------------------------------ GetInfo
@@ -86,6 +87,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         if first is None:
             return
         conn = await self._admit(first, context)
+        layout = self.frame_layout(conn.num_envs)
         try:
             yield pb.LearnerMessage(accept=pb.Accept(learner_run_id=self.learner_run_id))
             async for message in request_iterator:
@@ -100,11 +102,10 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                         grpc.StatusCode.INVALID_ARGUMENT, "only Frame messages may follow the Hello"
                     )
                 try:
-                    payload = self._decode_frame(conn, message.frame)
-                except codec.WireError as exc:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {exc}")
-                try:
+                    payload = self.frame_payload(conn, layout, message.frame)
                     actions = await self.batcher.submit(payload, conn.num_envs)
+                except codec.WireError as exc:  # from the layout check, or NaN found in the batch
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {exc}")
                 except BatcherClosed:
                     yield pb.LearnerMessage(shutdown=self._shutdown or _stopping())
                     return
@@ -177,23 +178,40 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                 )
         return None
 
-    def _decode_frame(self, conn: Connection, frame: pb.Frame) -> FramePayload:
-        k = conn.num_envs
-        envs_in_frame = frame.observations.shape[0] if frame.observations.shape else None
-        if envs_in_frame != k:
-            raise codec.WireError(
-                f"observations carry {envs_in_frame} envs but the Hello declared num_envs={k} "
-                "(K cannot change mid-stream; open a new stream)"
+    def frame_layout(self, num_envs: int) -> FrameLayout:
+        """What each field of a K-env Frame must look like (cached per K)."""
+        layout = self._frame_layouts.get(num_envs)
+        if layout is None:
+            layout = FrameLayout(
+                observations=codec.tensor_layout(self._obs_dtype, (num_envs, *self._obs_shape)),
+                rewards=codec.tensor_layout(np.float32, (num_envs,)),
+                flags=codec.tensor_layout(np.bool_, (num_envs,)),
             )
-        obs = codec.decode_tensor(
-            frame.observations, "observations", self._obs_dtype, (k, *self._obs_shape)
-        )
-        reward = codec.decode_tensor(frame.rewards, "rewards", np.float32, (k,))
-        terminated = codec.decode_tensor(frame.terminated, "terminated", np.bool_, (k,))
-        truncated = codec.decode_tensor(frame.truncated, "truncated", np.bool_, (k,))
-        codec.require_finite(obs, "observations")
-        codec.require_finite(reward, "rewards")
-        return FramePayload(conn, obs, reward, terminated, truncated)
+            self._frame_layouts[num_envs] = layout
+        return layout
+
+    def frame_payload(self, conn: Connection, layout: FrameLayout, frame: pb.Frame) -> FramePayload:
+        """Check one Frame's four tensors against the stream's layout and keep their bytes.
+
+        Values are checked (NaN, inf) once per batch by the inference engine, which rejects
+        only the offending streams.
+        """
+        try:
+            return FramePayload(
+                conn,
+                codec.checked_bytes(frame.observations, "observations", layout.observations),
+                codec.checked_bytes(frame.rewards, "rewards", layout.rewards),
+                codec.checked_bytes(frame.terminated, "terminated", layout.flags),
+                codec.checked_bytes(frame.truncated, "truncated", layout.flags),
+            )
+        except codec.WireError:
+            envs_in_frame = frame.observations.shape[0] if frame.observations.shape else None
+            if envs_in_frame != conn.num_envs:
+                raise codec.WireError(
+                    f"observations carry {envs_in_frame} envs but the Hello declared "
+                    f"num_envs={conn.num_envs} (K cannot change mid-stream; open a new stream)"
+                ) from None
+            raise
 
     def _disconnect(self, conn: Connection) -> None:
         if conn in self.connections:
@@ -207,6 +225,14 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """Stop serving frames: every stream gets a Shutdown message and ends."""
         self._shutdown = pb.Shutdown(reason=reason, final=final)
         self.batcher.close()
+
+
+class FrameLayout(NamedTuple):
+    """A Frame's expected tensor layouts for one K (terminated and truncated share one)."""
+
+    observations: codec.TensorLayout
+    rewards: codec.TensorLayout
+    flags: codec.TensorLayout
 
 
 def _stopping() -> pb.Shutdown:

@@ -99,8 +99,8 @@ class TrajectoryBuilder:
     ) -> None:
         self.unroll_length = unroll_length
         self._rows = unroll_length + 1
-        self._obs_shape = obs_shape
-        self._obs_dtype = np.dtype(obs_dtype)
+        self.obs_shape = obs_shape
+        self.obs_dtype = np.dtype(obs_dtype)
         self._action_shape = action_shape
         self._action_dtype = np.dtype(action_dtype)
         self._param_size = param_size
@@ -122,7 +122,7 @@ class TrajectoryBuilder:
             return new
 
         get = self.__dict__.get
-        self.obs_SRO = resized(get("obs_SRO"), (rows, *self._obs_shape), self._obs_dtype)
+        self.obs_SRO = resized(get("obs_SRO"), (rows, *self.obs_shape), self.obs_dtype)
         self.first_SR = resized(get("first_SR"), (rows,), bool)
         self.reward_SR = resized(get("reward_SR"), (rows,), np.float32)
         self.terminated_SR = resized(get("terminated_SR"), (rows,), bool)

@@ -12,7 +12,7 @@ import functools
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -108,6 +108,35 @@ def _decode_checked(
             f"{list(got_shape)} need {expected_bytes}"
         )
     return np.frombuffer(msg.data, dtype=np_dtype).reshape(got_shape)
+
+
+class TensorLayout(NamedTuple):
+    """What one tensor field must look like on the wire, precomputed once per stream."""
+
+    dtype: str
+    shape: list[int]  # a list: protobuf's repeated field compares equal to a list, not a tuple
+    nbytes: int
+
+
+def tensor_layout(dtype: DTypeLike, shape: Sequence[int]) -> TensorLayout:
+    np_dtype = np.dtype(dtype)
+    return TensorLayout(
+        np_dtype.name, [int(d) for d in shape], math.prod(shape) * np_dtype.itemsize
+    )
+
+
+def checked_bytes(msg: pb.Tensor, name: str, layout: TensorLayout) -> bytes:
+    """The raw payload of ``msg`` when its dtype, shape and byte length match ``layout``.
+
+    The per-frame path: three comparisons (~1 µs) and no array; the learner builds one
+    array per field for the whole batch. Anything else raises :class:`WireError` saying
+    what differs.
+    """
+    data = msg.data
+    if msg.dtype == layout.dtype and len(data) == layout.nbytes and msg.shape == layout.shape:
+        return data
+    _decode_checked(msg, name, layout.dtype, layout.shape)
+    raise WireError(f"{name}: expected dtype {layout.dtype} and shape {layout.shape}")
 
 
 def require_finite(array: np.ndarray, name: str) -> None:

@@ -282,6 +282,25 @@ class ActorCritic(nn.Module):
         ``first_TB`` marks the first frame of an episode: the LSTM state is zeroed there.
         """
         t, b = obs_TBO.shape[:2]
+        x, features, core_state = self._features(obs_TBO, first_TB, core_state)
+        value_features = features if self.value_torso is None else self.value_torso(x)
+        values = self.baseline(value_features).reshape(t, b)
+        return self._params(features, t, b), values, core_state
+
+    def act(
+        self, obs_TBO: torch.Tensor, first_TB: torch.Tensor, core_state: CoreState = ()
+    ) -> tuple[torch.Tensor, CoreState]:
+        """Policy parameters and core state only: what inference needs. Skipping the value
+        halves a CartPole forward pass (its value MLP is as big as the policy's)."""
+        t, b = obs_TBO.shape[:2]
+        _, features, core_state = self._features(obs_TBO, first_TB, core_state)
+        return self._params(features, t, b), core_state
+
+    def _features(
+        self, obs_TBO: torch.Tensor, first_TB: torch.Tensor, core_state: CoreState
+    ) -> tuple[torch.Tensor, torch.Tensor, CoreState]:
+        """(network input, policy features, core state after step T)."""
+        t, b = obs_TBO.shape[:2]
         x = self._prepare(obs_TBO.reshape(t * b, *obs_TBO.shape[2:]))
         features = self.torso(x)
         if self.core is not None:
@@ -295,14 +314,15 @@ class ActorCritic(nn.Module):
             core_out = torch.stack(outputs).reshape(t * b, -1)
             features = torch.cat([features, core_out], dim=-1)
             core_state = (h, c)
+        return x, features, core_state
+
+    def _params(self, features: torch.Tensor, t: int, b: int) -> torch.Tensor:
         params = self.policy(features).reshape(t, b, -1)
         if self.action_centre is not None and self.action_half_range is not None:
             params = self.action_centre + self.action_half_range * torch.tanh(params)
         if self.log_std is not None:
             params = torch.cat([params, self.log_std.expand_as(params)], dim=-1)
-        value_features = features if self.value_torso is None else self.value_torso(x)
-        values = self.baseline(value_features).reshape(t, b)
-        return params, values, core_state
+        return params
 
 
 def build_model(

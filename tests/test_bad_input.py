@@ -8,6 +8,7 @@ never dies. The hypothesis fuzz drives the server's own validation in-process.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import uuid
@@ -20,7 +21,15 @@ from hypothesis import strategies as st
 from support import actor_args, learner_process, running, wait_until
 from wire_clients import act, child_pids, frame, get_info, hello, lockstep
 
-from learner.inference import Connection
+from learner.batcher import PendingRequest
+from learner.inference import (
+    Connection,
+    FramePayload,
+    InferenceEngine,
+    gather_frames,
+    nonfinite_problem,
+)
+from learner.run import build_learner
 from learner.server import LearnerServicer
 from seedrl import PROTOCOL_VERSION, codec
 from seedrl.config import LearnerConfig
@@ -270,7 +279,7 @@ def test_random_bytes_to_every_method(served):
 def servicer():
     config = LearnerConfig(env="CartPole-v1")
     spec = describe_env(config.env, config.env_kwargs)
-    stub_parts = None  # _check_hello and _decode_frame touch none of the serving parts
+    stub_parts = None  # _check_hello and frame_payload touch none of the serving parts
     return LearnerServicer(config, spec, stub_parts, stub_parts, stub_parts, stub_parts)
 
 
@@ -320,15 +329,20 @@ def test_fuzz_frame_validation(servicer, data, k):
     message = data.draw(frames(k))
     conn = Connection("fuzz", uuid.uuid4().hex, "peer", k, np.arange(k))
     try:
-        payload = servicer._decode_frame(conn, message)
+        payload = servicer.frame_payload(conn, servicer.frame_layout(k), message)
     except codec.WireError as exc:
         assert str(exc)
         return
-    assert payload.obs_KO.shape == (k, 4) and payload.obs_KO.dtype == np.float32
-    assert np.isfinite(payload.obs_KO).all()
-    assert payload.reward_K.shape == (k,) and payload.reward_K.dtype == np.float32
-    assert np.isfinite(payload.reward_K).all()
-    for flags in (payload.terminated_K, payload.truncated_K):
+    batch = gather_frames([payload], np.dtype(np.float32), (4,))
+    problem = nonfinite_problem(batch)
+    if problem is not None:  # the engine fails this stream's request with it
+        assert "NaN or inf" in problem
+        return
+    assert batch.obs_BO.shape == (k, 4) and batch.obs_BO.dtype == np.float32
+    assert np.isfinite(batch.obs_BO).all()
+    assert batch.reward_B.shape == (k,) and batch.reward_B.dtype == np.float32
+    assert np.isfinite(batch.reward_B).all()
+    for flags in (batch.terminated_B, batch.truncated_B):
         assert flags.shape == (k,) and flags.dtype == np.bool_
 
 
@@ -344,7 +358,7 @@ def test_fuzz_raw_bytes_through_parse_and_validation(servicer, data):
     assert problem is None or isinstance(problem, str)
     conn = Connection("fuzz", "run", "peer", 2, np.arange(2))
     with contextlib.suppress(codec.WireError):
-        servicer._decode_frame(conn, message.frame)
+        servicer.frame_payload(conn, servicer.frame_layout(2), message.frame)
 
 
 @settings(max_examples=200, deadline=None)
@@ -378,3 +392,42 @@ def test_fuzz_hello_check(servicer, version, num_envs, run_id, env_id, obs_shape
     assert (problem is None) == agrees, problem
     if problem is not None:
         assert len(problem) > 10
+
+
+@pytest.mark.parametrize("field", ["observations", "rewards"])
+def test_nonfinite_frame_in_a_batch_fails_only_its_own_request(field):
+    """NaN/inf are checked once per batch; the offending stream gets the error, the rest
+    are served and recorded."""
+    config = LearnerConfig(env="CartPole-v1")
+    learner = build_learner(config)
+    engine = InferenceEngine(
+        learner.model, learner.head, learner.device, learner.builder, learner.queue,
+        learner.stats, learner.weights_lock, learner.step_counter,
+    )  # fmt: skip
+    k = 2
+    conns = [Connection(f"a{i}", f"r{i}", "peer", k, learner.builder.allocate(k)) for i in range(3)]
+
+    def payload(conn: Connection, bad: bool) -> FramePayload:
+        obs, reward = np.ones((k, 4), np.float32), np.ones(k, np.float32)
+        if bad:
+            (obs if field == "observations" else reward).flat[-1] = np.inf
+        flags = np.zeros(k, np.bool_).tobytes()
+        return FramePayload(conn, obs.tobytes(), reward.tobytes(), flags, flags)
+
+    async def one_batch() -> list[PendingRequest]:
+        loop = asyncio.get_running_loop()
+        batch = [
+            PendingRequest(payload(conn, bad=i == 1), k, loop.create_future())
+            for i, conn in enumerate(conns)
+        ]
+        await engine.process(batch)
+        return batch
+
+    batch = asyncio.run(one_batch())
+    error = batch[1].future.exception()
+    assert isinstance(error, codec.WireError)
+    assert str(error) == f"{field}: contains NaN or inf"
+    for request in (batch[0], batch[2]):
+        assert request.future.result().shape == (k,)
+    assert learner.stats.frames == 2 * k
+    assert (conns[0].frames, conns[1].frames, conns[2].frames) == (k, 0, k)

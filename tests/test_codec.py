@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -315,3 +317,28 @@ def test_actor_frames_do_not_grow_memory() -> None:
     assert process_rss_mb() - before < 20.0
     decoded = codec.decode_tensor(message.frame.observations, "observations", np.float32, (k, 4))
     np.testing.assert_array_equal(decoded, obs_KO)
+
+
+# ---------------------------------------------------------------- checked_bytes
+
+
+def test_checked_bytes_returns_the_payload_of_a_matching_tensor() -> None:
+    array = np.arange(8, dtype=np.float32).reshape(2, 4)
+    layout = codec.tensor_layout(np.float32, (2, 4))
+    assert layout == codec.TensorLayout("float32", [2, 4], 32)
+    data = codec.checked_bytes(codec.encode_tensor(array), "observations", layout)
+    np.testing.assert_array_equal(np.frombuffer(data, np.float32).reshape(2, 4), array)
+
+
+@pytest.mark.parametrize(
+    ("tensor", "message"),
+    [
+        (pb.Tensor(dtype="float64", shape=[2, 4], data=bytes(64)), "dtype float64 but expected"),
+        (pb.Tensor(dtype="float32", shape=[4, 2], data=bytes(32)), "shape [4, 2] but expected"),
+        (pb.Tensor(dtype="float32", shape=[2, 4], data=bytes(31)), "31 bytes but dtype"),
+        (pb.Tensor(dtype="V8", shape=[2, 4], data=bytes(32)), "is not one of"),
+    ],
+)
+def test_checked_bytes_names_what_differs(tensor: pb.Tensor, message: str) -> None:
+    with pytest.raises(codec.WireError, match=re.escape(message)):
+        codec.checked_bytes(tensor, "observations", codec.tensor_layout(np.float32, (2, 4)))

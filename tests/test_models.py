@@ -66,10 +66,10 @@ async def drive(engine, builder, streams: int, k: int, steps: int, obs_fn, rng, 
             term_K = done_K & (rng.random(k) < 0.5)
             payload = FramePayload(
                 conn,
-                obs_fn(rng, k),
-                rng.normal(size=k).astype(np.float32),
-                term_K,
-                done_K & ~term_K,
+                np.ascontiguousarray(obs_fn(rng, k), builder.obs_dtype).tobytes(),
+                rng.normal(size=k).astype(np.float32).tobytes(),
+                term_K.tobytes(),
+                (done_K & ~term_K).tobytes(),
             )
             batch.append(PendingRequest(payload, k, loop.create_future()))
         await engine.process(batch)
