@@ -183,6 +183,18 @@ def rss_mb(pid: int) -> float:
         return 0.0
 
 
+def private_mb(pid: int) -> float | None:
+    """USS: the memory only this process holds (RSS minus pages shared with others, such
+    as shared libraries' code, which N actors on one host pay for once)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return None
+    kb = sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty") if k in fields)
+    return kb / 1024
+
+
 def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
     """SIGTERM, a bounded wait, then SIGKILL."""
     if proc.poll() is None:
@@ -227,6 +239,10 @@ class ActorFleet:
 
     def rss_mb(self) -> list[float]:
         return [rss_mb(p.pid) for p in self.procs if p.poll() is None]
+
+    def private_mb(self) -> list[float]:
+        found = (private_mb(p.pid) for p in self.procs if p.poll() is None)
+        return [x for x in found if x is not None]
 
     def stream_records(self) -> list[dict[str, Any]]:
         """Every per-stream record the actors have flushed so far."""
@@ -331,7 +347,7 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
             t0, cpu0, acpu0 = time.time(), cpu_seconds(proc.pid), fleet.cpu_seconds()
             time.sleep(s.measure_s)
             t1, cpu1, acpu1 = time.time(), cpu_seconds(proc.pid), fleet.cpu_seconds()
-            actor_rss = fleet.rss_mb()
+            actor_rss, actor_uss = fleet.rss_mb(), fleet.private_mb()
             time.sleep(0.6)  # one more metrics record covering the window's end
         finally:
             stop_process(proc)
@@ -358,6 +374,7 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
         "learner_rss_mb": last.get("learner_rss_mb"),
         "actor_rss_mb_max": max(actor_rss) if actor_rss else None,
         "actor_rss_mb_mean": statistics.fmean(actor_rss) if actor_rss else None,
+        "actor_uss_mb_max": max(actor_uss) if actor_uss else None,
         "learner_steps_per_s": _mean(inner, "learner_steps_per_s"),
         "trainer_wait_share": _mean(inner, "trainer_wait_share"),
         "inference_wait_share": _mean(inner, "inference_wait_share"),

@@ -99,8 +99,10 @@ class LearnerConfig:
     # serving
     inference_batch_size: int = 64
     """Run a forward pass once this many frames are pending ..."""
-    inference_timeout_ms: float = 2.0
-    """... or this long after the first pending frame arrived, whichever is first."""
+    inference_timeout_ms: float = 4.0
+    """... or this long after the first pending frame arrived, whichever is first.
+    Longer: bigger batches when many CPU-starved actors trickle in (64 x K=1 on 2 cores:
+    2 ms -> 4 ms gave +7 % frames/s); shorter: less wait behind a slow or silent actor."""
     max_queue_unrolls: int = 256
     """Finished unrolls waiting for the trainer; when full, inference waits (back-pressure)."""
     max_actors: int = 1024
