@@ -22,7 +22,7 @@ import torch
 from learner.batcher import PendingRequest
 from learner.stats import LearnerStats
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
-from seedrl.codec import WireError
+from seedrl.codec import WireError, all_finite
 from seedrl.models import ActionHead, ActorCritic
 
 
@@ -91,9 +91,9 @@ def gather_frames(
 
 def nonfinite_problem(batch: FrameBatch) -> str | None:
     """Why a batch (or one frame) cannot be used: NaN or inf in observations or rewards."""
-    if batch.obs_BO.dtype.kind == "f" and not np.isfinite(batch.obs_BO).all():
+    if not all_finite(batch.obs_BO):
         return "observations: contains NaN or inf"
-    if not np.isfinite(batch.reward_B).all():
+    if not all_finite(batch.reward_B):
         return "rewards: contains NaN or inf"
     return None
 

@@ -139,10 +139,9 @@ def checked_bytes(msg: pb.Tensor, name: str, layout: TensorLayout) -> bytes:
     raise WireError(f"{name}: expected dtype {layout.dtype} and shape {layout.shape}")
 
 
-def require_finite(array: np.ndarray, name: str) -> None:
-    """Raise WireError when a floating array holds NaN or inf."""
-    if array.dtype.kind == "f" and not np.isfinite(array).all():
-        raise WireError(f"{name}: contains NaN or inf")
+def all_finite(array: np.ndarray) -> bool:
+    """False when a floating array holds NaN or inf (integer and bool arrays always pass)."""
+    return array.dtype.kind != "f" or bool(np.isfinite(array).all())
 
 
 # ---------------------------------------------------------------- spaces
