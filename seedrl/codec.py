@@ -119,6 +119,7 @@ class TensorLayout(NamedTuple):
 
 
 def tensor_layout(dtype: DTypeLike, shape: Sequence[int]) -> TensorLayout:
+    """The layout :func:`checked_bytes` expects for an array of ``dtype`` and ``shape``."""
     np_dtype = np.dtype(dtype)
     return TensorLayout(
         np_dtype.name, [int(d) for d in shape], math.prod(shape) * np_dtype.itemsize

@@ -191,3 +191,29 @@ def codec_roundtrip(spec: ModelSpec) -> dict:
     data["obs_shape"] = tuple(data["obs_shape"])
     data["hidden_sizes"] = tuple(data["hidden_sizes"])
     return data
+
+
+@pytest.mark.parametrize(
+    ("obs_shape", "torso", "action", "lstm_size"),
+    [
+        ((4,), "mlp", "discrete", 0),  # separate value MLP: act() skips it
+        ((3,), "mlp", "box", 0),  # Gaussian: params carry the learned log-std
+        ((4,), "mlp", "discrete", 8),
+        ((4, 10, 10), "cnn", "discrete", 0),
+    ],
+)
+def test_act_gives_the_policy_params_and_core_state_of_forward(obs_shape, torso, action, lstm_size):
+    """Inference calls ``act`` (no value head); training calls ``forward``: they must agree."""
+    torch.manual_seed(0)
+    spec = pb.SpaceSpec(kind="discrete", n=3) if action == "discrete" else box_spec((2,))
+    head = action_head(spec)
+    model = build_model(box_spec(obs_shape), head, torso, (16,), lstm_size=lstm_size)
+    obs, first = torch.randn(2, 5, *obs_shape), torch.zeros(2, 5, dtype=torch.bool)
+    core = model.initial_state(5)
+    with torch.no_grad():
+        params, values, core_after = model(obs, first, core)
+        act_params, act_core_after = model.act(obs, first, core)
+    assert values.shape == (2, 5)
+    torch.testing.assert_close(act_params, params)
+    for a, b in zip(act_core_after, core_after, strict=True):
+        torch.testing.assert_close(a, b)
