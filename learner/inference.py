@@ -139,13 +139,12 @@ class InferenceEngine:
         live = [r for r in batch if not r.payload.conn.closed]
         if not live:
             return
-        frames: list[FramePayload] = [r.payload for r in live]
-        fb = gather_frames(frames, self.builder.obs_dtype, self.builder.obs_shape)
+        fb = self._gather(live)
         if nonfinite_problem(fb) is not None:  # one check per batch; the search is rare
-            live, frames = self._reject_nonfinite(live)
+            live = self._reject_nonfinite(live)
             if not live:
                 return
-            fb = gather_frames(frames, self.builder.obs_dtype, self.builder.obs_shape)
+            fb = self._gather(live)
         first_B = self.builder.first_flags(fb.slot_B)
 
         action_BA, params_BP, state_before, state_after = self._policy(
@@ -160,9 +159,10 @@ class InferenceEngine:
         self.stats.on_batch(len(fb.slot_B), episodes)
 
         offset = 0
-        for request, frame in zip(live, frames, strict=True):
-            k = frame.conn.num_envs
-            frame.conn.frames += k
+        for request in live:
+            conn = request.payload.conn
+            k = conn.num_envs
+            conn.frames += k
             if not request.future.done():
                 request.future.set_result(action_BA[offset : offset + k])
             offset += k
@@ -170,21 +170,21 @@ class InferenceEngine:
         if unrolls is not None and self.keep_unrolls:
             await self._enqueue(unrolls)
 
-    def _reject_nonfinite(
-        self, batch: list[PendingRequest]
-    ) -> tuple[list[PendingRequest], list[FramePayload]]:
+    def _gather(self, requests: list[PendingRequest]) -> FrameBatch:
+        return gather_frames(
+            [r.payload for r in requests], self.builder.obs_dtype, self.builder.obs_shape
+        )
+
+    def _reject_nonfinite(self, batch: list[PendingRequest]) -> list[PendingRequest]:
         """Fail the requests whose frames hold NaN/inf (their streams end); keep the rest."""
         kept: list[PendingRequest] = []
         for request in batch:
-            frame = request.payload
-            problem = nonfinite_problem(
-                gather_frames([frame], self.builder.obs_dtype, self.builder.obs_shape)
-            )
+            problem = nonfinite_problem(self._gather([request]))
             if problem is None:
                 kept.append(request)
             elif not request.future.done():
                 request.future.set_exception(WireError(problem))
-        return kept, [r.payload for r in kept]
+        return kept
 
     def _policy(self, slot_B: np.ndarray, obs_BO: np.ndarray, first_B: np.ndarray):
         """One forward pass with T = 1; returns numpy actions, params and core states."""
