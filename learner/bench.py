@@ -44,6 +44,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from seedrl.timing import process_rss_mb
+
 SCHEMA = "seedrl-bench/1"
 MODES = ("ideal", "echo", "inference", "system")
 
@@ -175,12 +177,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def rss_mb(pid: int) -> float:
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a live process and its live children (the learner's trainer process)."""
+    return cpu_seconds(pid) + sum(cpu_seconds(child) for child in child_pids(pid))
+
+
+def child_pids(pid: int) -> list[int]:
     try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0.0
+        return []
+    children: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children.extend(int(c) for c in f.read().split())
+        except OSError:
+            continue
+    return children
 
 
 def private_mb(pid: int) -> float | None:
@@ -238,7 +252,7 @@ class ActorFleet:
         return sum(cpu_seconds(p.pid) for p in self.procs)
 
     def rss_mb(self) -> list[float]:
-        return [rss_mb(p.pid) for p in self.procs if p.poll() is None]
+        return [process_rss_mb(p.pid) for p in self.procs if p.poll() is None]
 
     def private_mb(self) -> list[float]:
         found = (private_mb(p.pid) for p in self.procs if p.poll() is None)
@@ -335,18 +349,24 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
         try:
             metrics = logdir / "metrics.jsonl"
 
-            def all_connected() -> bool:
+            def steady() -> bool:
+                """Every stream is in and, when training, the trainer (process) has stepped."""
                 records = read_metrics(metrics)
                 streams = n * fleet.groups
-                return bool(records) and records[-1].get("actors_connected", 0) >= streams
+                if not records or records[-1].get("actors_connected", 0) < streams:
+                    return False
+                return mode != "system" or records[-1].get("learner_steps", 0) > 0
 
-            if not wait_for(all_connected, s.connect_timeout_s):
+            if not wait_for(steady, s.connect_timeout_s):
                 tail = log_path.read_text(errors="replace")[-400:]
-                raise RuntimeError(f"{mode}: {n} actors not connected in time; server said {tail}")
+                raise RuntimeError(
+                    f"{mode}: not steady in time ({n} actors connected, trainer stepping); "
+                    f"server said {tail}"
+                )
             time.sleep(s.warmup_s)
-            t0, cpu0, acpu0 = time.time(), cpu_seconds(proc.pid), fleet.cpu_seconds()
+            t0, cpu0, acpu0 = time.time(), tree_cpu_seconds(proc.pid), fleet.cpu_seconds()
             time.sleep(s.measure_s)
-            t1, cpu1, acpu1 = time.time(), cpu_seconds(proc.pid), fleet.cpu_seconds()
+            t1, cpu1, acpu1 = time.time(), tree_cpu_seconds(proc.pid), fleet.cpu_seconds()
             actor_rss, actor_uss = fleet.rss_mb(), fleet.private_mb()
             time.sleep(0.6)  # one more metrics record covering the window's end
         finally:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +28,38 @@ class CheckpointError(RuntimeError):
     """A checkpoint file is missing, corrupt or from an incompatible run."""
 
 
-def snapshot(
+@dataclass
+class TrainingState:
+    """What training owns: weights, optimizer state and the step count they belong to."""
+
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    learner_steps: int
+
+
+def capture(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     weights_lock: threading.Lock,
-    **extra: Any,
-) -> dict[str, Any]:
-    """A consistent copy of the training state, taken under the weights lock (fast copies)."""
+    learner_steps: Callable[[], int],
+) -> TrainingState:
+    """A consistent CPU copy of the training state, taken under the weights lock (fast copies)."""
     with weights_lock:
-        model_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        optim_state = _to_cpu(optimizer.state_dict())
+        return TrainingState(
+            model={k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
+            optimizer=_to_cpu(optimizer.state_dict()),
+            learner_steps=learner_steps(),
+        )
+
+
+def snapshot(training: TrainingState, **extra: Any) -> dict[str, Any]:
+    """The checkpoint dict: the training state, this process's torch RNG, and ``extra``."""
     return {
         "format": FORMAT,
         "version": VERSION,
-        "model": model_state,
-        "optimizer": optim_state,
+        "model": training.model,
+        "optimizer": training.optimizer,
+        "learner_steps": training.learner_steps,
         "torch_rng": torch.get_rng_state(),
         **extra,
     }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,6 +124,8 @@ class InferenceEngine:
         self._released: list[np.ndarray] = []
         self.keep_unrolls = True
         """False with --no-train: nobody consumes unrolls, so they are not queued."""
+        self.refresh_weights: Callable[[], None] | None = None
+        """Called before each forward pass when training runs elsewhere (trainer process)."""
 
     def release_later(self, conn: Connection) -> None:
         """Free a closed stream's slots between batches, never under a batch in flight."""
@@ -146,6 +149,8 @@ class InferenceEngine:
                 return
             fb = self._gather(live)
         first_B = self.builder.first_flags(fb.slot_B)
+        if self.refresh_weights is not None:
+            self.refresh_weights()
 
         action_BA, params_BP, state_before, state_after = self._policy(
             fb.slot_B, fb.obs_BO, first_B

@@ -1,7 +1,8 @@
 """Wires the learner together and runs it until a stop condition or a signal.
 
 ``build_learner`` makes the parts (model, trajectory builder, queue, batcher, trainer,
-gRPC server); ``serve`` runs them: the event loop serves actors, the trainer thread
+gRPC server); ``serve`` runs them: the event loop serves actors, the trainer (a child
+process by default, see ``learner.trainer_process``; a thread for torchrun ranks)
 learns, and a supervisor loop writes metrics, checkpoints and progress every
 ``log_interval_s`` and decides when to stop.
 """
@@ -31,11 +32,13 @@ from learner.progress import Progress
 from learner.server import LearnerServicer, build_server, set_serving
 from learner.stats import LearnerStats
 from learner.trainer import Trainer, make_optimizer
+from learner.trainer_process import TrainerProcess
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
 from seedrl.metrics import MetricsWriter, RunResult
 from seedrl.models import ActionHead, ActorCritic, action_head, build_model, resolve_device
+from seedrl.timing import process_rss_mb
 
 if TYPE_CHECKING:
     from learner.distributed import RankSync
@@ -143,16 +146,27 @@ def restore(
     log.info("resumed from %s at frame %d, step %d", path, stats.frames, step_counter.value)
 
 
-def save_checkpoint(learner: Learner, counters: tuple[int, int] | None = None) -> None:
-    """Write the checkpoint; ``counters`` overrides (frames, episodes), e.g. all ranks' totals."""
+def save_checkpoint(
+    learner: Learner,
+    training: checkpoint.TrainingState | None = None,
+    counters: tuple[int, int] | None = None,
+) -> None:
+    """Write the checkpoint of ``training`` (default: the learner's own model and optimizer).
+
+    ``counters`` overrides (frames, episodes), e.g. all ranks' totals.
+    """
     stats = learner.stats
+    if training is None:
+        training = checkpoint.capture(
+            learner.model,
+            learner.optimizer,
+            learner.weights_lock,
+            lambda: learner.step_counter.value,
+        )
     frames, episodes = counters or (stats.frames, stats.episodes)
     state = checkpoint.snapshot(
-        learner.model,
-        learner.optimizer,
-        learner.weights_lock,
+        training,
         frames=frames,
-        learner_steps=learner.step_counter.value,
         episodes=episodes,
         returns=list(stats.returns),
         config=to_json_dict(learner.config),
@@ -160,6 +174,35 @@ def save_checkpoint(learner: Learner, counters: tuple[int, int] | None = None) -
         model_spec=to_json_dict(learner.model.spec),
     )
     checkpoint.save(learner.config.checkpoint_path, state)
+
+
+def choose_trainer(learner: Learner, rank: RankSync | None) -> Trainer | TrainerProcess:
+    """The trainer this config asks for (not started): a child process, or a thread."""
+    mode = learner.config.trainer
+    if rank is not None:
+        if mode == "process":
+            raise ValueError("torchrun ranks train in a thread: use --trainer auto or thread")
+        return make_trainer(learner, rank.make_trainer)
+    if mode == "thread":
+        return make_trainer(learner)
+    return TrainerProcess(
+        learner.config, learner.model, learner.head, learner.optimizer, learner.builder,
+        learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
+    )  # fmt: skip
+
+
+def write_checkpoint(
+    learner: Learner, trainer: Trainer | TrainerProcess, counters: tuple[int, int] | None
+) -> None:
+    """Checkpoint the trainer's current state; a dead trainer process leaves the last one."""
+    training = trainer.training_state()
+    if training is None:
+        log.error(
+            "no checkpoint written: the trainer process died; %s stays as it was",
+            learner.config.checkpoint_path,
+        )
+        return
+    save_checkpoint(learner, training, counters)
 
 
 async def serve(
@@ -194,7 +237,9 @@ async def serve(
     )
     servicer.rank_addresses = list(rank_addresses or [])
     server, port, health = build_server(config, servicer, resolve_auth_token(config.auth_token))
-    trainer = make_trainer(learner, rank.make_trainer if rank is not None else Trainer)
+    trainer = choose_trainer(learner, rank)
+    if isinstance(trainer, TrainerProcess):
+        engine.refresh_weights = trainer.refresh_weights
 
     stop = asyncio.Event()
     stop_reason = ""
@@ -219,11 +264,11 @@ async def serve(
             f"seedrl metrics on http://{config.bind}:{writer.prometheus.port}/metrics", flush=True
         )
     progress = Progress(config.progress, config.total_frames, config.target_return)
+    if config.train:
+        trainer.start()  # a trainer process is ready before the first actor is served
     await server.start()
     await set_serving(health, True)
     batcher_task = asyncio.create_task(batcher.run(), name="batcher")
-    if config.train:
-        trainer.start()
     address = f"{config.bind}:{port}"
     print(
         f"seedrl learner listening on {address} (env {config.env}, device {learner.device})",
@@ -239,6 +284,8 @@ async def serve(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), config.log_interval_s)
             record = stats.snapshot(len(learner.queue))
+            if isinstance(trainer, TrainerProcess) and trainer.alive:
+                record["trainer_rss_mb"] = process_rss_mb(trainer.pid)
             if rank is not None:
                 record.update(rank.metrics())
             writer.write(record)
@@ -253,7 +300,7 @@ async def serve(
             if due and writes_checkpoints:
                 counters = rank.checkpoint_counters() if rank is not None else None
                 try:
-                    await asyncio.to_thread(save_checkpoint, learner, counters)
+                    await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
                 except OSError as exc:  # a full disk should not end the run; the old one stays
                     log.error("could not write checkpoint %s: %s", config.checkpoint_path, exc)
                 last_checkpoint = time.perf_counter()
@@ -266,7 +313,7 @@ async def serve(
         progress.close()
         if writes_checkpoints:
             counters = rank.checkpoint_counters() if rank is not None else None
-            await asyncio.to_thread(save_checkpoint, learner, counters)
+            await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
         final = stats.snapshot(len(learner.queue))
         if rank is not None:
             final.update(rank.metrics())
@@ -286,7 +333,7 @@ async def serve(
     print(summary_line(result), flush=True)
     (logdir / "result.json").write_text(json.dumps(result.__dict__, indent=2) + "\n")
     if trainer.error is not None:
-        raise RuntimeError("the trainer thread failed") from trainer.error
+        raise RuntimeError("the trainer failed") from trainer.error
     return result
 
 
@@ -301,7 +348,7 @@ def _solved(config: LearnerConfig, stats: LearnerStats) -> bool:
 
 
 def _stop_condition(
-    config: LearnerConfig, stats: LearnerStats, start: float, trainer: Trainer
+    config: LearnerConfig, stats: LearnerStats, start: float, trainer: Trainer | TrainerProcess
 ) -> str:
     if config.total_frames and stats.frames >= config.total_frames:
         return f"reached {config.total_frames} frames"

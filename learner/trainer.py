@@ -22,6 +22,7 @@ import threading
 
 import torch
 
+from learner import checkpoint
 from learner.inference import StepCounter
 from learner.stats import LearnerStats
 from learner.trajectories import UnrollQueue, Unrolls
@@ -200,6 +201,12 @@ class Trainer:
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def training_state(self) -> checkpoint.TrainingState:
+        """Weights, optimizer state and step count as of the last whole step."""
+        return checkpoint.capture(
+            self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value
+        )
 
 
 def make_optimizer(model: ActorCritic, config: LearnerConfig) -> torch.optim.Optimizer:

@@ -147,6 +147,21 @@ class TrajectoryBuilder:
         self._free.extend(range(capacity - 1, old - 1, -1))
         self.capacity = capacity
 
+    def empty_unrolls(self, n: int) -> Unrolls:
+        """Zeroed unrolls of this builder's shapes and dtypes (e.g. to size shared buffers)."""
+        rows = self._rows
+        return Unrolls(
+            obs=np.zeros((n, rows, *self.obs_shape), self.obs_dtype),
+            first=np.zeros((n, rows), bool),
+            reward=np.zeros((n, rows), np.float32),
+            terminated=np.zeros((n, rows), bool),
+            truncated=np.zeros((n, rows), bool),
+            action=np.zeros((n, rows, *self._action_shape), self._action_dtype),
+            policy_params=np.zeros((n, rows, self._param_size), np.float32),
+            core_state=tuple(np.zeros((n, h), np.float32) for h in self._state_sizes),
+            acted_step=np.zeros(n, np.int64),
+        )
+
     def allocate(self, count: int) -> np.ndarray:
         """Reserve ``count`` fresh slots (reset: empty unroll, new episode, zero core state)."""
         while len(self._free) < count:

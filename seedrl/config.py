@@ -95,6 +95,10 @@ class LearnerConfig:
     """Clip training rewards to [-x, x] (Atari uses 1); episode returns stay raw."""
     train: bool = True
     """Train the policy (off: inference only, for benchmarks)."""
+    trainer: str = "auto"
+    """Where the learner step runs: process (a child process with its own GIL; weights
+    reach inference through shared memory), thread (beside the event loop), or auto
+    (process; thread for torchrun ranks, whose process group lives in the learner)."""
 
     # serving
     inference_batch_size: int = 64
@@ -162,6 +166,8 @@ class LearnerConfig:
             raise ValueError("inference_timeout_ms must be >= 0")
         if self.model not in ("auto", "mlp", "cnn"):
             raise ValueError(f"model must be auto, mlp or cnn, got {self.model!r}")
+        if self.trainer not in ("auto", "process", "thread"):
+            raise ValueError(f"trainer must be auto, process or thread, got {self.trainer!r}")
         if self.progress not in ("auto", "bar", "plain", "off"):
             raise ValueError(f"progress must be auto, bar, plain or off, got {self.progress!r}")
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -34,10 +34,10 @@ class PhaseTimer:
         return out
 
 
-def process_rss_mb() -> float:
-    """Resident set size of this process in MiB (Linux; 0 elsewhere)."""
+def process_rss_mb(pid: int | None = None) -> float:
+    """Resident set size of this process (or ``pid``) in MiB (Linux; 0 elsewhere or when gone)."""
     try:
-        with open("/proc/self/statm") as f:
+        with open(f"/proc/{pid or 'self'}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     except OSError:
         return 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import urllib.request
@@ -249,6 +250,24 @@ def test_python_api_trains_and_returns_a_policy(tmp_path):
     result.policy.reset()
     assert result.policy.act(obs) in (0, 1)
     env.close()
+
+
+def test_python_api_from_a_script_without_a_main_guard(tmp_path):
+    """The trainer process is spawned; it must not re-run a script that trains at top level."""
+    script = tmp_path / "train_cartpole.py"
+    script.write_text(
+        "import seedrl\n"
+        f"result = seedrl.train('CartPole-v1', total_frames=2000, logdir={str(tmp_path / 'run')!r},"
+        " num_actors=1, envs_per_actor=4, unroll_length=10, batch_size=8)\n"
+        "print('trained', result.learner_steps > 0)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("trained") == 1 and "trained True" in done.stdout, done.stdout
 
 
 def test_import_seedrl_is_torch_free():

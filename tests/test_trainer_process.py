@@ -1,0 +1,200 @@
+"""Training in a child process: the thread's step exactly, weights reach inference, errors show."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from learner.run import Learner, build_learner, choose_trainer, make_trainer, write_checkpoint
+from learner.trainer_process import TrainerProcess
+from learner.trajectories import Unrolls
+from seedrl.config import LearnerConfig
+
+T, B = 6, 3
+
+
+def _learner(tmp_path: Path, **overrides: object) -> Learner:
+    settings: dict[str, object] = {"trainer": "process", **overrides}
+    config = LearnerConfig(
+        logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=4 * B,
+        **settings,  # type: ignore[arg-type]
+    )  # fmt: skip
+    return build_learner(config)
+
+
+def _process_trainer(learner: Learner) -> TrainerProcess:
+    trainer = choose_trainer(learner, None)
+    assert isinstance(trainer, TrainerProcess)
+    return trainer
+
+
+def _unrolls(seed: int, reward: float | None = None) -> Unrolls:
+    rng = np.random.default_rng(seed)
+    rows = T + 1
+    unrolls = Unrolls(
+        obs=rng.normal(size=(B, rows, 4)).astype(np.float32),
+        first=np.zeros((B, rows), bool),
+        reward=rng.normal(size=(B, rows)).astype(np.float32),
+        terminated=np.zeros((B, rows), bool),
+        truncated=np.zeros((B, rows), bool),
+        action=rng.integers(0, 2, size=(B, rows)),
+        policy_params=rng.normal(size=(B, rows, 2)).astype(np.float32),
+        core_state=(),
+        acted_step=np.zeros(B, np.int64),
+    )
+    if reward is not None:
+        unrolls.reward[:] = reward
+    return unrolls
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [t.detach().clone() for t in model.state_dict().values()]
+
+
+def test_empty_unrolls_match_what_the_builder_records(tmp_path):
+    """The shared slots are sized from empty_unrolls; a recorded unroll must fit them exactly."""
+    learner = _learner(tmp_path)
+    builder = learner.builder
+    empty = builder.empty_unrolls(1)
+    slots = builder.allocate(1)
+    unrolls = None
+    for step in range(T + 1):
+        unrolls, _ = builder.record(
+            slots, np.zeros((1, 4), np.float32), np.zeros(1, np.float32), np.zeros(1, bool),
+            np.zeros(1, bool), builder.first_flags(slots), np.zeros((1,), np.int64),
+            np.zeros((1, 2), np.float32), (), (), step,
+        )  # fmt: skip
+    assert unrolls is not None
+    for name in ("obs", "first", "reward", "terminated", "truncated", "action", "policy_params"):
+        got, want = getattr(unrolls, name), getattr(empty, name)
+        assert (got.shape, got.dtype) == (want.shape, want.dtype), name
+    assert (unrolls.acted_step.shape, unrolls.acted_step.dtype) == (
+        empty.acted_step.shape,
+        empty.acted_step.dtype,
+    )
+
+
+def test_child_step_is_the_thread_step_and_reaches_inference(tmp_path):
+    """Same batches, same start: the child's weights and Adam state equal the thread's exactly."""
+    thread_learner, process_learner = _learner(tmp_path / "t"), _learner(tmp_path / "p")
+    for a, b in zip(_weights(thread_learner.model), _weights(process_learner.model), strict=True):
+        assert torch.equal(a, b)
+    batches = [_unrolls(0), _unrolls(1)]
+    thread = make_trainer(thread_learner)
+    for batch in batches:
+        assert thread.train_step(batch) is not None
+
+    trainer = _process_trainer(process_learner)
+    before = _weights(process_learner.model)
+    trainer.start()
+    try:
+        for batch in batches:
+            process_learner.queue.put(batch)
+        _wait_for(lambda: process_learner.stats.learner_steps == 2)
+        trainer.refresh_weights()
+        assert process_learner.step_counter.value == 2
+        after = _weights(process_learner.model)
+        assert any(not torch.equal(x, y) for x, y in zip(before, after, strict=True))
+        for got, want in zip(after, _weights(thread_learner.model), strict=True):
+            assert torch.equal(got, want)
+        live = trainer.training_state()
+        assert live is not None and live.learner_steps == 2
+        record = process_learner.stats.snapshot()
+        assert record["learner_steps"] == 2 and np.isfinite(record["loss_total"])
+        assert record["trainer_wait_share"] > 0.0
+    finally:
+        trainer.stop()
+    assert trainer.error is None and not trainer.alive
+    final = trainer.training_state()
+    assert final is not None and final.learner_steps == 2
+    want_state = thread.training_state()
+    for name, tensor in want_state.model.items():
+        assert torch.equal(final.model[name], tensor), name
+    for index, moments in want_state.optimizer["state"].items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(final.optimizer["state"][index][key], moments[key])
+
+
+def test_non_finite_batch_is_skipped_in_the_child(tmp_path):
+    learner = _learner(tmp_path)
+    trainer = _process_trainer(learner)
+    before = _weights(learner.model)
+    trainer.start()
+    try:
+        learner.queue.put(_unrolls(0, reward=float("nan")))
+        _wait_for(lambda: learner.stats.nonfinite_skipped == 1)
+        trainer.refresh_weights()
+        assert learner.stats.learner_steps == 0 and learner.step_counter.value == 0
+        for got, want in zip(_weights(learner.model), before, strict=True):
+            assert torch.equal(got, want)
+        learner.queue.put(_unrolls(1))
+        _wait_for(lambda: learner.stats.learner_steps == 1)
+    finally:
+        trainer.stop()
+    assert trainer.error is None
+
+
+def test_a_killed_child_is_an_error_and_keeps_the_last_checkpoint(tmp_path):
+    learner = _learner(tmp_path)
+    trainer = _process_trainer(learner)
+    trainer.start()
+    try:
+        learner.queue.put(_unrolls(0))
+        _wait_for(lambda: learner.stats.learner_steps == 1)
+        write_checkpoint(learner, trainer, None)
+        written = learner.config.checkpoint_path.read_bytes()
+        assert trainer.pid is not None
+        os.kill(trainer.pid, signal.SIGKILL)
+        _wait_for(lambda: trainer.error is not None)
+        assert "exited with code -9" in str(trainer.error)
+        assert trainer.training_state() is None
+        write_checkpoint(learner, trainer, None)  # logs, writes nothing
+        assert learner.config.checkpoint_path.read_bytes() == written
+    finally:
+        trainer.stop(timeout=10.0)
+    assert not trainer.alive
+
+
+def test_resume_starts_the_child_from_the_checkpoint(tmp_path):
+    learner = _learner(tmp_path)
+    trainer = _process_trainer(learner)
+    trainer.start()
+    try:
+        learner.queue.put(_unrolls(0))
+        _wait_for(lambda: learner.stats.learner_steps == 1)
+    finally:
+        trainer.stop()
+    write_checkpoint(learner, trainer, None)
+
+    resumed = _learner(tmp_path, resume=True)
+    assert resumed.step_counter.value == 1
+    again = _process_trainer(resumed)
+    again.start()
+    try:
+        resumed.queue.put(_unrolls(1))
+        _wait_for(lambda: resumed.stats.learner_steps == 2)
+        state = again.training_state()
+        assert state is not None and state.learner_steps == 2
+    finally:
+        again.stop()
+
+
+def test_trainer_mode_is_checked(tmp_path):
+    with pytest.raises(ValueError, match="trainer must be"):
+        LearnerConfig(logdir=str(tmp_path), trainer="gpu")
+    thread = choose_trainer(_learner(tmp_path, trainer="thread"), None)
+    assert not isinstance(thread, TrainerProcess)
