@@ -235,8 +235,8 @@ class TrainerProcess:
             self._send(("stop",))
         self._process.join(timeout)
         if self._process.is_alive():
-            log.error("trainer process did not stop in %.0f s; terminating it", timeout)
-            self._process.terminate()
+            log.error("trainer process did not stop in %.0f s; killing it", timeout)
+            self._process.kill()
             self._process.join(5.0)
         for thread in self._threads:
             thread.join(timeout)
@@ -368,8 +368,10 @@ def _spawn_without_main() -> Iterator[None]:
 
 def _child_main(args: _ChildArgs, commands: Connection, results: Connection) -> None:
     """The trainer process: train on slots as they come, publish weights after each step."""
-    # Ctrl-C reaches the whole process group; the learner stops us in order instead.
+    # Ctrl-C (or a supervisor's SIGTERM) may reach the whole process group; the learner
+    # stops us in order instead, after taking our final state. Its death ends us (EOF).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s trainer: %(message)s"
     )

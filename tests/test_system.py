@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 
@@ -64,6 +65,25 @@ def test_sigterm_stops_learner_cleanly_and_actors_wait(tmp_path):
             assert (tmp_path / "checkpoint.pt").exists()
             # The launcher is still up: its actors wait for the learner to come back.
             assert actors.popen.poll() is None
+
+
+def test_ctrl_c_to_the_process_group_checkpoints_the_trainers_last_step(tmp_path):
+    """Ctrl-C reaches the learner and its trainer process; the trainer waits to be stopped."""
+    import torch
+
+    with learner_process(tmp_path, "--checkpoint-interval-s", "3600") as (learner, port):
+        with running(actor_args(port, 1, 8)):
+            wait_until(
+                lambda: (read_records(tmp_path) or [{}])[-1].get("learner_steps", 0) > 2,
+                timeout=60,
+                what="learner steps",
+            )
+            os.killpg(learner.popen.pid, signal.SIGINT)
+            assert learner.wait(timeout=30) == 0, learner.output()
+    result = json.loads((tmp_path / "result.json").read_text())
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert state["learner_steps"] == result["learner_steps"] > 2
+    assert "exited with code" not in learner.output()
 
 
 def test_actor_process_never_imports_torch(tmp_path):
