@@ -57,6 +57,9 @@ SLOTS = 2
 STATE_TIMEOUT_S = 120.0
 """Longest wait for the child's training state (it answers between two steps)."""
 STOP_TIMEOUT_S = 30.0
+WAIT_REPORT_S = 0.1
+"""A trainer waiting for data reports its wait this often, so each metrics interval
+counts the waiting that happened in it (not a long wait all at once when it ends)."""
 
 
 def _shared_like(array: np.ndarray) -> torch.Tensor:
@@ -314,7 +317,9 @@ class TrainerProcess:
             while True:
                 message = results.recv()
                 kind = message[0]
-                if kind == "trained":
+                if kind == "waited":
+                    stats.timer.add("trainer_wait_data", message[1])
+                elif kind == "trained":
                     _, slot, scalars, wait_s, step_s = message
                     self._free_slots.put(slot)
                     stats.timer.add("trainer_wait_data", wait_s)
@@ -411,6 +416,10 @@ def _train_until_stopped(args: _ChildArgs, commands: Connection, results: Connec
 
     while True:
         waited = time.perf_counter()
+        while not commands.poll(WAIT_REPORT_S):  # report long waits in pieces, as they pass
+            now = time.perf_counter()
+            results.send(("waited", now - waited))
+            waited = now
         message = commands.recv()
         began = time.perf_counter()
         kind = message[0]

@@ -148,6 +148,18 @@ def test_non_finite_batch_is_skipped_in_the_child(tmp_path):
     assert trainer.error is None
 
 
+def test_waiting_for_data_is_reported_while_it_lasts(tmp_path):
+    """Metrics intervals see the trainer's waiting as it happens, before any batch arrives."""
+    learner = _learner(tmp_path)
+    trainer = _process_trainer(learner)
+    trainer.start()
+    try:
+        _wait_for(lambda: learner.stats.timer.drain().get("trainer_wait_data", 0.0) > 0.0)
+        assert learner.stats.learner_steps == 0
+    finally:
+        trainer.stop()
+
+
 def test_a_killed_child_is_an_error_and_keeps_the_last_checkpoint(tmp_path):
     learner = _learner(tmp_path)
     trainer = _process_trainer(learner)
