@@ -20,6 +20,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from learner.trajectories import Unrolls
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -155,3 +159,20 @@ def wait_until(
             return value
         time.sleep(interval)
     raise AssertionError(f"{what} not reached within {timeout} s")
+
+
+def random_unrolls(n: int, length: int, seed: int = 0) -> Unrolls:
+    """``n`` CartPole-shaped unrolls of ``length`` transitions, random, no episode ends."""
+    rng = np.random.default_rng(seed)
+    rows = length + 1
+    return Unrolls(
+        obs=rng.normal(size=(n, rows, 4)).astype(np.float32),
+        first=np.zeros((n, rows), bool),
+        reward=rng.normal(size=(n, rows)).astype(np.float32),
+        terminated=np.zeros((n, rows), bool),
+        truncated=np.zeros((n, rows), bool),
+        action=rng.integers(0, 2, size=(n, rows)),
+        policy_params=rng.normal(size=(n, rows, 2)).astype(np.float32),
+        core_state=(),
+        acted_step=np.zeros(n, np.int64),
+    )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import torch
+from support import random_unrolls
 
 from learner.run import build_learner, make_trainer
 from learner.trainer import Trainer, to_time_major
@@ -24,19 +24,7 @@ def _trainer(tmp_path, **overrides) -> Trainer:
 
 
 def _unrolls(seed: int = 0) -> Unrolls:
-    rng = np.random.default_rng(seed)
-    rows = T + 1
-    return Unrolls(
-        obs=rng.normal(size=(B, rows, 4)).astype(np.float32),
-        first=np.zeros((B, rows), bool),
-        reward=rng.normal(size=(B, rows)).astype(np.float32),
-        terminated=np.zeros((B, rows), bool),
-        truncated=np.zeros((B, rows), bool),
-        action=rng.integers(0, 2, size=(B, rows)),
-        policy_params=rng.normal(size=(B, rows, 2)).astype(np.float32),
-        core_state=(),
-        acted_step=np.zeros(B, np.int64),
-    )
+    return random_unrolls(B, T, seed)
 
 
 def _loss(trainer: Trainer, unrolls: Unrolls) -> dict[str, float]:

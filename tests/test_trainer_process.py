@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from support import random_unrolls
 
 from learner.run import Learner, build_learner, choose_trainer, make_trainer, write_checkpoint
 from learner.trainer_process import TrainerProcess
@@ -35,20 +37,25 @@ def _process_trainer(learner: Learner) -> TrainerProcess:
     return trainer
 
 
+@contextlib.contextmanager
+def _running(learner: Learner, stop_timeout: float = 30.0) -> Iterator[TrainerProcess]:
+    """A started trainer process, stopped (and so ended) on the way out."""
+    trainer = _process_trainer(learner)
+    trainer.start()
+    try:
+        yield trainer
+    finally:
+        trainer.stop(stop_timeout)
+    assert not trainer.alive
+
+
+def _train(learner: Learner, unrolls: Unrolls, steps_after: int) -> None:
+    learner.queue.put(unrolls)
+    _wait_for(lambda: learner.stats.learner_steps == steps_after)
+
+
 def _unrolls(seed: int, reward: float | None = None) -> Unrolls:
-    rng = np.random.default_rng(seed)
-    rows = T + 1
-    unrolls = Unrolls(
-        obs=rng.normal(size=(B, rows, 4)).astype(np.float32),
-        first=np.zeros((B, rows), bool),
-        reward=rng.normal(size=(B, rows)).astype(np.float32),
-        terminated=np.zeros((B, rows), bool),
-        truncated=np.zeros((B, rows), bool),
-        action=rng.integers(0, 2, size=(B, rows)),
-        policy_params=rng.normal(size=(B, rows, 2)).astype(np.float32),
-        core_state=(),
-        acted_step=np.zeros(B, np.int64),
-    )
+    unrolls = random_unrolls(B, T, seed)
     if reward is not None:
         unrolls.reward[:] = reward
     return unrolls
@@ -98,10 +105,8 @@ def test_child_step_is_the_thread_step_and_reaches_inference(tmp_path):
     for batch in batches:
         assert thread.train_step(batch) is not None
 
-    trainer = _process_trainer(process_learner)
     before = _weights(process_learner.model)
-    trainer.start()
-    try:
+    with _running(process_learner) as trainer:
         for batch in batches:
             process_learner.queue.put(batch)
         _wait_for(lambda: process_learner.stats.learner_steps == 2)
@@ -116,9 +121,7 @@ def test_child_step_is_the_thread_step_and_reaches_inference(tmp_path):
         record = process_learner.stats.snapshot()
         assert record["learner_steps"] == 2 and np.isfinite(record["loss_total"])
         assert record["trainer_wait_share"] > 0.0
-    finally:
-        trainer.stop()
-    assert trainer.error is None and not trainer.alive
+    assert trainer.error is None
     final = trainer.training_state()
     assert final is not None and final.learner_steps == 2
     want_state = thread.training_state()
@@ -131,42 +134,30 @@ def test_child_step_is_the_thread_step_and_reaches_inference(tmp_path):
 
 def test_non_finite_batch_is_skipped_in_the_child(tmp_path):
     learner = _learner(tmp_path)
-    trainer = _process_trainer(learner)
     before = _weights(learner.model)
-    trainer.start()
-    try:
+    with _running(learner) as trainer:
         learner.queue.put(_unrolls(0, reward=float("nan")))
         _wait_for(lambda: learner.stats.nonfinite_skipped == 1)
         trainer.refresh_weights()
         assert learner.stats.learner_steps == 0 and learner.step_counter.value == 0
         for got, want in zip(_weights(learner.model), before, strict=True):
             assert torch.equal(got, want)
-        learner.queue.put(_unrolls(1))
-        _wait_for(lambda: learner.stats.learner_steps == 1)
-    finally:
-        trainer.stop()
+        _train(learner, _unrolls(1), steps_after=1)
     assert trainer.error is None
 
 
 def test_waiting_for_data_is_reported_while_it_lasts(tmp_path):
     """Metrics intervals see the trainer's waiting as it happens, before any batch arrives."""
     learner = _learner(tmp_path)
-    trainer = _process_trainer(learner)
-    trainer.start()
-    try:
+    with _running(learner):
         _wait_for(lambda: learner.stats.timer.drain().get("trainer_wait_data", 0.0) > 0.0)
         assert learner.stats.learner_steps == 0
-    finally:
-        trainer.stop()
 
 
 def test_a_killed_child_is_an_error_and_keeps_the_last_checkpoint(tmp_path):
     learner = _learner(tmp_path)
-    trainer = _process_trainer(learner)
-    trainer.start()
-    try:
-        learner.queue.put(_unrolls(0))
-        _wait_for(lambda: learner.stats.learner_steps == 1)
+    with _running(learner, stop_timeout=10.0) as trainer:
+        _train(learner, _unrolls(0), steps_after=1)
         write_checkpoint(learner, trainer, None)
         written = learner.config.checkpoint_path.read_bytes()
         assert trainer.pid is not None
@@ -176,33 +167,20 @@ def test_a_killed_child_is_an_error_and_keeps_the_last_checkpoint(tmp_path):
         assert trainer.training_state() is None
         write_checkpoint(learner, trainer, None)  # logs, writes nothing
         assert learner.config.checkpoint_path.read_bytes() == written
-    finally:
-        trainer.stop(timeout=10.0)
-    assert not trainer.alive
 
 
 def test_resume_starts_the_child_from_the_checkpoint(tmp_path):
     learner = _learner(tmp_path)
-    trainer = _process_trainer(learner)
-    trainer.start()
-    try:
-        learner.queue.put(_unrolls(0))
-        _wait_for(lambda: learner.stats.learner_steps == 1)
-    finally:
-        trainer.stop()
+    with _running(learner) as trainer:
+        _train(learner, _unrolls(0), steps_after=1)
     write_checkpoint(learner, trainer, None)
 
     resumed = _learner(tmp_path, resume=True)
     assert resumed.step_counter.value == 1
-    again = _process_trainer(resumed)
-    again.start()
-    try:
-        resumed.queue.put(_unrolls(1))
-        _wait_for(lambda: resumed.stats.learner_steps == 2)
+    with _running(resumed) as again:
+        _train(resumed, _unrolls(1), steps_after=2)
         state = again.training_state()
         assert state is not None and state.learner_steps == 2
-    finally:
-        again.stop()
 
 
 def test_trainer_mode_is_checked(tmp_path):
