@@ -57,6 +57,7 @@ SLOTS = 2
 STATE_TIMEOUT_S = 120.0
 """Longest wait for the child's training state (it answers between two steps)."""
 STOP_TIMEOUT_S = 30.0
+"""How long a stopping child gets to finish its step and hand over its final state."""
 WAIT_REPORT_S = 0.1
 """A trainer waiting for data reports its wait this often, so each metrics interval
 counts the waiting that happened in it (not a long wait all at once when it ends)."""
@@ -401,7 +402,9 @@ def _train_until_stopped(args: _ChildArgs, commands: Connection, results: Connec
     model.load_state_dict(initial.model)
     optimizer.load_state_dict(initial.optimizer)
     steps = StepCounter(initial.learner_steps)
-    lock = threading.Lock()  # the child's only thread; Trainer wants one
+    # The child's only thread needs no real lock, and batches come from the slots, not
+    # from the Trainer's own queue: both arguments are there for the thread's sake.
+    lock = threading.Lock()
     trainer = Trainer(
         config, model, args.head, optimizer, device,
         UnrollQueue(1), LearnerStats(), lock, steps,
