@@ -1,15 +1,18 @@
 """Dynamic batcher: many actors' pending frames -> one forward pass.
 
-A batch closes when ``max_frames`` frames are pending, when every open stream has a
-request pending (nobody else can add to it, so waiting is pure latency), or when
-``timeout_s`` has passed since the first pending request, whichever comes first.
-Nothing waits without a bound, so a stalled or dead actor never stalls the others.
+A batch closes when ``max_frames`` frames are pending, when a quorum of the open
+streams (all of them by default) has a request pending, or when ``timeout_s`` has passed
+since the first pending request, whichever comes first. Waiting for streams that are
+already pending is pure latency; a quorum below 1 also stops a few stragglers among many
+streams from holding every batch to the timeout. Nothing waits without a bound, so a
+stalled or dead actor never stalls the others.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,10 +43,15 @@ class DynamicBatcher:
     ``process`` must resolve every request's future (result or exception).
     """
 
-    def __init__(self, process: ProcessFn, max_frames: int, timeout_s: float) -> None:
+    def __init__(
+        self, process: ProcessFn, max_frames: int, timeout_s: float, quorum: float = 1.0
+    ) -> None:
+        if not 0.0 < quorum <= 1.0:
+            raise ValueError(f"quorum must be in (0, 1], got {quorum}")
         self._process = process
         self.max_frames = max_frames
         self.timeout_s = timeout_s
+        self.quorum = quorum
         self.open_streams = 0
         self._pending: list[PendingRequest] = []
         self._pending_frames = 0
@@ -51,6 +59,7 @@ class DynamicBatcher:
         self._ready = asyncio.Event()
         self._closed = False
         self._first_pending_at = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
         # counters for metrics
         self.batches = 0
         self.frames = 0
@@ -58,7 +67,9 @@ class DynamicBatcher:
     def _batch_ready(self) -> bool:
         if self._pending_frames >= self.max_frames:
             return True
-        return 0 < self.open_streams <= len(self._pending)
+        return self.open_streams > 0 and len(self._pending) >= math.ceil(
+            self.quorum * self.open_streams - 1e-9
+        )
 
     def set_open_streams(self, count: int) -> None:
         """Track how many streams can still submit; a closed stream may complete a batch."""
@@ -70,7 +81,9 @@ class DynamicBatcher:
         """Queue one request and wait for its result."""
         if self._closed:
             raise BatcherClosed
-        loop = asyncio.get_running_loop()
+        # The loop is looked up once: asyncio.get_running_loop() makes a getpid() system
+        # call on every call in Python 3.11, and this runs once per frame.
+        loop = self._loop or self._bind_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._pending:
             self._first_pending_at = loop.time()
@@ -81,9 +94,13 @@ class DynamicBatcher:
             self._ready.set()
         return await future
 
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        self._loop = asyncio.get_running_loop()
+        return self._loop
+
     async def run(self) -> None:
         """The batching loop; runs until :meth:`close`."""
-        loop = asyncio.get_running_loop()
+        loop = self._bind_loop()
         while not self._closed:
             await self._wakeup.wait()
             if self._closed:

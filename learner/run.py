@@ -230,7 +230,10 @@ async def serve(
     )  # fmt: skip
     engine.keep_unrolls = config.train  # --no-train: nothing drains the queue
     batcher = DynamicBatcher(
-        engine.process, config.inference_batch_size, config.inference_timeout_ms / 1000.0
+        engine.process,
+        config.inference_batch_size,
+        config.inference_timeout_ms / 1000.0,
+        config.inference_quorum,
     )
     servicer = LearnerServicer(
         config, learner.env_spec, batcher, engine, learner.builder, stats, learner.learner_run_id

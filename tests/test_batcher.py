@@ -213,6 +213,58 @@ def test_batch_closes_on_timeout_when_a_stream_never_submits() -> None:
     assert process.batch_sizes == [1]
 
 
+def test_quorum_closes_without_waiting_for_stragglers() -> None:
+    """With 20 streams open and a 0.9 quorum, 18 pending requests close the batch at once;
+    the two silent streams cost nobody the (long) timeout."""
+    process = StandIn()
+
+    async def main() -> float:
+        batcher = DynamicBatcher(process, max_frames=100, timeout_s=5.0, quorum=0.9)
+        batcher.open_streams = 20
+        async with serving(batcher):
+            started = time.perf_counter()
+            got = await asyncio.gather(*(batcher.submit((s, obs_for(s, 0)), 1) for s in range(18)))
+            for s, actions in enumerate(got):
+                np.testing.assert_array_equal(actions, answer(s, obs_for(s, 0)))
+            return time.perf_counter() - started
+
+    assert run(main) < 1.0
+    assert process.batch_sizes == [18]
+
+
+@pytest.mark.parametrize(
+    ("open_streams", "pending", "at_once"),
+    [(2, 1, False), (9, 8, False), (10, 9, True), (64, 57, False), (64, 58, True)],
+)
+def test_quorum_rounds_up_so_few_streams_all_count(
+    open_streams: int, pending: int, at_once: bool
+) -> None:
+    """0.9 of the open streams, rounded up: up to 9 streams every one must be pending."""
+    process = StandIn()
+    timeout_s = 0.3
+
+    async def main() -> float:
+        batcher = DynamicBatcher(process, max_frames=1000, timeout_s=timeout_s, quorum=0.9)
+        batcher.open_streams = open_streams
+        async with serving(batcher):
+            started = time.perf_counter()
+            await asyncio.gather(*(batcher.submit((s, obs_for(s, 0)), 1) for s in range(pending)))
+            return time.perf_counter() - started
+
+    elapsed = run(main)
+    if at_once:
+        assert elapsed < 0.5 * timeout_s
+    else:
+        assert elapsed >= 0.8 * timeout_s
+    assert process.batch_sizes == [pending]
+
+
+@pytest.mark.parametrize("quorum", [0.0, -0.5, 1.5])
+def test_quorum_outside_zero_one_is_refused(quorum: float) -> None:
+    with pytest.raises(ValueError, match="quorum"):
+        DynamicBatcher(StandIn(), max_frames=10, timeout_s=1.0, quorum=quorum)
+
+
 def test_timeout_applies_without_open_streams_and_below_max_frames() -> None:
     process = StandIn()
     timeout_s = 0.1
