@@ -34,7 +34,13 @@ from seedrl.config import ActorConfig, parse_config, resolve_auth_token
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
 from seedrl.timing import process_rss_mb
-from seedrl.transport import auth_metadata, client_channel, learner_targets, pick_rank
+from seedrl.transport import (
+    auth_metadata,
+    client_channel,
+    learner_targets,
+    local_target,
+    pick_rank,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +100,9 @@ class Actor:
         self.discover_ranks = len(targets) == 1
         self.home = targets[index % len(targets)]
         self.target = self.home
+        self.local_failed = False
+        """The learner's unix socket did not work for this actor: stay on TCP."""
+        self._connections_before_local = -1
         self.frames = 0
         self.connections = 0
         self.round_trips = RoundTripStats()
@@ -128,6 +137,16 @@ class Actor:
 
     # ---------------------------------------------------------------- connection loop
 
+    @property
+    def on_local_socket(self) -> bool:
+        """Connected (or connecting) through the learner's unix socket, not --learner."""
+        return self.target != self.home and self.target.startswith("unix:")
+
+    def _usable_local_socket(self, info: pb.LearnerInfo) -> str | None:
+        if not self.config.local_socket or self.local_failed:
+            return None
+        return local_target(info.local_address, self.target)
+
     async def run(self) -> int:
         """Connect, stream, reconnect; returns the process exit code."""
         cfg = self.config
@@ -139,14 +158,33 @@ class Actor:
             try:
                 stub = pb_grpc.LearnerStub(channel)
                 info = await stub.GetInfo(pb.GetInfoRequest(), metadata=self.metadata, timeout=10)
-                rank = pick_rank(info.rank_addresses, self.index, self.home)
-                if self.discover_ranks and rank != self.target:
-                    log.info("actor %s: using learner rank at %s", self.actor_id, rank)
-                    self.target = rank
-                    continue
+                if not self.on_local_socket:
+                    rank = pick_rank(info.rank_addresses, self.index, self.home)
+                    if self.discover_ranks and rank != self.target:
+                        log.info("actor %s: using learner rank at %s", self.actor_id, rank)
+                        self.target = rank
+                        continue
+                    local = self._usable_local_socket(info)
+                    if local is not None:
+                        log.info("actor %s: learner on this host, using %s", self.actor_id, local)
+                        self.target = local
+                        self._connections_before_local = self.connections
+                        continue
                 spec = self._ensure_envs(info)
                 end = await self.stream_frames(stub, spec)
             except grpc.aio.AioRpcError as exc:
+                never_streamed = self.connections == self._connections_before_local
+                unavailable = exc.code() is grpc.StatusCode.UNAVAILABLE
+                if self.on_local_socket and never_streamed and unavailable:
+                    # The socket exists but does not take us (another user's learner, a
+                    # stale file): TCP worked a moment ago, so use it from now on.
+                    log.warning(
+                        "actor %s: cannot use the learner's local socket %s (%s); staying on TCP",
+                        self.actor_id, self.target, exc.details(),
+                    )  # fmt: skip
+                    self.local_failed = True
+                    self.target = self.home
+                    continue
                 if exc.code() not in RETRYABLE:
                     log.error(
                         "actor %s: learner refused: %s: %s",

@@ -29,7 +29,7 @@ from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
 from seedrl.timing import process_rss_mb
-from seedrl.transport import channel_options, listen_address
+from seedrl.transport import LocalSocket, channel_options, listen_address
 
 
 class EchoServicer(pb_grpc.LearnerServicer):
@@ -41,6 +41,7 @@ class EchoServicer(pb_grpc.LearnerServicer):
         self.frames = 0
         self.actors_connected = 0
         self.stopping = False
+        self.local_address = ""
         self._replies: dict[int, pb.LearnerMessage] = {}
 
     def _reply(self, num_envs: int) -> pb.LearnerMessage:
@@ -61,6 +62,7 @@ class EchoServicer(pb_grpc.LearnerServicer):
             env=self.env_spec,
             learner_run_id="echo",
             max_message_bytes=self.max_message_bytes,
+            local_address=self.local_address,
         )
 
     async def Act(self, request_iterator: Any, context: Any) -> None:
@@ -108,6 +110,22 @@ async def serve(args: argparse.Namespace) -> None:
     server = grpc.aio.server(options=channel_options(args.max_message_bytes))
     pb_grpc.add_LearnerServicer_to_server(servicer, server)
     port = server.add_insecure_port(listen_address(args.bind, args.port))
+    # The same same-host unix socket the learner offers, so echo and learner rows of the
+    # bench compare one transport.
+    local = LocalSocket() if args.local_socket and not args.bind.startswith("unix:") else None
+    if local is not None:
+        server.add_insecure_port(local.address)
+        servicer.local_address = local.address
+    try:
+        await _serve_until_signal(args, server, servicer, port)
+    finally:
+        if local is not None:
+            local.remove()
+
+
+async def _serve_until_signal(
+    args: argparse.Namespace, server: grpc.aio.Server, servicer: EchoServicer, port: int
+) -> None:
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -138,6 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--logdir", default="runs/echo")
     parser.add_argument("--log-interval-s", type=float, default=0.5)
     parser.add_argument("--max-message-bytes", type=int, default=16 * 1024 * 1024)
+    parser.add_argument(
+        "--local-socket",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also listen on a unix socket offered to same-host actors (as the learner)",
+    )
     asyncio.run(serve(parser.parse_args(argv)))
     return 0
 

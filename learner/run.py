@@ -39,6 +39,7 @@ from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
 from seedrl.metrics import MetricsWriter, RunResult
 from seedrl.models import ActionHead, ActorCritic, action_head, build_model, resolve_device
 from seedrl.timing import process_rss_mb
+from seedrl.transport import LocalSocket
 
 if TYPE_CHECKING:
     from learner.distributed import RankSync
@@ -214,7 +215,27 @@ async def serve(
     """Run a learner until it stops; ``ready`` receives the bound port once serving.
 
     With ``rank`` (learner.distributed) this process is one of several data-parallel ranks.
+    Unless ``--no-local-socket``, TLS or a unix ``--bind``, it also listens on a unix
+    socket that same-host actors switch to; the socket's directory goes with the learner.
     """
+    offers_local = (
+        config.local_socket and not config.tls_cert and not config.bind.startswith("unix:")
+    )
+    local = LocalSocket() if offers_local else None
+    try:
+        return await _serve(config, ready, rank_addresses, rank, local)
+    finally:
+        if local is not None:
+            local.remove()
+
+
+async def _serve(
+    config: LearnerConfig,
+    ready: asyncio.Future[int] | None,
+    rank_addresses: list[str] | None,
+    rank: RankSync | None,
+    local: LocalSocket | None,
+) -> RunResult:
     learner = build_learner(config)
     if rank is not None:
         rank.attach(learner)
@@ -239,7 +260,10 @@ async def serve(
         config, learner.env_spec, batcher, engine, learner.builder, stats, learner.learner_run_id
     )
     servicer.rank_addresses = list(rank_addresses or [])
-    server, port, health = build_server(config, servicer, resolve_auth_token(config.auth_token))
+    local_address = local.address if local is not None else None
+    server, port, health = build_server(
+        config, servicer, resolve_auth_token(config.auth_token), local_address
+    )
     trainer = choose_trainer(learner, rank)
     if isinstance(trainer, TrainerProcess):
         engine.refresh_weights = trainer.refresh_weights

@@ -59,6 +59,8 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         self.stats = stats
         self.learner_run_id = learner_run_id or uuid.uuid4().hex
         self.rank_addresses: list[str] = []
+        self.local_address = ""
+        """A unix socket this learner also listens on, offered to same-host actors."""
         self.connections: set[Connection] = set()
         self._obs_shape = codec.spec_shape(env_spec.observation_space)
         self._obs_dtype = np.dtype(env_spec.observation_space.dtype)
@@ -74,6 +76,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             learner_run_id=self.learner_run_id,
             max_message_bytes=self.config.max_message_bytes,
             rank_addresses=self.rank_addresses,
+            local_address=self.local_address,
         )
 
     # ------------------------------------------------------------------ Act
@@ -402,9 +405,16 @@ def _guard_handler(
 
 
 def build_server(
-    config: LearnerConfig, servicer: LearnerServicer, auth_token: str | None
+    config: LearnerConfig,
+    servicer: LearnerServicer,
+    auth_token: str | None,
+    local_address: str | None = None,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    """An aio server with the Learner service, health and reflection: (server, port, health)."""
+    """An aio server with the Learner service, health and reflection: (server, port, health).
+
+    ``local_address`` (``unix:PATH``) is a second, plaintext listening address that
+    GetInfo offers to actors on this host; the token check applies there too.
+    """
     # The first interceptor sees the handler the later ones chose (also the auth denial).
     interceptors: list[grpc.aio.ServerInterceptor] = [
         DecodeGuardInterceptor(checks_itself=frozenset({ACT_METHOD}))
@@ -444,6 +454,9 @@ def build_server(
         port = server.add_insecure_port(address)
     if port == 0 and not address.startswith("unix:"):
         raise OSError(f"could not bind the learner to {address} (port in use?)")
+    if local_address is not None:
+        server.add_insecure_port(local_address)
+        servicer.local_address = local_address
     return server, port, health_servicer
 
 

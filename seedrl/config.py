@@ -44,6 +44,10 @@ class LearnerConfig:
     advertise_host: str = ""
     """Host actors dial for this learner (GetInfo rank_addresses); default: --bind, and
     for a wildcard bind the host the actor already used to reach rank 0."""
+    local_socket: bool = True
+    """Also listen on a unix socket in a private temp dir (without TLS) and offer it to
+    actors on this host: less CPU per message than loopback TCP (64 x K=1: +7-13 %
+    frames/s)."""
     logdir: str = "runs/latest"
     """Where metrics.jsonl, TensorBoard events, config.json and checkpoints go."""
     device: str = "auto"
@@ -221,6 +225,9 @@ class ActorConfig:
     """PEM client certificate, for a learner that demands one (--tls-client-ca)."""
     tls_key: str | None = None
     """PEM private key of --tls-cert."""
+    local_socket: bool = True
+    """Use the unix socket a learner on this host offers (when --learner is a loopback
+    address), falling back to TCP if it cannot connect."""
     max_backoff_s: float = 30.0
     """Cap of the exponential reconnect backoff (with jitter)."""
     exit_on_shutdown: bool = False

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -106,3 +109,36 @@ def pick_rank(rank_addresses: Sequence[str], index: int, dialled: str) -> str:
     if len(rank_addresses) <= 1:
         return dialled
     return rank_target(rank_addresses[index % len(rank_addresses)], dialled)
+
+
+LOOPBACK_HOSTS = frozenset({"localhost", "[::1]", "::1"})
+
+
+def is_loopback(target: str) -> bool:
+    """Whether ``host:port`` names this host through the loopback interface."""
+    if target.startswith("unix:"):
+        return False
+    host = split_host_port(target)[0]
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def local_target(local_address: str, dialled: str) -> str | None:
+    """The learner's unix socket if this actor can use it, else None.
+
+    Only for an actor that dialled a loopback address (so the learner is on this host)
+    and that sees the socket file (same filesystem: not across containers).
+    """
+    if not local_address.startswith("unix:") or not is_loopback(dialled):
+        return None
+    return local_address if os.path.exists(local_address.removeprefix("unix:")) else None
+
+
+class LocalSocket:
+    """A unix socket path in a fresh private directory (mode 0700: this user only)."""
+
+    def __init__(self, prefix: str = "seedrl-") -> None:
+        self.directory = tempfile.mkdtemp(prefix=prefix)
+        self.address = "unix:" + os.path.join(self.directory, "learner.sock")
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -113,15 +113,17 @@ class GetInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class LearnerInfo(_message.Message):
-    __slots__ = ("protocol_version", "env", "learner_run_id", "max_message_bytes", "rank_addresses")
+    __slots__ = ("protocol_version", "env", "learner_run_id", "max_message_bytes", "rank_addresses", "local_address")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     LEARNER_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     RANK_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     env: EnvSpec
     learner_run_id: str
     max_message_bytes: int
     rank_addresses: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, protocol_version: _Optional[int] = ..., env: _Optional[_Union[EnvSpec, _Mapping]] = ..., learner_run_id: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., rank_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
+    local_address: str
+    def __init__(self, protocol_version: _Optional[int] = ..., env: _Optional[_Union[EnvSpec, _Mapping]] = ..., learner_run_id: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., rank_addresses: _Optional[_Iterable[str]] = ..., local_address: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,110 @@
+"""Same-host actors switch to the learner's unix socket; anything else stays on TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+
+import grpc
+import pytest
+
+from actors.actor import Actor
+from learner.echo import EchoServicer
+from seedrl import envs
+from seedrl.config import ActorConfig
+from seedrl.proto import seedrl_pb2_grpc as pb_grpc
+from seedrl.transport import LocalSocket, is_loopback, local_target
+from tests.support import actor_args, learner_process, running
+from tests.wire_clients import get_info
+
+INFO = {"SEEDRL_LOG_LEVEL": "INFO"}
+
+
+@pytest.mark.parametrize(
+    ("target", "loopback"),
+    [
+        ("127.0.0.1:8686", True),
+        ("127.1.2.3:1", True),
+        ("localhost:8686", True),
+        ("[::1]:8686", True),
+        ("10.0.0.5:8686", False),
+        ("learner:8686", False),
+        ("[2001:db8::1]:8686", False),
+        ("unix:/tmp/x.sock", False),
+    ],
+)
+def test_is_loopback(target: str, loopback: bool) -> None:
+    assert is_loopback(target) is loopback
+
+
+def test_local_target_needs_a_loopback_dial_and_a_visible_socket(tmp_path) -> None:
+    path = tmp_path / "learner.sock"
+    offered = f"unix:{path}"
+    assert local_target(offered, "127.0.0.1:8686") is None  # no such file (other container)
+    path.touch()
+    assert local_target(offered, "127.0.0.1:8686") == offered
+    assert local_target(offered, "10.0.0.5:8686") is None  # the learner is elsewhere
+    assert local_target("", "127.0.0.1:8686") is None  # not offered
+    assert local_target("ipv4:127.0.0.1:9", "127.0.0.1:8686") is None
+
+
+def test_local_socket_directory_is_private_and_removed() -> None:
+    local = LocalSocket()
+    assert local.address.startswith("unix:")
+    mode = stat.S_IMODE(os.stat(local.directory).st_mode)
+    assert mode == 0o700
+    local.remove()
+    assert not os.path.exists(local.directory)
+
+
+def test_same_host_actor_uses_the_unix_socket_and_the_learner_removes_it(tmp_path) -> None:
+    with learner_process(tmp_path, env=INFO) as (learner, port):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            offered = get_info(channel).local_address
+        path = offered.removeprefix("unix:")
+        assert offered.startswith("unix:") and os.path.exists(path)
+        with running(actor_args(port, 1, 2), env=INFO):
+            learner.wait_for("connected from unix:", 60)
+        with running(actor_args(port, 1, 2, "--no-local-socket"), env=INFO):
+            learner.wait_for("connected from ipv4:127.0.0.1", 60)
+        learner.stop()
+        assert learner.popen.returncode == 0, learner.output()
+    assert not os.path.exists(os.path.dirname(path))
+
+
+def test_learner_without_local_socket_offers_none(tmp_path) -> None:
+    with learner_process(tmp_path, "--no-local-socket", env=INFO) as (learner, port):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            assert get_info(channel).local_address == ""
+        with running(actor_args(port, 1, 2), env=INFO):
+            learner.wait_for("connected from ipv4:127.0.0.1", 60)
+
+
+def test_actor_falls_back_to_tcp_when_the_offered_socket_does_not_answer(tmp_path) -> None:
+    """A socket path that exists but takes no connection (a stale file, another user's
+    learner): the actor warns once and streams over TCP instead."""
+    stale = tmp_path / "stale.sock"
+    stale.touch()
+
+    async def main() -> Actor:
+        servicer = EchoServicer(envs.describe_env("CartPole-v1"), 1 << 20)
+        servicer.local_address = f"unix:{stale}"
+        server = grpc.aio.server()
+        pb_grpc.add_LearnerServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            config = ActorConfig(
+                learner=f"127.0.0.1:{port}", envs_per_actor=2, max_frames=200, max_backoff_s=0.2
+            )
+            actor = Actor(config, 0)
+            assert await asyncio.wait_for(actor.run(), 30) == 0
+            return actor
+        finally:
+            await server.stop(grace=None)
+
+    actor = asyncio.run(main())
+    assert actor.local_failed
+    assert actor.frames >= 200
+    assert actor.target == actor.home
