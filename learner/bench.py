@@ -317,10 +317,13 @@ class Settings:
 def server_command(
     mode: str, address_bind: str, port: int, logdir: Path, s: Settings, batch: int = 0
 ) -> list:
+    # --transport tcp: loopback TCP only; auto leaves the same-host unix socket on (default).
+    tcp_only = ["--no-local-socket"] if s.transport == "tcp" else []
     if mode == "echo":
         return [
             sys.executable, "-m", "learner.echo", "--env", s.env, "--bind", address_bind,
             "--port", str(port), "--logdir", str(logdir), "--log-interval-s", "0.5",
+            *tcp_only,
         ]  # fmt: skip
     return [
         sys.executable, "-m", "learner", "--env", s.env, "--bind", address_bind,
@@ -328,7 +331,7 @@ def server_command(
         "--progress", "off", "--no-tensorboard", "--checkpoint-interval-s", "1e9",
         "--torch-threads", str(s.torch_threads),
         *(["--no-train"] if mode == "inference" else []),
-        *(["--batch-size", str(batch)] if batch else []), *s.learner_args,
+        *(["--batch-size", str(batch)] if batch else []), *tcp_only, *s.learner_args,
     ]  # fmt: skip
 
 
@@ -753,7 +756,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=float, help="after all actors connect (default 1.5)")
     parser.add_argument("--measure-s", type=float, help="measuring window per mode (default 3)")
     parser.add_argument("--connect-timeout-s", type=float, default=120.0)
-    parser.add_argument("--transport", choices=("tcp", "unix"), default="tcp")
+    parser.add_argument(
+        "--transport",
+        choices=("auto", "tcp", "unix"),
+        default="auto",
+        help="auto: actors dial 127.0.0.1 and use the same-host unix socket the servers "
+        "offer (the default deployment); tcp: loopback TCP only; unix: bind a unix path",
+    )
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument(
         "--env-groups", type=int, default=1, help="actor --env-groups G where G divides K"
