@@ -347,6 +347,24 @@ async def _run_groups(config: ActorConfig) -> int:
     return max(codes)
 
 
+def mark_batch_work() -> bool:
+    """Put this process in Linux's SCHED_BATCH class; False where there is none.
+
+    A waking batch task never preempts the running one, so hundreds of actors sharing a
+    host wake without kicking the learner (or each other) off a core mid-slice: fewer
+    context switches and warmer caches (bench on 2 cores, medians of 2: 64 x K=1 system
+    1,792 -> 2,065 frames/s, 256 x K=1 1,559 -> 1,669). No privilege needed; nice stays.
+    """
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is None or not hasattr(os, "sched_setscheduler"):
+        return False
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError:
+        return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one actor process (the launcher starts N of these)."""
     config = parse_config(
@@ -361,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if config.nice:
         os.nice(config.nice)
+    if config.sched_batch:
+        mark_batch_work()
     if config.env_groups > 1:
         return asyncio.run(_run_groups(config))
     actor = Actor(config, index=config.first_index)

@@ -237,6 +237,10 @@ class ActorConfig:
     nice: int = 0
     """Add this to the actor processes' niceness (0-19): with many more actors than cores on
     the learner's host, the learner then keeps the CPU share it needs to serve them."""
+    sched_batch: bool = True
+    """Run actor processes in Linux's SCHED_BATCH class (no wakeup preemption): many
+    actors on one host switch less and leave the learner its slices (64 x K=1 on 2
+    cores: +15 % frames/s)."""
     restart: bool = True
     """The launcher restarts actor processes that crash."""
 

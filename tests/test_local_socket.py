@@ -8,6 +8,8 @@ import stat
 
 import grpc
 import pytest
+from support import actor_args, learner_process, running
+from wire_clients import get_info
 
 from actors.actor import Actor
 from learner.echo import EchoServicer
@@ -15,8 +17,6 @@ from seedrl import envs
 from seedrl.config import ActorConfig
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
 from seedrl.transport import LocalSocket, is_loopback, local_target
-from tests.support import actor_args, learner_process, running
-from tests.wire_clients import get_info
 
 INFO = {"SEEDRL_LOG_LEVEL": "INFO"}
 

@@ -107,6 +107,19 @@ def test_actor_process_never_imports_torch(tmp_path):
     assert float(fields[5]) < 120, f"actor RSS too large: {line}"
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling classes")
+@pytest.mark.parametrize(
+    ("flags", "policy"), [((), "SCHED_BATCH"), (("--no-sched-batch",), "SCHED_OTHER")]
+)
+def test_actor_processes_run_as_batch_work(flags, policy):
+    """Actors put themselves in SCHED_BATCH (waking, they preempt nobody) unless told not to."""
+    # No learner at this address: the actor keeps retrying, which is all this needs.
+    args = [sys.executable, "-m", "actors.actor", "--learner", "127.0.0.1:9", *flags]
+    with running(args) as actor:
+        expected = getattr(os, policy)
+        wait_until(lambda: os.sched_getscheduler(actor.popen.pid) == expected, 30, what=policy)
+
+
 @pytest.mark.slow
 def test_cartpole_solved(tmp_path):
     """The full solve (make demo's job): mean return of the last 100 episodes >= 475."""
