@@ -29,7 +29,7 @@ from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
 from seedrl.timing import process_rss_mb
-from seedrl.transport import LocalSocket, channel_options, listen_address
+from seedrl.transport import channel_options, listen_address, offered_local_socket
 
 
 class EchoServicer(pb_grpc.LearnerServicer):
@@ -112,15 +112,11 @@ async def serve(args: argparse.Namespace) -> None:
     port = server.add_insecure_port(listen_address(args.bind, args.port))
     # The same same-host unix socket the learner offers, so echo and learner rows of the
     # bench compare one transport.
-    local = LocalSocket() if args.local_socket and not args.bind.startswith("unix:") else None
-    if local is not None:
-        server.add_insecure_port(local.address)
-        servicer.local_address = local.address
-    try:
-        await _serve_until_signal(args, server, servicer, port)
-    finally:
+    with offered_local_socket(args.local_socket, args.bind) as local:
         if local is not None:
-            local.remove()
+            server.add_insecure_port(local)
+            servicer.local_address = local
+        await _serve_until_signal(args, server, servicer, port)
 
 
 async def _serve_until_signal(

@@ -39,7 +39,7 @@ from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
 from seedrl.metrics import MetricsWriter, RunResult
 from seedrl.models import ActionHead, ActorCritic, action_head, build_model, resolve_device
 from seedrl.timing import process_rss_mb
-from seedrl.transport import LocalSocket
+from seedrl.transport import offered_local_socket
 
 if TYPE_CHECKING:
     from learner.distributed import RankSync
@@ -218,15 +218,8 @@ async def serve(
     Unless ``--no-local-socket``, TLS or a unix ``--bind``, it also listens on a unix
     socket that same-host actors switch to; the socket's directory goes with the learner.
     """
-    offers_local = (
-        config.local_socket and not config.tls_cert and not config.bind.startswith("unix:")
-    )
-    local = LocalSocket() if offers_local else None
-    try:
+    with offered_local_socket(config.local_socket and not config.tls_cert, config.bind) as local:
         return await _serve(config, ready, rank_addresses, rank, local)
-    finally:
-        if local is not None:
-            local.remove()
 
 
 async def _serve(
@@ -234,7 +227,7 @@ async def _serve(
     ready: asyncio.Future[int] | None,
     rank_addresses: list[str] | None,
     rank: RankSync | None,
-    local: LocalSocket | None,
+    local_address: str | None,
 ) -> RunResult:
     learner = build_learner(config)
     if rank is not None:
@@ -260,7 +253,6 @@ async def _serve(
         config, learner.env_spec, batcher, engine, learner.builder, stats, learner.learner_run_id
     )
     servicer.rank_addresses = list(rank_addresses or [])
-    local_address = local.address if local is not None else None
     server, port, health = build_server(
         config, servicer, resolve_auth_token(config.auth_token), local_address
     )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -142,3 +143,18 @@ class LocalSocket:
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def offered_local_socket(enabled: bool, bind: str) -> Iterator[str | None]:
+    """A fresh same-host socket address (``unix:PATH``) for a server to listen on and
+    offer in GetInfo, removed when the block ends; None when off or already on a unix bind.
+    """
+    if not enabled or bind.startswith("unix:"):
+        yield None
+        return
+    local = LocalSocket()
+    try:
+        yield local.address
+    finally:
+        local.remove()
