@@ -4,3 +4,5 @@ Nothing here imports torch (a test checks it): an actor is numpy, gymnasium and 
 ``python -m actors`` launches N actor processes (``actors.launcher``); each runs the
 loop in ``actors.actor``.
 """
+
+import seedrl  # noqa: F401  (first: sets gRPC core defaults before grpc loads)

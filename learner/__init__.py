@@ -4,3 +4,5 @@ Run it with ``python -m learner``. The hot loop (batch -> forward -> reply) is
 ``learner.inference.InferenceEngine.process``; the training loop is
 ``learner.trainer.Trainer.run``.
 """
+
+import seedrl  # noqa: F401  (first: sets gRPC core defaults before grpc loads)

@@ -6,6 +6,10 @@ environments. This package holds what both sides share. It must never import tor
 module level: actors import it and stay torch-free.
 """
 
+from seedrl.grpc_defaults import apply_grpc_core_defaults
+
+apply_grpc_core_defaults()  # before anything imports grpc (see seedrl.grpc_defaults)
+
 __version__ = "0.1.0"
 
 PROTOCOL_VERSION = 1
