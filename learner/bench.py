@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -82,6 +83,12 @@ bound no multi-process system approaches, so it is reported but not the target."
 QUICK_SWEEP = (Point(1, 4), Point(2, 8))
 """--quick: two small points with short windows (``make bench-quick``, the CI smoke run)."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+MIN_ROUND_TRIPS = 100
+"""A measuring window lasts --measure-s, and longer until the average stream has made this
+many round trips: 3 s of 256 single-env actors is ~20 round trips each, too few to
+average out who the two cores happened to run (windows moved ±25 % on 2026-11-24)."""
+MAX_STRETCH = 4
+"""...but never more than this many times --measure-s."""
 
 
 @dataclass(frozen=True)
@@ -368,7 +375,12 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
                 )
             time.sleep(s.warmup_s)
             t0, cpu0, acpu0 = time.time(), tree_cpu_seconds(proc.pid), fleet.cpu_seconds()
+            frames0 = _last_frames(metrics)
             time.sleep(s.measure_s)
+            # Many slow streams: stretch the window until the average stream has made
+            # MIN_ROUND_TRIPS round trips (256 x K=1 makes ~6/s each on 2 cores).
+            wanted = frames0 + MIN_ROUND_TRIPS * n * k * fleet.groups
+            wait_for(lambda: _last_frames(metrics) >= wanted, s.measure_s * (MAX_STRETCH - 1), 0.25)
             t1, cpu1, acpu1 = time.time(), tree_cpu_seconds(proc.pid), fleet.cpu_seconds()
             actor_rss, actor_uss = fleet.rss_mb(), fleet.private_mb()
             time.sleep(0.6)  # one more metrics record covering the window's end
@@ -403,6 +415,13 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
         "inference_wait_share": _mean(inner, "inference_wait_share"),
         "actors_connected": last.get("actors_connected"),
     }
+    slices = [
+        (b["frames"] - a["frames"]) / max(b["elapsed_s"] - a["elapsed_s"], 1e-9)
+        for a, b in itertools.pairwise(window)
+    ]
+    row["window_s"] = wall
+    if len(slices) >= 2 and statistics.fmean(slices) > 0:
+        row["fps_cv"] = statistics.stdev(slices) / statistics.fmean(slices)
     # The actors flush one record per stream when the server goes away.
     wait_for(lambda: len(fleet.stream_records()) >= streams_before + n * fleet.groups, 10.0)
     streams = fleet.stream_records()[streams_before:]
@@ -411,6 +430,11 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
         row["rtt_p99_ms"] = max(r["rtt_p99_ms"] for r in streams)
     shutil.rmtree(logdir, ignore_errors=True)
     return row
+
+
+def _last_frames(metrics: Path) -> int:
+    records = read_metrics(metrics)
+    return int(records[-1]["frames"]) if records else 0
 
 
 def _mean(records: list[dict[str, Any]], key: str) -> float | None:

@@ -43,6 +43,8 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
         assert 0 < row["actor_uss_mb_max"] <= row["actor_rss_mb_max"]
         assert row["learner_rss_mb"] > 0
         assert row["learner_cpu"] > 0
+        assert row["window_s"] >= 1.0  # --measure-s; it may stretch, never shrink
+        assert row["fps_cv"] >= 0
     assert rows["system"]["inference_batch_mean"] >= 1
     assert rows["system"]["learner_steps_per_s"] > 0, "the system mode must train"
     assert 0 <= rows["system"]["trainer_wait_share"] <= 1.5
