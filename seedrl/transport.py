@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -134,15 +135,73 @@ def local_target(local_address: str, dialled: str) -> str | None:
     return local_address if os.path.exists(local_address.removeprefix("unix:")) else None
 
 
+LOCAL_SOCKET_NAME = "learner.sock"
+
+
 class LocalSocket:
-    """A unix socket path in a fresh private directory (mode 0700: this user only)."""
+    """A unix socket path in a fresh private directory (mode 0700: this user only).
+
+    The directory is named ``<prefix><pid>-XXXX`` so that the ones a killed learner
+    left behind can be told from live ones and removed by the next learner.
+    """
 
     def __init__(self, prefix: str = "seedrl-") -> None:
-        self.directory = tempfile.mkdtemp(prefix=prefix)
-        self.address = "unix:" + os.path.join(self.directory, "learner.sock")
+        remove_stale_local_sockets(prefix)
+        self.directory = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+        self.address = "unix:" + os.path.join(self.directory, LOCAL_SOCKET_NAME)
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def _listening(path: str) -> bool:
+    """Whether something accepts connections on the unix socket at ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
+
+
+def remove_stale_local_sockets(prefix: str = "seedrl-", tmp: str | None = None) -> list[str]:
+    """Remove this user's socket directories whose learner died without cleaning up.
+
+    A directory counts as stale only when its owner pid is gone and nothing listens on
+    its socket (pids are reused, so the listening check guards the rare live one).
+    Returns the directories removed.
+    """
+    tmp = tmp or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(tmp))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid_text, sep, _ = entry.name.removeprefix(prefix).partition("-")
+        if not (entry.name.startswith(prefix) and sep and pid_text.isdigit()):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if _pid_running(int(pid_text)) or _listening(os.path.join(entry.path, LOCAL_SOCKET_NAME)):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
 
 
 @contextlib.contextmanager

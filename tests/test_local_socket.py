@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import stat
+import subprocess
+import sys
 
 import grpc
 import pytest
@@ -16,7 +19,13 @@ from learner.echo import EchoServicer
 from seedrl import envs
 from seedrl.config import ActorConfig
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
-from seedrl.transport import LocalSocket, is_loopback, local_target
+from seedrl.transport import (
+    LOCAL_SOCKET_NAME,
+    LocalSocket,
+    is_loopback,
+    local_target,
+    remove_stale_local_sockets,
+)
 
 INFO = {"SEEDRL_LOG_LEVEL": "INFO"}
 
@@ -56,6 +65,45 @@ def test_local_socket_directory_is_private_and_removed() -> None:
     assert mode == 0o700
     local.remove()
     assert not os.path.exists(local.directory)
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=30)
+    return child.pid
+
+
+def test_local_socket_directory_names_its_owner_pid() -> None:
+    local = LocalSocket()
+    try:
+        assert os.path.basename(local.directory).startswith(f"seedrl-{os.getpid()}-")
+    finally:
+        local.remove()
+
+
+def test_stale_socket_directories_of_dead_learners_are_removed(tmp_path) -> None:
+    dead = _dead_pid()
+    stale_with_file = tmp_path / f"seedrl-{dead}-abcd"
+    stale_with_file.mkdir()
+    (stale_with_file / LOCAL_SOCKET_NAME).touch()  # a socket file nobody listens on
+    stale_empty = tmp_path / f"seedrl-{dead}-efgh"
+    stale_empty.mkdir()
+    live = tmp_path / f"seedrl-{os.getpid()}-ijkl"
+    live.mkdir()
+    other = tmp_path / f"other-{dead}-mnop"
+    other.mkdir()
+    old_style = tmp_path / "seedrl-qrst"  # no pid in the name: not ours to judge
+    old_style.mkdir()
+    listening = tmp_path / f"seedrl-{dead}-uvwx"  # pid reused elsewhere, socket still served
+    listening.mkdir()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(listening / LOCAL_SOCKET_NAME))
+        server.listen()
+        removed = remove_stale_local_sockets(tmp=str(tmp_path))
+    assert sorted(removed) == sorted([str(stale_with_file), str(stale_empty)])
+    assert not stale_with_file.exists() and not stale_empty.exists()
+    assert live.exists() and other.exists() and old_style.exists() and listening.exists()
 
 
 def test_same_host_actor_uses_the_unix_socket_and_the_learner_removes_it(tmp_path) -> None:
