@@ -5,4 +5,13 @@ Nothing here imports torch (a test checks it): an actor is numpy, gymnasium and 
 loop in ``actors.actor``.
 """
 
-import seedrl  # noqa: F401  (first: sets gRPC core defaults before grpc loads)
+import os
+
+BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
+
+# Actors do no linear algebra, yet numpy's OpenBLAS starts a pool of (cores - 1) idle
+# threads on import: 63 per actor, ~4,000 on a 64-core host running 64 actors. One is
+# enough; a value the user exported wins. Must precede the first numpy import.
+os.environ.setdefault(BLAS_THREADS_ENV, "1")
+
+import seedrl  # noqa: E402, F401  (sets gRPC core defaults before grpc loads)
