@@ -179,8 +179,8 @@ def remove_stale_local_sockets(prefix: str = "seedrl-", tmp: str | None = None) 
     """Remove this user's socket directories whose learner died without cleaning up.
 
     A directory counts as stale only when its owner pid is gone and nothing listens on
-    its socket (pids are reused, so the listening check guards the rare live one).
-    Returns the directories removed.
+    its socket: a learner in another pid namespace (a container sharing /tmp) has a pid
+    that means nothing here, but its socket still answers. Returns the directories removed.
     """
     tmp = tmp or tempfile.gettempdir()
     removed: list[str] = []
