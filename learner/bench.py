@@ -204,16 +204,21 @@ def child_pids(pid: int) -> list[int]:
     return children
 
 
-def private_mb(pid: int) -> float | None:
-    """USS: the memory only this process holds (RSS minus pages shared with others, such
-    as shared libraries' code, which N actors on one host pay for once)."""
+def shared_aware_mb(pid: int) -> tuple[float, float] | None:
+    """(USS, PSS) in MB: the memory only this process holds, and its proportional share.
+
+    RSS counts every shared-library page a process maps in full, and how many the kernel
+    maps depends on the page cache; USS leaves shared pages out, PSS divides each page by
+    the processes mapping it, so N actors on one host cost the sum of their PSS.
+    """
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             fields = dict(line.split(":", 1) for line in f if ":" in line)
     except OSError:
         return None
     kb = sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty") if k in fields)
-    return kb / 1024
+    pss_kb = int(fields["Pss"].split()[0]) if "Pss" in fields else kb
+    return kb / 1024, pss_kb / 1024
 
 
 def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
@@ -261,8 +266,9 @@ class ActorFleet:
     def rss_mb(self) -> list[float]:
         return [process_rss_mb(p.pid) for p in self.procs if p.poll() is None]
 
-    def private_mb(self) -> list[float]:
-        found = (private_mb(p.pid) for p in self.procs if p.poll() is None)
+    def shared_aware_mb(self) -> list[tuple[float, float]]:
+        """(USS, PSS) of every live actor."""
+        found = (shared_aware_mb(p.pid) for p in self.procs if p.poll() is None)
         return [x for x in found if x is not None]
 
     def stream_records(self) -> list[dict[str, Any]]:
@@ -382,7 +388,7 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
             wanted = frames0 + MIN_ROUND_TRIPS * n * k * fleet.groups
             wait_for(lambda: _last_frames(metrics) >= wanted, s.measure_s * (MAX_STRETCH - 1), 0.25)
             t1, cpu1, acpu1 = time.time(), tree_cpu_seconds(proc.pid), fleet.cpu_seconds()
-            actor_rss, actor_uss = fleet.rss_mb(), fleet.private_mb()
+            actor_rss, actor_uss_pss = fleet.rss_mb(), fleet.shared_aware_mb()
             time.sleep(0.6)  # one more metrics record covering the window's end
         finally:
             stop_process(proc)
@@ -409,7 +415,8 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
         "learner_rss_mb": last.get("learner_rss_mb"),
         "actor_rss_mb_max": max(actor_rss) if actor_rss else None,
         "actor_rss_mb_mean": statistics.fmean(actor_rss) if actor_rss else None,
-        "actor_uss_mb_max": max(actor_uss) if actor_uss else None,
+        "actor_uss_mb_max": max(u for u, _ in actor_uss_pss) if actor_uss_pss else None,
+        "actor_pss_mb_max": max(p for _, p in actor_uss_pss) if actor_uss_pss else None,
         "learner_steps_per_s": _mean(inner, "learner_steps_per_s"),
         "trainer_wait_share": _mean(inner, "trainer_wait_share"),
         "inference_wait_share": _mean(inner, "inference_wait_share"),

@@ -40,7 +40,7 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
         assert row["actors_connected"] == 2
         assert 0 < row["rtt_p50_ms"] <= row["rtt_p99_ms"]
         assert 0 < row["actor_rss_mb_max"] < 500
-        assert 0 < row["actor_uss_mb_max"] <= row["actor_rss_mb_max"]
+        assert 0 < row["actor_uss_mb_max"] <= row["actor_pss_mb_max"] <= row["actor_rss_mb_max"]
         assert row["learner_rss_mb"] > 0
         assert row["learner_cpu"] > 0
         assert row["window_s"] >= 1.0  # --measure-s; it may stretch, never shrink
