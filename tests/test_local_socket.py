@@ -95,7 +95,9 @@ def test_stale_socket_directories_of_dead_learners_are_removed(tmp_path) -> None
     other.mkdir()
     old_style = tmp_path / "seedrl-qrst"  # no pid in the name: not ours to judge
     old_style.mkdir()
-    listening = tmp_path / f"seedrl-{dead}-uvwx"  # pid reused elsewhere, socket still served
+    # A learner in another pid namespace (a container sharing /tmp): its pid means
+    # nothing here, but its socket still answers.
+    listening = tmp_path / f"seedrl-{dead}-uvwx"
     listening.mkdir()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(str(listening / LOCAL_SOCKET_NAME))
