@@ -74,6 +74,30 @@ def test_minatar_is_served_channels_first():
         vec.close()
 
 
+@pytest.mark.parametrize("k", [1, envs.NATIVE_VECTOR_MIN_ENVS])
+def test_small_and_large_k_vector_envs_reset_the_same_way(k):
+    """Few envs step as scalar envs, many as CartPole's native vector env: same contract."""
+    vec = envs.make_vector_env("CartPole-v1", {}, k)
+    native = k >= envs.NATIVE_VECTOR_MIN_ENVS
+    try:
+        assert isinstance(vec, envs.gym.vector.SyncVectorEnv) is not native
+        assert vec.metadata["autoreset_mode"] == envs.gym.vector.AutoresetMode.NEXT_STEP
+        obs, _ = vec.reset(seed=0)
+        assert obs.shape == (k, 4) and obs.dtype == np.float32
+        pushes = np.ones(k, np.int64)  # always push right: the pole falls within ~30 steps
+        for _ in range(100):
+            obs, reward, terminated, truncated, _ = vec.step(pushes)
+            if terminated[0]:
+                break
+        else:
+            pytest.fail("env 0 never terminated")
+        obs, reward, terminated, truncated, _ = vec.step(pushes)  # NEXT_STEP: the reset step
+        assert reward[0] == 0.0 and not terminated[0] and not truncated[0]
+        assert np.all(np.abs(obs[0]) <= 0.05), "a fresh episode starts near upright"
+    finally:
+        vec.close()
+
+
 def test_renders_become_video_frames():
     """Atari renders what the agent sees; MinAtar's float 10x10 render becomes uint8, upscaled."""
     pytest.importorskip("ale_py")
