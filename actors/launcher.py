@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from seedrl.config import ActorConfig
+from seedrl.config import ActorConfig, actor_cpus
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +28,11 @@ HEALTHY_RUN_S = 30.0
 """An actor that ran this long before crashing restarts with the shortest backoff again."""
 
 
-def actor_command(config: ActorConfig, index: int) -> list[str]:
-    """The command line of actor ``index`` (same settings, its own index)."""
+def actor_command(config: ActorConfig, index: int, cpu: int = -1) -> list[str]:
+    """The command line of actor ``index`` (same settings, its own index and CPU)."""
     args = [sys.executable, "-m", "actors.actor"]
     for f in dataclasses.fields(config):
-        if f.name in ("num_actors", "first_index", "restart"):
+        if f.name in ("num_actors", "first_index", "restart", "pin_cpus", "cpu"):
             continue
         value = getattr(config, f.name)
         if value is None:
@@ -43,6 +43,8 @@ def actor_command(config: ActorConfig, index: int) -> list[str]:
         else:
             args += [flag, str(value)]
     args += ["--first-index", str(index)]
+    if cpu >= 0:
+        args += ["--cpu", str(cpu)]
     return args
 
 
@@ -57,16 +59,25 @@ class Launcher:
         self._next_start: dict[int, float] = {}
         self._failures: dict[int, int] = {}
         self._started: dict[int, float] = {}
+        self._cpus: dict[int, int] = {}
+        """Each actor's CPU (-1: any); a restarted actor keeps its own."""
 
     def start(self) -> None:
         first = self.config.first_index
         if first < 0:  # identical replicas: distinct env seeds and a spread over learner ranks
             first = random.SystemRandom().randrange(RANDOM_INDEX_RANGE)
-        for index in range(first, first + self.config.num_actors):
+        n = self.config.num_actors
+        if self.config.cpu >= 0:
+            cpus = [self.config.cpu] * n
+        else:
+            cpus = actor_cpus(n, self.config.pin_cpus)
+        for index, cpu in zip(range(first, first + n), cpus, strict=True):
+            self._cpus[index] = cpu
             self._spawn(index)
 
     def _spawn(self, index: int) -> None:
-        self.procs[index] = subprocess.Popen(actor_command(self.config, index))
+        command = actor_command(self.config, index, self._cpus.get(index, -1))
+        self.procs[index] = subprocess.Popen(command)
         self._started[index] = time.monotonic()
 
     def poll(self) -> bool:

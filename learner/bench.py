@@ -45,6 +45,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from seedrl.config import actor_cpus
 from seedrl.timing import process_rss_mb
 
 SCHEMA = "seedrl-bench/1"
@@ -236,28 +237,37 @@ class ActorFleet:
     """N actor processes (``python -m actors.actor``) that outlive the servers of a point."""
 
     def __init__(
-        self, address: str, n: int, k: int, groups: int, stats_dir: Path, extra: Sequence[str]
+        self,
+        address: str,
+        n: int,
+        k: int,
+        groups: int,
+        stats_dir: Path,
+        extra: Sequence[str],
+        pin_cpus: str = "auto",
     ) -> None:
         self.groups = groups
         self.stats_dir = stats_dir
         stats_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SEEDRL_ACTOR_STATS_DIR": str(stats_dir)}
+        # The CPUs `python -m actors` would give these N actors on this host.
+        self.cpus = actor_cpus(n, pin_cpus)
         self.procs = [
             subprocess.Popen(
-                [*self.command(address, k, i, extra), "--env-groups", str(groups)],
+                [*self.command(address, k, i, extra, cpu), "--env-groups", str(groups)],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-            for i in range(n)
+            for i, cpu in enumerate(self.cpus)
         ]
 
     @staticmethod
-    def command(address: str, k: int, index: int, extra: Sequence[str]) -> list[str]:
+    def command(address: str, k: int, index: int, extra: Sequence[str], cpu: int = -1) -> list[str]:
         return [
             sys.executable, "-m", "actors.actor", "--learner", address,
             "--envs-per-actor", str(k), "--first-index", str(index),
-            "--max-backoff-s", "0.3", *extra,
+            "--max-backoff-s", "0.3", "--cpu", str(cpu), *extra,
         ]  # fmt: skip
 
     def cpu_seconds(self) -> float:
@@ -325,6 +335,7 @@ class Settings:
     torch_threads: int
     workdir: Path
     env_groups: int = 1
+    pin_cpus: str = "auto"
 
 
 def server_command(
@@ -495,7 +506,7 @@ def run_point(point: Point, modes: Sequence[str], repeat: int, s: Settings, log:
     with point_address(s.transport, s.workdir) as (address, bind, port):
         groups = s.env_groups if k % s.env_groups == 0 else 1
         stats_dir = s.workdir / f"actors-{point.label}-{repeat}"
-        fleet = ActorFleet(address, n, k, groups, stats_dir, s.actor_args)
+        fleet = ActorFleet(address, n, k, groups, stats_dir, s.actor_args, s.pin_cpus)
         try:
             for mode in networked:
                 try:
@@ -705,6 +716,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         torch_threads=args.torch_threads,
         workdir=workdir,
         env_groups=args.env_groups,
+        pin_cpus=args.pin_cpus,
     )
     started = time.time()
     load_before = os.getloadavg()
@@ -748,6 +760,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             "transport": settings.transport,
             "torch_threads": settings.torch_threads,
             "env_groups": settings.env_groups,
+            "pin_cpus": settings.pin_cpus,
             "learner_args": list(settings.learner_args),
             "actor_args": list(settings.actor_args),
         },
@@ -797,6 +810,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument(
         "--env-groups", type=int, default=1, help="actor --env-groups G where G divides K"
+    )
+    parser.add_argument(
+        "--pin-cpus",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="actors' CPUs as `python -m actors --pin-cpus` gives them (auto: one each, "
+        "round robin, when N is a multiple of the CPUs)",
     )
     parser.add_argument("--learner-args", default="", help="extra learner flags, one string")
     parser.add_argument("--actor-args", default="", help="extra actor flags, one string")

@@ -241,6 +241,14 @@ class ActorConfig:
     """Run actor processes in Linux's SCHED_BATCH class (no wakeup preemption): many
     actors on one host switch less and leave the learner its slices (64 x K=1 on 2
     cores: +15 % frames/s)."""
+    pin_cpus: str = "auto"
+    """Pin each actor process the launcher starts to one CPU, round robin over the CPUs
+    the launcher may use: on, off, or auto (on when N is a multiple of those CPUs, so
+    every CPU gets as many actors; off for a lone replica on a bigger host). A pinned
+    actor never migrates and wakes into warm caches (64 x K=1 on 2 cores: +9 % frames/s)."""
+    cpu: int = -1
+    """The CPU the actor processes run on (-1: any); the launcher sets it per actor from
+    --pin-cpus."""
     restart: bool = True
     """The launcher restarts actor processes that crash."""
 
@@ -253,6 +261,10 @@ class ActorConfig:
             raise ValueError("--tls-cert and --tls-key go together")
         if self.tls_cert is not None and self.tls_ca is None:
             raise ValueError("--tls-cert needs --tls-ca (the CA that signed the learner's cert)")
+        if self.pin_cpus not in ("auto", "on", "off"):
+            raise ValueError(f"pin_cpus must be auto, on or off, got {self.pin_cpus!r}")
+        if self.cpu < -1:
+            raise ValueError(f"cpu must be a CPU number or -1 (any), got {self.cpu}")
         if not 0 <= self.nice <= 19:
             raise ValueError(f"nice must be in [0, 19], got {self.nice}")
         if self.env_groups < 1 or self.envs_per_actor % self.env_groups:
@@ -260,6 +272,21 @@ class ActorConfig:
                 f"env_groups must be >= 1 and divide envs_per_actor ({self.envs_per_actor}), "
                 f"got {self.env_groups}"
             )
+
+
+def actor_cpus(num_actors: int, pin: str, cpus: Sequence[int] | None = None) -> list[int]:
+    """The CPU of each of the N actors one launcher starts (-1: any), by ``--pin-cpus``.
+
+    Round robin over ``cpus`` (default: the CPUs this process may use). ``auto`` pins only
+    when N is a multiple of them: then every CPU carries the same number of actors, and
+    several such launchers on one host stay balanced; a lone replica on a bigger host
+    (compose, Kubernetes) is left to the scheduler.
+    """
+    if cpus is None:
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not cpus or pin == "off" or (pin == "auto" and num_actors % len(cpus)):
+        return [-1] * num_actors
+    return [cpus[j % len(cpus)] for j in range(num_actors)]
 
 
 def resolve_auth_token(token: str | None) -> str | None:
