@@ -368,10 +368,9 @@ def mark_batch_work() -> bool:
 def pin_to_cpu(cpu: int) -> bool:
     """Run this process, every thread it has and will start, on ``cpu`` alone.
 
-    With many actors per core the scheduler otherwise moves them between cores, and each
-    move wakes an actor into cold caches (bench on 2 cores, 4 runs each way: 64 x K=1
-    machine CPU per frame 652-732 -> 622-673 us, system 2,542-2,827 -> 2,777-3,012
-    frames/s). False, with a warning, where that CPU cannot be had.
+    The scheduler otherwise moves actors between cores, and a moved actor wakes into
+    cold caches (what Sample Factory pins its workers against). False, with a warning,
+    where that CPU cannot be had.
     """
     if not hasattr(os, "sched_setaffinity"):
         log.warning("cannot pin to CPU %d: no CPU affinity on this platform", cpu)

@@ -244,7 +244,7 @@ class ActorFleet:
         groups: int,
         stats_dir: Path,
         extra: Sequence[str],
-        pin_cpus: str = "auto",
+        pin_cpus: str = "off",
     ) -> None:
         self.groups = groups
         self.stats_dir = stats_dir
@@ -335,7 +335,7 @@ class Settings:
     torch_threads: int
     workdir: Path
     env_groups: int = 1
-    pin_cpus: str = "auto"
+    pin_cpus: str = "off"
 
 
 def server_command(
@@ -814,9 +814,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--pin-cpus",
         choices=("auto", "on", "off"),
-        default="auto",
-        help="actors' CPUs as `python -m actors --pin-cpus` gives them (auto: one each, "
-        "round robin, when N is a multiple of the CPUs)",
+        default="off",
+        help="actors' CPUs as `python -m actors --pin-cpus` gives them (on: one each, "
+        "round robin; auto: so when N is a multiple of the CPUs; off: the default)",
     )
     parser.add_argument("--learner-args", default="", help="extra learner flags, one string")
     parser.add_argument("--actor-args", default="", help="extra actor flags, one string")

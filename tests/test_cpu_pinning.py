@@ -86,13 +86,13 @@ def test_a_pinned_actor_runs_every_thread_on_its_cpu():
 
 
 @linux_affinity
-@pytest.mark.parametrize("pin", ["auto", "off"])
-def test_the_launcher_pins_one_actor_per_cpu(pin):
+@pytest.mark.parametrize("flags", [("--pin-cpus", "auto"), ()], ids=["auto", "default"])
+def test_the_launcher_pins_one_actor_per_cpu_only_when_asked(flags):
     allowed = os.sched_getaffinity(0)
     n = len(allowed)  # a multiple of the CPUs: auto pins
     args = [
         sys.executable, "-m", "actors", "--learner", UNREACHABLE, "--num-actors", str(n),
-        "--pin-cpus", pin,
+        *flags,
     ]  # fmt: skip
     with running(args) as launcher:
 
@@ -102,7 +102,7 @@ def test_the_launcher_pins_one_actor_per_cpu(pin):
 
         children = wait_until(all_started, 30, what=f"{n} actor processes")
         masks = wait_until(lambda: _running_masks(children), 30, what="actors running")
-    if pin == "off":
+    if not flags:  # off by default
         assert all(mask == allowed for threads in masks for mask in threads)
     else:
         cpus = [threads[0] for threads in masks]
