@@ -45,7 +45,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from seedrl.config import actor_cpus
+from seedrl.config import PIN_CPUS_MODES, ActorConfig, actor_cpus
 from seedrl.timing import process_rss_mb
 
 SCHEMA = "seedrl-bench/1"
@@ -244,7 +244,7 @@ class ActorFleet:
         groups: int,
         stats_dir: Path,
         extra: Sequence[str],
-        pin_cpus: str = "off",
+        pin_cpus: str,
     ) -> None:
         self.groups = groups
         self.stats_dir = stats_dir
@@ -335,7 +335,7 @@ class Settings:
     torch_threads: int
     workdir: Path
     env_groups: int = 1
-    pin_cpus: str = "off"
+    pin_cpus: str = ActorConfig.pin_cpus
 
 
 def server_command(
@@ -813,10 +813,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--pin-cpus",
-        choices=("auto", "on", "off"),
-        default="off",
+        choices=PIN_CPUS_MODES,
+        default=ActorConfig.pin_cpus,
         help="actors' CPUs as `python -m actors --pin-cpus` gives them (on: one each, "
-        "round robin; auto: so when N is a multiple of the CPUs; off: the default)",
+        "round robin; auto: so when N is a multiple of the CPUs; default: %(default)s)",
     )
     parser.add_argument("--learner-args", default="", help="extra learner flags, one string")
     parser.add_argument("--actor-args", default="", help="extra actor flags, one string")

@@ -262,7 +262,7 @@ class ActorConfig:
             raise ValueError("--tls-cert and --tls-key go together")
         if self.tls_cert is not None and self.tls_ca is None:
             raise ValueError("--tls-cert needs --tls-ca (the CA that signed the learner's cert)")
-        if self.pin_cpus not in ("auto", "on", "off"):
+        if self.pin_cpus not in PIN_CPUS_MODES:
             raise ValueError(f"pin_cpus must be auto, on or off, got {self.pin_cpus!r}")
         if self.cpu < -1:
             raise ValueError(f"cpu must be a CPU number or -1 (any), got {self.cpu}")
@@ -273,6 +273,10 @@ class ActorConfig:
                 f"env_groups must be >= 1 and divide envs_per_actor ({self.envs_per_actor}), "
                 f"got {self.env_groups}"
             )
+
+
+PIN_CPUS_MODES = ("auto", "on", "off")
+"""The values of ``--pin-cpus`` (see :func:`actor_cpus`)."""
 
 
 def actor_cpus(num_actors: int, pin: str, cpus: Sequence[int] | None = None) -> list[int]:
