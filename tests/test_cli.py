@@ -1,4 +1,4 @@
-"""Every command a user types answers ``--help`` with text that names its flags."""
+"""Every command a user types answers ``--help`` with text that names and explains its flags."""
 
 from __future__ import annotations
 
@@ -7,6 +7,14 @@ import sys
 
 import pytest
 from support import ROOT
+
+from seedrl.config import (
+    ActorConfig,
+    ConfigArgumentParser,
+    add_config_arguments,
+    field_docs,
+    parse_config,
+)
 
 COMMANDS = {
     "learner": (["-m", "learner"], "--inference-batch-size"),
@@ -30,3 +38,24 @@ def test_help_lists_the_flags(name):
     assert done.returncode == 0, done.stderr
     assert expected_flag in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_help_carries_the_field_docstrings():
+    done = subprocess.run(
+        [sys.executable, "-m", "actors.actor", "--help"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    help_text = " ".join(done.stdout.split())
+    assert "Sample Factory's double buffering); K % G == 0. (default: 1)" in help_text
+
+
+def test_parsing_flags_leaves_the_docstrings_unread():
+    """Every actor process parses flags; only --help needs the source-parsed docstrings."""
+    field_docs.cache_clear()
+    config = parse_config(ActorConfig, ["--envs-per-actor", "4"], "test", "test")
+    assert config.envs_per_actor == 4
+    assert field_docs.cache_info().currsize == 0
+    parser = ConfigArgumentParser(prog="test")
+    add_config_arguments(parser, ActorConfig)
+    assert "environments each actor steps" in parser.format_help()
+    assert field_docs.cache_info().currsize == 1
