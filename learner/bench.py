@@ -523,13 +523,45 @@ def run_point(point: Point, modes: Sequence[str], repeat: int, s: Settings, log:
 
 
 def summarize(
-    rows: list[dict[str, Any]], ideal_reference_fps: float | None = None
+    rows: list[dict[str, Any]],
+    ideal_reference_fps: float | None = None,
+    reference_runs: Sequence[float | None] = (),
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Per-point medians over repeats (with the ratios) and the target checks.
 
     ``ideal_reference_fps`` is the one-process limit with IDEAL_REFERENCE_ENVS envs; when
-    absent, the ideal of a sweep point with that many envs stands in for it.
+    absent, the ideal of a sweep point with that many envs stands in for it. With two or
+    more repeats each target also carries its value in every repeat (``runs``, judged
+    with that repeat's reference from ``reference_runs``) and whether they all agree
+    with the verdict (``steady``): one short window at 64 x K=1 can swing by a third.
     """
+    table, targets = _summarize_once(rows, ideal_reference_fps)
+    repeats = sorted({int(r.get("repeat", 0)) for r in rows})
+    if len(repeats) < 2:
+        return table, targets
+    per_repeat = []
+    for repeat in repeats:
+        reference = reference_runs[repeat] if repeat < len(reference_runs) else None
+        reference = reference if reference is not None else ideal_reference_fps
+        subset = [r for r in rows if int(r.get("repeat", 0)) == repeat]
+        per_repeat.append({t["name"]: t["value"] for t in _summarize_once(subset, reference)[1]})
+    for target in targets:
+        runs = [values[target["name"]] for values in per_repeat]
+        if all(v is None for v in runs):
+            continue
+        target["runs"] = runs
+        threshold, higher = target["target"], target["comparison"] == ">="
+        judged = [(v >= threshold if higher else v <= threshold) for v in runs if v is not None]
+        target["steady"] = (
+            all(j == target["pass"] for j in judged) if judged and target["pass"] is not None
+            else None
+        )  # fmt: skip
+    return table, targets
+
+
+def _summarize_once(
+    rows: list[dict[str, Any]], ideal_reference_fps: float | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     points: dict[str, dict[str, Any]] = {}
     for row in rows:
         if row.get("error") or row.get("fps") is None:
@@ -665,15 +697,19 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
         )  # fmt: skip
     console.print(t)
     console.print("NxK: N actor processes x K envs each; bB: B unrolls per training step")
-    tt = Table(title="targets")
+    tt = Table(title="targets: value over the repeats' medians (each repeat's own)")
     for col in ("target", "value", "wanted", "pass"):
         tt.add_column(col)
     for target in targets:
         verdict = {True: "[green]PASS", False: "[red]FAIL", None: "[yellow]n/a"}[target["pass"]]
+        if target.get("steady") is False:
+            verdict += "[yellow] (repeats disagree)"
+        value = f(target["value"], "{:.2f}")
+        if target.get("runs"):
+            value += " (" + " / ".join(f(v, "{:.2f}") for v in target["runs"]) + ")"
         tt.add_row(
             target["description"] + (f" [{target['point']}]" if target.get("point") else ""),
-            f(target["value"], "{:.2f}"),
-            f"{target['comparison']} {target['target']}", verdict,
+            value, f"{target['comparison']} {target['target']}", verdict,
         )  # fmt: skip
     console.print(tt)
     for row in rows:
@@ -732,18 +768,20 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                   flush=True)  # fmt: skip
 
     rows: list[dict[str, Any]] = []
-    references: list[float] = []
+    references: list[float | None] = []  # one per repeat (None: not measured)
     try:
         for repeat in range(args.repeats):
+            references.append(None)
             if "ideal" in args.modes:
                 with contextlib.suppress(subprocess.SubprocessError, ValueError, IndexError):
-                    references.append(measure_ideal(IDEAL_REFERENCE_ENVS, settings)["fps"])
+                    references[-1] = measure_ideal(IDEAL_REFERENCE_ENVS, settings)["fps"]
             for point in sweep:
                 rows += run_point(point, args.modes, repeat, settings, log)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    reference = statistics.median(references) if references else None
-    table, targets = summarize(rows, reference)
+    measured = [x for x in references if x is not None]
+    reference = statistics.median(measured) if measured else None
+    table, targets = summarize(rows, reference, references)
     return {
         "schema": SCHEMA,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
@@ -764,7 +802,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             "learner_args": list(settings.learner_args),
             "actor_args": list(settings.actor_args),
         },
-        "ideal_reference": {"envs": IDEAL_REFERENCE_ENVS, "fps": reference, "runs": references},
+        "ideal_reference": {"envs": IDEAL_REFERENCE_ENVS, "fps": reference, "runs": measured},
         "results": rows,
         "points": table,
         "targets": targets,

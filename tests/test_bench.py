@@ -112,6 +112,35 @@ def test_summarize_medians_ratios_and_targets():
     assert best["value"] == pytest.approx(120.0 / 150.0)
     assert best["point"] == "1x512b128"
     assert best["pass"] is True
+    # Repeats 1 and 2 measured only 64x1: each repeat's best point, judged the same way.
+    assert best["runs"] == pytest.approx([120.0 / 150.0, 80.0 / 150.0, 99.0 / 150.0])
+    assert best["steady"] is True  # every repeat clears 0.5
+
+
+def test_targets_carry_each_repeats_value_and_whether_they_agree():
+    def row(n, k, mode, fps, repeat, **extra):
+        return {"n": n, "k": k, "mode": mode, "fps": fps, "repeat": repeat, **extra}
+
+    rows = [
+        row(64, 1, "echo", 100.0, 0, actor_rss_mb_max=50.0),
+        row(64, 1, "system", 95.0, 0),
+        row(256, 1, "system", 90.0, 0),
+        row(64, 1, "echo", 100.0, 1, actor_rss_mb_max=51.0),
+        row(64, 1, "system", 150.0, 1),  # the fast regime: 256/64 falls to 0.6
+        row(256, 1, "system", 90.0, 1),
+        row(64, 1, "echo", 100.0, 2, actor_rss_mb_max=52.0),
+        row(64, 1, "system", 96.0, 2),
+        row(256, 1, "system", 91.0, 2),
+    ]
+    _, targets = summarize(rows, None, [None, None, None])
+    checks = {t["name"]: t for t in targets}
+    collapse = checks["system_256x1_over_64x1"]
+    assert collapse["value"] == pytest.approx(90.0 / 96.0)  # medians: 90 / 96
+    assert collapse["runs"] == pytest.approx([90 / 95, 0.6, 91 / 96])
+    assert collapse["pass"] is True and collapse["steady"] is False
+    rss = checks["actor_rss_mb_max"]
+    assert rss["runs"] == [50.0, 51.0, 52.0] and rss["steady"] is True
+    assert "runs" not in checks["learner_rss_mb_per_actor"]  # no 1x1 point at all
 
 
 def test_round_trip_stats_flush_one_line_per_stream(tmp_path):
