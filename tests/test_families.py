@@ -80,7 +80,7 @@ def test_small_and_large_k_vector_envs_reset_the_same_way(k):
     vec = envs.make_vector_env("CartPole-v1", {}, k)
     native = k >= envs.NATIVE_VECTOR_MIN_ENVS
     try:
-        assert isinstance(vec, envs.gym.vector.SyncVectorEnv) is not native
+        assert isinstance(vec, envs.ScalarEnvs) is not native
         assert vec.metadata["autoreset_mode"] == envs.gym.vector.AutoresetMode.NEXT_STEP
         obs, _ = vec.reset(seed=0)
         assert obs.shape == (k, 4) and obs.dtype == np.float32
@@ -96,6 +96,44 @@ def test_small_and_large_k_vector_envs_reset_the_same_way(k):
         assert np.all(np.abs(obs[0]) <= 0.05), "a fresh episode starts near upright"
     finally:
         vec.close()
+
+
+def test_scalar_envs_step_exactly_like_gymnasiums_sync_vector_env():
+    """seedrl's lean loop over K scalar envs and gymnasium's SyncVectorEnv: same numbers."""
+    k, steps = 3, 400
+    make = [lambda: envs.gym.make("CartPole-v1", max_episode_steps=15) for _ in range(k)]
+    ours = envs.ScalarEnvs(make)
+    reference = envs.gym.vector.SyncVectorEnv(
+        make, autoreset_mode=envs.gym.vector.AutoresetMode.NEXT_STEP
+    )
+    try:
+        assert ours.observation_space == reference.observation_space
+        assert ours.action_space == reference.action_space
+        np.testing.assert_array_equal(ours.reset(seed=5)[0], reference.reset(seed=5)[0])
+        actions = np.random.default_rng(0).integers(0, 2, size=(steps, k))
+        ends = np.zeros(2, int)  # terminations and 15-step truncations both happen
+        for actions_K in actions:
+            got, want = ours.step(actions_K), reference.step(actions_K)
+            names = ("obs", "reward", "terminated", "truncated")
+            for name, a, b in zip(names, got[:4], want[:4], strict=True):
+                np.testing.assert_array_equal(a, b, err_msg=name)
+                assert np.asarray(a).dtype == np.asarray(b).dtype, name
+            ends += got[2].sum(), got[3].sum()
+        assert ends.min() > 10, ends
+    finally:
+        ours.close()
+        reference.close()
+
+
+def test_scalar_envs_take_discrete_observations_and_refuse_others():
+    vec = envs.ScalarEnvs([lambda: envs.gym.make("FrozenLake-v1") for _ in range(2)])
+    try:
+        obs, _ = vec.reset(seed=0)
+        assert obs.shape == (2,) and obs.dtype == np.int64
+    finally:
+        vec.close()
+    with pytest.raises(ValueError, match="Box and Discrete"):
+        envs.ScalarEnvs([lambda: envs.gym.make("Blackjack-v1")])
 
 
 def test_renders_become_video_frames():
