@@ -210,7 +210,7 @@ class ScalarEnvs(gym.vector.VectorEnv):
         space = first.observation_space
         if not isinstance(space, gym.spaces.Box | gym.spaces.Discrete):
             self.close_extras()
-            raise ValueError(f"observations must be Box and Discrete spaces, got {space}")
+            raise ValueError(f"seedrl steps Box and Discrete observations, got {space}")
         self.num_envs = len(self.envs)
         self.single_observation_space = space
         self.single_action_space = first.action_space
@@ -274,7 +274,7 @@ def make_vector_env(
 
     Uses gymnasium's native vectorised implementation when the env has one and K is at
     least :data:`NATIVE_VECTOR_MIN_ENVS` (CartPole's is ~15x faster than K separate envs
-    at K=64), else a synchronous vector env of K scalar envs.
+    at K=64), else :class:`ScalarEnvs` (K scalar envs in a plain loop).
     """
     kwargs = dict(env_kwargs or {})
     next_step = gym.vector.AutoresetMode.NEXT_STEP
