@@ -82,7 +82,7 @@ class RoundTripStats:
 
     def flush(self, actor_id: str, envs: int) -> None:
         """Append this stream's summary to the stats file (if configured) and reset."""
-        record = self.summary(actor_id, envs)
+        record = self.summary(actor_id, envs) if self.path is not None else None
         self.count = 0
         if record is None or self.path is None:
             return
