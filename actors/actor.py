@@ -1,34 +1,39 @@
 """One actor process: step K envs, stream each frame to the learner, apply its actions.
 
 The hot loop (``stream_frames``) is: encode K observations/rewards/flags into one
-fresh message -> write -> read K actions -> step the vector env. The actor holds no
-model. When the learner is unreachable or restarts, the actor reconnects with capped
-exponential backoff and jitter, under a fresh ``run_id`` so the learner resets its
-slots; it exits only when the learner says training is finished (or on a signal).
+fresh message -> write -> read K actions -> step the envs, all on one thread
+(``actors.stream``). The actor holds no model. When the learner is unreachable or
+restarts, the actor reconnects with capped exponential backoff and jitter, under a fresh
+``run_id`` so the learner resets its slots; it exits only when the learner says training
+is finished (or on a signal).
 
 Shape suffixes: K envs in this actor, O observation dims, A action dims.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import enum
+import json
 import logging
 import os
 import random
 import signal
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
+from types import FrameType
 
 import grpc
 import gymnasium as gym
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from actors.latency import RoundTripStats
+from actors.stream import LockstepStream, StreamError
 from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.config import ActorConfig, parse_config, resolve_auth_token
 from seedrl.proto import seedrl_pb2 as pb
@@ -58,11 +63,21 @@ RETRYABLE = frozenset(
 """Statuses after which the actor reconnects; anything else is a configuration error."""
 
 
+_ACT = pb.DESCRIPTOR.services_by_name["Learner"].methods_by_name["Act"]
+ACT_METHOD = f"/{_ACT.containing_service.full_name}/{_ACT.name}"
+"""The Act stream's gRPC method path, from the proto (``/seedrl.v1.Learner/Act``)."""
+
+
 class StreamEnd(enum.Enum):
     FINISHED = "learner finished training"
     LEARNER_STOPPING = "learner stopping (restart expected)"
     CLOSED = "stream closed by the learner"
     MAX_FRAMES = "actor reached --max-frames"
+    STOPPED = "actor told to stop"
+
+
+class ActorStopped(BaseException):
+    """Raised by the SIGINT/SIGTERM handler, like KeyboardInterrupt: ends the actor with 0."""
 
 
 class Backoff:
@@ -109,6 +124,18 @@ class Actor:
         self.vec_env: gym.vector.VectorEnv | None = None
         self._env_key: tuple[str, str] | None = None
         self._env_spec: pb.EnvSpec | None = None
+        self._stop = threading.Event()
+        self._stream: LockstepStream | None = None
+
+    def stop(self) -> None:
+        """Make ``run`` return 0 soon; safe from another thread (not from a signal handler).
+
+        Cancels the open stream, so a read waiting on a silent learner ends too.
+        """
+        self._stop.set()
+        stream = self._stream  # set before run checks the flag: one of the two sees the other
+        if stream is not None:
+            stream.cancel()
 
     # ---------------------------------------------------------------- envs
 
@@ -118,8 +145,6 @@ class Actor:
         if self.vec_env is None or key != self._env_key:
             if self.vec_env is not None:
                 self.vec_env.close()
-            import json
-
             kwargs = json.loads(info.env.env_kwargs_json or "{}")
             k = self.config.envs_per_actor
             self.vec_env = envs.make_vector_env(info.env.env_id, kwargs, k)
@@ -147,17 +172,17 @@ class Actor:
             return None
         return local_target(info.local_address, self.target)
 
-    async def run(self) -> int:
+    def run(self) -> int:
         """Connect, stream, reconnect; returns the process exit code."""
         cfg = self.config
-        while True:
+        while not self._stop.is_set():
             channel = client_channel(
                 self.target, cfg.tls_ca, cfg.tls_server_name,
                 tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
             )  # fmt: skip
             try:
                 stub = pb_grpc.LearnerStub(channel)
-                info = await stub.GetInfo(pb.GetInfoRequest(), metadata=self.metadata, timeout=10)
+                info = stub.GetInfo(pb.GetInfoRequest(), metadata=self.metadata, timeout=10)
                 if not self.on_local_socket:
                     rank = pick_rank(info.rank_addresses, self.index, self.home)
                     if self.discover_ranks and rank != self.target:
@@ -171,26 +196,26 @@ class Actor:
                         self._connections_before_local = self.connections
                         continue
                 spec = self._ensure_envs(info)
-                end = await self.stream_frames(stub, spec)
-            except grpc.aio.AioRpcError as exc:
+                end = self.stream_frames(channel, spec)
+            except grpc.RpcError as exc:
+                if self._stop.is_set():
+                    return 0
+                code, details = _status_of(exc)
                 never_streamed = self.connections == self._connections_before_local
-                unavailable = exc.code() is grpc.StatusCode.UNAVAILABLE
+                unavailable = code is grpc.StatusCode.UNAVAILABLE
                 if self.on_local_socket and never_streamed and unavailable:
                     # The socket exists but does not take us (another user's learner, a
                     # stale file): TCP worked a moment ago, so use it from now on.
                     log.warning(
                         "actor %s: cannot use the learner's local socket %s (%s); staying on TCP",
-                        self.actor_id, self.target, exc.details(),
+                        self.actor_id, self.target, details,
                     )  # fmt: skip
                     self.local_failed = True
                     self.target = self.home
                     continue
-                if exc.code() not in RETRYABLE:
+                if code not in RETRYABLE:
                     log.error(
-                        "actor %s: learner refused: %s: %s",
-                        self.actor_id,
-                        exc.code().name,
-                        exc.details(),
+                        "actor %s: learner refused: %s: %s", self.actor_id, code.name, details
                     )
                     return 2
                 self.target = self.home  # find the ranks again once the learner is back
@@ -200,37 +225,46 @@ class Actor:
                 delay = self.backoff.next_delay()
                 log.log(
                     level, "actor %s: learner unavailable (%s: %s); retrying in %.1f s",
-                    self.actor_id, exc.code().name, exc.details(), delay,
+                    self.actor_id, code.name, details, delay,
                 )  # fmt: skip
-                await asyncio.sleep(delay)
+                self._stop.wait(delay)
                 continue
             finally:
                 self.round_trips.flush(self.actor_id, cfg.envs_per_actor)
-                await channel.close()
+                channel.close()
             log.info("actor %s: %s after %d frames", self.actor_id, end.value, self.frames)
-            if end in (StreamEnd.FINISHED, StreamEnd.MAX_FRAMES):
+            if end in (StreamEnd.FINISHED, StreamEnd.MAX_FRAMES, StreamEnd.STOPPED):
                 return 0
             if end is StreamEnd.LEARNER_STOPPING and cfg.exit_on_shutdown:
                 return 0
             self.target = self.home
-            await asyncio.sleep(self.backoff.next_delay())
+            self._stop.wait(self.backoff.next_delay())
+        return 0
 
-    async def stream_frames(self, stub: pb_grpc.LearnerStub, spec: pb.EnvSpec) -> StreamEnd:
+    def stream_frames(self, channel: grpc.Channel, spec: pb.EnvSpec) -> StreamEnd:
         """One Act stream: Hello, then the lockstep frame/actions loop."""
+        stream = LockstepStream(channel, ACT_METHOD, self.metadata)
+        self._stream = stream
+        try:
+            if self._stop.is_set():
+                return StreamEnd.STOPPED
+            return self._stream_frames(stream, spec)
+        finally:
+            self._stream = None
+            stream.close()
+
+    def _stream_frames(self, stream: LockstepStream, spec: pb.EnvSpec) -> StreamEnd:
         cfg = self.config
         k = cfg.envs_per_actor
         assert self.vec_env is not None
-        run_id = uuid.uuid4().hex
-        call = stub.Act(metadata=self.metadata)
         hello = pb.Hello(
-            protocol_version=PROTOCOL_VERSION, actor_id=self.actor_id, run_id=run_id,
+            protocol_version=PROTOCOL_VERSION, actor_id=self.actor_id, run_id=uuid.uuid4().hex,
             num_envs=k, env=spec,
         )  # fmt: skip
-        await call.write(pb.ActorMessage(hello=hello))
-        accept = await call.read()
-        if accept is grpc.aio.EOF or accept.WhichOneof("kind") != "accept":
-            await call.code()
-            return StreamEnd.CLOSED
+        stream.write(pb.ActorMessage(hello=hello).SerializeToString())
+        accept = self._read_reply(stream)
+        if accept is None or accept.WhichOneof("kind") != "accept":
+            return self._ended(stream)
         self.backoff.reset()
         self.connections += 1
 
@@ -247,20 +281,19 @@ class Actor:
         low, high = _action_bounds(act_spec)
         obs_dtype = np.dtype(spec.observation_space.dtype)
 
-        clock, record_rtt = time.perf_counter, self.round_trips.record
-        while True:
+        clock, record_rtt, stopping = time.perf_counter, self.round_trips.record, self._stop.is_set
+        while not stopping():
             message = frame_message(
                 np.asarray(obs_KO, dtype=obs_dtype), reward_K, terminated_K, truncated_K
             )
             sent = clock()
-            await call.write(message)
-            reply = await call.read()
+            stream.write(message.SerializeToString())
+            reply = self._read_reply(stream)
             record_rtt(clock() - sent)
-            if reply is grpc.aio.EOF:
-                await call.code()
-                return StreamEnd.CLOSED
+            if reply is None:
+                return self._ended(stream)
             if reply.WhichOneof("kind") == "shutdown":
-                await call.done_writing()
+                stream.done_writing()
                 return StreamEnd.FINISHED if reply.shutdown.final else StreamEnd.LEARNER_STOPPING
             actions_KA = codec.decode_tensor(reply.actions.actions, "actions", act_dtype, act_shape)
             if low is not None:
@@ -271,8 +304,36 @@ class Actor:
             truncated_K = np.asarray(truncated, dtype=np.bool_)
             self.frames += k
             if cfg.max_frames and self.frames >= cfg.max_frames:
-                call.cancel()
                 return StreamEnd.MAX_FRAMES
+        return StreamEnd.STOPPED
+
+    @staticmethod
+    def _read_reply(stream: LockstepStream) -> pb.LearnerMessage | None:
+        data = stream.read()
+        if data is None:
+            return None
+        try:
+            return pb.LearnerMessage.FromString(data)
+        except DecodeError:
+            message = "unparseable reply from the learner"
+            raise StreamError(grpc.StatusCode.INTERNAL, message) from None
+
+    def _ended(self, stream: LockstepStream) -> StreamEnd:
+        """The learner ended the stream: CLOSED if with OK, else its status as an error."""
+        if self._stop.is_set():
+            return StreamEnd.STOPPED
+        stream.raise_for_status()
+        return StreamEnd.CLOSED
+
+
+def _status_of(exc: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
+    """Code and details of any gRPC error (ours and grpc's own carry both)."""
+    code = getattr(exc, "code", None)
+    details = getattr(exc, "details", None)
+    return (
+        code() if callable(code) else grpc.StatusCode.UNKNOWN,
+        (details() if callable(details) else None) or str(exc),
+    )
 
 
 def frame_message(
@@ -301,16 +362,18 @@ def _action_bounds(spec: pb.SpaceSpec) -> tuple[np.ndarray | None, np.ndarray | 
     return low, high
 
 
-async def _run_until_signal(actor: Actor) -> int:
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
+def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+    raise ActorStopped(signal.Signals(signum).name)
+
+
+def _run_until_signal(actor: Actor) -> int:
+    """Run one actor on this thread; SIGINT/SIGTERM end it with 0 (and its stream with it)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, task.cancel)
+        signal.signal(sig, _raise_stopped)
     start = time.perf_counter()
     try:
-        return await actor.run()
-    except asyncio.CancelledError:
+        return actor.run()
+    except ActorStopped:
         return 0
     finally:
         wall = time.perf_counter() - start
@@ -321,29 +384,47 @@ async def _run_until_signal(actor: Actor) -> int:
         )  # fmt: skip
 
 
-async def _run_groups(config: ActorConfig) -> int:
-    """G env groups in one process, one stream each: while one group steps, others wait.
+GROUP_STOP_GRACE_S = 5.0
 
-    Group ``g`` of actor ``i`` is actor index ``i * G + g`` with K / G envs, so seeds and
-    ids stay distinct. The exit code is the worst of the groups'.
+
+def _run_groups(config: ActorConfig) -> int:
+    """G env groups in one process, one stream and one thread each.
+
+    While one group steps its envs (holding the GIL), the others wait for their actions
+    in gRPC with the GIL released. Group ``g`` of actor ``i`` is actor index ``i * G + g``
+    with K / G envs, so seeds and ids stay distinct. The exit code is the worst of the
+    groups'; a group that crashed counts as 1.
     """
     groups = config.env_groups
     group_config = dataclasses.replace(
         config, envs_per_actor=config.envs_per_actor // groups, env_groups=1
     )
     actors = [Actor(group_config, config.first_index * groups + g) for g in range(groups)]
-    tasks = [asyncio.create_task(actor.run()) for actor in actors]
-    loop = asyncio.get_running_loop()
+    codes = [1] * groups
+
+    def run_group(g: int) -> None:
+        try:
+            codes[g] = actors[g].run()
+        except Exception:
+            log.exception("actor %s failed", actors[g].actor_id)
+
+    threads = [
+        threading.Thread(target=run_group, args=(g,), name=f"env-group-{g}", daemon=True)
+        for g in range(groups)
+    ]
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: [task.cancel() for task in tasks])
-    results = await asyncio.gather(*tasks, return_exceptions=True)
-    for actor in actors:
-        actor.round_trips.flush(actor.actor_id, group_config.envs_per_actor)
-    codes = [r if isinstance(r, int) else 0 for r in results]  # cancelled by a signal: 0
-    for r in results:
-        if isinstance(r, Exception):
-            log.error("actor group failed: %r", r)
-            codes.append(1)
+        signal.signal(sig, _raise_stopped)
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except ActorStopped:
+        for actor in actors:
+            actor.stop()
+        for thread in threads:
+            thread.join(GROUP_STOP_GRACE_S)
+        return 0
     return max(codes)
 
 
@@ -408,9 +489,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config.cpu >= 0:
         pin_to_cpu(config.cpu)
     if config.env_groups > 1:
-        return asyncio.run(_run_groups(config))
-    actor = Actor(config, index=config.first_index)
-    return asyncio.run(_run_until_signal(actor))
+        return _run_groups(config)
+    return _run_until_signal(Actor(config, index=config.first_index))
 
 
 if __name__ == "__main__":

@@ -51,14 +51,15 @@ def client_channel(
     max_message_bytes: int = 64 * 1024 * 1024,
     tls_cert: str | None = None,
     tls_key: str | None = None,
-) -> grpc.aio.Channel:
-    """An asyncio channel to the learner, TLS-verified against ``tls_ca`` when given.
+) -> grpc.Channel:
+    """A channel to the learner, TLS-verified against ``tls_ca`` when given.
 
-    ``tls_cert``/``tls_key`` present a client certificate (mutual TLS).
+    ``tls_cert``/``tls_key`` present a client certificate (mutual TLS). A blocking
+    channel, not an asyncio one: actors stream on it with ``actors.stream``.
     """
     options = channel_options(max_message_bytes)
     if tls_ca is None:
-        return grpc.aio.insecure_channel(target, options=options)
+        return grpc.insecure_channel(target, options=options)
     with open(tls_ca, "rb") as f:
         root = f.read()
     key = chain = None
@@ -72,7 +73,7 @@ def client_channel(
     )
     if tls_server_name:
         options.append(("grpc.ssl_target_name_override", tls_server_name))
-    return grpc.aio.secure_channel(target, credentials, options=options)
+    return grpc.secure_channel(target, credentials, options=options)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})

@@ -149,7 +149,7 @@ def test_actor_falls_back_to_tcp_when_the_offered_socket_does_not_answer(tmp_pat
                 learner=f"127.0.0.1:{port}", envs_per_actor=2, max_frames=200, max_backoff_s=0.2
             )
             actor = Actor(config, 0)
-            assert await asyncio.wait_for(actor.run(), 30) == 0
+            assert await asyncio.wait_for(asyncio.to_thread(actor.run), 30) == 0
             return actor
         finally:
             await server.stop(grace=None)

@@ -89,12 +89,12 @@ def test_ctrl_c_to_the_process_group_checkpoints_the_trainers_last_step(tmp_path
 def test_actor_process_never_imports_torch(tmp_path):
     """Run a real actor loop in a fresh interpreter and check torch never got imported."""
     code = (
-        "import sys, asyncio\n"
+        "import sys\n"
         "from actors.actor import Actor\n"
         "from seedrl.config import ActorConfig\n"
         "import actors, actors.launcher\n"
         "cfg = ActorConfig(learner=sys.argv[1], envs_per_actor=4, max_frames=400)\n"
-        "rc = asyncio.run(Actor(cfg, 0).run())\n"
+        "rc = Actor(cfg, 0).run()\n"
         "from seedrl.timing import process_rss_mb\n"
         "print('torch_loaded', 'torch' in sys.modules, 'rc', rc, 'rss_mb', process_rss_mb())\n"
     )
