@@ -33,7 +33,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from actors.latency import RoundTripStats
-from actors.stream import LockstepStream, StreamError
+from actors.stream import ActorStream, StreamError, open_stream
 from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.config import ActorConfig, parse_config, resolve_auth_token
 from seedrl.proto import seedrl_pb2 as pb
@@ -125,7 +125,7 @@ class Actor:
         self._env_key: tuple[str, str] | None = None
         self._env_spec: pb.EnvSpec | None = None
         self._stop = threading.Event()
-        self._stream: LockstepStream | None = None
+        self._stream: ActorStream | None = None
 
     def stop(self) -> None:
         """Make ``run`` return 0 soon; safe from another thread (not from a signal handler).
@@ -243,7 +243,7 @@ class Actor:
 
     def stream_frames(self, channel: grpc.Channel, spec: pb.EnvSpec) -> StreamEnd:
         """One Act stream: Hello, then the lockstep frame/actions loop."""
-        stream = LockstepStream(channel, ACT_METHOD, self.metadata)
+        stream = open_stream(channel, ACT_METHOD, self.metadata)
         self._stream = stream
         try:
             if self._stop.is_set():
@@ -253,7 +253,7 @@ class Actor:
             self._stream = None
             stream.close()
 
-    def _stream_frames(self, stream: LockstepStream, spec: pb.EnvSpec) -> StreamEnd:
+    def _stream_frames(self, stream: ActorStream, spec: pb.EnvSpec) -> StreamEnd:
         cfg = self.config
         k = cfg.envs_per_actor
         assert self.vec_env is not None
@@ -308,7 +308,7 @@ class Actor:
         return StreamEnd.STOPPED
 
     @staticmethod
-    def _read_reply(stream: LockstepStream) -> pb.LearnerMessage | None:
+    def _read_reply(stream: ActorStream) -> pb.LearnerMessage | None:
         data = stream.read()
         if data is None:
             return None
@@ -318,7 +318,7 @@ class Actor:
             message = "unparseable reply from the learner"
             raise StreamError(grpc.StatusCode.INTERNAL, message) from None
 
-    def _ended(self, stream: LockstepStream) -> StreamEnd:
+    def _ended(self, stream: ActorStream) -> StreamEnd:
         """The learner ended the stream: CLOSED if with OK, else its status as an error."""
         if self._stop.is_set():
             return StreamEnd.STOPPED

@@ -19,21 +19,33 @@ grpcio's experimental single-threaded unary-stream calls work the same way
 like it for bidirectional calls, so this module builds it on the same layer:
 ``grpc._cython.cygrpc``'s segregated calls. That layer is not public API. Each behaviour
 the actor relies on has a test (tests/test_stream.py), so a grpcio release that changes it
-fails our CI rather than our users.
+fails our CI rather than our users. Should it still be missing at run time,
+``open_stream`` falls back to ``ThreadedStream`` on the public sync API, with a warning.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import queue
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 import grpc
-from grpc._cython import cygrpc
+
+log = logging.getLogger(__name__)
+
+try:
+    from grpc._cython import cygrpc
+
+    _SEND_MESSAGE = cygrpc.OperationType.send_message
+    _SEND_CLOSE = cygrpc.OperationType.send_close_from_client
+    _RECEIVE_MESSAGE = cygrpc.OperationType.receive_message
+    _RECEIVE_STATUS = cygrpc.OperationType.receive_status_on_client
+    _CYGRPC_ERROR: str | None = None
+except (ImportError, AttributeError) as exc:  # a grpcio whose private layer moved
+    _CYGRPC_ERROR = f"{type(exc).__name__}: {exc}"
 
 _STATUS_BY_VALUE = {status.value[0]: status for status in grpc.StatusCode}
-_SEND_MESSAGE = cygrpc.OperationType.send_message
-_SEND_CLOSE = cygrpc.OperationType.send_close_from_client
-_RECEIVE_MESSAGE = cygrpc.OperationType.receive_message
-_RECEIVE_STATUS = cygrpc.OperationType.receive_status_on_client
 _NO_FLAGS = 0
 
 
@@ -179,3 +191,102 @@ class LockstepStream:
                     details = details.decode("utf-8", "replace")
                 code = _STATUS_BY_VALUE.get(operation.code(), grpc.StatusCode.UNKNOWN)
                 self._status = (code, details)
+
+
+class ActorStream(Protocol):
+    """What the actor needs of its stream: both implementations below provide it."""
+
+    def write(self, data: bytes) -> bool: ...
+    def read(self) -> bytes | None: ...
+    def done_writing(self) -> None: ...
+    def status(self) -> tuple[grpc.StatusCode, str]: ...
+    def raise_for_status(self) -> None: ...
+    def cancel(self) -> None: ...
+    def close(self) -> None: ...
+
+
+_END_OF_REQUESTS = object()
+
+
+class ThreadedStream:
+    """The same interface on grpcio's public sync API, for a grpcio without segregated calls.
+
+    grpcio drains the request iterator on a thread of its own and delivers replies through
+    its channel thread, so a round trip costs a few context switches more than
+    ``LockstepStream``; it is the fallback, not the default.
+    """
+
+    def __init__(
+        self, channel: grpc.Channel, method: str, metadata: Sequence[tuple[str, str]] = ()
+    ) -> None:
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # No serializers: requests and replies are the bytes the caller made and parses.
+        open_call = channel.stream_stream(method)
+        requests: Iterator[bytes] = iter(self._requests.get, _END_OF_REQUESTS)
+        self._call: Any = open_call(requests, metadata=tuple(metadata))
+        self._writing = True
+
+    def write(self, data: bytes) -> bool:
+        """Queue one serialized message; False if the stream has already ended."""
+        if not self._writing or self._call.done():
+            return False
+        self._requests.put(data)
+        return True
+
+    def read(self) -> bytes | None:
+        """The next message, or None once the stream has ended (then see ``status``)."""
+        try:
+            return next(self._call)
+        except (StopIteration, grpc.RpcError):
+            return None
+
+    def done_writing(self) -> None:
+        """Half-close: tell the server no more messages come from this side."""
+        if self._writing:
+            self._writing = False
+            self._requests.put(_END_OF_REQUESTS)
+
+    def status(self) -> tuple[grpc.StatusCode, str]:
+        """The status the stream ended with, waiting for it if need be."""
+        return self._call.code(), self._call.details() or ""
+
+    def raise_for_status(self) -> None:
+        """Raise ``StreamError`` unless the stream ended with OK."""
+        code, details = self.status()
+        if code is not grpc.StatusCode.OK:
+            raise StreamError(code, details)
+
+    def cancel(self) -> None:
+        """End the stream now (safe from another thread)."""
+        self._call.cancel()
+
+    def close(self) -> None:
+        """Cancel if still open and end the request iterator, so grpcio's thread exits."""
+        if not self._call.done():
+            self._call.cancel()
+        self.done_writing()
+
+
+def open_stream(
+    channel: grpc.Channel, method: str, metadata: Sequence[tuple[str, str]] = ()
+) -> ActorStream:
+    """A ``LockstepStream`` where grpcio's Cython layer allows, else a ``ThreadedStream``."""
+    core_channel = getattr(channel, "_channel", None)
+    if _CYGRPC_ERROR is None and hasattr(core_channel, "segregated_call"):
+        return LockstepStream(channel, method, metadata)
+    _warn_fallback_once(_CYGRPC_ERROR or "the channel has no segregated calls")
+    return ThreadedStream(channel, method, metadata)
+
+
+_warned: list[str] = []
+
+
+def _warn_fallback_once(reason: str) -> None:
+    if not _warned:
+        _warned.append(reason)
+        log.warning(
+            "grpcio %s lacks the single-threaded stream seedrl uses (%s): actors stream "
+            "through grpcio's public API, a little slower per message",
+            grpc.__version__,
+            reason,
+        )

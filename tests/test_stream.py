@@ -1,15 +1,17 @@
-"""``actors.stream.LockstepStream``: the actor's single-threaded bidirectional stream.
+"""``actors.stream``: the actor's bidirectional stream.
 
-It is built on grpcio's Cython layer, which is not public API, so every behaviour the
-actor relies on is checked here against a real server: lockstep round trips on the
-calling thread alone, the server's status (OK or an error with its details), an
+``LockstepStream`` is built on grpcio's Cython layer, which is not public API, so every
+behaviour the actor relies on is checked here against a real server: lockstep round trips
+on the calling thread alone, the server's status (OK or an error with its details), an
 unreachable server, a cancel from another thread, a signal during a wait, and the same
-stop paths in real actor processes whose learner hangs.
+stop paths in real actor processes whose learner hangs. ``ThreadedStream``, the fallback
+on grpcio's public API, must behave the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -22,10 +24,12 @@ from typing import Any
 import grpc
 import pytest
 
-from actors.stream import LockstepStream, StreamError
+from actors.stream import LockstepStream, StreamError, ThreadedStream, open_stream
 from tests.support import free_port, read_records, running, wait_until
 
 METHOD = "/test.Lockstep/Talk"
+StreamClass = type[LockstepStream] | type[ThreadedStream]
+STREAMS: list[StreamClass] = [LockstepStream, ThreadedStream]
 Handler = Callable[[Iterator[bytes], Any], Iterator[bytes]]
 
 
@@ -55,15 +59,17 @@ def replying(requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
         yield b"re:" + request
 
 
-def test_lockstep_round_trips_on_the_calling_thread_and_end_with_ok() -> None:
+@pytest.mark.parametrize("stream_class", STREAMS)
+def test_round_trips_end_with_ok(stream_class: StreamClass) -> None:
     with raw_server(replying) as target, grpc.insecure_channel(target) as channel:
         threads_before = client_threads()
-        stream = LockstepStream(channel, METHOD, (("x-trace", "1"),))
+        stream = stream_class(channel, METHOD, (("x-trace", "1"),))
         for i in range(200):
             assert stream.write(f"frame {i}".encode())
             assert stream.read() == f"re:frame {i}".encode()
-        # No helper thread: grpcio's own streaming clients start one per channel or call.
-        assert client_threads() == threads_before
+        if stream_class is LockstepStream:
+            # No helper thread: grpcio's own streaming clients start one per channel or call.
+            assert client_threads() == threads_before
         stream.done_writing()
         assert stream.read() is None
         assert stream.status() == (grpc.StatusCode.OK, "")
@@ -72,14 +78,15 @@ def test_lockstep_round_trips_on_the_calling_thread_and_end_with_ok() -> None:
         assert not stream.write(b"after the end")
 
 
-def test_an_error_status_is_raised_with_its_details() -> None:
+@pytest.mark.parametrize("stream_class", STREAMS)
+def test_an_error_status_is_raised_with_its_details(stream_class: StreamClass) -> None:
     def refusing(requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
         next(requests)
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad frame: NaN")
         yield b""  # pragma: no cover  (abort raises)
 
     with raw_server(refusing) as target, grpc.insecure_channel(target) as channel:
-        stream = LockstepStream(channel, METHOD)
+        stream = stream_class(channel, METHOD)
         stream.write(b"frame")
         assert stream.read() is None
         with pytest.raises(StreamError) as caught:
@@ -90,9 +97,10 @@ def test_an_error_status_is_raised_with_its_details() -> None:
         stream.close()
 
 
-def test_an_unreachable_server_ends_the_stream_unavailable() -> None:
+@pytest.mark.parametrize("stream_class", STREAMS)
+def test_an_unreachable_server_ends_the_stream_unavailable(stream_class: StreamClass) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{free_port()}") as channel:
-        stream = LockstepStream(channel, METHOD)
+        stream = stream_class(channel, METHOD)
         stream.write(b"hello")
         assert stream.read() is None
         assert stream.status()[0] is grpc.StatusCode.UNAVAILABLE
@@ -116,9 +124,10 @@ def silent_server() -> Iterator[str]:
         release.set()
 
 
-def test_cancel_from_another_thread_ends_a_blocked_read() -> None:
+@pytest.mark.parametrize("stream_class", STREAMS)
+def test_cancel_from_another_thread_ends_a_blocked_read(stream_class: StreamClass) -> None:
     with silent_server() as target, grpc.insecure_channel(target) as channel:
-        stream = LockstepStream(channel, METHOD)
+        stream = stream_class(channel, METHOD)
         stream.write(b"frame")
         timer = threading.Timer(0.3, stream.cancel)
         timer.start()
@@ -135,27 +144,55 @@ class Interrupted(Exception):
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="POSIX interval timers")
-def test_a_raising_signal_handler_ends_a_wait_and_frees_the_call() -> None:
+@pytest.mark.parametrize("stream_class", STREAMS)
+def test_a_raising_signal_handler_ends_a_wait(stream_class: StreamClass) -> None:
     def interrupt(signum: int, frame: Any) -> None:
         raise Interrupted
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
         with silent_server() as target, grpc.insecure_channel(target) as channel:
-            stream = LockstepStream(channel, METHOD)
+            stream = stream_class(channel, METHOD)
             stream.write(b"frame")
             signal.setitimer(signal.ITIMER_REAL, 0.3)
             started = time.monotonic()
             with pytest.raises(Interrupted):
                 stream.read()
+            # Closing does not wait on the silent server (LockstepStream: gRPC has already
+            # freed the call), and the stream is over.
+            stream.close()
             assert time.monotonic() - started < 10
-            # gRPC freed the call: nothing more starts or waits, and close returns at once.
             assert stream.status()[0] is grpc.StatusCode.CANCELLED
             assert not stream.write(b"more")
-            stream.close()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+class _PassThrough(grpc.StreamStreamClientInterceptor):
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(details, requests)
+
+
+def test_open_stream_is_lockstep_and_falls_back_to_the_public_api(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with raw_server(replying) as target, grpc.insecure_channel(target) as channel:
+        stream = open_stream(channel, METHOD)
+        assert isinstance(stream, LockstepStream)
+        stream.close()
+        # An intercepted channel has no core channel to make segregated calls on.
+        intercepted = grpc.intercept_channel(channel, _PassThrough())
+        with caplog.at_level(logging.WARNING, logger="actors.stream"):
+            fallback = open_stream(intercepted, METHOD)
+        assert isinstance(fallback, ThreadedStream)
+        assert "public API" in caplog.text
+        assert fallback.write(b"frame")
+        assert fallback.read() == b"re:frame"
+        fallback.done_writing()
+        assert fallback.read() is None
+        fallback.raise_for_status()
+        fallback.close()
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="POSIX job control")
