@@ -45,7 +45,6 @@ from seedrl.transport import (
     learner_targets,
     local_target,
     pick_rank,
-    sched_batch,
 )
 
 log = logging.getLogger(__name__)
@@ -437,7 +436,14 @@ def mark_batch_work() -> bool:
     context switches and warmer caches (bench on 2 cores, medians of 2: 64 x K=1 system
     1,792 -> 2,065 frames/s, 256 x K=1 1,559 -> 1,669). No privilege needed; nice stays.
     """
-    return sched_batch()
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is None or not hasattr(os, "sched_setscheduler"):
+        return False
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError:
+        return False
+    return True
 
 
 def pin_to_cpu(cpu: int) -> bool:

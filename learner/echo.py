@@ -29,12 +29,7 @@ from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
 from seedrl.timing import process_rss_mb
-from seedrl.transport import (
-    batch_schedule_aio_poller,
-    channel_options,
-    listen_address,
-    offered_local_socket,
-)
+from seedrl.transport import channel_options, listen_address, offered_local_socket
 
 
 class EchoServicer(pb_grpc.LearnerServicer):
@@ -128,8 +123,6 @@ async def _serve_until_signal(
     args: argparse.Namespace, server: grpc.aio.Server, servicer: EchoServicer, port: int
 ) -> None:
     await server.start()
-    if args.poller_sched_batch:
-        batch_schedule_aio_poller()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -164,12 +157,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also listen on a unix socket offered to same-host actors (as the learner)",
-    )
-    parser.add_argument(
-        "--poller-sched-batch",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="grpc.aio's poller thread in SCHED_BATCH (as the learner)",
     )
     asyncio.run(serve(parser.parse_args(argv)))
     return 0

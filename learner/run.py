@@ -39,7 +39,7 @@ from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
 from seedrl.metrics import MetricsWriter, RunResult
 from seedrl.models import ActionHead, ActorCritic, action_head, build_model, resolve_device
 from seedrl.timing import process_rss_mb
-from seedrl.transport import batch_schedule_aio_poller, offered_local_socket
+from seedrl.transport import offered_local_socket
 
 if TYPE_CHECKING:
     from learner.distributed import RankSync
@@ -286,8 +286,6 @@ async def _serve(
     if config.train:
         trainer.start()  # a trainer process is ready before the first actor is served
     await server.start()
-    if config.poller_sched_batch and not batch_schedule_aio_poller():
-        log.info("grpc.aio's poller thread keeps its scheduling class (no SCHED_BATCH here)")
     await set_serving(health, True)
     batcher_task = asyncio.create_task(batcher.run(), name="batcher")
     address = f"{config.bind}:{port}"

@@ -117,10 +117,6 @@ class LearnerConfig:
     """... or once this share of the open streams has a frame pending (rounded up: with
     up to 9 streams, all of them). Below 1, a few slow or silent actors among many do not
     hold every batch to the timeout."""
-    poller_sched_batch: bool = True
-    """Run grpc.aio's completion-queue poller thread in Linux's SCHED_BATCH class: it then
-    stops preempting the event loop it wakes and takes completions in bunches (64 x K=1
-    on 2 cores: poller CPU per frame ~53 -> ~32 µs)."""
     max_queue_unrolls: int = 256
     """Finished unrolls waiting for the trainer; when full, inference waits (back-pressure)."""
     max_actors: int = 1024

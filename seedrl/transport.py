@@ -7,48 +7,12 @@ import os
 import shutil
 import socket
 import tempfile
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
 
 AUTH_METADATA_KEY = "authorization"
-
-
-def sched_batch(thread_id: int = 0) -> bool:
-    """Put a thread (0: the calling one, and threads it starts later) in Linux's SCHED_BATCH.
-
-    A waking batch thread never preempts the running one: it waits for its turn. False
-    where the class or the call is missing. No privilege needed; niceness stays.
-    """
-    policy = getattr(os, "SCHED_BATCH", None)
-    if policy is None or not hasattr(os, "sched_setscheduler"):
-        return False
-    try:
-        os.sched_setscheduler(thread_id, policy, os.sched_param(0))
-    except OSError:
-        return False
-    return True
-
-
-GRPC_AIO_POLLER_TARGET = "_poll_wrapper"
-"""The function grpc.aio's completion-queue poller thread runs; its name ends with it."""
-
-
-def batch_schedule_aio_poller() -> bool:
-    """Put grpc.aio's completion-queue poller thread in SCHED_BATCH (call once a server exists).
-
-    That thread wakes two to three times per actor message, and as a normal thread each
-    wake preempted whatever ran on its core, often the event loop it was waking. As a
-    batch thread it waits for its turn and then takes every completion that piled up:
-    with 64 single-env actors on 2 cores its CPU per frame fell from ~53 to ~32 µs and
-    the learner served ~10 % more frames. False when no such thread is found.
-    """
-    suffix = f"({GRPC_AIO_POLLER_TARGET})"
-    ids = [t.native_id for t in threading.enumerate() if t.name.endswith(suffix)]
-    pollers = [tid for tid in ids if tid]  # never 0: that would mean the calling thread
-    return bool(pollers) and all(sched_batch(tid) for tid in pollers)
 
 
 def listen_address(bind: str, port: int) -> str:

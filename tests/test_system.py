@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -119,32 +118,6 @@ def test_actor_processes_run_as_batch_work(flags, policy):
     with running(args) as actor:
         expected = getattr(os, policy)
         wait_until(lambda: os.sched_getscheduler(actor.popen.pid) == expected, 30, what=policy)
-
-
-def _batch_threads(pid: int) -> int:
-    """How many of a process's threads run in SCHED_BATCH."""
-    count = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            count += os.sched_getscheduler(int(task)) == os.SCHED_BATCH
-    return count
-
-
-@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling classes")
-def test_the_learner_runs_its_grpc_poller_thread_as_batch_work(tmp_path):
-    """grpc.aio's poller thread alone goes to SCHED_BATCH; the event loop keeps its class."""
-    with learner_process(tmp_path) as (learner, _port):
-        assert _batch_threads(learner.popen.pid) == 1
-        assert os.sched_getscheduler(learner.popen.pid) == os.SCHED_OTHER
-
-
-@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling classes")
-@pytest.mark.parametrize(("flags", "batch_threads"), [((), 1), (("--no-poller-sched-batch",), 0)])
-def test_the_echo_server_schedules_its_poller_as_the_learner_does(tmp_path, flags, batch_threads):
-    cmd = [sys.executable, "-m", "learner.echo", "--logdir", str(tmp_path), *flags]
-    with running(cmd) as echo:
-        echo.wait_for("listening on", 60)
-        assert _batch_threads(echo.popen.pid) == batch_threads
 
 
 @pytest.mark.slow
