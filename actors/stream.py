@@ -25,6 +25,7 @@ fails our CI rather than our users. Should it still be missing at run time,
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 from collections.abc import Iterator, Sequence
@@ -278,15 +279,11 @@ def open_stream(
     return ThreadedStream(channel, method, metadata)
 
 
-_warned: list[str] = []
-
-
+@functools.cache
 def _warn_fallback_once(reason: str) -> None:
-    if not _warned:
-        _warned.append(reason)
-        log.warning(
-            "grpcio %s lacks the single-threaded stream seedrl uses (%s): actors stream "
-            "through grpcio's public API, a little slower per message",
-            grpc.__version__,
-            reason,
-        )
+    log.warning(
+        "grpcio %s lacks the single-threaded stream seedrl uses (%s): actors stream "
+        "through grpcio's public API, a little slower per message",
+        grpc.__version__,
+        reason,
+    )

@@ -24,7 +24,13 @@ from typing import Any
 import grpc
 import pytest
 
-from actors.stream import LockstepStream, StreamError, ThreadedStream, open_stream
+from actors.stream import (
+    LockstepStream,
+    StreamError,
+    ThreadedStream,
+    _warn_fallback_once,
+    open_stream,
+)
 from tests.support import free_port, read_records, running, wait_until
 
 METHOD = "/test.Lockstep/Talk"
@@ -183,6 +189,7 @@ def test_open_stream_is_lockstep_and_falls_back_to_the_public_api(
         stream.close()
         # An intercepted channel has no core channel to make segregated calls on.
         intercepted = grpc.intercept_channel(channel, _PassThrough())
+        _warn_fallback_once.cache_clear()  # it warns once per process and reason
         with caplog.at_level(logging.WARNING, logger="actors.stream"):
             fallback = open_stream(intercepted, METHOD)
         assert isinstance(fallback, ThreadedStream)
