@@ -65,7 +65,24 @@ class StreamError(grpc.RpcError):
         return self._details
 
 
-class LockstepStream:
+class ActorStream(Protocol):
+    """What the actor needs of its stream; both implementations below derive from it."""
+
+    def write(self, data: bytes) -> bool: ...
+    def read(self) -> bytes | None: ...
+    def done_writing(self) -> None: ...
+    def status(self) -> tuple[grpc.StatusCode, str]: ...
+    def cancel(self) -> None: ...
+    def close(self) -> None: ...
+
+    def raise_for_status(self) -> None:
+        """Raise ``StreamError`` unless the stream ended with OK."""
+        code, details = self.status()
+        if code is not grpc.StatusCode.OK:
+            raise StreamError(code, details)
+
+
+class LockstepStream(ActorStream):
     """A client bidirectional stream for strict request/reply alternation on one thread.
 
     ``write`` starts sending a message and returns without waiting for it to go out.
@@ -142,12 +159,6 @@ class LockstepStream:
             self._next_event()
         return self._status or (grpc.StatusCode.CANCELLED, "stream abandoned")
 
-    def raise_for_status(self) -> None:
-        """Raise ``StreamError`` unless the stream ended with OK."""
-        code, details = self.status()
-        if code is not grpc.StatusCode.OK:
-            raise StreamError(code, details)
-
     def cancel(self) -> None:
         """End the stream now (safe from another thread; a no-op once it has ended)."""
         self._call.cancel(cygrpc.StatusCode.cancelled, "Cancelled by the actor")
@@ -194,22 +205,10 @@ class LockstepStream:
                 self._status = (code, details)
 
 
-class ActorStream(Protocol):
-    """What the actor needs of its stream: both implementations below provide it."""
-
-    def write(self, data: bytes) -> bool: ...
-    def read(self) -> bytes | None: ...
-    def done_writing(self) -> None: ...
-    def status(self) -> tuple[grpc.StatusCode, str]: ...
-    def raise_for_status(self) -> None: ...
-    def cancel(self) -> None: ...
-    def close(self) -> None: ...
-
-
 _END_OF_REQUESTS = object()
 
 
-class ThreadedStream:
+class ThreadedStream(ActorStream):
     """The same interface on grpcio's public sync API, for a grpcio without segregated calls.
 
     grpcio drains the request iterator on a thread of its own and delivers replies through
@@ -250,12 +249,6 @@ class ThreadedStream:
     def status(self) -> tuple[grpc.StatusCode, str]:
         """The status the stream ended with, waiting for it if need be."""
         return self._call.code(), self._call.details() or ""
-
-    def raise_for_status(self) -> None:
-        """Raise ``StreamError`` unless the stream ended with OK."""
-        code, details = self.status()
-        if code is not grpc.StatusCode.OK:
-            raise StreamError(code, details)
 
     def cancel(self) -> None:
         """End the stream now (safe from another thread)."""
