@@ -11,7 +11,6 @@ Subcommands:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
@@ -19,6 +18,7 @@ from collections.abc import Sequence
 
 
 def train_main(argv: Sequence[str]) -> int:
+    from learner import event_loop
     from learner.checkpoint import CheckpointError
     from learner.run import serve
     from seedrl.config import LearnerConfig, parse_config
@@ -34,9 +34,9 @@ def train_main(argv: Sequence[str]) -> int:
         if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # started by torchrun
             from learner.distributed import run_rank
 
-            asyncio.run(run_rank(config))
+            event_loop.run(run_rank(config), config.event_loop)
         else:
-            asyncio.run(serve(config))
+            event_loop.run(serve(config), config.event_loop)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
