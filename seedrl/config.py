@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 AUTH_TOKEN_ENV = "SEEDRL_AUTH_TOKEN"
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+"""The learner's ``--event-loop`` choices (``learner.event_loop`` builds them)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +185,7 @@ class LearnerConfig:
             raise ValueError(f"model must be auto, mlp or cnn, got {self.model!r}")
         if self.trainer not in ("auto", "process", "thread"):
             raise ValueError(f"trainer must be auto, process or thread, got {self.trainer!r}")
-        if self.event_loop not in ("auto", "uvloop", "asyncio"):
+        if self.event_loop not in EVENT_LOOPS:
             raise ValueError(f"event_loop must be auto, uvloop or asyncio, got {self.event_loop!r}")
         if self.progress not in ("auto", "bar", "plain", "off"):
             raise ValueError(f"progress must be auto, bar, plain or off, got {self.progress!r}")
