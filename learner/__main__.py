@@ -11,6 +11,7 @@ Subcommands:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -18,7 +19,6 @@ from collections.abc import Sequence
 
 
 def train_main(argv: Sequence[str]) -> int:
-    from learner import event_loop
     from learner.checkpoint import CheckpointError
     from learner.run import serve
     from seedrl.config import LearnerConfig, parse_config
@@ -34,9 +34,9 @@ def train_main(argv: Sequence[str]) -> int:
         if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # started by torchrun
             from learner.distributed import run_rank
 
-            event_loop.run(run_rank(config), config.event_loop)
+            asyncio.run(run_rank(config))
         else:
-            event_loop.run(serve(config), config.event_loop)
+            asyncio.run(serve(config))
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

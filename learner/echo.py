@@ -25,7 +25,6 @@ from typing import Any
 import grpc
 import numpy as np
 
-from learner import event_loop
 from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
@@ -130,11 +129,7 @@ async def _serve_until_signal(
         loop.add_signal_handler(sig, stop.set)
     logdir = Path(args.logdir)
     logdir.mkdir(parents=True, exist_ok=True)
-    print(
-        f"seedrl echo listening on {listen_address(args.bind, port)} "
-        f"(event loop {event_loop.running_loop_name()})",
-        flush=True,
-    )
+    print(f"seedrl echo listening on {listen_address(args.bind, port)}", flush=True)
     start = time.perf_counter()
     last = (start, 0)
     with open(logdir / "metrics.jsonl", "a") as out:
@@ -163,14 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=True,
         help="also listen on a unix socket offered to same-host actors (as the learner)",
     )
-    parser.add_argument(
-        "--event-loop",
-        choices=event_loop.EVENT_LOOPS,
-        default="auto",
-        help="serving event loop, as the learner's --event-loop",
-    )
-    args = parser.parse_args(argv)
-    event_loop.run(serve(args), args.event_loop)
+    asyncio.run(serve(parser.parse_args(argv)))
     return 0
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from learner import checkpoint, event_loop
+from learner import checkpoint
 from learner.batcher import DynamicBatcher
 from learner.inference import InferenceEngine, StepCounter
 from learner.progress import Progress
@@ -290,8 +290,7 @@ async def _serve(
     batcher_task = asyncio.create_task(batcher.run(), name="batcher")
     address = f"{config.bind}:{port}"
     print(
-        f"seedrl learner listening on {address} (env {config.env}, device {learner.device}, "
-        f"event loop {event_loop.running_loop_name()})",
+        f"seedrl learner listening on {address} (env {config.env}, device {learner.device})",
         flush=True,
     )
     if ready is not None and not ready.done():

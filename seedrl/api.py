@@ -92,16 +92,13 @@ def train(
     if not (config.total_frames or config.target_return is not None or config.max_seconds):
         raise ValueError("set total_frames, target_return or max_seconds, or training never stops")
 
-    from learner import event_loop
-
     coroutine = _train(config, num_actors, envs_per_actor)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        # A script: signals (Ctrl-C) stop the learner cleanly.
-        run = event_loop.run(coroutine, config.event_loop)
+        run = asyncio.run(coroutine)  # a script: signals (Ctrl-C) stop the learner cleanly
     else:
-        run = _run_in_thread(coroutine, config.event_loop)  # a notebook's loop is running
+        run = _run_in_thread(coroutine)  # a notebook: its event loop is already running
 
     from learner.evaluate import Policy
 
@@ -114,14 +111,12 @@ def train(
     )
 
 
-def _run_in_thread(coroutine: Any, loop_choice: str) -> Any:
-    from learner import event_loop
-
+def _run_in_thread(coroutine: Any) -> Any:
     outcome: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            outcome["result"] = event_loop.run(coroutine, loop_choice)
+            outcome["result"] = asyncio.run(coroutine)
         except BaseException as exc:
             outcome["error"] = exc
 

@@ -28,8 +28,6 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 AUTH_TOKEN_ENV = "SEEDRL_AUTH_TOKEN"
-EVENT_LOOPS = ("auto", "uvloop", "asyncio")
-"""The learner's ``--event-loop`` choices (``learner.event_loop`` builds them)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,9 +117,6 @@ class LearnerConfig:
     """... or once this share of the open streams has a frame pending (rounded up: with
     up to 9 streams, all of them). Below 1, a few slow or silent actors among many do not
     hold every batch to the timeout."""
-    event_loop: str = "auto"
-    """The serving event loop: uvloop (cheaper per frame), asyncio (the standard library's),
-    or auto (uvloop where installed, else asyncio)."""
     max_queue_unrolls: int = 256
     """Finished unrolls waiting for the trainer; when full, inference waits (back-pressure)."""
     max_actors: int = 1024
@@ -185,8 +180,6 @@ class LearnerConfig:
             raise ValueError(f"model must be auto, mlp or cnn, got {self.model!r}")
         if self.trainer not in ("auto", "process", "thread"):
             raise ValueError(f"trainer must be auto, process or thread, got {self.trainer!r}")
-        if self.event_loop not in EVENT_LOOPS:
-            raise ValueError(f"event_loop must be auto, uvloop or asyncio, got {self.event_loop!r}")
         if self.progress not in ("auto", "bar", "plain", "off"):
             raise ValueError(f"progress must be auto, bar, plain or off, got {self.progress!r}")
         if (self.tls_cert is None) != (self.tls_key is None):

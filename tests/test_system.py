@@ -39,12 +39,8 @@ def test_cartpole_learns_well_above_random(tmp_path):
 
 
 def test_total_frames_stop_and_summary(tmp_path):
-    # One actor process: with two, one that starts late on a loaded machine can reach the
-    # learner only after the other has streamed the 3000 frames, while it stops. It then
-    # gets UNAVAILABLE instead of the final Shutdown and waits for a restart, by design.
-    # The two-process case is test_cartpole_learns_well_above_random, whose run is long.
     with learner_process(tmp_path, "--total-frames", "3000") as (learner, port):
-        with running(actor_args(port, 1, 8)) as actors:
+        with running(actor_args(port, 2, 4)) as actors:
             assert learner.wait(timeout=60) == 0, learner.output()
             assert actors.wait(timeout=30) == 0, actors.output()
     summary = learner.wait_for("seedrl done:", 1)
