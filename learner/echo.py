@@ -24,12 +24,18 @@ from typing import Any
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
 from seedrl.timing import process_rss_mb
-from seedrl.transport import channel_options, listen_address, offered_local_socket
+from seedrl.transport import (
+    add_learner_service,
+    channel_options,
+    listen_address,
+    offered_local_socket,
+)
 
 
 class EchoServicer(pb_grpc.LearnerServicer):
@@ -42,18 +48,18 @@ class EchoServicer(pb_grpc.LearnerServicer):
         self.actors_connected = 0
         self.stopping = False
         self.local_address = ""
-        self._replies: dict[int, pb.LearnerMessage] = {}
+        self._replies: dict[int, bytes] = {}
 
-    def _reply(self, num_envs: int) -> pb.LearnerMessage:
-        """One prebuilt reply per K (the constant actions never change)."""
+    def _reply(self, num_envs: int) -> bytes:
+        """One prebuilt serialized reply per K (the constant actions never change)."""
         reply = self._replies.get(num_envs)
         if reply is None:
             space = self.env_spec.action_space
             dtype = np.int64 if space.kind == "discrete" else np.float32
             actions = np.zeros((num_envs, *codec.spec_shape(space)), dtype)
-            reply = pb.LearnerMessage()
-            codec.encode_tensor(actions, reply.actions.actions)
-            self._replies[num_envs] = reply
+            message = pb.LearnerMessage()
+            codec.encode_tensor(actions, message.actions.actions)
+            reply = self._replies[num_envs] = message.SerializeToString()
         return reply
 
     async def GetInfo(self, request: pb.GetInfoRequest, context: Any) -> pb.LearnerInfo:
@@ -66,25 +72,34 @@ class EchoServicer(pb_grpc.LearnerServicer):
         )
 
     async def Act(self, request_iterator: Any, context: Any) -> None:
-        """Read a frame, write the constant reply: the learner's stream shape, minus the model."""
+        """Read a frame, write the constant reply: the learner's stream shape, minus the model.
+
+        Messages arrive and leave as bytes, as the learner's do; frames are not parsed.
+        """
         first = await context.read()
-        if first is grpc.aio.EOF or first.WhichOneof("kind") != "hello":
+        try:
+            hello = pb.ActorMessage.FromString(first) if first is not grpc.aio.EOF else None
+        except DecodeError:
+            hello = None
+        if hello is None or hello.WhichOneof("kind") != "hello":
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a Hello"
             )
             return
-        k = first.hello.num_envs
+        k = hello.hello.num_envs
         reply = self._reply(k)
         self.actors_connected += 1
         read, write = context.read, context.write
         try:
-            await write(pb.LearnerMessage(accept=pb.Accept(learner_run_id="echo")))
+            accept = pb.LearnerMessage(accept=pb.Accept(learner_run_id="echo"))
+            await write(accept.SerializeToString())
             while True:
                 message = await read()
                 if message is grpc.aio.EOF:
                     return
                 if self.stopping:
-                    await write(pb.LearnerMessage(shutdown=pb.Shutdown(reason="echo stopping")))
+                    shutdown = pb.LearnerMessage(shutdown=pb.Shutdown(reason="echo stopping"))
+                    await write(shutdown.SerializeToString())
                     return
                 self.frames += k
                 await write(reply)
@@ -108,7 +123,7 @@ async def serve(args: argparse.Namespace) -> None:
     spec = envs.describe_env(args.env)
     servicer = EchoServicer(spec, args.max_message_bytes)
     server = grpc.aio.server(options=channel_options(args.max_message_bytes))
-    pb_grpc.add_LearnerServicer_to_server(servicer, server)
+    add_learner_service(servicer, server)
     port = server.add_insecure_port(listen_address(args.bind, args.port))
     # The same same-host unix socket the learner offers, so echo and learner rows of the
     # bench compare one transport.

@@ -9,12 +9,14 @@ says what was wrong; the server turns that into ``INVALID_ARGUMENT`` for that st
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+from google.protobuf.message import Message
 from numpy.typing import DTypeLike
 
 from seedrl.proto import seedrl_pb2 as pb
@@ -138,6 +140,96 @@ def checked_bytes(msg: pb.Tensor, name: str, layout: TensorLayout) -> bytes:
         return data
     _decode_checked(msg, name, layout.dtype, layout.shape)
     raise WireError(f"{name}: expected dtype {layout.dtype} and shape {layout.shape}")
+
+
+class WireTemplate:
+    """A message's wire bytes when only fixed-length ``bytes`` payloads vary.
+
+    Protobuf writes known fields in field-number order, so every Frame our actors send
+    for one layout (K, dtypes, shapes) has the same bytes outside its four tensor
+    payloads. Comparing those bytes checks a Frame and slicing splits it, with no parse
+    and no message objects; joining them builds a reply the same way. The template is
+    found by serializing the real message, never written by hand. Bytes that do not
+    match it (another encoder's field order, a wrong layout, garbage) are no error here:
+    :meth:`split` returns None and the caller takes the full parse, which says what is
+    wrong.
+    """
+
+    __slots__ = ("_checks", "_pieces", "_spans", "size")
+
+    def __init__(self, build: Callable[[list[bytes]], Message], sizes: Sequence[int]) -> None:
+        base = build([bytes(n) for n in sizes]).SerializeToString()
+        base_u8 = np.frombuffer(base, np.uint8)
+        spans: list[tuple[int, int]] = []
+        for field, size in enumerate(sizes):
+            marked = [b"\xff" * n if i == field else bytes(n) for i, n in enumerate(sizes)]
+            marked_u8 = np.frombuffer(build(marked).SerializeToString(), np.uint8)
+            same_size = len(marked_u8) == len(base)
+            moved = np.flatnonzero(marked_u8 != base_u8) if same_size else np.zeros(0, np.intp)
+            if size < 1 or len(moved) != size or moved[-1] - moved[0] != size - 1:
+                raise ValueError(f"payload {field} is not one contiguous run of {size} bytes")
+            spans.append((int(moved[0]), int(moved[0]) + size))
+        if any(end > start for (_, end), (start, _) in itertools.pairwise(spans)):
+            raise ValueError("payloads must appear in order on the wire")
+        self.size = len(base)
+        bounds = [0, *(p for span in spans for p in span), len(base)]
+        fixed = [(bounds[i], base[bounds[i] : bounds[i + 1]]) for i in range(0, len(bounds), 2)]
+        self._checks = tuple((at, piece) for at, piece in fixed if piece)
+        self._spans = tuple(spans)
+        self._pieces = tuple(piece for _, piece in fixed)
+
+    def split(self, raw: bytes) -> list[bytes] | None:
+        """The payloads of ``raw`` when it matches the template, else None (~1 µs)."""
+        if len(raw) != self.size:
+            return None
+        for at, piece in self._checks:
+            if not raw.startswith(piece, at):
+                return None
+        return [raw[start:end] for start, end in self._spans]
+
+    def fill(self, payloads: Sequence[bytes]) -> bytes:
+        """The message's bytes with these payloads (each of its template's size)."""
+        pieces = self._pieces
+        out = [pieces[0]]
+        for payload, piece in zip(payloads, pieces[1:], strict=True):
+            out += (payload, piece)
+        return b"".join(out)
+
+
+def frame_template(
+    observations: TensorLayout, rewards: TensorLayout, flags: TensorLayout
+) -> WireTemplate:
+    """The wire bytes of an ``ActorMessage`` carrying one Frame of this layout."""
+
+    def build(data: list[bytes]) -> pb.ActorMessage:
+        def tensor(layout: TensorLayout, payload: bytes) -> pb.Tensor:
+            return pb.Tensor(dtype=layout.dtype, shape=layout.shape, data=payload)
+
+        return pb.ActorMessage(
+            frame=pb.Frame(
+                observations=tensor(observations, data[0]),
+                rewards=tensor(rewards, data[1]),
+                terminated=tensor(flags, data[2]),
+                truncated=tensor(flags, data[3]),
+            )
+        )
+
+    sizes = [observations.nbytes, rewards.nbytes, flags.nbytes, flags.nbytes]
+    return WireTemplate(build, sizes)
+
+
+def actions_template(dtype: np.dtype, shape: Sequence[int]) -> WireTemplate:
+    """The wire bytes of a ``LearnerMessage`` answering a frame with actions of this layout."""
+    native, name = _wire_dtype(np.dtype(dtype))
+    if native != dtype:
+        raise ValueError(f"actions must be in native byte order, got {dtype}")
+    layout = tensor_layout(native, shape)
+
+    def build(data: list[bytes]) -> pb.LearnerMessage:
+        tensor = pb.Tensor(dtype=name, shape=layout.shape, data=data[0])
+        return pb.LearnerMessage(actions=pb.Actions(actions=tensor))
+
+    return WireTemplate(build, [layout.nbytes])
 
 
 def all_finite(array: np.ndarray) -> bool:

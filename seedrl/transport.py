@@ -12,6 +12,8 @@ from typing import Any
 
 import grpc
 
+from seedrl.proto import seedrl_pb2 as pb
+
 AUTH_METADATA_KEY = "authorization"
 
 
@@ -218,3 +220,25 @@ def offered_local_socket(enabled: bool, bind: str) -> Iterator[str | None]:
         yield local.address
     finally:
         local.remove()
+
+
+def add_learner_service(servicer: Any, server: Any) -> None:
+    """Register ``seedrl.v1.Learner`` on an aio server, with ``Act`` on raw bytes both ways.
+
+    ``GetInfo`` is (de)serialized by protobuf as usual. ``Act`` receives and sends
+    ``bytes``: its Frames are checked and split against a
+    :class:`~seedrl.codec.WireTemplate` and its replies joined from one, which saves a
+    parse and a message per frame; the servicer parses (and rejects) whatever does not
+    match. The wire is the same protobuf either way.
+    """
+    handlers = {
+        "Act": grpc.stream_stream_rpc_method_handler(servicer.Act),
+        "GetInfo": grpc.unary_unary_rpc_method_handler(
+            servicer.GetInfo,
+            request_deserializer=pb.GetInfoRequest.FromString,
+            response_serializer=pb.LearnerInfo.SerializeToString,
+        ),
+    }
+    name = pb.DESCRIPTOR.services_by_name["Learner"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)

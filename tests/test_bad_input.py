@@ -222,6 +222,28 @@ def test_undecodable_bytes_mid_stream_end_the_stream_cleanly(served):
     good.wait_for_more(5)
 
 
+def test_a_valid_frame_in_another_field_order_is_served(served):
+    """Frames that miss the no-parse template (another encoder's bytes) take the full parse."""
+    channel, env, good, _learner, _actors = served
+    canonical = frame(K)
+    reordered = b"".join(
+        pb.ActorMessage(
+            frame=pb.Frame(**{name: getattr(canonical.frame, name)})
+        ).SerializeToString()
+        for name in ("truncated", "terminated", "rewards", "observations")
+    )
+    assert reordered != canonical.SerializeToString()
+    assert pb.ActorMessage.FromString(reordered) == canonical
+    chunks = [hello(env, K).SerializeToString(), reordered, canonical.SerializeToString()]
+    replies = channel.stream_stream("/seedrl.v1.Learner/Act")(iter(chunks), timeout=10)
+    messages = [pb.LearnerMessage.FromString(raw) for raw in replies]
+    assert [m.WhichOneof("kind") for m in messages] == ["accept", "actions", "actions"]
+    for message in messages[1:]:
+        actions = codec.decode_tensor(message.actions.actions, "actions", np.int64, (K,))
+        assert set(actions.tolist()) <= {0, 1}
+    good.wait_for_more(5)
+
+
 METHODS = (
     "/seedrl.v1.Learner/Act",
     "/seedrl.v1.Learner/GetInfo",

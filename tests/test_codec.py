@@ -341,3 +341,108 @@ def test_checked_bytes_returns_the_payload_of_a_matching_tensor() -> None:
 def test_checked_bytes_names_what_differs(tensor: pb.Tensor, message: str) -> None:
     with pytest.raises(codec.WireError, match=re.escape(message)):
         codec.checked_bytes(tensor, "observations", codec.tensor_layout(np.float32, (2, 4)))
+
+
+# ---------------------------------------------------------------- wire templates
+
+
+def _frame_layouts(k: int, obs_shape: tuple[int, ...], obs_dtype: str):
+    return (
+        codec.tensor_layout(obs_dtype, (k, *obs_shape)),
+        codec.tensor_layout(np.float32, (k,)),
+        codec.tensor_layout(np.bool_, (k,)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("k", "obs_shape", "obs_dtype"),
+    [(1, (4,), "float32"), (3, (4,), "float32"), (2, (84, 84, 4), "uint8"), (200, (6,), "float64")],
+)
+def test_frame_template_splits_what_an_actor_sends(k, obs_shape, obs_dtype) -> None:
+    from actors.actor import frame_message
+
+    template = codec.frame_template(*_frame_layouts(k, obs_shape, obs_dtype))
+    sample_dtype = "float32" if obs_dtype == "float64" else obs_dtype
+    obs = _sample(sample_dtype, (k, *obs_shape), 1).astype(obs_dtype)
+    reward = _sample("float32", (k,), 2)
+    terminated, truncated = _sample("bool", (k,), 3), _sample("bool", (k,), 4)
+    raw = frame_message(obs, reward, terminated, truncated).SerializeToString()
+    payloads = [a.tobytes() for a in (obs, reward, terminated, truncated)]
+    assert template.size == len(raw)
+    assert template.split(raw) == payloads
+    assert template.fill(payloads) == raw
+
+
+def test_frame_template_misses_anything_else() -> None:
+    """Other layouts, other field orders, truncation: None, so the caller parses in full."""
+    from actors.actor import frame_message
+
+    template = codec.frame_template(*_frame_layouts(2, (4,), "float32"))
+    obs, reward, flags = np.ones((2, 4), np.float32), np.ones(2, np.float32), np.zeros(2, bool)
+    raw = frame_message(obs, reward, flags, flags).SerializeToString()
+    assert template.split(raw) is not None
+    assert template.split(raw[:-1]) is None
+    assert template.split(raw + b"\x00") is None
+    assert template.split(bytes(len(raw))) is None
+    # The same Frame with its fields in reverse order: valid protobuf of the same length,
+    # not the canonical bytes. (ActorMessage field 2, length-delimited: tag 0x12.)
+    frame = pb.ActorMessage.FromString(raw).frame
+    fields = b"".join(
+        pb.Frame(**{name: getattr(frame, name)}).SerializeToString()
+        for name in ("truncated", "terminated", "rewards", "observations")
+    )
+    assert len(fields) < 128  # a one-byte length varint
+    reordered = b"\x12" + bytes([len(fields)]) + fields
+    assert len(reordered) == len(raw) and reordered != raw
+    assert pb.ActorMessage.FromString(reordered) == pb.ActorMessage.FromString(raw)
+    assert template.split(reordered) is None
+    # A 3-env frame against the 2-env template.
+    three = frame_message(
+        np.ones((3, 4), np.float32), np.ones(3, np.float32), *[np.zeros(3, bool)] * 2
+    )
+    assert template.split(three.SerializeToString()) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4))
+def test_frame_template_split_agrees_with_a_full_parse(edits) -> None:
+    """Whatever bytes split accepts parse to a Frame of exactly the payloads it returned."""
+    from actors.actor import frame_message
+
+    layouts = _frame_layouts(2, (4,), "float32")
+    template = codec.frame_template(*layouts)
+    obs, reward = _sample("float32", (2, 4), 5), _sample("float32", (2,), 6)
+    raw = bytearray(
+        frame_message(
+            obs, reward, np.array([True, False]), np.array([False, True])
+        ).SerializeToString()
+    )
+    for position, value in edits:
+        raw[position % len(raw)] = value
+    payloads = template.split(bytes(raw))
+    if payloads is None:
+        return
+    frame = pb.ActorMessage.FromString(bytes(raw)).frame
+    fields = (frame.observations, frame.rewards, frame.terminated, frame.truncated)
+    checked = [
+        codec.checked_bytes(field, "field", layout)
+        for field, layout in zip(fields, (*layouts, layouts[2]), strict=True)
+    ]
+    assert checked == payloads
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape"),
+    [(np.int64, (1,)), (np.int64, (32,)), (np.float32, (4, 2)), (np.uint8, (3,))],
+)
+def test_actions_template_builds_what_encode_tensor_builds(dtype, shape) -> None:
+    actions = _sample(np.dtype(dtype).name, shape, 7)
+    expected = pb.LearnerMessage()
+    codec.encode_tensor(actions, expected.actions.actions)
+    template = codec.actions_template(actions.dtype, actions.shape)
+    assert template.fill([actions.tobytes()]) == expected.SerializeToString()
+
+
+def test_actions_template_refuses_foreign_byte_order() -> None:
+    with pytest.raises(ValueError, match="native byte order"):
+        codec.actions_template(np.dtype(">i8" if np.little_endian else "<i8"), (2,))

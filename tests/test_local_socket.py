@@ -18,10 +18,10 @@ from actors.actor import Actor
 from learner.echo import EchoServicer
 from seedrl import envs
 from seedrl.config import ActorConfig
-from seedrl.proto import seedrl_pb2_grpc as pb_grpc
 from seedrl.transport import (
     LOCAL_SOCKET_NAME,
     LocalSocket,
+    add_learner_service,
     is_loopback,
     local_target,
     remove_stale_local_sockets,
@@ -141,7 +141,7 @@ def test_actor_falls_back_to_tcp_when_the_offered_socket_does_not_answer(tmp_pat
         servicer = EchoServicer(envs.describe_env("CartPole-v1"), 1 << 20)
         servicer.local_address = f"unix:{stale}"
         server = grpc.aio.server()
-        pb_grpc.add_LearnerServicer_to_server(servicer, server)
+        add_learner_service(servicer, server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         try:
