@@ -280,14 +280,10 @@ class Actor:
         act_shape = (k, *codec.spec_shape(act_spec))
         low, high = _action_bounds(act_spec)
         obs_dtype = np.dtype(spec.observation_space.dtype)
-        obs_shape = (k, *codec.spec_shape(spec.observation_space))
         # Frames are joined from, and replies split against, the wire's fixed bytes: no
         # message objects per step. A reply that misses the template is parsed in full.
-        frame_wire = codec.frame_template(
-            codec.tensor_layout(obs_dtype, obs_shape),
-            codec.tensor_layout(np.float32, (k,)),
-            codec.tensor_layout(np.bool_, (k,)),
-        )
+        obs_shape = codec.spec_shape(spec.observation_space)
+        frame_wire = codec.frame_template(*codec.frame_layouts(k, obs_dtype, obs_shape))
         actions_wire = codec.actions_template(act_dtype, act_shape)
 
         clock, record_rtt, stopping = time.perf_counter, self.round_trips.record, self._stop.is_set

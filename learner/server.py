@@ -223,11 +223,8 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """What each field of a K-env Frame must look like (cached per K)."""
         layout = self._frame_layouts.get(num_envs)
         if layout is None:
-            observations = codec.tensor_layout(self._obs_dtype, (num_envs, *self._obs_shape))
-            rewards = codec.tensor_layout(np.float32, (num_envs,))
-            flags = codec.tensor_layout(np.bool_, (num_envs,))
-            wire = codec.frame_template(observations, rewards, flags)
-            layout = FrameLayout(observations, rewards, flags, wire)
+            layouts = codec.frame_layouts(num_envs, self._obs_dtype, self._obs_shape)
+            layout = FrameLayout(*layouts, codec.frame_template(*layouts))
             self._frame_layouts[num_envs] = layout
         return layout
 

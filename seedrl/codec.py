@@ -196,6 +196,17 @@ class WireTemplate:
         return b"".join(out)
 
 
+def frame_layouts(
+    num_envs: int, obs_dtype: DTypeLike, obs_shape: Sequence[int]
+) -> tuple[TensorLayout, TensorLayout, TensorLayout]:
+    """The layouts of a K-env Frame's observations, rewards and (both) flag tensors."""
+    return (
+        tensor_layout(obs_dtype, (num_envs, *obs_shape)),
+        tensor_layout(np.float32, (num_envs,)),
+        tensor_layout(np.bool_, (num_envs,)),
+    )
+
+
 def frame_template(
     observations: TensorLayout, rewards: TensorLayout, flags: TensorLayout
 ) -> WireTemplate:

@@ -343,20 +343,12 @@ def _protobuf_frame(
     return message
 
 
-def _frame_layouts(k: int, obs_shape: tuple[int, ...], obs_dtype: str):
-    return (
-        codec.tensor_layout(obs_dtype, (k, *obs_shape)),
-        codec.tensor_layout(np.float32, (k,)),
-        codec.tensor_layout(np.bool_, (k,)),
-    )
-
-
 @pytest.mark.parametrize(
     ("k", "obs_shape", "obs_dtype"),
     [(1, (4,), "float32"), (3, (4,), "float32"), (2, (84, 84, 4), "uint8"), (200, (6,), "float64")],
 )
 def test_frame_template_splits_what_an_actor_sends(k, obs_shape, obs_dtype) -> None:
-    template = codec.frame_template(*_frame_layouts(k, obs_shape, obs_dtype))
+    template = codec.frame_template(*codec.frame_layouts(k, obs_dtype, obs_shape))
     sample_dtype = "float32" if obs_dtype == "float64" else obs_dtype
     obs = _sample(sample_dtype, (k, *obs_shape), 1).astype(obs_dtype)
     reward = _sample("float32", (k,), 2)
@@ -370,7 +362,7 @@ def test_frame_template_splits_what_an_actor_sends(k, obs_shape, obs_dtype) -> N
 
 def test_frame_template_misses_anything_else() -> None:
     """Other layouts, other field orders, truncation: None, so the caller parses in full."""
-    template = codec.frame_template(*_frame_layouts(2, (4,), "float32"))
+    template = codec.frame_template(*codec.frame_layouts(2, "float32", (4,)))
     obs, reward, flags = np.ones((2, 4), np.float32), np.ones(2, np.float32), np.zeros(2, bool)
     raw = _protobuf_frame(obs, reward, flags, flags).SerializeToString()
     assert template.split(raw) is not None
@@ -400,7 +392,7 @@ def test_frame_template_misses_anything_else() -> None:
 @given(edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4))
 def test_frame_template_split_agrees_with_a_full_parse(edits) -> None:
     """Whatever bytes split accepts parse to a Frame of exactly the payloads it returned."""
-    layouts = _frame_layouts(2, (4,), "float32")
+    layouts = codec.frame_layouts(2, "float32", (4,))
     template = codec.frame_template(*layouts)
     obs, reward = _sample("float32", (2, 4), 5), _sample("float32", (2,), 6)
     raw = bytearray(
