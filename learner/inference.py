@@ -3,7 +3,7 @@
 ``InferenceEngine.process`` runs on the event loop for every batch the
 :class:`~learner.batcher.DynamicBatcher` closes: gather the K frames of each pending
 stream into one array, read each slot's recurrent state, run the policy once, sample
-actions, answer every stream, record the frames into the trajectory builder, and hand
+actions, record the frames into the trajectory builder, answer every stream, and hand
 finished unrolls to the trainer (waiting when its queue is full: back-pressure).
 
 Shape suffixes: B frames in the batch, O observation dims, A action dims, P policy
@@ -155,10 +155,14 @@ class InferenceEngine:
         action_BA, params_BP, state_before, state_after = self._policy(
             fb.slot_B, fb.obs_BO, first_B
         )
-        step = self.learner_step.value
 
-        # Answer before recording: every actor in the batch waits for this, and while
-        # this thread writes the trajectories the actors can already step their envs.
+        step = self.learner_step.value
+        unrolls, episodes = self.builder.record(
+            fb.slot_B, fb.obs_BO, fb.reward_B, fb.terminated_B, fb.truncated_B, first_B,
+            action_BA, params_BP, state_before, state_after, step,
+        )  # fmt: skip
+        self.stats.on_batch(len(fb.slot_B), episodes)
+
         offset = 0
         for request in live:
             conn = request.payload.conn
@@ -167,13 +171,7 @@ class InferenceEngine:
             if not request.future.done():
                 request.future.set_result(action_BA[offset : offset + k])
             offset += k
-        await asyncio.sleep(0)  # the answered streams write their replies now
 
-        unrolls, episodes = self.builder.record(
-            fb.slot_B, fb.obs_BO, fb.reward_B, fb.terminated_B, fb.truncated_B, first_B,
-            action_BA, params_BP, state_before, state_after, step,
-        )  # fmt: skip
-        self.stats.on_batch(len(fb.slot_B), episodes)
         if unrolls is not None and self.keep_unrolls:
             await self._enqueue(unrolls)
 
