@@ -132,12 +132,10 @@ class LearnerServicer(pb_grpc.LearnerServicer):
 
     async def _parse(self, raw: bytes, context: Any) -> pb.ActorMessage:
         """Parse an ActorMessage, or end the stream with INVALID_ARGUMENT if it does not parse."""
-        try:
-            return pb.ActorMessage.FromString(raw)
-        except Exception as exc:
-            problem = Undecodable(f"{type(exc).__name__}: {exc}").describe(ACT_METHOD)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-            raise  # not reached: abort raises
+        message = _parse_actor_message(raw)
+        if type(message) is Undecodable:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message.describe(ACT_METHOD))
+        return message
 
     async def _parse_frame(
         self, conn: Connection, layout: FrameLayout, raw: bytes, context: Any
@@ -348,8 +346,11 @@ class Undecodable:
 
 
 def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
-    if deserializer is None:
-        return None
+    return None if deserializer is None else _undecodable_on_error(deserializer)
+
+
+def _undecodable_on_error(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``deserializer`` that returns :class:`Undecodable` instead of raising."""
 
     def deserialize(data: bytes) -> Any:
         try:
@@ -358,6 +359,10 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
             return Undecodable(f"{type(exc).__name__}: {exc}")
 
     return deserialize
+
+
+_parse_actor_message = _undecodable_on_error(pb.ActorMessage.FromString)
+"""``Act``'s own parse (it takes raw bytes): an ActorMessage, or :class:`Undecodable`."""
 
 
 class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
