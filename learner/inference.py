@@ -2,7 +2,8 @@
 
 ``InferenceEngine.process`` runs on the event loop for every batch the
 :class:`~learner.batcher.DynamicBatcher` closes: gather the K frames of each pending
-stream into one array, read each slot's recurrent state, run the policy once, sample
+stream into one array, read each slot's recurrent state, run the policy once
+(:mod:`seedrl.policy`: numpy for a feed-forward MLP on the CPU, torch otherwise) to get
 actions, record the frames into the trajectory builder, answer every stream, and hand
 finished unrolls to the trainer (waiting when its queue is full: back-pressure).
 
@@ -25,6 +26,7 @@ from learner.stats import LearnerStats
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl.codec import WireError, all_finite
 from seedrl.models import ActionHead, ActorCritic
+from seedrl.policy import inference_policy
 
 
 @dataclass(eq=False)
@@ -112,10 +114,13 @@ class InferenceEngine:
         stats: LearnerStats,
         weights_lock: threading.Lock,
         learner_step: StepCounter,
+        backend: str = "auto",
+        seed: int | tuple[int, ...] = 0,
     ) -> None:
         self.model = model
         self.head = head
         self.device = device
+        self.policy = inference_policy(model, head, device, backend, seed)
         self.builder = builder
         self.queue = queue
         self.stats = stats
@@ -194,15 +199,9 @@ class InferenceEngine:
     def _policy(self, slot_B: np.ndarray, obs_BO: np.ndarray, first_B: np.ndarray):
         """One forward pass with T = 1; returns numpy actions, params and core states."""
         state_before = tuple(s[slot_B] for s in self.builder.core_state_SH)
-        obs = torch.from_numpy(obs_BO).to(self.device, non_blocking=True)
-        first = torch.from_numpy(first_B).to(self.device)
-        core = tuple(torch.from_numpy(s).to(self.device) for s in state_before)
-        with torch.no_grad(), self.weights_lock:
-            params_1BP, core_after = self.model.act(obs.unsqueeze(0), first.unsqueeze(0), core)
-        params_BP = params_1BP[0]
-        action_BA = self.head.sample(params_BP)
-        state_after = tuple(s.cpu().numpy() for s in core_after)
-        return action_BA.cpu().numpy(), params_BP.cpu().numpy(), state_before, state_after
+        with self.weights_lock:
+            action_BA, params_BP, state_after = self.policy(obs_BO, first_B, state_before)
+        return action_BA, params_BP, state_before, state_after
 
     async def _enqueue(self, unrolls) -> None:
         if self.queue.has_room():

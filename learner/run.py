@@ -38,6 +38,7 @@ from seedrl import codec, envs
 from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
 from seedrl.metrics import MetricsWriter, RunResult
 from seedrl.models import ActionHead, ActorCritic, action_head, build_model, resolve_device
+from seedrl.policy import set_compute_threads
 from seedrl.timing import process_rss_mb
 from seedrl.transport import offered_local_socket
 
@@ -71,8 +72,7 @@ class Learner:
 
 def build_learner(config: LearnerConfig) -> Learner:
     """Model, optimizer and data path for ``config`` (restored from a checkpoint with --resume)."""
-    if config.torch_threads > 0:
-        torch.set_num_threads(config.torch_threads)
+    set_compute_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)
     device = resolve_device(config.device)
@@ -240,7 +240,8 @@ async def _serve(
 
     engine = InferenceEngine(
         learner.model, learner.head, learner.device, learner.builder, learner.queue, stats,
-        learner.weights_lock, learner.step_counter,
+        learner.weights_lock, learner.step_counter, config.inference_backend,
+        (config.seed, learner.step_counter.value),  # a resumed run samples fresh noise
     )  # fmt: skip
     engine.keep_unrolls = config.train  # --no-train: nothing drains the queue
     batcher = DynamicBatcher(
