@@ -117,9 +117,6 @@ class InferenceEngine:
         backend: str = "auto",
         seed: int | tuple[int, ...] = 0,
     ) -> None:
-        self.model = model
-        self.head = head
-        self.device = device
         self.policy = inference_policy(model, head, device, backend, seed)
         self.builder = builder
         self.queue = queue

@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from seedrl.config import INFERENCE_BACKENDS
-from seedrl.models import ActionHead, ActorCritic, CategoricalHead, GaussianHead
+from seedrl.models import ActionHead, ActorCritic, CategoricalHead
 
 CoreStateArrays = tuple[np.ndarray, ...]
 """Recurrent state as numpy rows ``[B, H]``; empty for feed-forward models."""
@@ -120,8 +120,6 @@ class NumpyMLPPolicy:
             return None
         policy = (_view(model.policy.weight).T, _view(model.policy.bias))
         sample = _sampler(head, rng)
-        if sample is None:
-            return None
         return cls(layers, policy, _preparer(spec.obs_dtype), _finisher(model), sample)
 
     def __call__(
@@ -179,9 +177,7 @@ def _finisher(model: ActorCritic) -> Callable[[np.ndarray], np.ndarray]:
     return finish
 
 
-def _sampler(
-    head: ActionHead, rng: np.random.Generator
-) -> Callable[[np.ndarray], np.ndarray] | None:
+def _sampler(head: ActionHead, rng: np.random.Generator) -> Callable[[np.ndarray], np.ndarray]:
     """The head's ``sample`` in numpy (same distribution, own random stream)."""
     if isinstance(head, CategoricalHead):
 
@@ -190,17 +186,15 @@ def _sampler(
             return (params_BA - np.log(noise)).argmax(axis=-1).astype(np.int64, copy=False)
 
         return categorical
-    if isinstance(head, GaussianHead):
-        size, shape = head.action_size, head.action_shape
+    size, shape = head.action_size, head.action_shape
 
-        def gaussian(params_BP: np.ndarray) -> np.ndarray:
-            mean = params_BP[:, :size]
-            log_std = np.clip(params_BP[:, size:], -5.0, 2.0)
-            noise = rng.standard_normal(mean.shape, dtype=np.float32)
-            return (mean + np.exp(log_std) * noise).reshape(len(params_BP), *shape)
+    def gaussian(params_BP: np.ndarray) -> np.ndarray:
+        mean = params_BP[:, :size]
+        log_std = np.clip(params_BP[:, size:], -5.0, 2.0)
+        noise = rng.standard_normal(mean.shape, dtype=np.float32)
+        return (mean + np.exp(log_std) * noise).reshape(len(params_BP), *shape)
 
-        return gaussian
-    return None
+    return gaussian
 
 
 def inference_policy(
