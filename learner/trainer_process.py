@@ -49,6 +49,7 @@ from learner.trainer import Trainer, make_optimizer
 from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
 from seedrl.config import LearnerConfig
 from seedrl.models import ActionHead, ActorCritic, ModelSpec, resolve_device
+from seedrl.policy import set_compute_threads
 
 log = logging.getLogger(__name__)
 
@@ -393,8 +394,7 @@ def _child_main(args: _ChildArgs, commands: Connection, results: Connection) -> 
 
 def _train_until_stopped(args: _ChildArgs, commands: Connection, results: Connection) -> None:
     config = args.config
-    if config.torch_threads > 0:
-        torch.set_num_threads(config.torch_threads)
+    set_compute_threads(config.torch_threads)
     device = resolve_device(config.device)
     model = ActorCritic(args.model_spec).to(device)
     optimizer = make_optimizer(model, config)
