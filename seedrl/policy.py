@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from seedrl.config import INFERENCE_BACKENDS
-from seedrl.models import ActionHead, ActorCritic, CategoricalHead
+from seedrl.models import ActionHead, ActorCritic, CategoricalHead, Tanh
 
 CoreStateArrays = tuple[np.ndarray, ...]
 """Recurrent state as numpy rows ``[B, H]``; empty for feed-forward models."""
@@ -144,7 +144,7 @@ def _linear_tanh_layers(torso: nn.Module) -> list[tuple[np.ndarray, np.ndarray]]
         return None
     layers = []
     for linear, activation in zip(modules[::2], modules[1::2], strict=True):
-        if type(linear) is not nn.Linear or type(activation) is not nn.Tanh:
+        if type(linear) is not nn.Linear or type(activation) not in (nn.Tanh, Tanh):
             return None
         if linear.bias is None:
             return None

@@ -22,6 +22,7 @@ from learner.inference import Connection, FramePayload, InferenceEngine, StepCou
 from learner.stats import LearnerStats
 from learner.trainer import to_time_major
 from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
+from seedrl import models
 from seedrl.models import ActorCritic, ModelSpec, action_head, build_model, choose_torso
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -217,3 +218,50 @@ def test_act_gives_the_policy_params_and_core_state_of_forward(obs_shape, torso,
     torch.testing.assert_close(act_params, params)
     for a, b in zip(act_core_after, core_after, strict=True):
         torch.testing.assert_close(a, b)
+
+
+# ---------------------------------------------------------------------- Tanh
+
+
+@pytest.mark.parametrize("numpy_faster", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tanh_matches_torch_tanh_in_value_and_gradient(monkeypatch, numpy_faster, dtype):
+    """Whichever kernel the speed check picks, the layer is tanh: values and gradients."""
+    monkeypatch.setattr(models, "numpy_tanh_is_faster", lambda: numpy_faster)
+    x = torch.randn(37, 11, dtype=dtype) * 3
+    x.requires_grad_(True)
+    reference = x.detach().clone().requires_grad_(True)
+    upstream = torch.randn(37, 11, dtype=dtype)
+
+    y = models.Tanh()(x)
+    (y * upstream).sum().backward()
+    (torch.tanh(reference) * upstream).sum().backward()
+
+    tol = 1e-6 if dtype == torch.float32 else 1e-12
+    assert y.dtype == dtype and y.shape == x.shape
+    torch.testing.assert_close(y, torch.tanh(reference), atol=tol, rtol=tol)
+    torch.testing.assert_close(x.grad, reference.grad, atol=tol, rtol=tol)
+
+
+def test_numpy_tanh_passes_gradcheck_on_strided_input(monkeypatch):
+    monkeypatch.setattr(models, "numpy_tanh_is_faster", lambda: True)
+    x = torch.randn(6, 8, dtype=torch.float64).t().requires_grad_(True)  # non-contiguous
+    assert not x.is_contiguous()
+    assert torch.autograd.gradcheck(models.Tanh(), (x,))
+
+
+def test_numpy_tanh_speed_check_is_cached_bool():
+    first = models.numpy_tanh_is_faster()
+    assert isinstance(first, bool)
+    assert models.numpy_tanh_is_faster() is first
+
+
+def test_tanh_mlp_loads_an_nn_tanh_checkpoint():
+    """The layer has no parameters, so state dicts of nn.Tanh MLPs load unchanged."""
+    ours, _ = models.mlp(4, (8, 8))
+    theirs = torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8), torch.nn.Tanh()
+    )
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(ours(x), theirs(x), atol=1e-6, rtol=1e-6)
