@@ -131,11 +131,13 @@ def run_ideal(env_id: str, num_envs: int, seconds: float, warmup_s: float, threa
     import numpy as np
     import torch
 
+    from learner.allocator import keep_freed_memory
     from seedrl import envs
     from seedrl.config import LearnerConfig
     from seedrl.models import action_head, build_model
     from seedrl.policy import inference_policy, set_compute_threads
 
+    keep_freed_memory()
     set_compute_threads(threads)
     cfg = LearnerConfig()
     spec = envs.describe_env(env_id)

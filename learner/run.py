@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from learner import checkpoint
+from learner.allocator import keep_freed_memory
 from learner.batcher import DynamicBatcher
 from learner.inference import InferenceEngine, StepCounter
 from learner.progress import Progress
@@ -72,6 +73,7 @@ class Learner:
 
 def build_learner(config: LearnerConfig) -> Learner:
     """Model, optimizer and data path for ``config`` (restored from a checkpoint with --resume)."""
+    keep_freed_memory()
     set_compute_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)

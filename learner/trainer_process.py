@@ -43,6 +43,7 @@ import torch
 import torch.multiprocessing as mp
 
 from learner import checkpoint
+from learner.allocator import keep_freed_memory
 from learner.inference import StepCounter
 from learner.stats import LearnerStats
 from learner.trainer import Trainer, make_optimizer
@@ -394,6 +395,7 @@ def _child_main(args: _ChildArgs, commands: Connection, results: Connection) -> 
 
 def _train_until_stopped(args: _ChildArgs, commands: Connection, results: Connection) -> None:
     config = args.config
+    keep_freed_memory()
     set_compute_threads(config.torch_threads)
     device = resolve_device(config.device)
     model = ActorCritic(args.model_spec).to(device)
