@@ -183,7 +183,11 @@ def _sampler(head: ActionHead, rng: np.random.Generator) -> Callable[[np.ndarray
 
         def categorical(params_BA: np.ndarray) -> np.ndarray:
             noise = rng.standard_exponential(params_BA.shape, dtype=np.float32)
-            return (params_BA - np.log(noise)).argmax(axis=-1).astype(np.int64, copy=False)
+            # A float32 draw is exactly 0 about once in 7M: log gives -inf and that action
+            # wins the race, which is the right sample; only numpy's warning is unwanted.
+            with np.errstate(divide="ignore"):
+                log_noise = np.log(noise)
+            return (params_BA - log_noise).argmax(axis=-1).astype(np.int64, copy=False)
 
         return categorical
     size, shape = head.action_size, head.action_shape

@@ -9,6 +9,7 @@ random stream, so it is checked as a distribution.
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -19,8 +20,8 @@ from learner.stats import LearnerStats
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl import codec
 from seedrl.config import LearnerConfig
-from seedrl.models import ActorCritic, action_head, build_model
-from seedrl.policy import NumpyMLPPolicy, TorchPolicy, inference_policy
+from seedrl.models import ActorCritic, CategoricalHead, action_head, build_model
+from seedrl.policy import NumpyMLPPolicy, TorchPolicy, _sampler, inference_policy
 from seedrl.proto import seedrl_pb2 as pb
 
 CPU = torch.device("cpu")
@@ -141,6 +142,26 @@ def test_categorical_samples_follow_the_softmax_of_the_logits():
     frequencies = np.bincount(action_B, minlength=3) / n
     expected = np.exp(logits) / np.exp(logits).sum()
     np.testing.assert_allclose(frequencies, expected, atol=0.01)
+
+
+class ZeroDrawRng:
+    """A generator whose exponential draws are 1, except an exact 0 at row 1, action 2."""
+
+    def standard_exponential(self, shape, dtype):
+        noise = np.ones(shape, dtype)
+        noise[1, 2] = 0.0
+        return noise
+
+
+def test_a_zero_exponential_draw_wins_the_race_without_a_warning():
+    """float32 draws hit exactly 0 (~14 in 1e8): that action is the sample, and no
+    divide-by-zero warning reaches the learner's log."""
+    sample = _sampler(CategoricalHead(3), ZeroDrawRng())  # type: ignore[arg-type]
+    logits_BA = np.array([[5.0, 0.0, -5.0], [5.0, 0.0, -5.0]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        action_B = sample(logits_BA)
+    assert action_B.tolist() == [0, 2]
 
 
 def test_gaussian_samples_have_the_mean_and_std_of_the_params():
