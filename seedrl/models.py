@@ -188,6 +188,10 @@ class SmallCNN(nn.Module):
 NUMPY_TANH_MARGIN = 2.0
 """How many times faster numpy's tanh must be before :class:`Tanh` uses it: a clear win
 only, so machines where the two are close keep torch's kernel on every run."""
+NUMPY_TANH_MIN_ELEMENTS = 8192
+"""Smaller tensors keep ``torch.tanh``: the autograd function's own overhead (~6 µs) beats
+MKL's slow kernel there (64 x 64 with gradient: 24 µs torch, 29 µs numpy; 256 x 64: 52
+against 35 µs)."""
 
 
 @functools.cache
@@ -238,8 +242,8 @@ class Tanh(nn.Tanh):
     Why: torch hands a CPU tanh to MKL's VML, and on AMD CPUs MKL runs a generic kernel
     for it (``mkl_vml_kernel_sTanh_EX*``): a 2,688 x 64 block, one layer of a CartPole
     training batch, took 364 µs there against 28 µs in numpy, and the four tanh layers
-    were ~30 % of a training step. Where MKL's kernel is fast (Intel CPUs) or the tensor
-    is on an accelerator, this is ``torch.tanh``. No parameters: checkpoints and
+    were ~30 % of a training step. Where MKL's kernel is fast (Intel CPUs), the tensor is
+    small or on an accelerator, this is ``torch.tanh``. No parameters: checkpoints and
     ``nn.Tanh`` models load into each other.
     """
 
@@ -247,6 +251,7 @@ class Tanh(nn.Tanh):
         if (
             x.device.type == "cpu"
             and x.dtype in (torch.float32, torch.float64)
+            and x.numel() >= NUMPY_TANH_MIN_ELEMENTS
             and numpy_tanh_is_faster()
         ):
             return _NumpyTanh.apply(x)

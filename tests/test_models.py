@@ -228,6 +228,7 @@ def test_act_gives_the_policy_params_and_core_state_of_forward(obs_shape, torso,
 def test_tanh_matches_torch_tanh_in_value_and_gradient(monkeypatch, numpy_faster, dtype):
     """Whichever kernel the speed check picks, the layer is tanh: values and gradients."""
     monkeypatch.setattr(models, "numpy_tanh_is_faster", lambda: numpy_faster)
+    monkeypatch.setattr(models, "NUMPY_TANH_MIN_ELEMENTS", 0)
     x = torch.randn(37, 11, dtype=dtype) * 3
     x.requires_grad_(True)
     reference = x.detach().clone().requires_grad_(True)
@@ -243,8 +244,22 @@ def test_tanh_matches_torch_tanh_in_value_and_gradient(monkeypatch, numpy_faster
     torch.testing.assert_close(x.grad, reference.grad, atol=tol, rtol=tol)
 
 
+def test_tanh_takes_numpy_only_for_large_cpu_tensors(monkeypatch):
+    """Below NUMPY_TANH_MIN_ELEMENTS the autograd function's overhead outweighs the kernel."""
+    monkeypatch.setattr(models, "numpy_tanh_is_faster", lambda: True)
+    calls = []
+    real_apply = models._NumpyTanh.apply
+    monkeypatch.setattr(models._NumpyTanh, "apply", lambda x: calls.append(x) or real_apply(x))
+    layer = models.Tanh()
+    layer(torch.randn(models.NUMPY_TANH_MIN_ELEMENTS - 1))
+    assert calls == []
+    layer(torch.randn(models.NUMPY_TANH_MIN_ELEMENTS))
+    assert len(calls) == 1
+
+
 def test_numpy_tanh_passes_gradcheck_on_strided_input(monkeypatch):
     monkeypatch.setattr(models, "numpy_tanh_is_faster", lambda: True)
+    monkeypatch.setattr(models, "NUMPY_TANH_MIN_ELEMENTS", 0)
     x = torch.randn(6, 8, dtype=torch.float64).t().requires_grad_(True)  # non-contiguous
     assert not x.is_contiguous()
     assert torch.autograd.gradcheck(models.Tanh(), (x,))
