@@ -45,7 +45,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from seedrl.config import PIN_CPUS_MODES, ActorConfig, actor_cpus
+from seedrl.config import PIN_CPUS_MODES, ActorConfig
 from seedrl.timing import process_rss_mb
 
 SCHEMA = "seedrl-bench/1"
@@ -238,7 +238,8 @@ def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
 
 
 class ActorFleet:
-    """N actor processes (``python -m actors.actor``) that outlive the servers of a point."""
+    """N actors started as ``python -m actors`` starts them (one launcher, the same flags),
+    outliving the servers of a point."""
 
     def __init__(
         self,
@@ -254,35 +255,37 @@ class ActorFleet:
         self.stats_dir = stats_dir
         stats_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SEEDRL_ACTOR_STATS_DIR": str(stats_dir)}
-        # The CPUs `python -m actors` would give these N actors on this host.
-        self.cpus = actor_cpus(n, pin_cpus)
-        self.procs = [
-            subprocess.Popen(
-                [*self.command(address, k, i, extra, cpu), "--env-groups", str(groups)],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for i, cpu in enumerate(self.cpus)
-        ]
+        self.launcher = subprocess.Popen(
+            self.command(address, n, k, groups, pin_cpus, extra),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     @staticmethod
-    def command(address: str, k: int, index: int, extra: Sequence[str], cpu: int = -1) -> list[str]:
+    def command(
+        address: str, n: int, k: int, groups: int, pin_cpus: str, extra: Sequence[str]
+    ) -> list[str]:
         return [
-            sys.executable, "-m", "actors.actor", "--learner", address,
-            "--envs-per-actor", str(k), "--first-index", str(index),
-            "--max-backoff-s", "0.3", "--cpu", str(cpu), *extra,
+            sys.executable, "-m", "actors", "--learner", address, "--num-actors", str(n),
+            "--envs-per-actor", str(k), "--first-index", "0", "--env-groups", str(groups),
+            "--max-backoff-s", "0.3", "--pin-cpus", pin_cpus, *extra,
         ]  # fmt: skip
 
+    def actor_pids(self) -> list[int]:
+        """The live actor processes (the launcher's children)."""
+        return child_pids(self.launcher.pid)
+
     def cpu_seconds(self) -> float:
-        return sum(cpu_seconds(p.pid) for p in self.procs)
+        """CPU of the live actors and of the launcher (which sleeps between polls)."""
+        return tree_cpu_seconds(self.launcher.pid)
 
     def rss_mb(self) -> list[float]:
-        return [process_rss_mb(p.pid) for p in self.procs if p.poll() is None]
+        return [rss for rss in map(process_rss_mb, self.actor_pids()) if rss > 0]
 
     def shared_aware_mb(self) -> list[tuple[float, float]]:
         """(USS, PSS) of every live actor."""
-        found = (shared_aware_mb(p.pid) for p in self.procs if p.poll() is None)
+        found = (shared_aware_mb(pid) for pid in self.actor_pids())
         return [x for x in found if x is not None]
 
     def stream_records(self) -> list[dict[str, Any]]:
@@ -293,16 +296,8 @@ class ActorFleet:
         return records
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in self.procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        """The launcher stops its actors (SIGTERM, then SIGKILL after its grace period)."""
+        stop_process(self.launcher, grace=15.0)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
