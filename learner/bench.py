@@ -10,7 +10,8 @@ to back (so their ratios hold on a noisy, shared machine):
 - ``inference``: the real learner with ``--no-train``;
 - ``system``: the real learner, training.
 
-The N actor processes are started once per point and stay up while the servers behind
+The N actor processes are started once per point, by one ``python -m actors`` launcher
+(so they are forked or exec'd as a user's would be), and stay up while the servers behind
 the address change (they reconnect with a short backoff), so all three networked modes
 measure the very same actors. Throughput, batch sizes, waits and learner RSS come from
 the server's ``metrics.jsonl`` over a measuring window that starts after a warm-up once
