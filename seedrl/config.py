@@ -31,6 +31,14 @@ AUTH_TOKEN_ENV = "SEEDRL_AUTH_TOKEN"
 INFERENCE_BACKENDS = ("auto", "torch", "numpy")
 
 
+def _require_choice(config: Any, name: str, choices: Sequence[str]) -> None:
+    """ValueError unless ``config.<name>`` is one of ``choices`` ("x must be a, b or c")."""
+    value = getattr(config, name)
+    if value not in choices:
+        allowed = f"{', '.join(choices[:-1])} or {choices[-1]}"
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
     """Everything the learner process needs; saved as ``config.json`` with each run."""
@@ -182,17 +190,10 @@ class LearnerConfig:
             raise ValueError("inference_timeout_ms must be >= 0")
         if not 0.0 < self.inference_quorum <= 1.0:
             raise ValueError(f"inference_quorum must be in (0, 1], got {self.inference_quorum}")
-        if self.inference_backend not in INFERENCE_BACKENDS:
-            raise ValueError(
-                f"inference_backend must be one of {', '.join(INFERENCE_BACKENDS)}, "
-                f"got {self.inference_backend!r}"
-            )
-        if self.model not in ("auto", "mlp", "cnn"):
-            raise ValueError(f"model must be auto, mlp or cnn, got {self.model!r}")
-        if self.trainer not in ("auto", "process", "thread"):
-            raise ValueError(f"trainer must be auto, process or thread, got {self.trainer!r}")
-        if self.progress not in ("auto", "bar", "plain", "off"):
-            raise ValueError(f"progress must be auto, bar, plain or off, got {self.progress!r}")
+        _require_choice(self, "inference_backend", INFERENCE_BACKENDS)
+        _require_choice(self, "model", ("auto", "mlp", "cnn"))
+        _require_choice(self, "trainer", ("auto", "process", "thread"))
+        _require_choice(self, "progress", ("auto", "bar", "plain", "off"))
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together")
         if self.max_queue_unrolls < self.batch_size:
@@ -272,10 +273,7 @@ class ActorConfig:
     ``python -m actors.actor`` each)."""
 
     def __post_init__(self) -> None:
-        if self.start_method not in START_METHODS:
-            raise ValueError(
-                f"start_method must be one of {', '.join(START_METHODS)}, got {self.start_method!r}"
-            )
+        _require_choice(self, "start_method", START_METHODS)
         if self.start_method == "fork" and not hasattr(os, "fork"):
             raise ValueError("start_method fork needs os.fork (not on this platform)")
         if self.num_actors < 1 or self.envs_per_actor < 1:
@@ -286,8 +284,7 @@ class ActorConfig:
             raise ValueError("--tls-cert and --tls-key go together")
         if self.tls_cert is not None and self.tls_ca is None:
             raise ValueError("--tls-cert needs --tls-ca (the CA that signed the learner's cert)")
-        if self.pin_cpus not in PIN_CPUS_MODES:
-            raise ValueError(f"pin_cpus must be auto, on or off, got {self.pin_cpus!r}")
+        _require_choice(self, "pin_cpus", PIN_CPUS_MODES)
         if self.cpu < -1:
             raise ValueError(f"cpu must be a CPU number or -1 (any), got {self.cpu}")
         if not 0 <= self.nice <= 19:
