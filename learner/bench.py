@@ -85,6 +85,14 @@ this VM it went from ~315 k to ~870 k frames/s, bound by the env's own step.
 Per point, system/ideal compares with the same N*K envs instead; with hundreds of envs
 in one numpy-vectorised CartPole the in-process ideal runs away (~500 k frames/s), a
 bound no multi-process system approaches, so it is reported but not the target."""
+FOCUS_POINTS = (Point(64, 1), Point(256, 1))
+"""The points the two ratio targets read. Their windows swing most (64 x K=1 echo: 12k
+and 24k frames/s within minutes on 2026-11-25, same build), so ``--focus-repeats``
+measures their echo and system modes again after the sweep, spread over time."""
+FOCUS_MODES = ("echo", "system")
+DEFAULT_FOCUS_REPEATS = 2
+FOCUS_TARGETS = frozenset({"system_over_echo_64x1", "system_256x1_over_64x1"})
+"""The targets a focus round can judge on its own (the others need the whole sweep)."""
 QUICK_SWEEP = (Point(1, 4), Point(2, 8))
 """--quick: two small points with short windows (``make bench-quick``, the CI smoke run)."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -534,19 +542,25 @@ def summarize(
     more repeats each target also carries its value in every repeat (``runs``, judged
     with that repeat's reference from ``reference_runs``) and whether they all agree
     with the verdict (``steady``): one short window at 64 x K=1 can swing by a third.
+    Rows marked ``focus`` (the extra rounds of :data:`FOCUS_POINTS`) add to those
+    points' medians, and their rounds judge only :data:`FOCUS_TARGETS`.
     """
     table, targets = _summarize_once(rows, ideal_reference_fps)
     repeats = sorted({int(r.get("repeat", 0)) for r in rows})
     if len(repeats) < 2:
         return table, targets
+    focus_rounds = {int(r.get("repeat", 0)) for r in rows if r.get("focus")}
     per_repeat = []
     for repeat in repeats:
         reference = reference_runs[repeat] if repeat < len(reference_runs) else None
         reference = reference if reference is not None else ideal_reference_fps
         subset = [r for r in rows if int(r.get("repeat", 0)) == repeat]
-        per_repeat.append({t["name"]: t["value"] for t in _summarize_once(subset, reference)[1]})
+        values = {t["name"]: t["value"] for t in _summarize_once(subset, reference)[1]}
+        if repeat in focus_rounds:
+            values = {name: v for name, v in values.items() if name in FOCUS_TARGETS}
+        per_repeat.append(values)
     for target in targets:
-        runs = [values[target["name"]] for values in per_repeat]
+        runs = [values[target["name"]] for values in per_repeat if target["name"] in values]
         if all(v is None for v in runs):
             continue
         target["runs"] = runs
@@ -736,6 +750,21 @@ def parse_sweep(text: str) -> tuple[Point, ...]:
     return tuple(points)
 
 
+def focus_rounds(
+    sweep: Sequence[Point], modes: Sequence[str], repeats: int, focus_repeats: int
+) -> list[tuple[int, Point, tuple[str, ...]]]:
+    """(repeat index, point, modes) of the extra rounds after the sweep's ``repeats``.
+
+    Only the focus points the sweep has, only the focus modes asked for; the rounds are
+    numbered after the sweep's repeats so that each is a repeat of its own.
+    """
+    points = [p for p in sweep if p in FOCUS_POINTS]
+    wanted = tuple(m for m in FOCUS_MODES if m in modes)
+    if not points or not wanted:
+        return []
+    return [(repeats + r, p, wanted) for r in range(focus_repeats) for p in points]
+
+
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     sweep = args.sweep or (QUICK_SWEEP if args.quick else DEFAULT_SWEEP)
     warmup = args.warmup_s if args.warmup_s is not None else (0.5 if args.quick else 1.5)
@@ -777,6 +806,12 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                     references[-1] = measure_ideal(IDEAL_REFERENCE_ENVS, settings)["fps"]
             for point in sweep:
                 rows += run_point(point, args.modes, repeat, settings, log)
+        for repeat, point, modes in focus_rounds(
+            sweep, args.modes, args.repeats, args.focus_repeats
+        ):
+            rows += (
+                {**row, "focus": True} for row in run_point(point, modes, repeat, settings, log)
+            )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     measured = [x for x in references if x is not None]
@@ -793,6 +828,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             "sweep": [point.label for point in sweep],
             "modes": list(args.modes),
             "repeats": args.repeats,
+            "focus_repeats": args.focus_repeats,
             "warmup_s": warmup,
             "measure_s": measure,
             "transport": settings.transport,
@@ -835,6 +871,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--modes", type=lambda t: tuple(t.split(",")), default=MODES,
                         help="comma list of ideal,echo,inference,system")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=1, help="sweeps, interleaved; medians")
+    parser.add_argument(
+        "--focus-repeats",
+        type=int,
+        help="extra echo+system rounds of 64x1 and 256x1 after the sweep, for the two ratio "
+        "targets (default 2; 0 with --quick)",
+    )
     parser.add_argument("--warmup-s", type=float, help="after all actors connect (default 1.5)")
     parser.add_argument("--measure-s", type=float, help="measuring window per mode (default 3)")
     parser.add_argument("--connect-timeout-s", type=float, default=120.0)
@@ -862,6 +904,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="bench.json")
     parser.add_argument("--verbose", "-v", action="store_true", help="a line per measurement")
     args = parser.parse_args(args_list)
+    if args.focus_repeats is None:
+        args.focus_repeats = 0 if args.quick else DEFAULT_FOCUS_REPEATS
+    if args.repeats < 1 or args.focus_repeats < 0:
+        parser.error("--repeats must be >= 1 and --focus-repeats >= 0")
     unknown = set(args.modes) - set(MODES)
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; choose from {MODES}")

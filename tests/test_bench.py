@@ -25,6 +25,7 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     report = json.loads(out.read_text())
     assert report["schema"] == "seedrl-bench/1"
     assert report["settings"]["sweep"] == ["2x4b8"]
+    assert report["settings"]["focus_repeats"] == 0  # --quick: no focus rounds
     assert {row["batch"] for row in report["results"]} == {8}
     assert report["machine"]["cpus"] >= 1
     assert report["ideal_reference"]["envs"] == 64
@@ -180,6 +181,55 @@ def test_flushing_round_trip_stats_imports_no_numpy_ma(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     assert (tmp_path / next(tmp_path.iterdir()).name).read_text().count("rtt_p50_ms") == 1
+
+
+def test_focus_rounds_judge_only_the_ratio_targets_and_add_to_the_medians():
+    def row(n, k, mode, fps, repeat, **extra):
+        return {"n": n, "k": k, "mode": mode, "fps": fps, "repeat": repeat, **extra}
+
+    rows = [
+        row(64, 1, "ideal", 1000.0, 0),
+        row(64, 1, "echo", 100.0, 0),
+        row(64, 1, "system", 70.0, 0),
+        row(256, 1, "system", 50.0, 0),
+        # A focus round: only 64x1 and 256x1, echo and system, as a repeat of its own.
+        row(64, 1, "echo", 100.0, 1, focus=True),
+        row(64, 1, "system", 95.0, 1, focus=True),
+        row(256, 1, "system", 80.0, 1, focus=True),
+        row(64, 1, "echo", 100.0, 2, focus=True),
+        row(64, 1, "system", 92.0, 2, focus=True),
+        row(256, 1, "system", 76.0, 2, focus=True),
+    ]
+    points, targets = summarize(rows, 1000.0, [1000.0])
+    by_point = {p["point"]: p for p in points}
+    assert by_point["64x1"]["system_fps"] == 92.0  # the median of 70, 95 and 92
+    assert by_point["256x1"]["system_fps"] == 76.0
+    checks = {t["name"]: t for t in targets}
+    echo = checks["system_over_echo_64x1"]
+    assert echo["value"] == pytest.approx(0.92)
+    assert echo["runs"] == pytest.approx([0.70, 0.95, 0.92])
+    assert echo["pass"] is True and echo["steady"] is False
+    assert checks["system_256x1_over_64x1"]["runs"] == pytest.approx([50 / 70, 80 / 95, 76 / 92])
+    # A focus round has no sweep: it must not offer 64x1 as the best configuration.
+    assert checks["best_system_over_ideal"]["runs"] == pytest.approx([70.0 / 1000.0])
+
+
+def test_focus_rounds_follow_the_sweep_and_the_modes():
+    from learner.bench import DEFAULT_SWEEP, focus_rounds
+
+    both = ("echo", "system")
+    assert focus_rounds(DEFAULT_SWEEP, MODES, 2, 2) == [
+        (2, Point(64, 1), both),
+        (2, Point(256, 1), both),
+        (3, Point(64, 1), both),
+        (3, Point(256, 1), both),
+    ]
+    assert focus_rounds((Point(64, 1), Point(4, 8)), ("system",), 1, 1) == [
+        (1, Point(64, 1), ("system",))
+    ]
+    assert focus_rounds((Point(4, 8),), MODES, 1, 3) == []  # no focus point in the sweep
+    assert focus_rounds(DEFAULT_SWEEP, ("ideal", "inference"), 1, 3) == []
+    assert focus_rounds(DEFAULT_SWEEP, MODES, 1, 0) == []
 
 
 def test_a_point_with_a_training_batch_starts_the_learner_with_it(tmp_path):
