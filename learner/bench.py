@@ -549,14 +549,14 @@ def summarize(
     repeats = sorted({int(r.get("repeat", 0)) for r in rows})
     if len(repeats) < 2:
         return table, targets
-    focus_rounds = {int(r.get("repeat", 0)) for r in rows if r.get("focus")}
+    in_focus = {int(r.get("repeat", 0)) for r in rows if r.get("focus")}
     per_repeat = []
     for repeat in repeats:
         reference = reference_runs[repeat] if repeat < len(reference_runs) else None
         reference = reference if reference is not None else ideal_reference_fps
         subset = [r for r in rows if int(r.get("repeat", 0)) == repeat]
         values = {t["name"]: t["value"] for t in _summarize_once(subset, reference)[1]}
-        if repeat in focus_rounds:
+        if repeat in in_focus:
             values = {name: v for name, v in values.items() if name in FOCUS_TARGETS}
         per_repeat.append(values)
     for target in targets:
