@@ -86,13 +86,15 @@ Per point, system/ideal compares with the same N*K envs instead; with hundreds o
 in one numpy-vectorised CartPole the in-process ideal runs away (~500 k frames/s), a
 bound no multi-process system approaches, so it is reported but not the target."""
 FOCUS_POINTS = (Point(64, 1), Point(256, 1))
-"""The points the two ratio targets read. Their windows swing most (64 x K=1 echo: 12k
-and 24k frames/s within minutes on 2026-11-25, same build), so ``--focus-repeats``
-measures their echo and system modes again after the sweep, spread over time."""
+"""The points the two ratio targets read. Windows swing with the machine's phases (64 x
+K=1 echo: 12k and 24k frames/s within minutes on 2026-11-25, same build), so
+``--focus-repeats`` rounds measure their echo and system modes again after the sweep,
+each pair back to back, and the sweep's best point beside a fresh one-process ideal."""
 FOCUS_MODES = ("echo", "system")
 DEFAULT_FOCUS_REPEATS = 2
 FOCUS_TARGETS = frozenset({"system_over_echo_64x1", "system_256x1_over_64x1"})
-"""The targets a focus round can judge on its own (the others need the whole sweep)."""
+"""The targets every focus round judges; it judges the best configuration too when it
+re-measured the sweep's best point (the others need the whole sweep)."""
 QUICK_SWEEP = (Point(1, 4), Point(2, 8))
 """--quick: two small points with short windows (``make bench-quick``, the CI smoke run)."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -114,9 +116,10 @@ class Target:
     higher_is_better: bool = True
 
 
+BEST_TARGET = "best_system_over_ideal"
 TARGETS = (
     Target(
-        "best_system_over_ideal",
+        BEST_TARGET,
         f"best system fps / ideal fps with {IDEAL_REFERENCE_ENVS} envs (training on)",
         0.5,
     ),
@@ -542,22 +545,28 @@ def summarize(
     more repeats each target also carries its value in every repeat (``runs``, judged
     with that repeat's reference from ``reference_runs``) and whether they all agree
     with the verdict (``steady``): one short window at 64 x K=1 can swing by a third.
-    Rows marked ``focus`` (the extra rounds of :data:`FOCUS_POINTS`) add to those
-    points' medians, and their rounds judge only :data:`FOCUS_TARGETS`.
+    Rows marked ``focus`` (the extra rounds, :func:`focus_plan`) add to their points'
+    medians; a focus round judges :data:`FOCUS_TARGETS`, and the best configuration
+    only when its own best point is the sweep's.
     """
     table, targets = _summarize_once(rows, ideal_reference_fps)
     repeats = sorted({int(r.get("repeat", 0)) for r in rows})
     if len(repeats) < 2:
         return table, targets
     in_focus = {int(r.get("repeat", 0)) for r in rows if r.get("focus")}
+    best_point = next((t.get("point") for t in targets if t["name"] == BEST_TARGET), None)
     per_repeat = []
     for repeat in repeats:
         reference = reference_runs[repeat] if repeat < len(reference_runs) else None
         reference = reference if reference is not None else ideal_reference_fps
         subset = [r for r in rows if int(r.get("repeat", 0)) == repeat]
-        values = {t["name"]: t["value"] for t in _summarize_once(subset, reference)[1]}
+        checks = _summarize_once(subset, reference)[1]
+        values = {t["name"]: t["value"] for t in checks}
         if repeat in in_focus:
-            values = {name: v for name, v in values.items() if name in FOCUS_TARGETS}
+            in_round = set(FOCUS_TARGETS)
+            if any(t["name"] == BEST_TARGET and t.get("point") == best_point for t in checks):
+                in_round.add(BEST_TARGET)
+            values = {name: v for name, v in values.items() if name in in_round}
         per_repeat.append(values)
     for target in targets:
         runs = [values[target["name"]] for values in per_repeat if target["name"] in values]
@@ -611,7 +620,7 @@ def _summarize_once(
     rss_64 = _median_field(rows, "64x1", "system", "learner_rss_mb")
     rss_1 = _median_field(rows, "1x1", "system", "learner_rss_mb")
     values = {
-        "best_system_over_ideal": _ratio(best_fps, ideal_reference_fps),
+        BEST_TARGET: _ratio(best_fps, ideal_reference_fps),
         "system_over_echo_64x1": _ratio(fps("64x1", "system"), fps("64x1", "echo")),
         "actor_rss_mb_max": max(actor_rss, default=None),
         "learner_rss_mb_per_actor": (
@@ -619,7 +628,7 @@ def _summarize_once(
         ),
         "system_256x1_over_64x1": _ratio(fps("256x1", "system"), fps("64x1", "system")),
     }
-    where = {"best_system_over_ideal": best_point}
+    where = {BEST_TARGET: best_point}
     targets = []
     for t in TARGETS:
         value = values[t.name]
@@ -750,19 +759,33 @@ def parse_sweep(text: str) -> tuple[Point, ...]:
     return tuple(points)
 
 
-def focus_rounds(
-    sweep: Sequence[Point], modes: Sequence[str], repeats: int, focus_repeats: int
-) -> list[tuple[int, Point, tuple[str, ...]]]:
-    """(repeat index, point, modes) of the extra rounds after the sweep's ``repeats``.
-
-    Only the focus points the sweep has, only the focus modes asked for; the rounds are
-    numbered after the sweep's repeats so that each is a repeat of its own.
-    """
-    points = [p for p in sweep if p in FOCUS_POINTS]
+def focus_plan(
+    sweep: Sequence[Point], modes: Sequence[str], best: Point | None
+) -> list[tuple[Point, tuple[str, ...]]]:
+    """(point, modes) of one focus round: the sweep's best point in system mode (the
+    round also measures a one-process ideal beside it), then the focus points the sweep
+    has in the focus modes asked for."""
+    plan: list[tuple[Point, tuple[str, ...]]] = []
+    if best is not None and best not in FOCUS_POINTS and "system" in modes:
+        plan.append((best, ("system",)))
     wanted = tuple(m for m in FOCUS_MODES if m in modes)
-    if not points or not wanted:
-        return []
-    return [(repeats + r, p, wanted) for r in range(focus_repeats) for p in points]
+    if wanted:
+        plan += [(p, wanted) for p in sweep if p in FOCUS_POINTS]
+    return plan
+
+
+def measure_reference(settings: Settings) -> float | None:
+    """The best-configuration target's limit: one process with IDEAL_REFERENCE_ENVS envs."""
+    with contextlib.suppress(subprocess.SubprocessError, ValueError, IndexError):
+        return float(measure_ideal(IDEAL_REFERENCE_ENVS, settings)["fps"])
+    return None
+
+
+def sweep_best_point(rows: list[dict[str, Any]]) -> Point | None:
+    """The point whose median system frames/s is highest (the best configuration)."""
+    table = _summarize_once(rows, None)[0]
+    best = max((p for p in table if p["system_fps"]), key=lambda p: p["system_fps"], default=None)
+    return None if best is None else Point(best["n"], best["k"], best["batch"])
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -800,18 +823,21 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     references: list[float | None] = []  # one per repeat (None: not measured)
     try:
         for repeat in range(args.repeats):
-            references.append(None)
-            if "ideal" in args.modes:
-                with contextlib.suppress(subprocess.SubprocessError, ValueError, IndexError):
-                    references[-1] = measure_ideal(IDEAL_REFERENCE_ENVS, settings)["fps"]
+            references.append(measure_reference(settings) if "ideal" in args.modes else None)
             for point in sweep:
                 rows += run_point(point, args.modes, repeat, settings, log)
-        for repeat, point, modes in focus_rounds(
-            sweep, args.modes, args.repeats, args.focus_repeats
-        ):
-            rows += (
-                {**row, "focus": True} for row in run_point(point, modes, repeat, settings, log)
-            )
+        best = sweep_best_point(rows)
+        plan = focus_plan(sweep, args.modes, best)
+        judges_best = "ideal" in args.modes and any(
+            point == best and "system" in modes for point, modes in plan
+        )
+        rounds = args.focus_repeats if plan else 0
+        for repeat in range(args.repeats, args.repeats + rounds):
+            # The one-process limit, measured right before the best point it judges.
+            references.append(measure_reference(settings) if judges_best else None)
+            for point, modes in plan:
+                focus_rows = run_point(point, modes, repeat, settings, log)
+                rows += ({**row, "focus": True} for row in focus_rows)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     measured = [x for x in references if x is not None]
@@ -874,8 +900,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--focus-repeats",
         type=int,
-        help="extra echo+system rounds of 64x1 and 256x1 after the sweep, for the two ratio "
-        "targets (default 2; 0 with --quick)",
+        help="rounds after the sweep that measure again, back to back, 64x1 and 256x1 (echo, "
+        "system) and the best point beside a one-process ideal (default 2; 0 with --quick)",
     )
     parser.add_argument("--warmup-s", type=float, help="after all actors connect (default 1.5)")
     parser.add_argument("--measure-s", type=float, help="measuring window per mode (default 3)")

@@ -183,53 +183,76 @@ def test_flushing_round_trip_stats_imports_no_numpy_ma(tmp_path):
     assert (tmp_path / next(tmp_path.iterdir()).name).read_text().count("rtt_p50_ms") == 1
 
 
-def test_focus_rounds_judge_only_the_ratio_targets_and_add_to_the_medians():
+def test_focus_rounds_add_to_the_medians_and_judge_what_they_measured():
     def row(n, k, mode, fps, repeat, **extra):
         return {"n": n, "k": k, "mode": mode, "fps": fps, "repeat": repeat, **extra}
 
+    best = {"point": "1x512b128", "batch": 128}
     rows = [
         row(64, 1, "ideal", 1000.0, 0),
-        row(64, 1, "echo", 100.0, 0),
+        row(64, 1, "echo", 100.0, 0, actor_rss_mb_max=47.0),
         row(64, 1, "system", 70.0, 0),
         row(256, 1, "system", 50.0, 0),
-        # A focus round: only 64x1 and 256x1, echo and system, as a repeat of its own.
-        row(64, 1, "echo", 100.0, 1, focus=True),
+        row(1, 512, "system", 600.0, 0, **best),
+        # Focus rounds, each a repeat of its own: the best point beside a fresh ideal
+        # (round 1 only), then 64x1 and 256x1, echo and system.
+        row(1, 512, "system", 480.0, 1, focus=True, **best),
+        row(64, 1, "echo", 100.0, 1, focus=True, actor_rss_mb_max=48.0),
         row(64, 1, "system", 95.0, 1, focus=True),
         row(256, 1, "system", 80.0, 1, focus=True),
         row(64, 1, "echo", 100.0, 2, focus=True),
         row(64, 1, "system", 92.0, 2, focus=True),
         row(256, 1, "system", 76.0, 2, focus=True),
     ]
-    points, targets = summarize(rows, 1000.0, [1000.0])
+    points, targets = summarize(rows, 1100.0, [1200.0, 1000.0, None])
     by_point = {p["point"]: p for p in points}
     assert by_point["64x1"]["system_fps"] == 92.0  # the median of 70, 95 and 92
     assert by_point["256x1"]["system_fps"] == 76.0
+    assert by_point["1x512b128"]["system_fps"] == 540.0
     checks = {t["name"]: t for t in targets}
     echo = checks["system_over_echo_64x1"]
     assert echo["value"] == pytest.approx(0.92)
     assert echo["runs"] == pytest.approx([0.70, 0.95, 0.92])
     assert echo["pass"] is True and echo["steady"] is False
     assert checks["system_256x1_over_64x1"]["runs"] == pytest.approx([50 / 70, 80 / 95, 76 / 92])
-    # A focus round has no sweep: it must not offer 64x1 as the best configuration.
-    assert checks["best_system_over_ideal"]["runs"] == pytest.approx([70.0 / 1000.0])
+    # Round 1 re-measured the best point beside its own ideal; round 2 did not, and its
+    # fastest point (64x1) must not stand in for the best configuration.
+    best_check = checks["best_system_over_ideal"]
+    assert best_check["point"] == "1x512b128"
+    assert best_check["value"] == pytest.approx(540.0 / 1100.0)
+    assert best_check["runs"] == pytest.approx([600.0 / 1200.0, 480.0 / 1000.0])
+    # Other targets count every measurement, but only the sweep's repeats judge them.
+    assert checks["actor_rss_mb_max"]["value"] == 48.0
+    assert checks["actor_rss_mb_max"]["runs"] == [47.0]
 
 
-def test_focus_rounds_follow_the_sweep_and_the_modes():
-    from learner.bench import DEFAULT_SWEEP, focus_rounds
+def test_a_focus_round_remeasures_the_best_point_and_the_ratio_points():
+    from learner.bench import DEFAULT_SWEEP, focus_plan, sweep_best_point
 
     both = ("echo", "system")
-    assert focus_rounds(DEFAULT_SWEEP, MODES, 2, 2) == [
-        (2, Point(64, 1), both),
-        (2, Point(256, 1), both),
-        (3, Point(64, 1), both),
-        (3, Point(256, 1), both),
+    best = Point(1, 512, 128)
+    assert focus_plan(DEFAULT_SWEEP, MODES, best) == [
+        (best, ("system",)),
+        (Point(64, 1), both),
+        (Point(256, 1), both),
     ]
-    assert focus_rounds((Point(64, 1), Point(4, 8)), ("system",), 1, 1) == [
-        (1, Point(64, 1), ("system",))
+    assert focus_plan((Point(64, 1), Point(4, 8)), ("system",), Point(64, 1)) == [
+        (Point(64, 1), ("system",))  # the best point is a focus point: measured once
     ]
-    assert focus_rounds((Point(4, 8),), MODES, 1, 3) == []  # no focus point in the sweep
-    assert focus_rounds(DEFAULT_SWEEP, ("ideal", "inference"), 1, 3) == []
-    assert focus_rounds(DEFAULT_SWEEP, MODES, 1, 0) == []
+    assert focus_plan((Point(4, 8),), ("echo",), Point(4, 8)) == []
+    assert focus_plan(DEFAULT_SWEEP, ("ideal", "inference"), best) == []
+    assert focus_plan(DEFAULT_SWEEP, ("echo",), None) == [
+        (Point(64, 1), ("echo",)),
+        (Point(256, 1), ("echo",)),
+    ]
+
+    def row(point, n, k, batch, fps):
+        return {"point": point, "n": n, "k": k, "batch": batch, "mode": "system", "fps": fps}
+
+    rows = [row("64x1", 64, 1, 0, 10.0), row("1x512b128", 1, 512, 128, 600.0)]
+    rows.append({**row("2x256b128", 2, 256, 128, 0.0), "error": "did not connect"})
+    assert sweep_best_point(rows) == best
+    assert sweep_best_point([]) is None
 
 
 def test_a_point_with_a_training_batch_starts_the_learner_with_it(tmp_path):
