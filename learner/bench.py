@@ -17,8 +17,11 @@ measure the very same actors. Throughput, batch sizes, waits and learner RSS com
 the server's ``metrics.jsonl`` over a measuring window that starts after a warm-up once
 all N actors are connected; step latency comes from the actors themselves
 (``$SEEDRL_ACTOR_STATS_DIR``, see :mod:`actors.latency`); CPU and actor RSS from
-``/proc``. The table is printed and everything is written to ``bench.json``, with
-pass/fail columns against the speed targets (targets live here, never in tests).
+``/proc``. After the sweep, focus rounds (:func:`focus_plan`) measure again what the
+targets read, each pair back to back: the best point beside a fresh one-process ideal,
+and 64x1 and 256x1 against echo. The table is printed and everything is written to
+``bench.json``, with pass/fail columns against the speed targets (targets live here,
+never in tests).
 
 ``python -m learner.bench ideal --envs E --seconds S`` is the ideal worker (JSON on stdout).
 """
