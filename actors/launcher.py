@@ -41,7 +41,12 @@ HEALTHY_RUN_S = 30.0
 
 def actor_command(config: ActorConfig, index: int, cpu: int = -1) -> list[str]:
     """The command line of actor ``index`` (same settings, its own index and CPU)."""
-    args = [sys.executable, "-m", "actors.actor"]
+    return [sys.executable, "-m", "actors.actor", *actor_args(config, index, cpu)]
+
+
+def actor_args(config: ActorConfig, index: int, cpu: int = -1) -> list[str]:
+    """The arguments of actor ``index`` for ``actors.actor.main``, launcher flags left out."""
+    args: list[str] = []
     for f in dataclasses.fields(config):
         if f.name in ("num_actors", "first_index", "restart", "pin_cpus", "cpu", "start_method"):
             continue
@@ -156,11 +161,11 @@ class Launcher:
             self._spawn(index)
 
     def _spawn(self, index: int) -> None:
-        command = actor_command(self.config, index, self._cpus.get(index, -1))
+        cpu = self._cpus.get(index, -1)
         if self.config.start_method == "fork":
-            self.procs[index] = ForkedActor(command[3:])  # the arguments after -m actors.actor
+            self.procs[index] = ForkedActor(actor_args(self.config, index, cpu))
         else:
-            self.procs[index] = subprocess.Popen(command)
+            self.procs[index] = subprocess.Popen(actor_command(self.config, index, cpu))
         self._started[index] = time.monotonic()
 
     def poll(self) -> bool:
