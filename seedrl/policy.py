@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from seedrl.config import INFERENCE_BACKENDS
-from seedrl.models import ActionHead, ActorCritic, CategoricalHead, Tanh
+from seedrl.models import ActionHead, ActorCritic, CategoricalHead, Linear, Tanh
 
 CoreStateArrays = tuple[np.ndarray, ...]
 """Recurrent state as numpy rows ``[B, H]``; empty for feed-forward models."""
@@ -144,9 +144,10 @@ def _linear_tanh_layers(torso: nn.Module) -> list[tuple[np.ndarray, np.ndarray]]
         return None
     layers = []
     for linear, activation in zip(modules[::2], modules[1::2], strict=True):
-        if type(linear) is not nn.Linear or type(activation) not in (nn.Tanh, Tanh):
+        # Exact types: a subclass of either may compute something else.
+        if not isinstance(linear, nn.Linear) or type(linear) not in (nn.Linear, Linear):
             return None
-        if linear.bias is None:
+        if type(activation) not in (nn.Tanh, Tanh) or linear.bias is None:
             return None
         layers.append((_view(linear.weight).T, _view(linear.bias)))
     return layers

@@ -280,3 +280,115 @@ def test_tanh_mlp_loads_an_nn_tanh_checkpoint():
     ours.load_state_dict(theirs.state_dict())
     x = torch.randn(5, 4)
     torch.testing.assert_close(ours(x), theirs(x), atol=1e-6, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- Linear
+
+
+def _path_calls(monkeypatch) -> list[torch.Tensor]:
+    calls: list[torch.Tensor] = []
+    real_apply = models._WideLinear.apply
+
+    def counting_apply(x, weight, bias):
+        calls.append(x)
+        return real_apply(x, weight, bias)
+
+    monkeypatch.setattr(models._WideLinear, "apply", counting_apply)
+    return calls
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_wide_linear_matches_nn_linear_in_value_and_every_gradient(monkeypatch, bias):
+    """A layer with fewer inputs than outputs takes its own backward: same numbers."""
+    calls = _path_calls(monkeypatch)
+    ours = models.Linear(4, 16, bias=bias).double()
+    theirs = torch.nn.Linear(4, 16, bias=bias).double()
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(50, 4, dtype=torch.float64, requires_grad=True)
+    x_theirs = x.detach().clone().requires_grad_(True)
+    upstream = torch.randn(50, 16, dtype=torch.float64)
+
+    (ours(x) * upstream).sum().backward()
+    (theirs(x_theirs) * upstream).sum().backward()
+
+    assert len(calls) == 1
+    torch.testing.assert_close(x.grad, x_theirs.grad)
+    for mine, reference in zip(ours.parameters(), theirs.parameters(), strict=True):
+        assert mine.grad is not None and mine.grad.is_contiguous()
+        torch.testing.assert_close(mine.grad, reference.grad)
+    assert torch.autograd.gradcheck(
+        lambda x, w: models._WideLinear.apply(x, w, None), (x, ours.weight)
+    )
+
+
+def test_wide_linear_skips_the_input_gradient_of_observations(monkeypatch):
+    """Observations need no gradient: the backward does not compute one."""
+    calls = _path_calls(monkeypatch)
+    layer = models.Linear(3, 8)
+    layer(torch.randn(10, 3)).sum().backward()
+    assert len(calls) == 1
+    assert layer.weight.grad is not None and layer.bias.grad is not None
+
+
+def test_linear_keeps_nn_linear_path_where_the_layout_does_not_matter(monkeypatch):
+    """Narrow layers, no-grad passes (inference) and batched 3-d inputs: nn.Linear's own."""
+    calls = _path_calls(monkeypatch)
+    models.Linear(16, 4)(torch.randn(10, 16))
+    with torch.no_grad():
+        models.Linear(4, 16)(torch.randn(10, 4))
+    models.Linear(4, 16)(torch.randn(2, 10, 4))
+    frozen = models.Linear(4, 16)
+    frozen.requires_grad_(False)
+    frozen(torch.randn(10, 4))
+    assert calls == []
+
+
+def test_mlp_loads_an_nn_linear_checkpoint():
+    """Same parameters as nn.Linear: state dicts load both ways."""
+    ours, _ = models.mlp(4, (8, 8))
+    theirs = torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8), torch.nn.Tanh()
+    )
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(ours(x), theirs(x), atol=1e-6, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- log_softmax_last
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (20, 128, 2),
+        (models.ACTION_MAJOR_MIN_ROWS, 6),
+        (3, 5),
+        (300, models.ACTION_MAJOR_MAX_ACTIONS),
+    ],
+)
+def test_log_softmax_last_equals_torch_in_value_and_gradient(shape):
+    """Action-major (large batches, few actions) or direct, it is log_softmax over -1."""
+    logits = (torch.randn(*shape, dtype=torch.float64) * 5).requires_grad_(True)
+    reference = logits.detach().clone().requires_grad_(True)
+    upstream = torch.randn(*shape, dtype=torch.float64)
+
+    ours = models.log_softmax_last(logits)
+    (ours * upstream).sum().backward()
+    (torch.log_softmax(reference, -1) * upstream).sum().backward()
+
+    assert ours.shape == logits.shape
+    torch.testing.assert_close(ours, torch.log_softmax(reference, -1))
+    torch.testing.assert_close(logits.grad, reference.grad)
+
+
+def test_categorical_head_on_a_training_batch_of_strided_logits():
+    """Time-major views of batch-major logits (what the trainer passes) give the same
+    log-probabilities and entropies as the plain formulas."""
+    head = models.CategoricalHead(3)
+    logits = torch.randn(128, 21, 3).transpose(0, 1)[:20]
+    actions = torch.randint(0, 3, (20, 128))
+    plain = torch.log_softmax(logits, -1)
+    torch.testing.assert_close(
+        head.log_prob(logits, actions), plain.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    )
+    torch.testing.assert_close(head.entropy(logits), -(plain.exp() * plain).sum(-1))
