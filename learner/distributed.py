@@ -201,25 +201,16 @@ class RankSync:
             )
         return Control(contributors, stop, frames_all, episodes_all)
 
-    def average_gradients(
-        self, params: list[torch.nn.Parameter], flat: torch.Tensor, contributed: bool, count: int
-    ) -> None:
-        """All-reduce the gradients into ``flat`` and leave their mean over contributors."""
-        offset = 0
-        for p in params:
-            n = p.numel()
-            if contributed and p.grad is not None:
-                flat[offset : offset + n].copy_(p.grad.reshape(-1))
-            else:
-                flat[offset : offset + n].zero_()
-            offset += n
+    def average_gradients(self, flat: torch.Tensor, contributed: bool, count: int) -> None:
+        """All-reduce the flat gradient buffer and leave its mean over contributors.
+
+        Every parameter's ``.grad`` is a view into ``flat`` (``GradientBuffer``), so the
+        collective averages them in place. A rank without a batch contributes zeros.
+        """
+        if not contributed:
+            flat.zero_()
         dist.all_reduce(flat)
         flat.div_(count)
-        offset = 0
-        for p in params:
-            n = p.numel()
-            p.grad = flat[offset : offset + n].view_as(p)
-            offset += n
 
     def metrics(self) -> dict[str, Any]:
         """Extra keys for this rank's metrics record."""
@@ -287,10 +278,6 @@ class DistributedTrainer(Trainer):
     def __init__(self, *args: Any, sync: RankSync, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sync = sync
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.flat_grads = torch.zeros(
-            sum(p.numel() for p in self.params), dtype=torch.float32, device=self.device
-        )
 
     def run(self) -> None:
         batch_size = self.config.batch_size
@@ -307,7 +294,7 @@ class DistributedTrainer(Trainer):
     def lockstep(self, unrolls: Unrolls | None) -> tuple[dict[str, float] | None, bool]:
         """Local backward (if this rank has a batch), then the shared averaged update."""
         parts: dict[str, torch.Tensor] | None = None
-        self.optimizer.zero_grad(set_to_none=True)
+        self.grads.zero()
         if unrolls is not None:
             batch = to_time_major(unrolls, self.device)
             core_state = tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state)
@@ -323,10 +310,10 @@ class DistributedTrainer(Trainer):
         if control.contributors == 0:
             return None, control.stop
         contributed = parts is not None
-        self.sync.average_gradients(self.params, self.flat_grads, contributed, control.contributors)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm)
+        self.sync.average_gradients(self.grads.flat, contributed, control.contributors)
+        grad_norm = self.grads.clip_norm(self.config.max_grad_norm)
         if not torch.isfinite(grad_norm):  # the same averaged gradient on every rank
-            self.optimizer.zero_grad(set_to_none=True)
+            self.grads.zero()
             self._skip("gradient")
             return None, control.stop
         with self.weights_lock:

@@ -1,4 +1,5 @@
-"""The V-trace actor-critic loss: masking, termination vs truncation, advantage scaling."""
+"""The V-trace actor-critic loss (masking, termination vs truncation, advantage scaling)
+and the step around it (flat gradients, clipping)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from support import random_unrolls
 
 from learner.run import build_learner, make_trainer
-from learner.trainer import Trainer, to_time_major
+from learner.trainer import GradientBuffer, Trainer, to_time_major
 from learner.trajectories import Unrolls
 from seedrl import vtrace
 from seedrl.config import LearnerConfig
@@ -111,3 +112,67 @@ def test_normalized_advantages_make_the_policy_loss_scale_free(tmp_path):
     assert abs(raw_large - 10 * raw_small) < 1e-3 * max(1.0, abs(raw_large))
     norm_small, norm_large = losses[True]
     assert abs(norm_small - norm_large) < 1e-5
+
+
+# ---------------------------------------------------------------------- the step
+
+
+def _twin_models(seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.manual_seed(seed)
+    ours = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    theirs.load_state_dict(ours.state_dict())
+    return ours, theirs
+
+
+def _grads_are_views_of(grads: GradientBuffer, model: torch.nn.Module) -> bool:
+    flat = grads.flat.untyped_storage().data_ptr()
+    return all(
+        p.grad is not None and p.grad.untyped_storage().data_ptr() == flat
+        for p in model.parameters()
+    )
+
+
+def _backward(model: torch.nn.Module, scale: float) -> None:
+    x = torch.linspace(-1, 1, 12).reshape(4, 3)
+    (model(x).pow(2).sum() * scale).backward()
+
+
+def test_gradient_buffer_clips_as_torch_does_and_its_views_survive_backward():
+    """Gradients accumulate into the flat buffer's views (two backwards add up), and the
+    clipped result and the norm are torch's ``clip_grad_norm_``'s."""
+    ours, theirs = _twin_models()
+    grads = GradientBuffer(ours.parameters(), torch.device("cpu"))
+    for scale in (50.0, 30.0):
+        _backward(ours, scale)
+        _backward(theirs, scale)
+    assert _grads_are_views_of(grads, ours)
+    norm = grads.clip_norm(1.0)
+    reference = torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
+    torch.testing.assert_close(norm, reference)
+    assert float(norm) > 1.0  # the case where clipping changes the gradients
+    for mine, their in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(mine.grad, their.grad)
+
+    grads.zero()
+    assert all(p.grad is not None and not p.grad.any() for p in ours.parameters())
+    _backward(ours, 1e-3)  # small: no clipping
+    before = grads.flat.clone()
+    grads.clip_norm(1.0)
+    torch.testing.assert_close(grads.flat, before)
+
+
+def test_a_skipped_gradient_leaves_the_buffer_zeroed_and_attached(tmp_path, monkeypatch):
+    """A non-finite gradient skips the step; the next step trains on fresh gradients."""
+    trainer = _trainer(tmp_path)
+    weights = [p.detach().clone() for p in trainer.model.parameters()]
+    monkeypatch.setattr(trainer.grads, "clip_norm", lambda max_norm: torch.tensor(float("nan")))
+    assert trainer.train_step(_unrolls()) is None
+    assert trainer.stats.nonfinite_skipped == 1
+    assert not trainer.grads.flat.any()
+    for before, p in zip(weights, trainer.model.parameters(), strict=True):
+        torch.testing.assert_close(p.detach(), before)
+    monkeypatch.undo()
+    assert trainer.train_step(_unrolls()) is not None
+    assert trainer.grads.flat.abs().sum() > 0
+    assert _grads_are_views_of(trainer.grads, trainer.model)
