@@ -62,7 +62,8 @@ class GradientBuffer:
 
     def __init__(self, parameters, device: torch.device) -> None:
         self.params = [p for p in parameters if p.requires_grad]
-        self.flat = torch.zeros(sum(p.numel() for p in self.params), device=device)
+        dtype = self.params[0].dtype if self.params else torch.float32
+        self.flat = torch.zeros(sum(p.numel() for p in self.params), dtype=dtype, device=device)
         offset = 0
         for p in self.params:
             p.grad = self.flat[offset : offset + p.numel()].view_as(p)

@@ -271,15 +271,18 @@ def test_numpy_tanh_speed_check_is_cached_bool():
     assert models.numpy_tanh_is_faster() is first
 
 
-def test_tanh_mlp_loads_an_nn_tanh_checkpoint():
-    """The layer has no parameters, so state dicts of nn.Tanh MLPs load unchanged."""
-    ours, _ = models.mlp(4, (8, 8))
-    theirs = torch.nn.Sequential(
-        torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8), torch.nn.Tanh()
-    )
-    ours.load_state_dict(theirs.state_dict())
+def test_mlp_and_a_plain_nn_mlp_load_each_others_checkpoints():
+    """Our Tanh has no parameters and our Linear has nn.Linear's: state dicts of plain
+    nn.Linear/nn.Tanh MLPs load into ours, and ours into them."""
     x = torch.randn(5, 4)
-    torch.testing.assert_close(ours(x), theirs(x), atol=1e-6, rtol=1e-6)
+    for direction in ("into ours", "into theirs"):
+        ours, _ = models.mlp(4, (8, 8))
+        theirs = torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8), torch.nn.Tanh()
+        )
+        source, target = (theirs, ours) if direction == "into ours" else (ours, theirs)
+        target.load_state_dict(source.state_dict())
+        torch.testing.assert_close(ours(x), theirs(x), atol=1e-6, rtol=1e-6)
 
 
 # ---------------------------------------------------------------------- Linear
@@ -341,17 +344,6 @@ def test_linear_keeps_nn_linear_path_where_the_layout_does_not_matter(monkeypatc
     frozen.requires_grad_(False)
     frozen(torch.randn(10, 4))
     assert calls == []
-
-
-def test_mlp_loads_an_nn_linear_checkpoint():
-    """Same parameters as nn.Linear: state dicts load both ways."""
-    ours, _ = models.mlp(4, (8, 8))
-    theirs = torch.nn.Sequential(
-        torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8), torch.nn.Tanh()
-    )
-    theirs.load_state_dict(ours.state_dict())
-    x = torch.randn(5, 4)
-    torch.testing.assert_close(ours(x), theirs(x), atol=1e-6, rtol=1e-6)
 
 
 # ---------------------------------------------------------------------- log_softmax_last
