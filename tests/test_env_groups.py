@@ -17,7 +17,9 @@ def test_env_groups_must_divide_envs_per_actor():
 
 def test_one_actor_process_with_two_groups_opens_two_streams(tmp_path):
     with learner_process(tmp_path, "--total-frames", "4000") as (learner, port):
-        with running(actor_args(port, 1, 4, "--env-groups", "2")) as actors:
+        with running(
+            actor_args(port, 1, 4, "--env-groups", "2", "--max-backoff-s", "0.5")
+        ) as actors:
             wait_until(
                 lambda: any(r["actors_connected"] == 2 for r in read_records(tmp_path)),
                 timeout=60,
