@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 
 import torch
 
@@ -60,12 +61,12 @@ class GradientBuffer:
     them to None (use ``zero``).
     """
 
-    def __init__(self, parameters, device: torch.device) -> None:
-        self.params = [p for p in parameters if p.requires_grad]
-        dtype = self.params[0].dtype if self.params else torch.float32
-        self.flat = torch.zeros(sum(p.numel() for p in self.params), dtype=dtype, device=device)
+    def __init__(self, parameters: Iterable[torch.nn.Parameter], device: torch.device) -> None:
+        trainable = [p for p in parameters if p.requires_grad]
+        dtype = trainable[0].dtype if trainable else torch.float32
+        self.flat = torch.zeros(sum(p.numel() for p in trainable), dtype=dtype, device=device)
         offset = 0
-        for p in self.params:
+        for p in trainable:
             p.grad = self.flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
 
