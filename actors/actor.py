@@ -297,8 +297,7 @@ class Actor:
                 )
             )
             sent = clock()
-            stream.write(frame)
-            data = stream.read()
+            data = stream.exchange(frame)
             record_rtt(clock() - sent)
             if data is None:
                 return self._ended(stream)

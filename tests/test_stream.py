@@ -85,6 +85,45 @@ def test_round_trips_end_with_ok(stream_class: StreamClass) -> None:
 
 
 @pytest.mark.parametrize("stream_class", STREAMS)
+def test_exchange_sends_and_reads_in_one_call(stream_class: StreamClass) -> None:
+    """The actor's hot path: one batch per round trip, mixable with write and read."""
+    with raw_server(replying) as target, grpc.insecure_channel(target) as channel:
+        threads_before = client_threads()
+        stream = stream_class(channel, METHOD)
+        for i in range(200):
+            assert stream.exchange(f"frame {i}".encode()) == f"re:frame {i}".encode()
+        assert stream.write(b"plain")
+        assert stream.read() == b"re:plain"
+        assert stream.exchange(b"again") == b"re:again"
+        if stream_class is LockstepStream:
+            assert client_threads() == threads_before
+        stream.done_writing()
+        assert stream.read() is None
+        assert stream.status() == (grpc.StatusCode.OK, "")
+        stream.close()
+
+
+@pytest.mark.parametrize("stream_class", STREAMS)
+def test_exchange_gets_the_last_reply_of_a_stream_the_server_ends(
+    stream_class: StreamClass,
+) -> None:
+    """As the learner's Shutdown: the server answers a frame and ends the stream with OK.
+    The reply must arrive even though the send of the same batch may find the stream over."""
+
+    def answering_twice(requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
+        yield b"re:" + next(requests)
+        yield b"bye:" + next(requests)
+
+    with raw_server(answering_twice) as target, grpc.insecure_channel(target) as channel:
+        stream = stream_class(channel, METHOD)
+        assert stream.exchange(b"one") == b"re:one"
+        assert stream.exchange(b"two") == b"bye:two"
+        assert stream.exchange(b"three") is None
+        assert stream.status() == (grpc.StatusCode.OK, "")
+        stream.close()
+
+
+@pytest.mark.parametrize("stream_class", STREAMS)
 def test_an_error_status_is_raised_with_its_details(stream_class: StreamClass) -> None:
     def refusing(requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
         next(requests)
