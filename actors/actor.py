@@ -1,11 +1,12 @@
-"""One actor process: step K envs, stream each frame to the learner, apply its actions.
+"""An actor: step K envs, stream each frame to the learner, apply its actions.
 
 The hot loop (``stream_frames``) is: encode K observations/rewards/flags into one
-fresh message -> write -> read K actions -> step the envs, all on one thread
-(``actors.stream``). The actor holds no model. When the learner is unreachable or
-restarts, the actor reconnects with capped exponential backoff and jitter, under a fresh
-``run_id`` so the learner resets its slots; it exits only when the learner says training
-is finished (or on a signal).
+fresh message -> send it and wait for the K actions (one gRPC batch) -> step the envs,
+all on one thread (``actors.stream``). A process runs one actor, or several on a thread
+each (``_run_threads``; the launcher decides). The actor holds no model. When the
+learner is unreachable or restarts, the actor reconnects with capped exponential backoff
+and jitter, under a fresh ``run_id`` so the learner resets its slots; it exits only when
+the learner says training is finished (or on a signal).
 
 Shape suffixes: K envs in this actor, O observation dims, A action dims.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import logging
 import os
@@ -24,7 +26,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 import grpc
@@ -33,6 +35,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from actors.latency import RoundTripStats
+from actors.launcher import CrashRestarts
 from actors.stream import ActorStream, StreamError, open_stream
 from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.config import ActorConfig, parse_config, resolve_auth_token
@@ -384,34 +387,73 @@ def _run_until_signal(actor: Actor) -> int:
         )  # fmt: skip
 
 
-GROUP_STOP_GRACE_S = 5.0
+THREAD_STOP_GRACE_S = 5.0
 
 
-def _run_groups(config: ActorConfig) -> int:
-    """G env groups in one process, one stream and one thread each.
+class ActorThread(threading.Thread):
+    """One actor on a thread of its own, started afresh after a crash.
 
-    While one group steps its envs (holding the GIL), the others wait for their actions
-    in gRPC with the GIL released. Group ``g`` of actor ``i`` is actor index ``i * G + g``
-    with K / G envs, so seeds and ids stay distinct. The exit code is the worst of the
-    groups'; a group that crashed counts as 1.
+    A crash (an exception out of ``Actor.run``) costs that actor's partial unroll, not
+    its neighbours' in the process: after :class:`~actors.launcher.CrashRestarts`' wait a
+    new actor with the same index takes over (unless ``restart`` is off).
+    """
+
+    def __init__(self, make_actor: Callable[[], Actor], restart: bool, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self._make_actor = make_actor
+        self.actor = make_actor()
+        self.restart = restart
+        self.code = 1
+        """The actor's exit code once the thread has ended (1 after a crash)."""
+        self.crashes = 0
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        backoff = CrashRestarts()
+        while True:
+            started = time.monotonic()
+            try:
+                self.code = self.actor.run()
+                return
+            except Exception:
+                log.exception("actor %s failed", self.actor.actor_id)
+                self.code = 1
+                self.crashes += 1
+            if not self.restart:
+                return
+            delay = backoff.delay(time.monotonic() - started)
+            log.warning("actor %s: restarting in %.1f s", self.actor.actor_id, delay)
+            if self._stopping.wait(delay):
+                return
+            self.actor = self._make_actor()
+            if self._stopping.is_set():  # stop() may have seen only the crashed actor
+                return
+
+    def stop(self) -> None:
+        """End the actor soon (safe from another thread); no restart after it."""
+        self._stopping.set()
+        self.actor.stop()
+
+
+def _run_threads(config: ActorConfig) -> int:
+    """This process's A actors x G env groups, one stream and one :class:`ActorThread` each.
+
+    While one thread steps its envs (holding the GIL), the others wait for their actions
+    in gRPC with the GIL released. Actor ``i``'s group ``g`` runs as actor index
+    ``i * G + g`` with K / G envs, so seeds and ids stay distinct. The exit code is the
+    worst of the threads'.
     """
     groups = config.env_groups
-    group_config = dataclasses.replace(
-        config, envs_per_actor=config.envs_per_actor // groups, env_groups=1
+    stream_config = dataclasses.replace(
+        config, envs_per_actor=config.envs_per_actor // groups, env_groups=1, num_actors=1
     )
-    actors = [Actor(group_config, config.first_index * groups + g) for g in range(groups)]
-    codes = [1] * groups
-
-    def run_group(g: int) -> None:
-        try:
-            codes[g] = actors[g].run()
-        except Exception:
-            log.exception("actor %s failed", actors[g].actor_id)
-
+    actor_indices = range(config.first_index, config.first_index + config.num_actors)
     threads = [
-        threading.Thread(target=run_group, args=(g,), name=f"env-group-{g}", daemon=True)
+        ActorThread(functools.partial(Actor, stream_config, i * groups + g), config.restart,
+                    name=f"actor-{i * groups + g}")
+        for i in actor_indices
         for g in range(groups)
-    ]
+    ]  # fmt: skip
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_stopped)
     for thread in threads:
@@ -420,12 +462,12 @@ def _run_groups(config: ActorConfig) -> int:
         for thread in threads:
             thread.join()
     except ActorStopped:
-        for actor in actors:
-            actor.stop()
         for thread in threads:
-            thread.join(GROUP_STOP_GRACE_S)
+            thread.stop()
+        for thread in threads:
+            thread.join(THREAD_STOP_GRACE_S)
         return 0
-    return max(codes)
+    return max(thread.code for thread in threads)
 
 
 def mark_batch_work() -> bool:
@@ -471,7 +513,8 @@ def pin_to_cpu(cpu: int) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one actor process (the launcher starts N of these)."""
+    """Run one actor process: ``--num-actors`` actors from ``--first-index`` on (the
+    launcher starts these; one actor per process is the common case)."""
     config = parse_config(
         ActorConfig,
         argv,
@@ -488,8 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         mark_batch_work()
     if config.cpu >= 0:
         pin_to_cpu(config.cpu)
-    if config.env_groups > 1:
-        return _run_groups(config)
+    if config.num_actors * config.env_groups > 1:
+        return _run_threads(config)
     return _run_until_signal(Actor(config, index=config.first_index))
 
 

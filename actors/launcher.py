@@ -1,8 +1,14 @@
-"""The actor launcher: start N actor processes, supervise them, stop them together.
+"""The actor launcher: start N actors in processes, supervise them, stop them together.
 
-Each actor is its own OS process, so one crash costs one actor. The launcher restarts an
-actor that dies with an error (with backoff), forwards SIGINT/SIGTERM to all of them,
-and exits 0 once every actor has exited 0 (the learner said training is finished).
+Up to ``PROCESSES_PER_CPU`` processes per CPU each run one actor; beyond that, actors
+share processes, one thread and one stream each (``--actors-per-process``,
+:func:`seedrl.config.actor_process_sizes`). Hundreds of processes on a few cores make
+every round trip slower (each brings its own pages to the caches and the TLB), and an
+actor thread spends its round trip in gRPC with the GIL released. The launcher
+restarts a process that dies with an error (with backoff); inside a process, a
+crashed actor thread is restarted the same way (``actors.actor``). It forwards
+SIGINT/SIGTERM to every process and exits 0 once all of them have exited 0 (the
+learner said training is finished).
 
 By default (``--start-method fork``) the launcher imports the actor's modules once and
 forks every actor from itself: the actors then share the interpreter's and the
@@ -28,27 +34,51 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
-from seedrl.config import ActorConfig, actor_cpus
+from seedrl.config import ActorConfig, actor_cpus, actor_process_sizes, usable_cpu_count
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
 STOP_GRACE_S = 5.0
 RANDOM_INDEX_RANGE = 1 << 20
-HEALTHY_RUN_S = 30.0
-"""An actor that ran this long before crashing restarts with the shortest backoff again."""
+LAUNCHER_ONLY = frozenset(
+    {"num_actors", "actors_per_process", "first_index", "pin_cpus", "cpu", "start_method"}
+)
+"""ActorConfig fields the launcher decides per process rather than passing on."""
 
 
-def actor_command(config: ActorConfig, index: int, cpu: int = -1) -> list[str]:
-    """The command line of actor ``index`` (same settings, its own index and CPU)."""
-    return [sys.executable, "-m", "actors.actor", *actor_args(config, index, cpu)]
+class CrashRestarts:
+    """When to restart an actor that crashed: after 0.5 s, doubling up to 30 s.
+
+    An actor that ran ``HEALTHY_RUN_S`` before crashing starts over at 0.5 s, so a crash a
+    day does not grow the wait forever. Used per process here and per thread in
+    ``actors.actor``.
+    """
+
+    HEALTHY_RUN_S = 30.0
+
+    def __init__(self) -> None:
+        self.failures = 0
+
+    def delay(self, ran_s: float) -> float:
+        """Seconds to wait before the restart of an actor that crashed after ``ran_s``."""
+        if ran_s >= self.HEALTHY_RUN_S:
+            self.failures = 0
+        self.failures += 1
+        return min(30.0, 0.5 * 2 ** (self.failures - 1))
 
 
-def actor_args(config: ActorConfig, index: int, cpu: int = -1) -> list[str]:
-    """The arguments of actor ``index`` for ``actors.actor.main``, launcher flags left out."""
+def actor_command(config: ActorConfig, index: int, cpu: int = -1, count: int = 1) -> list[str]:
+    """The command line of the process running actors ``index`` .. ``index + count - 1``."""
+    return [sys.executable, "-m", "actors.actor", *actor_args(config, index, cpu, count)]
+
+
+def actor_args(config: ActorConfig, index: int, cpu: int = -1, count: int = 1) -> list[str]:
+    """``actors.actor.main``'s arguments for the process running actors ``index`` ..
+    ``index + count - 1`` on ``cpu``; the launcher's own flags left out."""
     args: list[str] = []
     for f in dataclasses.fields(config):
-        if f.name in ("num_actors", "first_index", "restart", "pin_cpus", "cpu", "start_method"):
+        if f.name in LAUNCHER_ONLY:
             continue
         value = getattr(config, f.name)
         if value is None:
@@ -58,7 +88,7 @@ def actor_args(config: ActorConfig, index: int, cpu: int = -1) -> list[str]:
             args.append(flag if value else "--no-" + f.name.replace("_", "-"))
         else:
             args += [flag, str(value)]
-    args += ["--first-index", str(index)]
+    args += ["--first-index", str(index), "--num-actors", str(count)]
     if cpu >= 0:
         args += ["--cpu", str(cpu)]
     return args
@@ -132,7 +162,7 @@ def _run_forked_actor(argv: Sequence[str]) -> NoReturn:
 
 
 class Launcher:
-    """Owns the actor processes."""
+    """Owns the actor processes, each known by the index of its first actor."""
 
     def __init__(self, config: ActorConfig) -> None:
         self.config = config
@@ -140,32 +170,39 @@ class Launcher:
         self.restarts = 0
         self._stopping = False
         self._next_start: dict[int, float] = {}
-        self._failures: dict[int, int] = {}
+        self._crashes: dict[int, CrashRestarts] = {}
         self._started: dict[int, float] = {}
+        self._sizes: dict[int, int] = {}
+        """How many actors each process runs."""
         self._cpus: dict[int, int] = {}
-        """Each actor's CPU (-1: any); a restarted actor keeps its own."""
+        """Each process's CPU (-1: any); a restarted process keeps its own."""
 
     def start(self) -> None:
         first = self.config.first_index
         if first < 0:  # identical replicas: distinct env seeds and a spread over learner ranks
             first = random.SystemRandom().randrange(RANDOM_INDEX_RANGE)
-        n = self.config.num_actors
+        sizes = actor_process_sizes(
+            self.config.num_actors, self.config.actors_per_process, usable_cpu_count()
+        )
         if self.config.cpu >= 0:
-            cpus = [self.config.cpu] * n
+            cpus = [self.config.cpu] * len(sizes)
         else:
-            cpus = actor_cpus(n, self.config.pin_cpus)
+            cpus = actor_cpus(len(sizes), self.config.pin_cpus)
         if self.config.start_method == "fork":
             importlib.import_module("actors.actor")  # what every actor runs, loaded once here
-        for index, cpu in zip(range(first, first + n), cpus, strict=True):
+        index = first
+        for size, cpu in zip(sizes, cpus, strict=True):
+            self._sizes[index] = size
             self._cpus[index] = cpu
             self._spawn(index)
+            index += size
 
     def _spawn(self, index: int) -> None:
-        cpu = self._cpus.get(index, -1)
+        cpu, size = self._cpus.get(index, -1), self._sizes.get(index, 1)
         if self.config.start_method == "fork":
-            self.procs[index] = ForkedActor(actor_args(self.config, index, cpu))
+            self.procs[index] = ForkedActor(actor_args(self.config, index, cpu, size))
         else:
-            self.procs[index] = subprocess.Popen(actor_command(self.config, index, cpu))
+            self.procs[index] = subprocess.Popen(actor_command(self.config, index, cpu, size))
         self._started[index] = time.monotonic()
 
     def poll(self) -> bool:
@@ -183,12 +220,12 @@ class Launcher:
                 continue
             due = self._next_start.get(index)
             if due is None:
-                if now - self._started.get(index, now) >= HEALTHY_RUN_S:
-                    self._failures[index] = 0  # a crash a day must not grow the backoff forever
-                failures = self._failures.get(index, 0) + 1
-                self._failures[index] = failures
-                delay = min(30.0, 0.5 * 2 ** (failures - 1))
-                log.warning("actor %d exited with %d; restarting in %.1f s", index, code, delay)
+                crashes = self._crashes.setdefault(index, CrashRestarts())
+                delay = crashes.delay(now - self._started.get(index, now))
+                log.warning(
+                    "actor process %d (actors %d-%d) exited with %d; restarting in %.1f s",
+                    proc.pid, index, index + self._sizes.get(index, 1) - 1, code, delay,
+                )  # fmt: skip
                 self._next_start[index] = now + delay
                 running = True
             elif now >= due:
@@ -231,8 +268,8 @@ def run(config: ActorConfig) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     launcher.start()
     print(
-        f"seedrl actors: {config.num_actors} processes x {config.envs_per_actor} envs -> "
-        f"{config.learner}",
+        f"seedrl actors: {config.num_actors} actors x {config.envs_per_actor} envs in "
+        f"{len(launcher.procs)} processes -> {config.learner}",
         flush=True,
     )
     try:
@@ -250,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ActorConfig,
         argv,
         "python -m actors",
-        "Start N seedrl actor processes that step envs and stream frames to a learner.",
+        "Start N seedrl actors that step envs and stream frames to a learner.",
     )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -438,6 +438,7 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
         "cpu_us_per_frame": (learner_cpu + actors_cpu) / max(fps, 1e-9) * 1e6,
         "learner_cpu_us_per_frame": learner_cpu / max(fps, 1e-9) * 1e6,
         "learner_rss_mb": last.get("learner_rss_mb"),
+        "actor_processes": len(actor_rss),
         "actor_rss_mb_max": max(actor_rss) if actor_rss else None,
         "actor_rss_mb_mean": statistics.fmean(actor_rss) if actor_rss else None,
         "actor_uss_mb_max": max(u for u, _ in actor_uss_pss) if actor_uss_pss else None,
@@ -702,7 +703,7 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
     t = Table(title="seedrl bench: frames/s (medians over repeats)")
     for col in ("NxK[bB]", "ideal", "echo", "inference", "system", "sys/ideal", "sys/echo",
                 "cpu µs/frame i/e/s", "batch", "rtt p50/p99 ms", "learner cpu", "steps/s",
-                "trainer wait", "inf wait", "RSS learner/actor MB"):  # fmt: skip
+                "trainer wait", "inf wait", "RSS learner/actor MB", "actor procs"):  # fmt: skip
         t.add_column(col, justify="right")
     for p in table:
         pt = p["point"]
@@ -720,9 +721,13 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
             f(med(pt, "system", "inference_wait_share"), "{:.0%}"),
             f"{f(med(pt, 'system', 'learner_rss_mb'))}/"
             f"{f(med(pt, 'system', 'actor_rss_mb_max'))}",
+            f(med(pt, "system", "actor_processes")),
         )  # fmt: skip
     console.print(t)
-    console.print("NxK: N actor processes x K envs each; bB: B unrolls per training step")
+    console.print(
+        "NxK: N actors (one stream each) x K envs, in the launcher's actor processes "
+        "(actor procs); bB: B unrolls per training step"
+    )
     tt = Table(title="targets: value over the repeats' medians (each repeat's own)")
     for col in ("target", "value", "wanted", "pass"):
         tt.add_column(col)
