@@ -209,7 +209,7 @@ class LearnerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ActorConfig:
-    """One actor launcher: N processes, each stepping K envs over one stream."""
+    """One actor launcher: N actors, each stepping K envs over one stream, in a few processes."""
 
     learner: str = "127.0.0.1:8686"
     """Learner address HOST:PORT (or unix:PATH); with several learner ranks, rank 0's
@@ -270,7 +270,7 @@ class ActorConfig:
     """The CPU the actor processes run on (-1: any); the launcher sets it per process from
     --pin-cpus."""
     restart: bool = True
-    """The launcher restarts actor processes that crash."""
+    """Restart what crashes: the launcher its actor processes, a process its actor threads."""
     start_method: str = "fork" if hasattr(os, "fork") else "exec"
     """How the launcher starts actor processes: fork (from the launcher once it has
     imported what an actor runs, so every actor shares those memory pages and the CPU
