@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 import threading
 
 import pytest
@@ -108,24 +107,30 @@ def test_stop_ends_a_running_actor_and_a_pending_restart():
     assert len(crashed) == 1  # stopped during its wait: no fresh actor
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
-def test_three_actors_in_one_process_stream_and_finish(tmp_path):
-    """--actors-per-process 3: one child process, three streams, each its own actor."""
+def test_two_actors_of_two_env_groups_share_one_process(tmp_path):
+    """--actors-per-process 2 --env-groups 2: one process, four streams (actor i's group g
+    is index 2i + g) of K / G envs each, and the run finishes cleanly."""
     info_logs = {"SEEDRL_LOG_LEVEL": "INFO"}  # the learner logs each actor that connects
     with learner_process(tmp_path, "--total-frames", "4000", env=info_logs) as (learner, port):
-        args = actor_args(port, 3, 2, "--actors-per-process", "3", "--max-backoff-s", "0.5")
+        args = actor_args(
+            port, 2, 4, "--actors-per-process", "2", "--env-groups", "2", "--max-backoff-s", "0.5"
+        )
         with running(args) as actors:
             wait_until(
-                lambda: any(r["actors_connected"] == 3 for r in read_records(tmp_path)),
+                lambda: any(r["actors_connected"] == 4 for r in read_records(tmp_path)),
                 timeout=60,
-                what="three streams from one actor process",
+                what="four streams from one actor process",
             )
             assert learner.wait(timeout=90) == 0, learner.output()
             assert actors.wait(timeout=30) == 0, actors.output()
-    assert "3 actors x 2 envs in 1 processes" in actors.output()
-    assert read_records(tmp_path)[-1]["frames"] >= 4000
-    # Actor ids are HOST-PID-INDEX: three indices, one process.
-    ids = set(re.findall(r"actor '([^']+)' connected", learner.output()))
-    assert len(ids) == 3, learner.output()
-    assert len({actor_id.rsplit("-", 2)[1] for actor_id in ids}) == 1
-    assert sorted(actor_id.rsplit("-", 1)[1] for actor_id in ids) == ["0", "1", "2"]
+    assert "2 actors x 4 envs in 1 processes" in actors.output()
+    records = read_records(tmp_path)
+    assert records[-1]["frames"] >= 4000
+    assert max(r["actors_connected"] for r in records) == 4
+    # The learner logs "actor 'HOST-PID-INDEX' connected ... with K envs".
+    connected = re.findall(
+        r"actor '[^']+-(\d+)-(\d+)' connected .* with (\d+) envs", learner.output()
+    )
+    assert len({pid for pid, _, _ in connected}) == 1, learner.output()
+    assert sorted(int(index) for _, index, _ in connected) == [0, 1, 2, 3]
+    assert {envs for _, _, envs in connected} == {"2"}
