@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import signal
@@ -290,6 +291,12 @@ async def _serve(
         trainer.start()  # a trainer process is ready before the first actor is served
     await server.start()
     await set_serving(health, True)
+    # Everything built so far (torch, the model, the server) lives as long as the run.
+    # Frozen, the collector stops walking it: with 256 streams the serving loop spent
+    # ~5 % of its time in full collections over that heap, and 256 x K=1 ran at 18.9k
+    # frames/s instead of 14.6k (three interleaved rounds; 64 x K=1 within noise).
+    gc.collect()
+    gc.freeze()
     batcher_task = asyncio.create_task(batcher.run(), name="batcher")
     address = f"{config.bind}:{port}"
     print(
