@@ -142,10 +142,7 @@ class LockstepStream(ActorStream):
         if not self._start((cygrpc.ReceiveMessageOperation(_NO_FLAGS),)):
             return None
         self._receiving = True
-        while self._receiving:
-            self._next_event()
-        message, self._message = self._message, None
-        return message
+        return self._received()
 
     def exchange(self, data: bytes) -> bytes | None:
         """Send one message and wait for the reply: one operation batch, one wake-up.
@@ -163,10 +160,7 @@ class LockstepStream(ActorStream):
         if not self._start(operations):
             return None
         self._sending = self._receiving = True
-        while self._receiving:
-            self._next_event()
-        message, self._message = self._message, None
-        return message
+        return self._received()
 
     def done_writing(self) -> None:
         """Half-close: tell the server no more messages come from this side."""
@@ -198,6 +192,13 @@ class LockstepStream(ActorStream):
             self.cancel()
         while self._pending:
             self._next_event()
+
+    def _received(self) -> bytes | None:
+        """Wait for the receive just started; its message, or None if the stream ended."""
+        while self._receiving:
+            self._next_event()
+        message, self._message = self._message, None
+        return message
 
     def _start(self, operations: tuple[cygrpc.Operation, ...]) -> bool:
         if not self._pending or not self._call.operate(operations, None):

@@ -341,20 +341,20 @@ START_METHODS = ("fork", "exec")
 """The values of ``--start-method``."""
 
 
-def actor_cpus(num_actors: int, pin: str, cpus: Sequence[int] | None = None) -> list[int]:
-    """The CPU of each of the N actor processes one launcher starts (-1: any), by
+def actor_cpus(num_processes: int, pin: str, cpus: Sequence[int] | None = None) -> list[int]:
+    """The CPU of each of the P actor processes one launcher starts (-1: any), by
     ``--pin-cpus``.
 
     Round robin over ``cpus`` (default: the CPUs this process may use). ``auto`` pins only
-    when N is a multiple of them: then every CPU carries the same number of processes, and
+    when P is a multiple of them: then every CPU carries the same number of processes, and
     several such launchers on one host stay balanced; a lone replica on a bigger host
     (compose, Kubernetes) is left to the scheduler.
     """
     if cpus is None:
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if not cpus or pin == "off" or (pin == "auto" and num_actors % len(cpus)):
-        return [-1] * num_actors
-    return [cpus[j % len(cpus)] for j in range(num_actors)]
+    if not cpus or pin == "off" or (pin == "auto" and num_processes % len(cpus)):
+        return [-1] * num_processes
+    return [cpus[j % len(cpus)] for j in range(num_processes)]
 
 
 def resolve_auth_token(token: str | None) -> str | None:

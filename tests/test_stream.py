@@ -67,12 +67,18 @@ def replying(requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
 
 @pytest.mark.parametrize("stream_class", STREAMS)
 def test_round_trips_end_with_ok(stream_class: StreamClass) -> None:
+    """Round trips as write then read, and as one ``exchange`` (the actor's hot path),
+    mixed on one stream."""
     with raw_server(replying) as target, grpc.insecure_channel(target) as channel:
         threads_before = client_threads()
         stream = stream_class(channel, METHOD, (("x-trace", "1"),))
-        for i in range(200):
-            assert stream.write(f"frame {i}".encode())
-            assert stream.read() == f"re:frame {i}".encode()
+        for i in range(400):
+            frame = f"frame {i}".encode()
+            if i % 2:
+                assert stream.exchange(frame) == b"re:" + frame
+            else:
+                assert stream.write(frame)
+                assert stream.read() == b"re:" + frame
         if stream_class is LockstepStream:
             # No helper thread: grpcio's own streaming clients start one per channel or call.
             assert client_threads() == threads_before
@@ -82,25 +88,6 @@ def test_round_trips_end_with_ok(stream_class: StreamClass) -> None:
         stream.raise_for_status()
         stream.close()
         assert not stream.write(b"after the end")
-
-
-@pytest.mark.parametrize("stream_class", STREAMS)
-def test_exchange_sends_and_reads_in_one_call(stream_class: StreamClass) -> None:
-    """The actor's hot path: one batch per round trip, mixable with write and read."""
-    with raw_server(replying) as target, grpc.insecure_channel(target) as channel:
-        threads_before = client_threads()
-        stream = stream_class(channel, METHOD)
-        for i in range(200):
-            assert stream.exchange(f"frame {i}".encode()) == f"re:frame {i}".encode()
-        assert stream.write(b"plain")
-        assert stream.read() == b"re:plain"
-        assert stream.exchange(b"again") == b"re:again"
-        if stream_class is LockstepStream:
-            assert client_threads() == threads_before
-        stream.done_writing()
-        assert stream.read() is None
-        assert stream.status() == (grpc.StatusCode.OK, "")
-        stream.close()
 
 
 @pytest.mark.parametrize("stream_class", STREAMS)
