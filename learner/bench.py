@@ -206,7 +206,13 @@ def cpu_seconds(pid: int) -> float:
 
 def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds of a live process and its live children (the learner's trainer process)."""
-    return cpu_seconds(pid) + sum(cpu_seconds(child) for child in child_pids(pid))
+    return sum(split_cpu_seconds(pid))
+
+
+def split_cpu_seconds(pid: int) -> tuple[float, float]:
+    """(the process's own, its live children's) CPU seconds: for the learner, serving and
+    training (the trainer process is its child)."""
+    return cpu_seconds(pid), sum(cpu_seconds(child) for child in child_pids(pid))
 
 
 def child_pids(pid: int) -> list[int]:
@@ -405,14 +411,14 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
                     f"server said {tail}"
                 )
             time.sleep(s.warmup_s)
-            t0, cpu0, acpu0 = time.time(), tree_cpu_seconds(proc.pid), fleet.cpu_seconds()
+            t0, cpu0, acpu0 = time.time(), split_cpu_seconds(proc.pid), fleet.cpu_seconds()
             frames0 = _last_frames(metrics)
             time.sleep(s.measure_s)
             # Many slow streams: stretch the window until the average stream has made
             # MIN_ROUND_TRIPS round trips (256 x K=1 makes ~6/s each on 2 cores).
             wanted = frames0 + MIN_ROUND_TRIPS * n * k * fleet.groups
             wait_for(lambda: _last_frames(metrics) >= wanted, s.measure_s * (MAX_STRETCH - 1), 0.25)
-            t1, cpu1, acpu1 = time.time(), tree_cpu_seconds(proc.pid), fleet.cpu_seconds()
+            t1, cpu1, acpu1 = time.time(), split_cpu_seconds(proc.pid), fleet.cpu_seconds()
             actor_rss, actor_uss_pss = fleet.rss_mb(), fleet.shared_aware_mb()
             time.sleep(0.6)  # one more metrics record covering the window's end
         finally:
@@ -425,8 +431,11 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
     fps = (last["frames"] - first["frames"]) / max(dt, 1e-9)
     inner = window[1:]
     wall = t1 - t0
-    learner_cpu = (cpu1 - cpu0) / wall
+    serving_cpu = (cpu1[0] - cpu0[0]) / wall
+    training_cpu = (cpu1[1] - cpu0[1]) / wall
+    learner_cpu = serving_cpu + training_cpu
     actors_cpu = (acpu1 - acpu0) / wall
+    per_frame = 1e6 / max(fps, 1e-9)
     row: dict[str, Any] = {
         "fps": fps,
         "round_trips_per_s": fps / k,
@@ -435,8 +444,12 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
         "actors_cpu": actors_cpu,
         "learner_cpu_share": learner_cpu / max(learner_cpu + actors_cpu, 1e-9),
         # CPU seconds per frame hold up under a loaded machine far better than frames/s.
-        "cpu_us_per_frame": (learner_cpu + actors_cpu) / max(fps, 1e-9) * 1e6,
-        "learner_cpu_us_per_frame": learner_cpu / max(fps, 1e-9) * 1e6,
+        "cpu_us_per_frame": (learner_cpu + actors_cpu) * per_frame,
+        "learner_cpu_us_per_frame": learner_cpu * per_frame,
+        # Where the machine's CPU per frame goes: the three roles, summing to the above.
+        "actors_cpu_us_per_frame": actors_cpu * per_frame,
+        "serving_cpu_us_per_frame": serving_cpu * per_frame,
+        "training_cpu_us_per_frame": training_cpu * per_frame,
         "learner_rss_mb": last.get("learner_rss_mb"),
         "actor_processes": len(actor_rss),
         "actor_rss_mb_max": max(actor_rss) if actor_rss else None,
@@ -610,6 +623,7 @@ def _summarize_once(
             _median_field(rows, point["point"], "ideal", "cpu_us_per_frame"),
             _median_field(rows, point["point"], "system", "cpu_us_per_frame"),
         )
+        point["system_extra_us_per_frame"] = _extra_cost(rows, point["point"])
     table = sorted(points.values(), key=lambda p: (p["batch"], p["n"], p["k"]))
 
     def fps(label: str, mode: str) -> float | None:
@@ -653,6 +667,29 @@ def _summarize_once(
     return table, targets
 
 
+COST_ROLES = ("actors", "serving", "training")
+"""Who spends the machine's CPU per frame: actor processes, the learner process (serving
+and inference), its trainer process."""
+
+
+def _extra_cost(rows: list[dict[str, Any]], label: str) -> dict[str, float] | None:
+    """What the system mode costs per frame beyond echo, per role (µs, medians).
+
+    The learner earns system/echo only by adding little to the transport; this says
+    where it adds: the actors' own cost (it moves with latency and batching), serving
+    (decode, batching, inference, replies) or training.
+    """
+    extra = {}
+    for role in COST_ROLES:
+        key = f"{role}_cpu_us_per_frame"
+        system = _median_field(rows, label, "system", key)
+        echo = _median_field(rows, label, "echo", key)
+        if system is None or echo is None:
+            return None
+        extra[role] = system - echo
+    return extra
+
+
 def _label(row: dict[str, Any]) -> str:
     return str(row.get("point") or Point(row["n"], row["k"], row.get("batch", 0)).label)
 
@@ -689,6 +726,12 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def _format_extra(extra: dict[str, float] | None) -> str:
+    if not extra:
+        return "-"
+    return "/".join(f"{extra[role]:+.0f}" for role in COST_ROLES)
+
+
 def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], targets: list) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -703,8 +746,9 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
     t = Table(title="seedrl bench: frames/s (medians over repeats)")
     for col in ("NxK[bB]", "ideal", "echo", "inference", "system", "sys/ideal", "sys/echo",
                 "cpu µs/frame i/e/s", "batch", "rtt p50/p99 ms", "learner cpu", "steps/s",
-                "trainer wait", "inf wait", "RSS learner/actor MB", "actor procs"):  # fmt: skip
-        t.add_column(col, justify="right")
+                "trainer wait", "inf wait", "RSS learner/actor MB", "actor procs",
+                "+µs a/s/t"):  # fmt: skip
+        t.add_column(col, justify="right", no_wrap=col.startswith("+µs"))
     for p in table:
         pt = p["point"]
         p50, p99 = med(pt, "system", "rtt_p50_ms"), med(pt, "system", "rtt_p99_ms")
@@ -722,11 +766,14 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
             f"{f(med(pt, 'system', 'learner_rss_mb'))}/"
             f"{f(med(pt, 'system', 'actor_rss_mb_max'))}",
             f(med(pt, "system", "actor_processes")),
+            _format_extra(p.get("system_extra_us_per_frame")),
         )  # fmt: skip
     console.print(t)
     console.print(
         "NxK: N actors (one stream each) x K envs, in the launcher's actor processes "
-        "(actor procs); bB: B unrolls per training step"
+        "(actor procs); bB: B unrolls per training step; +µs: machine CPU per frame the "
+        "system spends beyond echo, in actors / serving (learner process) / training "
+        "(trainer process)"
     )
     tt = Table(title="targets: value over the repeats' medians (each repeat's own)")
     for col in ("target", "value", "wanted", "pass"):

@@ -45,16 +45,26 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
         assert 0 < row["actor_uss_mb_max"] <= row["actor_pss_mb_max"] <= row["actor_rss_mb_max"]
         assert row["learner_rss_mb"] > 0
         assert row["learner_cpu"] > 0
+        roles = [row[f"{role}_cpu_us_per_frame"] for role in ("actors", "serving", "training")]
+        assert sum(roles) == pytest.approx(row["cpu_us_per_frame"]), (mode, row)
+        assert row["serving_cpu_us_per_frame"] + row["training_cpu_us_per_frame"] == (
+            pytest.approx(row["learner_cpu_us_per_frame"])
+        )
         assert row["window_s"] >= 1.0  # --measure-s; it may stretch, never shrink
         assert row["fps_cv"] >= 0
     assert rows["system"]["inference_batch_mean"] >= 1
     assert rows["system"]["learner_steps_per_s"] > 0, "the system mode must train"
     assert 0 <= rows["system"]["trainer_wait_share"] <= 1.5
     assert rows["inference"]["learner_steps_per_s"] == 0
+    # Only the system mode has a trainer process; its CPU is the training share.
+    assert rows["system"]["training_cpu_us_per_frame"] > 0
+    assert rows["echo"]["training_cpu_us_per_frame"] == 0
+    assert rows["inference"]["training_cpu_us_per_frame"] == 0
     (point,) = report["points"]
     assert point["system_over_ideal"] == pytest.approx(point["system_fps"] / point["ideal_fps"])
     assert point["system_over_echo"] == pytest.approx(point["system_fps"] / point["echo_fps"])
     assert point["system_cpu_efficiency"] > 0
+    assert set(point["system_extra_us_per_frame"]) == {"actors", "serving", "training"}
     assert [t["name"] for t in report["targets"]] == [t.name for t in TARGETS]
     assert "seedrl bench" in done.stdout
 
@@ -116,6 +126,29 @@ def test_summarize_medians_ratios_and_targets():
     # Repeats 1 and 2 measured only 64x1: each repeat's best point, judged the same way.
     assert best["runs"] == pytest.approx([120.0 / 150.0, 80.0 / 150.0, 99.0 / 150.0])
     assert best["steady"] is True  # every repeat clears 0.5
+
+
+def test_the_cost_beyond_echo_is_split_by_role():
+    def row(mode, repeat, actors, serving, training):
+        return {
+            "n": 64, "k": 1, "mode": mode, "fps": 100.0, "repeat": repeat,
+            "actors_cpu_us_per_frame": actors, "serving_cpu_us_per_frame": serving,
+            "training_cpu_us_per_frame": training,
+        }  # fmt: skip
+
+    rows = [
+        row("echo", 0, 35.0, 24.0, 0.0),
+        row("echo", 1, 37.0, 26.0, 0.0),
+        row("system", 0, 40.0, 36.0, 9.0),
+        row("system", 1, 44.0, 34.0, 11.0),
+        {"n": 1, "k": 1, "mode": "system", "fps": 10.0, "serving_cpu_us_per_frame": 5.0},
+    ]
+    points = {p["point"]: p for p in summarize(rows)[0]}
+    # Medians per mode, then system minus echo.
+    assert points["64x1"]["system_extra_us_per_frame"] == pytest.approx(
+        {"actors": 6.0, "serving": 10.0, "training": 10.0}
+    )
+    assert points["1x1"]["system_extra_us_per_frame"] is None  # no echo row to compare
 
 
 def test_targets_carry_each_repeats_value_and_whether_they_agree():
