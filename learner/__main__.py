@@ -11,7 +11,6 @@ Subcommands:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
@@ -22,6 +21,7 @@ def train_main(argv: Sequence[str]) -> int:
     from learner.checkpoint import CheckpointError
     from learner.run import serve
     from seedrl.config import LearnerConfig, parse_config
+    from seedrl.transport import run_event_loop
 
     config = parse_config(
         LearnerConfig,
@@ -34,9 +34,9 @@ def train_main(argv: Sequence[str]) -> int:
         if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # started by torchrun
             from learner.distributed import run_rank
 
-            asyncio.run(run_rank(config))
+            run_event_loop(run_rank(config), config.uvloop)
         else:
-            asyncio.run(serve(config))
+            run_event_loop(serve(config), config.uvloop)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -35,6 +35,7 @@ from seedrl.transport import (
     channel_options,
     listen_address,
     offered_local_socket,
+    run_event_loop,
 )
 
 
@@ -173,7 +174,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=True,
         help="also listen on a unix socket offered to same-host actors (as the learner)",
     )
-    asyncio.run(serve(parser.parse_args(argv)))
+    parser.add_argument(
+        "--uvloop",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve on uvloop's event loop when installed (as the learner)",
+    )
+    args = parser.parse_args(argv)
+    run_event_loop(serve(args), args.uvloop)
     return 0
 
 

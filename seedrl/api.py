@@ -92,13 +92,17 @@ def train(
     if not (config.total_frames or config.target_return is not None or config.max_seconds):
         raise ValueError("set total_frames, target_return or max_seconds, or training never stops")
 
+    from seedrl.transport import run_event_loop
+
     coroutine = _train(config, num_actors, envs_per_actor)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        run = asyncio.run(coroutine)  # a script: signals (Ctrl-C) stop the learner cleanly
+        # a script: signals (Ctrl-C) stop the learner cleanly
+        run = run_event_loop(coroutine, config.uvloop)
     else:
-        run = _run_in_thread(coroutine)  # a notebook: its event loop is already running
+        # a notebook: its event loop is already running
+        run = _run_in_thread(coroutine, config.uvloop)
 
     from learner.evaluate import Policy
 
@@ -111,12 +115,14 @@ def train(
     )
 
 
-def _run_in_thread(coroutine: Any) -> Any:
+def _run_in_thread(coroutine: Any, use_uvloop: bool) -> Any:
+    from seedrl.transport import run_event_loop
+
     outcome: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            outcome["result"] = asyncio.run(coroutine)
+            outcome["result"] = run_event_loop(coroutine, use_uvloop)
         except BaseException as exc:
             outcome["error"] = exc
 

@@ -133,6 +133,9 @@ class LearnerConfig:
     otherwise), torch, or numpy (an error for models it cannot run). See seedrl.policy."""
     max_queue_unrolls: int = 256
     """Finished unrolls waiting for the trainer; when full, inference waits (back-pressure)."""
+    uvloop: bool = True
+    """Serve on uvloop's event loop (libuv, in Cython) rather than asyncio's own: ~10 %
+    more frames/s at 64 x K=1. Off, or where uvloop is not installed: asyncio's loop."""
     max_actors: int = 1024
     """Actor streams admitted at once; more get RESOURCE_EXHAUSTED and retry."""
     max_envs: int = 16384

@@ -2,19 +2,46 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
 
 import grpc
 
 from seedrl.proto import seedrl_pb2 as pb
 
+log = logging.getLogger(__name__)
+
 AUTH_METADATA_KEY = "authorization"
+
+T = TypeVar("T")
+
+
+def run_event_loop(main: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T:
+    """Run a server's coroutine to the end on a new event loop, as ``asyncio.run`` does.
+
+    With ``use_uvloop`` the loop is uvloop's when it is installed. Per frame the serving
+    loop mostly runs loop machinery: callbacks for gRPC's completions, the futures of the
+    batch. uvloop does that in Cython; 64 x K=1, three interleaved rounds: the learner
+    21.9k -> 24.1k frames/s, echo 34.0k -> 38.3k (2026-11-26).
+    """
+    with asyncio.Runner(loop_factory=_uvloop_factory() if use_uvloop else None) as runner:
+        return runner.run(main)
+
+
+def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:  # not on Windows, or a bare install: asyncio's loop serves too
+        log.info("uvloop is not installed; serving on asyncio's event loop")
+        return None
+    return uvloop.new_event_loop
 
 
 def listen_address(bind: str, port: int) -> str:
