@@ -276,8 +276,9 @@ async def _serve(
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        # Not available off the main thread or off Unix: then only the caller stops us.
-        with contextlib.suppress(NotImplementedError, RuntimeError):
+        # Not available off the main thread (asyncio raises RuntimeError, uvloop
+        # ValueError) or off Unix: then only the caller stops us.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, request_stop, f"signal {sig.name}", False)
 
     prometheus = (config.bind, config.metrics_port) if config.metrics_port else None

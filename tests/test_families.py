@@ -3,6 +3,7 @@ presets and the Python API — each through a real learner and real actor proces
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -312,6 +313,22 @@ def test_python_api_trains_and_returns_a_policy(tmp_path):
     result.policy.reset()
     assert result.policy.act(obs) in (0, 1)
     env.close()
+
+
+@pytest.mark.parametrize("uvloop", [True, False])
+def test_python_api_from_a_running_event_loop(tmp_path, uvloop):
+    """A notebook already runs a loop: the learner then serves from a thread of its own,
+    where neither loop may install signal handlers."""
+    import seedrl
+
+    async def notebook_cell() -> seedrl.TrainResult:
+        return seedrl.train(
+            "CartPole-v1", total_frames=2000, num_actors=1, envs_per_actor=4,
+            logdir=tmp_path / "run", unroll_length=10, batch_size=8, uvloop=uvloop,
+        )  # fmt: skip
+
+    result = asyncio.run(notebook_cell())
+    assert result.frames >= 2000 and result.learner_steps > 0
 
 
 def test_python_api_from_a_script_without_a_main_guard(tmp_path):
