@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,15 +95,15 @@ def train(
 
     from seedrl.transport import run_event_loop
 
-    coroutine = _train(config, num_actors, envs_per_actor)
+    def run_learner() -> Any:
+        return run_event_loop(_train(config, num_actors, envs_per_actor), config.uvloop)
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        # a script: signals (Ctrl-C) stop the learner cleanly
-        run = run_event_loop(coroutine, config.uvloop)
+        run = run_learner()  # a script: signals (Ctrl-C) stop the learner cleanly
     else:
-        # a notebook: its event loop is already running
-        run = _run_in_thread(coroutine, config.uvloop)
+        run = _run_in_thread(run_learner)  # a notebook: its event loop is already running
 
     from learner.evaluate import Policy
 
@@ -115,14 +116,12 @@ def train(
     )
 
 
-def _run_in_thread(coroutine: Any, use_uvloop: bool) -> Any:
-    from seedrl.transport import run_event_loop
-
+def _run_in_thread(run: Callable[[], Any]) -> Any:
     outcome: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            outcome["result"] = run_event_loop(coroutine, use_uvloop)
+            outcome["result"] = run()
         except BaseException as exc:
             outcome["error"] = exc
 
