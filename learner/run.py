@@ -33,7 +33,7 @@ from learner.inference import InferenceEngine, StepCounter
 from learner.progress import Progress
 from learner.server import LearnerServicer, build_server, set_serving
 from learner.stats import LearnerStats
-from learner.trainer import Trainer, make_optimizer
+from learner.trainer import Trainer, apply_optimizer_settings, make_optimizer
 from learner.trainer_process import TrainerProcess
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl import codec, envs
@@ -90,6 +90,7 @@ def build_learner(config: LearnerConfig) -> Learner:
     step_counter = StepCounter()
     if config.resume and config.checkpoint_path.exists():
         restore(config.checkpoint_path, model, optimizer, stats, step_counter, env_spec)
+        apply_optimizer_settings(optimizer, config)
     builder = TrajectoryBuilder(
         unroll_length=config.unroll_length,
         obs_shape=codec.spec_shape(env_spec.observation_space),

@@ -239,6 +239,18 @@ class Trainer:
         )
 
 
+def apply_optimizer_settings(optimizer: torch.optim.Optimizer, config: LearnerConfig) -> None:
+    """Set the configured learning rate and epsilon on every parameter group.
+
+    ``load_state_dict`` brings back the hyper-parameters a checkpoint was saved with, so
+    without this a resumed run would ignore ``--learning-rate`` (and a run saved before
+    the defaults changed would keep the old rate with the new batch).
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = config.learning_rate
+        group["eps"] = config.adam_eps
+
+
 def make_optimizer(model: ActorCritic, config: LearnerConfig) -> torch.optim.Optimizer:
     # The fused kernel updates every parameter in one op: ~4x cheaper per step than the
     # default on the small models here (72 vs 308 µs for the CartPole MLP on one core).

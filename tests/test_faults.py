@@ -351,6 +351,24 @@ def test_resume_restores_weights_optimizer_counters_and_rng(tmp_path):
             assert torch.equal(value, loaded_opt["state"][key][name]), name
 
 
+def test_a_resumed_run_trains_at_the_configured_learning_rate(tmp_path):
+    """The checkpoint's optimizer state comes back, its saved rate and epsilon do not."""
+    config = _small_config(tmp_path)
+    learner = build_learner(config)
+    assert make_trainer(learner).train_step(_unrolls(4, 4)) is not None
+    save_checkpoint(learner)
+
+    changed = dataclasses.replace(config, resume=True, learning_rate=0.0123, adam_eps=1e-3)
+    resumed = build_learner(changed)
+    for group in resumed.optimizer.param_groups:
+        assert (group["lr"], group["eps"]) == (0.0123, 1e-3)
+    saved = learner.optimizer.state_dict()["state"]
+    assert saved, "the checkpoint must carry Adam's moments"
+    for key, state in saved.items():
+        for name, value in state.items():
+            assert torch.equal(value, resumed.optimizer.state_dict()["state"][key][name]), name
+
+
 # ------------------------------------------------------------------ the trainer's guard
 
 
