@@ -73,10 +73,10 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(PY) -m learner.bench $(ARGS)
+	$(PY) -m learner bench $(ARGS)
 
 bench-quick: $(STAMP)
-	$(PY) -m learner.bench --quick $(ARGS)
+	$(PY) -m learner bench --quick $(ARGS)
 
 plot: $(STAMP)
 	$(PY) -m learner plot $(LOGDIR)

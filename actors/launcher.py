@@ -6,7 +6,7 @@ share processes, one thread and one stream each (``--actors-per-process``,
 every round trip slower (each brings its own pages to the caches and the TLB), and an
 actor thread spends its round trip in gRPC with the GIL released. The launcher
 restarts a process that dies with an error (with backoff); inside a process, a
-crashed actor thread is restarted the same way (``actors.actor``). It forwards
+crashed actor thread is restarted the same way (``actors.process``). It forwards
 SIGINT/SIGTERM to every process and exits 0 once all of them have exited 0 (the
 learner said training is finished).
 
@@ -15,7 +15,7 @@ forks every actor from itself: the actors then share the interpreter's and the
 modules' memory pages, and with many actors per core the CPU caches hold one copy of
 them instead of one per actor (64 single-env actors against echo on 2 cores: +45 %
 frames/s; 256: +60 %). The launcher never opens a gRPC channel, so each child starts
-gRPC fresh. ``--start-method exec`` starts ``python -m actors.actor`` instead.
+gRPC fresh. ``--start-method exec`` starts ``python -m actors actor`` instead.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
+from actors.restarts import CrashRestarts
 from seedrl.config import ActorConfig, actor_cpus, actor_process_sizes, usable_cpu_count
 
 log = logging.getLogger(__name__)
@@ -47,34 +48,13 @@ LAUNCHER_ONLY = frozenset(
 """ActorConfig fields the launcher decides per process rather than passing on."""
 
 
-class CrashRestarts:
-    """When to restart an actor that crashed: after 0.5 s, doubling up to 30 s.
-
-    An actor that ran ``HEALTHY_RUN_S`` before crashing starts over at 0.5 s, so a crash a
-    day does not grow the wait forever. Used per process here and per thread in
-    ``actors.actor``.
-    """
-
-    HEALTHY_RUN_S = 30.0
-
-    def __init__(self) -> None:
-        self.failures = 0
-
-    def delay(self, ran_s: float) -> float:
-        """Seconds to wait before the restart of an actor that crashed after ``ran_s``."""
-        if ran_s >= self.HEALTHY_RUN_S:
-            self.failures = 0
-        self.failures += 1
-        return min(30.0, 0.5 * 2 ** (self.failures - 1))
-
-
 def actor_command(config: ActorConfig, index: int, cpu: int = -1, count: int = 1) -> list[str]:
     """The command line of the process running actors ``index`` .. ``index + count - 1``."""
-    return [sys.executable, "-m", "actors.actor", *actor_args(config, index, cpu, count)]
+    return [sys.executable, "-m", "actors", "actor", *actor_args(config, index, cpu, count)]
 
 
 def actor_args(config: ActorConfig, index: int, cpu: int = -1, count: int = 1) -> list[str]:
-    """``actors.actor.main``'s arguments for the process running actors ``index`` ..
+    """``actors.process.main``'s arguments for the process running actors ``index`` ..
     ``index + count - 1`` on ``cpu``; the launcher's own flags left out."""
     args: list[str] = []
     for f in dataclasses.fields(config):
@@ -150,7 +130,7 @@ def _run_forked_actor(argv: Sequence[str]) -> NoReturn:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     code = 1
     try:
-        code = importlib.import_module("actors.actor").main(list(argv))
+        code = importlib.import_module("actors.process").main(list(argv))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     except BaseException:
@@ -189,7 +169,7 @@ class Launcher:
         else:
             cpus = actor_cpus(len(sizes), self.config.pin_cpus)
         if self.config.start_method == "fork":
-            importlib.import_module("actors.actor")  # what every actor runs, loaded once here
+            importlib.import_module("actors.process")  # what every actor runs, loaded once here
         index = first
         for size, cpu in zip(sizes, cpus, strict=True):
             self._sizes[index] = size

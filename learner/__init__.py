@@ -1,8 +1,12 @@
 """The seedrl learner: gRPC server, dynamic batcher, trajectory builder, V-trace trainer.
 
-Run it with ``python -m learner``. The hot loop (batch -> forward -> reply) is
+Run it with ``python -m learner``, or from Python with ``learner.train(...)``
+(:mod:`learner.api`). The hot loop (batch -> forward -> reply) is
 ``learner.inference.InferenceEngine.process``; the training loop is
 ``learner.trainer.Trainer.run``.
 """
 
 import seedrl  # noqa: F401  (first: sets gRPC core defaults before grpc loads)
+from learner.api import TrainResult, train  # torch-free: torch loads inside train
+
+__all__ = ["TrainResult", "train"]

@@ -1,20 +1,29 @@
-"""``python -m learner [flags]`` trains; ``python -m learner plot|demo ...`` are helpers.
+"""``python -m learner [SUBCOMMAND] [flags]``: the learner's one command line.
 
-Subcommands:
-  (none)    train: serve actors and learn (flags: ``python -m learner --help``);
-            under ``torchrun --nproc-per-node=G`` each process is one data-parallel rank
-  demo      a learner plus local actors on CartPole-v1 until solved, then a plot
-  plot      render the learning curve of a log directory to a PNG
+Subcommands (a dispatch table; none given means ``train``):
+  train        serve actors and learn (flags: ``python -m learner --help``); under
+               ``torchrun --nproc-per-node=G`` each process is one data-parallel rank
+  demo         a learner plus local actors on CartPole-v1 until solved, then a plot
+  evaluate     run a checkpoint's policy for N episodes (mean/std return, optional video)
+  plot         render the learning curve of a log directory to a PNG
   healthcheck  exit 0 when the learner at --address reports SERVING (container probes)
-  evaluate  run a checkpoint's policy for N episodes (mean/std return, optional video)
+  bench        ``make bench``: runs ``benchmarks/`` from a source checkout (not installed)
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.util import find_spec
+from pathlib import Path
+
+TRAIN_DESCRIPTION = (
+    "Run a seedrl learner: batched inference + V-trace. Other subcommands: "
+    "demo, evaluate, plot, healthcheck, bench (python -m learner SUBCOMMAND --help)."
+)
 
 
 def train_main(argv: Sequence[str]) -> int:
@@ -23,13 +32,7 @@ def train_main(argv: Sequence[str]) -> int:
     from seedrl.config import LearnerConfig, parse_config
     from seedrl.transport import run_event_loop
 
-    config = parse_config(
-        LearnerConfig,
-        argv,
-        "python -m learner",
-        "Run a seedrl learner: batched inference + V-trace.",
-        presets=True,
-    )
+    config = parse_config(LearnerConfig, argv, "python -m learner", TRAIN_DESCRIPTION, True)
     try:
         if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # started by torchrun
             from learner.distributed import run_rank
@@ -46,29 +49,65 @@ def train_main(argv: Sequence[str]) -> int:
     return 0
 
 
+BENCH_MODULE = "benchmarks.bench"
+
+
+def bench_main(argv: Sequence[str]) -> int:
+    """Run ``python -m benchmarks.bench`` in place of this process, from the checkout.
+
+    The benchmark is not part of the installed package: it is found on ``sys.path`` (the
+    repository root as the working directory) or beside this package in a checkout
+    (an editable install).
+    """
+    checkout = Path(__file__).resolve().parents[1]
+    if find_spec("benchmarks") is not None:
+        root = None
+    elif (checkout / "benchmarks" / "bench" / "__main__.py").is_file():
+        root = str(checkout)
+    else:
+        print(
+            "error: bench needs the seedrl source checkout: benchmarks/ is not installed "
+            "with the package (git clone the repository and run `make bench` there)",
+            file=sys.stderr,
+        )
+        return 2
+    if root is not None:
+        path = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, path) if p)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", BENCH_MODULE, *argv])
+
+
+def _module_main(module: str) -> Callable[[Sequence[str]], int]:
+    """A subcommand run by ``module.main(argv)``, imported only when chosen."""
+
+    def run(argv: Sequence[str]) -> int:
+        return int(importlib.import_module(module).main(list(argv)))
+
+    return run
+
+
+SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "train": train_main,
+    "demo": _module_main("learner.demo"),
+    "evaluate": _module_main("learner.evaluate"),
+    "plot": _module_main("learner.plot"),
+    "healthcheck": _module_main("learner.healthcheck"),
+    "bench": bench_main,
+}
+"""Subcommand -> what runs it with the remaining arguments."""
+DEFAULT = "train"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=os.environ.get("SEEDRL_LOG_LEVEL", "WARNING"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if args and args[0] == "plot":
-        from learner.plot import main as plot_main
-
-        return plot_main(args[1:])
-    if args and args[0] == "healthcheck":
-        from learner.healthcheck import main as healthcheck_main
-
-        return healthcheck_main(args[1:])
-    if args and args[0] == "evaluate":
-        from learner.evaluate import main as evaluate_main
-
-        return evaluate_main(args[1:])
-    if args and args[0] == "demo":
-        from learner.demo import main as demo_main
-
-        return demo_main(args[1:])
-    return train_main(args)
+    name = args.pop(0) if args and args[0] in SUBCOMMANDS else DEFAULT
+    return SUBCOMMANDS[name](args)
 
 
 if __name__ == "__main__":

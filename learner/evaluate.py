@@ -1,17 +1,14 @@
 """``python -m learner evaluate``: run a trained policy from a checkpoint, in process.
 
 A checkpoint carries the env spec (id, kwargs, spaces) and the model spec, so the
-network and the env are rebuilt exactly as they were trained, with no other flags.
-:class:`Policy` is the same thing for notebooks: ``Policy.load(path).act(obs)``.
-
-Shape suffixes: O observation dims, A action dims, P policy parameters, H core state.
+network and the env are rebuilt exactly as they were trained, with no other flags
+(:class:`learner.trained_policy.Policy`, the same object notebooks use).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,88 +18,7 @@ import numpy as np
 import torch
 
 from learner import checkpoint
-from seedrl import codec, envs
-from seedrl.models import ActionHead, ActorCritic, CoreState, ModelSpec, action_head
-from seedrl.proto import seedrl_pb2 as pb
-
-
-def model_spec_from_dict(data: dict[str, Any]) -> ModelSpec:
-    """A ModelSpec from its JSON form in a checkpoint (lists back to tuples)."""
-    fields = {f.name for f in dataclasses.fields(ModelSpec)}
-    kwargs: dict[str, Any] = {
-        k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in fields
-    }
-    return ModelSpec(**kwargs)
-
-
-class Policy:
-    """A trained policy for one env at a time: keeps its own recurrent state.
-
-    ``act(obs)`` takes one observation (as the env returns it) and returns one action
-    (an int for discrete spaces, a clipped float array for Box spaces). Call
-    ``reset()`` at the start of every episode.
-    """
-
-    def __init__(
-        self, model: ActorCritic, head: ActionHead, env_spec: pb.EnvSpec, greedy: bool = True
-    ) -> None:
-        self.model = model.eval()
-        self.head = head
-        self.env_spec = env_spec
-        self.greedy = greedy
-        self._low, self._high = _bounds(env_spec.action_space)
-        self._state: CoreState = ()
-        self._first = True
-
-    @classmethod
-    def load(cls, path: str | Path, greedy: bool = True) -> Policy:
-        state = checkpoint.load(path)
-        env_spec = pb.EnvSpec.FromString(state["env_spec"])
-        head = action_head(env_spec.action_space)
-        model = ActorCritic(model_spec_from_dict(state["model_spec"]))
-        model.load_state_dict(state["model"])
-        return cls(model, head, env_spec, greedy)
-
-    @property
-    def env_id(self) -> str:
-        return self.env_spec.env_id
-
-    @property
-    def env_kwargs(self) -> dict[str, Any]:
-        return dict(json.loads(self.env_spec.env_kwargs_json or "{}"))
-
-    def make_env(self, render_mode: str | None = None) -> Any:
-        """The env this policy was trained on, built as the actors built it."""
-        return envs.make_env(self.env_id, self.env_kwargs, render_mode=render_mode)
-
-    def reset(self) -> None:
-        self._state = self.model.initial_state(1)
-        self._first = True
-
-    def act(self, obs: Any) -> Any:
-        dtype = np.dtype(self.env_spec.observation_space.dtype)
-        obs_11O = torch.from_numpy(np.asarray(obs, dtype=dtype)[None, None])
-        first_11 = torch.tensor([[self._first]])
-        if self._first and not self._state:
-            self._state = self.model.initial_state(1)
-        with torch.no_grad():
-            params_11P, self._state = self.model.act(obs_11O, first_11, self._state)
-        self._first = False
-        params_P = params_11P[0, 0]
-        action = self.head.greedy(params_P) if self.greedy else self.head.sample(params_P)
-        if self.head.continuous:
-            action_A = action.numpy().astype(np.float32)
-            return action_A if self._low is None else np.clip(action_A, self._low, self._high)
-        return int(action)
-
-
-def _bounds(spec: pb.SpaceSpec) -> tuple[np.ndarray | None, np.ndarray | None]:
-    if spec.kind != "box" or not spec.low.data:
-        return None, None
-    return (
-        codec.decode_tensor(spec.low, "action low").astype(np.float32),
-        codec.decode_tensor(spec.high, "action high").astype(np.float32),
-    )
+from learner.trained_policy import Policy
 
 
 @dataclasses.dataclass

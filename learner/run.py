@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -44,14 +44,25 @@ from seedrl.policy import set_compute_threads
 from seedrl.timing import process_rss_mb
 from seedrl.transport import offered_local_socket
 
-if TYPE_CHECKING:
-    from learner.distributed import RankSync
-
 log = logging.getLogger(__name__)
 
 SOLVED_WINDOW = 100
 """Episodes the target-return criterion needs before it can stop a run."""
 TRAINER_FAILED = "trainer failed"
+
+
+class RankSync(Protocol):
+    """What serving needs of one data-parallel rank (``learner.distributed.RankSync``)."""
+
+    addresses: list[str]
+    stop_reason: str
+
+    @property
+    def is_main(self) -> bool: ...
+    def attach(self, learner: Learner) -> None: ...
+    def make_trainer(self, *args: Any, **kwargs: Any) -> Trainer: ...
+    def metrics(self) -> dict[str, Any]: ...
+    def checkpoint_counters(self) -> tuple[int, int]: ...
 
 
 @dataclass

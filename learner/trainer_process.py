@@ -359,7 +359,7 @@ def _spawn_without_main() -> Iterator[None]:
     """Start a spawned child without re-running the parent's ``__main__`` module.
 
     Spawn re-imports a script's main module in the child, so a script that calls
-    ``seedrl.train`` at top level without an ``if __name__ == "__main__"`` guard would
+    ``learner.train`` at top level without an ``if __name__ == "__main__"`` guard would
     start a second learner there. The child needs only this module, so it is shown an
     empty ``__main__`` while it starts.
     """

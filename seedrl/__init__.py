@@ -2,8 +2,9 @@
 
 The learner (``python -m learner``) runs batched policy inference and V-trace training
 behind one streaming gRPC endpoint; actors (``python -m actors``) only step gymnasium
-environments. This package holds what both sides share. It must never import torch at
-module level: actors import it and stay torch-free.
+environments. This package holds what both sides share, so it imports neither
+``learner`` nor ``actors`` (the Python API is ``learner.train``). It must never import
+torch at module level: actors import it and stay torch-free.
 """
 
 from seedrl.grpc_defaults import apply_grpc_core_defaults
@@ -15,7 +16,4 @@ __version__ = "0.1.0"
 PROTOCOL_VERSION = 1
 """Wire protocol version carried in every Hello; bumped on incompatible changes."""
 
-
-from seedrl.api import TrainResult, train  # noqa: E402  (torch-free: torch loads inside train)
-
-__all__ = ["PROTOCOL_VERSION", "TrainResult", "__version__", "train"]
+__all__ = ["PROTOCOL_VERSION", "__version__"]

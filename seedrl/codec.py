@@ -294,3 +294,13 @@ def env_spec(env_id: str, env_kwargs: dict[str, Any], observation_space: Any, ac
         observation_space=space_to_spec(observation_space),
         action_space=space_to_spec(action_space),
     )
+
+
+def action_bounds(spec: pb.SpaceSpec) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The (low, high) float32 bounds of a Box action space, or (None, None) for any other
+    (actors and trained policies clip their actions to them)."""
+    if spec.kind != "box" or not spec.low.data:
+        return None, None
+    low = decode_tensor(spec.low, "action low").astype(np.float32)
+    high = decode_tensor(spec.high, "action high").astype(np.float32)
+    return low, high

@@ -258,6 +258,10 @@ class ActorConfig:
     """Exit when the learner stops for a restart, instead of waiting to reconnect."""
     max_frames: int = 0
     """Stop each actor after this many frames (0: until the learner finishes)."""
+    stats_dir: str = ""
+    """Directory for the actors' round-trip records: each process appends one JSON line
+    per stream (frames, round-trip p50/p99/mean ms, RSS) to ``actor-<pid>.jsonl`` there
+    when the stream ends (empty: none). The round trips are timed always."""
     nice: int = 0
     """Add this to the actor processes' niceness (0-19): with many more actors than cores on
     the learner's host, the learner then keeps the CPU share it needs to serve them."""
@@ -281,7 +285,7 @@ class ActorConfig:
     imported what an actor runs, so every actor shares those memory pages and the CPU
     caches hold one copy: 64 x K=1 against echo 11.1-12.7k -> 17.8-18.5k frames/s, 256 x
     K=1 5.7-6.2k -> 9.3-9.7k, PSS 28 -> 10 MB an actor) or exec (a fresh
-    ``python -m actors.actor`` each)."""
+    ``python -m actors actor`` each)."""
 
     def __post_init__(self) -> None:
         _require_choice(self, "start_method", START_METHODS)

@@ -8,9 +8,9 @@ import threading
 import pytest
 from support import actor_args, learner_process, read_records, running, wait_until
 
-from actors.actor import ActorThread
 from actors.launcher import Launcher
 from actors.launcher import actor_args as launcher_actor_args
+from actors.process import ActorThread
 from seedrl.config import PROCESSES_PER_CPU, ActorConfig, actor_process_sizes
 
 

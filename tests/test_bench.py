@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 from support import ROOT
 
-from actors.latency import RoundTripStats, percentiles
-from learner.bench import MODES, TARGETS, Point, parse_sweep, summarize
+from actors.roundtrip import RoundTripStats, percentiles
+from benchmarks.bench.plan import MODES, TARGETS, Point, parse_sweep
+from benchmarks.bench.report import summarize
 
 
 def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [
-        sys.executable, "-m", "learner.bench", "--quick", "--sweep", "2x4b8",
+        sys.executable, "-m", "learner", "bench", "--quick", "--sweep", "2x4b8",
         "--warmup-s", "0.3", "--measure-s", "1", "--out", str(out),
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
@@ -206,7 +207,7 @@ def test_percentiles_match_numpy(n):
 def test_flushing_round_trip_stats_imports_no_numpy_ma(tmp_path):
     """An actor flushes at every reconnect; numpy.ma would add ~1 MB to its RSS."""
     code = (
-        "import sys; from actors.latency import RoundTripStats\n"
+        "import sys; from actors.roundtrip import RoundTripStats\n"
         f"s = RoundTripStats(directory={str(tmp_path)!r})\n"
         "s.record(0.001); s.record(0.002); s.flush('a', 1)\n"
         "assert 'numpy.ma' not in sys.modules, 'numpy.ma imported'\n"
@@ -260,7 +261,8 @@ def test_focus_rounds_add_to_the_medians_and_judge_what_they_measured():
 
 
 def test_a_focus_round_remeasures_the_best_point_and_the_ratio_points():
-    from learner.bench import DEFAULT_SWEEP, focus_plan, sweep_best_point
+    from benchmarks.bench.plan import DEFAULT_SWEEP, focus_plan
+    from benchmarks.bench.report import sweep_best_point
 
     both = ("echo", "system")
     best = Point(1, 512, 128)
@@ -289,7 +291,7 @@ def test_a_focus_round_remeasures_the_best_point_and_the_ratio_points():
 
 
 def test_a_point_with_a_training_batch_starts_the_learner_with_it(tmp_path):
-    from learner.bench import Settings, server_command
+    from benchmarks.bench.measure import Settings, server_command
 
     settings = Settings(
         env="CartPole-v1", warmup_s=1, measure_s=1, connect_timeout_s=1, transport="tcp",
@@ -304,7 +306,7 @@ def test_a_point_with_a_training_batch_starts_the_learner_with_it(tmp_path):
 
 def test_the_default_sweep_measures_every_target():
     """A plain `make bench` must be able to judge each target, not print n/a."""
-    from learner.bench import DEFAULT_SWEEP, IDEAL_REFERENCE_ENVS
+    from benchmarks.bench.plan import DEFAULT_SWEEP, IDEAL_REFERENCE_ENVS
 
     labels = {p.label for p in DEFAULT_SWEEP}
     assert {"1x1", "64x1", "256x1"} <= labels  # RSS per actor, system/echo, no collapse

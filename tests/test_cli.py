@@ -18,14 +18,14 @@ from seedrl.config import (
 
 COMMANDS = {
     "learner": (["-m", "learner"], "--inference-batch-size"),
-    "actor": (["-m", "actors.actor"], "--env-groups"),
+    "actor": (["-m", "actors", "actor"], "--env-groups"),
     "launcher": (["-m", "actors"], "--num-actors"),
     "demo": (["-m", "learner", "demo"], "--envs-per-actor"),
     "evaluate": (["-m", "learner", "evaluate"], "--episodes"),
     "plot": (["-m", "learner", "plot"], "--out"),
     "healthcheck": (["-m", "learner", "healthcheck"], "--address"),
-    "bench": (["-m", "learner.bench"], "--sweep"),
-    "echo": (["-m", "learner.echo"], "--port"),
+    "bench": (["-m", "learner", "bench"], "--sweep"),
+    "echo": (["-m", "benchmarks.echo"], "--port"),
 }
 
 
@@ -42,7 +42,7 @@ def test_help_lists_the_flags(name):
 
 def test_help_carries_the_field_docstrings():
     done = subprocess.run(
-        [sys.executable, "-m", "actors.actor", "--help"],
+        [sys.executable, "-m", "actors", "actor", "--help"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     help_text = " ".join(done.stdout.split())
@@ -59,3 +59,32 @@ def test_parsing_flags_leaves_the_docstrings_unread():
     add_config_arguments(parser, ActorConfig)
     assert "environments each actor steps" in parser.format_help()
     assert field_docs.cache_info().currsize == 1
+
+
+def test_bench_says_so_where_benchmarks_is_not_there(tmp_path, monkeypatch, capsys):
+    """An installed package has no benchmarks/: one clear line and exit 2, no traceback."""
+    import learner.__main__ as cli
+
+    monkeypatch.setattr(cli, "find_spec", lambda name: None)
+    monkeypatch.setattr(cli, "__file__", str(tmp_path / "site-packages" / "learner" / "x.py"))
+    assert cli.main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "benchmarks/ is not installed" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["-m", "learner", "--batch-size", "x"], "--batch-size"),
+        (["-m", "learner", "demo", "--envs-per-actor", "x"], "--envs-per-actor"),
+        (["-m", "actors", "--num-actors", "x"], "--num-actors"),
+        (["-m", "actors", "actor", "--env-groups", "x"], "--env-groups"),
+    ],
+)
+def test_a_bad_flag_exits_2_with_one_line_naming_it(args, flag):
+    done = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert flag in last and "Traceback" not in done.stderr

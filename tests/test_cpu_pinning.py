@@ -73,7 +73,7 @@ def _running_masks(pids: list[int]) -> list[list[set[int]]] | None:
 @linux_affinity
 def test_a_pinned_actor_runs_every_thread_on_its_cpu():
     cpu = max(os.sched_getaffinity(0))
-    args = [sys.executable, "-m", "actors.actor", "--learner", UNREACHABLE, "--cpu", str(cpu)]
+    args = [sys.executable, "-m", "actors", "actor", "--learner", UNREACHABLE, "--cpu", str(cpu)]
     with running(args) as actor:
         pid = actor.popen.pid
 

@@ -189,7 +189,7 @@ def test_pendulum_continuous_actions_train_and_evaluate(tmp_path):
     """The Gaussian path end to end: trains, checkpoints, acts inside the Box bounds."""
     extra = ["--preset", "pendulum", "--total-frames", "3000", "--unroll-length", "10"]
     train_briefly(tmp_path, extra, actors=1, envs_per_actor=4)
-    from learner.evaluate import Policy
+    from learner.trained_policy import Policy
 
     policy = Policy.load(tmp_path / "checkpoint.pt")
     env = policy.make_env()
@@ -300,9 +300,9 @@ def test_evaluate_rejects_a_missing_checkpoint(tmp_path):
 
 
 def test_python_api_trains_and_returns_a_policy(tmp_path):
-    import seedrl
+    import learner
 
-    result = seedrl.train(
+    result = learner.train(
         "CartPole-v1", total_frames=3000, num_actors=1, envs_per_actor=4,
         logdir=tmp_path / "run", unroll_length=10, batch_size=8,
     )  # fmt: skip
@@ -319,10 +319,10 @@ def test_python_api_trains_and_returns_a_policy(tmp_path):
 def test_python_api_from_a_running_event_loop(tmp_path, uvloop):
     """A notebook already runs a loop: the learner then serves from a thread of its own,
     where neither loop may install signal handlers."""
-    import seedrl
+    import learner
 
-    async def notebook_cell() -> seedrl.TrainResult:
-        return seedrl.train(
+    async def notebook_cell() -> learner.TrainResult:
+        return learner.train(
             "CartPole-v1", total_frames=2000, num_actors=1, envs_per_actor=4,
             logdir=tmp_path / "run", unroll_length=10, batch_size=8, uvloop=uvloop,
         )  # fmt: skip
@@ -335,9 +335,10 @@ def test_python_api_from_a_script_without_a_main_guard(tmp_path):
     """The trainer process is spawned; it must not re-run a script that trains at top level."""
     script = tmp_path / "train_cartpole.py"
     script.write_text(
-        "import seedrl\n"
-        f"result = seedrl.train('CartPole-v1', total_frames=2000, logdir={str(tmp_path / 'run')!r},"
-        " num_actors=1, envs_per_actor=4, unroll_length=10, batch_size=8)\n"
+        "import learner\n"
+        "result = learner.train('CartPole-v1', total_frames=2000,"
+        f" logdir={str(tmp_path / 'run')!r}, num_actors=1, envs_per_actor=4,"
+        " unroll_length=10, batch_size=8)\n"
         "print('trained', result.learner_steps > 0)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -349,8 +350,8 @@ def test_python_api_from_a_script_without_a_main_guard(tmp_path):
     assert done.stdout.count("trained") == 1 and "trained True" in done.stdout, done.stdout
 
 
-def test_import_seedrl_is_torch_free():
-    code = "import sys, seedrl; assert callable(seedrl.train); print('torch' in sys.modules)"
+def test_importing_the_python_api_is_torch_free():
+    code = "import sys, learner; assert callable(learner.train); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
 

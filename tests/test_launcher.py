@@ -22,7 +22,7 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def test_a_forked_actor_reports_its_exit_code():
-    """A configuration the actor refuses exits 2, as `python -m actors.actor` would."""
+    """A configuration the actor refuses exits 2, as `python -m actors actor` would."""
     proc = ForkedActor(["--learner", UNREACHABLE, "--envs-per-actor", "0"])
     assert proc.wait(timeout=30) == 2
     assert proc.poll() == 2
@@ -47,7 +47,7 @@ def test_a_forked_actor_waits_with_a_timeout_and_stops_on_sigterm():
 @pytest.mark.parametrize("method", ["fork", "exec"])
 def test_the_launcher_starts_actors_by_the_method_asked(method):
     """fork: the children are copies of the launcher (same command line); exec: each
-    child is a fresh `python -m actors.actor`."""
+    child is a fresh `python -m actors actor`."""
     args = [
         sys.executable, "-m", "actors", "--learner", UNREACHABLE, "--num-actors", "2",
         "--start-method", method,
@@ -65,7 +65,7 @@ def test_the_launcher_starts_actors_by_the_method_asked(method):
             if method == "fork":
                 assert cmdline == launcher_cmdline
             else:
-                assert cmdline[1:3] == ["-m", "actors.actor"]
+                assert cmdline[1:4] == ["-m", "actors", "actor"]
 
 
 def test_an_unknown_start_method_is_refused():

@@ -15,7 +15,7 @@ from support import actor_args, learner_process, running
 from wire_clients import get_info
 
 from actors.actor import Actor
-from learner.echo import EchoServicer
+from benchmarks.echo import EchoServicer
 from seedrl import envs
 from seedrl.config import ActorConfig
 from seedrl.transport import (

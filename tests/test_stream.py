@@ -234,11 +234,11 @@ def test_an_actor_whose_learner_hangs_stops_on_sigterm(tmp_path: Path, groups: i
     """SIGSTOP the echo learner mid-stream: the actor's read would never return by itself."""
     port = free_port()
     echo = [
-        sys.executable, "-m", "learner.echo", "--port", str(port), "--logdir", str(tmp_path),
+        sys.executable, "-m", "benchmarks.echo", "--port", str(port), "--logdir", str(tmp_path),
         "--log-interval-s", "0.2", "--no-local-socket",
     ]  # fmt: skip
     actor_cmd = [
-        sys.executable, "-m", "actors.actor", "--learner", f"127.0.0.1:{port}",
+        sys.executable, "-m", "actors", "actor", "--learner", f"127.0.0.1:{port}",
         "--envs-per-actor", "2", "--env-groups", str(groups),
     ]  # fmt: skip
     with running(echo) as learner:

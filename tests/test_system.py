@@ -114,7 +114,7 @@ def test_actor_process_never_imports_torch(tmp_path):
 def test_actor_processes_run_as_batch_work(flags, policy):
     """Actors put themselves in SCHED_BATCH (waking, they preempt nobody) unless told not to."""
     # No learner at this address: the actor keeps retrying, which is all this needs.
-    args = [sys.executable, "-m", "actors.actor", "--learner", "127.0.0.1:9", *flags]
+    args = [sys.executable, "-m", "actors", "actor", "--learner", "127.0.0.1:9", *flags]
     with running(args) as actor:
         expected = getattr(os, policy)
         wait_until(lambda: os.sched_getscheduler(actor.popen.pid) == expected, 30, what=policy)

@@ -1,15 +1,13 @@
-"""Actor-side round-trip statistics for benchmarks: step latency as the actor sees it.
+"""The actor's round-trip metric: how long it waits for its actions, as only it can see.
 
-The learner can count frames but cannot see how long an actor waits for its actions;
-only the actor can. ``RoundTripStats`` keeps the last ``capacity`` round-trip times
-(write frame -> actions read) in a preallocated ring buffer (two ``perf_counter`` calls
-and one array store per frame: no per-frame allocation), and on ``flush`` appends one
-JSON line per stream to ``$SEEDRL_ACTOR_STATS_DIR/actor-<pid>.jsonl``:
+The learner counts frames but cannot see an actor's wait (write frame -> actions read).
+``RoundTripStats`` keeps the last ``capacity`` round-trip times in a preallocated ring
+buffer, always on (two ``perf_counter`` calls and one array store per frame, no
+allocation), and when a stream ends appends one JSON line to
+``<--stats-dir>/actor-<pid>.jsonl`` if that flag is set:
 
 ``{"pid", "actor_id", "envs", "round_trips", "frames", "seconds", "rtt_p50_ms",
 "rtt_p99_ms", "rtt_mean_ms", "rss_mb"}``
-
-When the variable is unset nothing is written (the recorder still costs ~0.2 µs/frame).
 """
 
 from __future__ import annotations
@@ -23,13 +21,11 @@ import numpy as np
 
 from seedrl.timing import process_rss_mb
 
-STATS_DIR_ENV = "SEEDRL_ACTOR_STATS_DIR"
-
 
 def percentiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
     """``np.percentile(values, qs)`` (its default linear interpolation) without its cost:
-    ``np.percentile`` imports ``numpy.ma``, ~1 MB more RSS in every actor from its first
-    flush on, which the benchmark then counted as the actor's own."""
+    ``np.percentile`` imports ``numpy.ma``, which would grow every actor's memory from its
+    first flush on."""
     ordered = np.sort(values)
     last = len(ordered) - 1
     out = []
@@ -44,14 +40,13 @@ def percentiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
 class RoundTripStats:
     """Ring buffer of recent round-trip seconds plus counts since the last flush."""
 
-    def __init__(self, capacity: int = 1 << 15, directory: str | None = None) -> None:
+    def __init__(self, capacity: int = 1 << 15, directory: str = "") -> None:
         self.rtt_s = np.zeros(capacity, np.float64)
         self._mask = capacity - 1
         if capacity & self._mask:
             raise ValueError("capacity must be a power of two")
         self.count = 0
         self._started = 0.0
-        directory = directory if directory is not None else os.environ.get(STATS_DIR_ENV)
         self.path = Path(directory) / f"actor-{os.getpid()}.jsonl" if directory else None
 
     def record(self, seconds: float) -> None:

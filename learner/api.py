@@ -1,15 +1,16 @@
-"""The Python API for notebooks and scripts: ``seedrl.train(...)`` -> a trained policy.
+"""The Python API for notebooks and scripts: ``learner.train(...)`` -> a trained policy.
 
 It runs the same learner as ``python -m learner`` in this process (so the model is
 loaded straight from the final checkpoint afterwards) and the same actor launcher as
-``python -m actors`` as a child process on loopback. Imported lazily by
-``seedrl.train``: ``import seedrl`` stays free of torch.
+``python -m actors`` as a child process on loopback. It lives on the learner side
+because it runs the learner (``seedrl/`` is what both sides share and imports neither);
+importing it stays free of torch, which loads inside ``train``.
 
 Example (CartPole to a mean return of 200, then use the policy)::
 
-    import seedrl
+    import learner
 
-    result = seedrl.train("CartPole-v1", target_return=200, max_seconds=300,
+    result = learner.train("CartPole-v1", target_return=200, max_seconds=300,
                           num_actors=2, envs_per_actor=16)
     print(result.episode_return_mean, result.logdir)
     env = result.policy.make_env()
@@ -32,10 +33,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seedrl.config import AUTH_TOKEN_ENV, LearnerConfig, build_config, load_preset
 from seedrl.metrics import RunResult
+
+if TYPE_CHECKING:  # the real import loads torch, so it waits until train() has trained
+    from learner.trained_policy import Policy
 
 ACTORS_EXIT_TIMEOUT_S = 20.0
 """How long the actor launcher gets to exit after the learner finished."""
@@ -43,12 +47,12 @@ ACTORS_EXIT_TIMEOUT_S = 20.0
 
 @dataclass
 class TrainResult(RunResult):
-    """What ``seedrl.train`` returns: the run summary, where its files are, the policy."""
+    """What ``learner.train`` returns: the run summary, where its files are, the policy."""
 
     logdir: Path
     checkpoint: Path
-    policy: Any
-    """A :class:`learner.evaluate.Policy` loaded from the final checkpoint (``.act(obs)``)."""
+    policy: Policy
+    """The policy loaded from the final checkpoint (``.act(obs)``)."""
 
     def metrics(self) -> list[dict[str, Any]]:
         """The run's metrics.jsonl records (for plotting in a notebook)."""
@@ -105,7 +109,7 @@ def train(
     else:
         run = _run_in_thread(run_learner)  # a notebook: its event loop is already running
 
-    from learner.evaluate import Policy
+    from learner.trained_policy import Policy
 
     checkpoint = config.checkpoint_path
     return TrainResult(

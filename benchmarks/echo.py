@@ -1,6 +1,6 @@
 """An echo learner for benchmarks: the real wire protocol, no model, no training.
 
-``python -m learner.echo --port P --logdir D`` serves ``GetInfo`` and ``Act`` exactly as
+``python -m benchmarks.echo --port P --logdir D`` serves ``GetInfo`` and ``Act`` exactly as
 the learner does on the wire (Hello -> Accept, then one LearnerMessage of K actions per
 Frame) but answers every frame at once with a constant action tensor. What actors reach
 against it is the transport limit of a topology: the ``echo`` row of ``make bench``.
@@ -161,7 +161,7 @@ async def _serve_until_signal(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m learner.echo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.echo", description=__doc__)
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--bind", default="127.0.0.1", help="host, or unix:PATH")
     parser.add_argument("--port", type=int, default=0)

@@ -1,0 +1,305 @@
+"""One measurement: a server mode behind a fleet's address, or the one-process ideal.
+
+Throughput, batch sizes, waits and learner RSS come from the server's ``metrics.jsonl``
+over a window that starts after a warm-up once all N actors are connected; step latency
+from the actors' per-stream round-trip records (``--stats-dir``); CPU and actor memory
+from ``/proc``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench.fleet import ActorFleet, free_port, stop_process, wait_for
+from benchmarks.bench.plan import IDEAL_REFERENCE_ENVS, Point
+from benchmarks.bench.procfs import split_cpu_seconds
+from seedrl.config import ActorConfig
+
+MIN_ROUND_TRIPS = 100
+"""A measuring window lasts --measure-s, and longer until the average stream has made this
+many round trips: 3 s of 256 single-env actors is ~20 round trips each, too few to
+average out who the two cores happened to run (windows moved ±25 % on 2026-11-24)."""
+MAX_STRETCH = 4
+"""...but never more than this many times --measure-s."""
+
+
+# ---------------------------------------------------------------------- ideal worker
+
+
+def run_ideal(env_id: str, num_envs: int, seconds: float, warmup_s: float, threads: int) -> dict:
+    """Step ``num_envs`` envs with the learner's model in this process; frames/s after warm-up."""
+    import numpy as np
+    import torch
+
+    from learner.allocator import keep_freed_memory
+    from seedrl import envs
+    from seedrl.config import LearnerConfig
+    from seedrl.models import action_head, build_model
+    from seedrl.policy import inference_policy, set_compute_threads
+
+    keep_freed_memory()
+    set_compute_threads(threads)
+    cfg = LearnerConfig()
+    spec = envs.describe_env(env_id)
+    head = action_head(spec.action_space)
+    model = build_model(spec.observation_space, head, cfg.model, cfg.hidden_sizes, 0)
+    policy = inference_policy(model, head, torch.device("cpu"), cfg.inference_backend, cfg.seed)
+    vec = envs.make_vector_env(env_id, {}, num_envs)
+    obs_dtype = np.dtype(spec.observation_space.dtype)
+    obs_KO, _ = vec.reset(seed=0)
+    first_K = np.ones(num_envs, dtype=np.bool_)
+    frames, t0 = 0, time.perf_counter()
+    measured_from, measured_frames, cpu_from = None, 0, 0.0
+    while True:
+        now = time.perf_counter()
+        if measured_from is None and now - t0 >= warmup_s:
+            measured_from, measured_frames, cpu_from = now, frames, time.process_time()
+        if now - t0 >= warmup_s + seconds:
+            break
+        action_K, _, _ = policy(np.asarray(obs_KO, dtype=obs_dtype), first_K, ())
+        obs_KO, *_ = vec.step(action_K)
+        frames += num_envs
+    wall = time.perf_counter() - (measured_from or t0)
+    cpu = time.process_time() - cpu_from
+    vec.close()
+    measured = max(frames - measured_frames, 1)
+    return {
+        "fps": measured / max(wall, 1e-9),
+        "seconds": wall,
+        "cpu_us_per_frame": cpu / measured * 1e6,
+    }
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return records
+
+
+# ---------------------------------------------------------------------- one measurement
+
+
+@dataclass
+class Settings:
+    env: str
+    warmup_s: float
+    measure_s: float
+    connect_timeout_s: float
+    transport: str
+    learner_args: tuple[str, ...]
+    actor_args: tuple[str, ...]
+    torch_threads: int
+    workdir: Path
+    env_groups: int = 1
+    pin_cpus: str = ActorConfig.pin_cpus
+
+
+def server_command(
+    mode: str, address_bind: str, port: int, logdir: Path, s: Settings, batch: int = 0
+) -> list:
+    # --transport tcp: loopback TCP only; auto leaves the same-host unix socket on (default).
+    tcp_only = ["--no-local-socket"] if s.transport == "tcp" else []
+    if mode == "echo":
+        return [
+            sys.executable, "-m", "benchmarks.echo", "--env", s.env, "--bind", address_bind,
+            "--port", str(port), "--logdir", str(logdir), "--log-interval-s", "0.5",
+            *tcp_only,
+        ]  # fmt: skip
+    return [
+        sys.executable, "-m", "learner", "--env", s.env, "--bind", address_bind,
+        "--port", str(port), "--logdir", str(logdir), "--log-interval-s", "0.5",
+        "--progress", "off", "--no-tensorboard", "--checkpoint-interval-s", "1e9",
+        "--torch-threads", str(s.torch_threads),
+        *(["--no-train"] if mode == "inference" else []),
+        *(["--batch-size", str(batch)] if batch else []), *tcp_only, *s.learner_args,
+    ]  # fmt: skip
+
+
+def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: int,
+                   s: Settings) -> dict[str, Any]:  # fmt: skip
+    """Run one server mode behind the fleet's address; return its row of numbers."""
+    n, k = point.n, point.k
+    logdir = s.workdir / f"{point.label}-{mode}-{time.monotonic_ns()}"
+    streams_before = len(fleet.stream_records())
+    log_path = logdir.with_suffix(".log")
+    logdir.mkdir(parents=True)
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            server_command(mode, bind, port, logdir, s, point.batch),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            metrics = logdir / "metrics.jsonl"
+
+            def steady() -> bool:
+                """Every stream is in and, when training, the trainer (process) has stepped."""
+                records = read_metrics(metrics)
+                streams = n * fleet.groups
+                if not records or records[-1].get("actors_connected", 0) < streams:
+                    return False
+                return mode != "system" or records[-1].get("learner_steps", 0) > 0
+
+            if not wait_for(steady, s.connect_timeout_s):
+                tail = log_path.read_text(errors="replace")[-400:]
+                raise RuntimeError(
+                    f"{mode}: not steady in time ({n} actors connected, trainer stepping); "
+                    f"server said {tail}"
+                )
+            time.sleep(s.warmup_s)
+            t0, cpu0, acpu0 = time.time(), split_cpu_seconds(proc.pid), fleet.cpu_seconds()
+            frames0 = _last_frames(metrics)
+            time.sleep(s.measure_s)
+            # Many slow streams: stretch the window until the average stream has made
+            # MIN_ROUND_TRIPS round trips (256 x K=1 makes ~6/s each on 2 cores).
+            wanted = frames0 + MIN_ROUND_TRIPS * n * k * fleet.groups
+            wait_for(lambda: _last_frames(metrics) >= wanted, s.measure_s * (MAX_STRETCH - 1), 0.25)
+            t1, cpu1, acpu1 = time.time(), split_cpu_seconds(proc.pid), fleet.cpu_seconds()
+            actor_rss, actor_uss_pss = fleet.rss_mb(), fleet.shared_aware_mb()
+            time.sleep(0.6)  # one more metrics record covering the window's end
+        finally:
+            stop_process(proc)
+    window = [r for r in read_metrics(metrics) if t0 <= r["time"] <= t1 + 0.55]
+    if len(window) < 2:
+        raise RuntimeError(f"{mode}: only {len(window)} metrics records in the window")
+    first, last = window[0], window[-1]
+    dt = last["elapsed_s"] - first["elapsed_s"]
+    fps = (last["frames"] - first["frames"]) / max(dt, 1e-9)
+    inner = window[1:]
+    wall = t1 - t0
+    serving_cpu = (cpu1[0] - cpu0[0]) / wall
+    training_cpu = (cpu1[1] - cpu0[1]) / wall
+    learner_cpu = serving_cpu + training_cpu
+    actors_cpu = (acpu1 - acpu0) / wall
+    per_frame = 1e6 / max(fps, 1e-9)
+    row: dict[str, Any] = {
+        "fps": fps,
+        "round_trips_per_s": fps / k,
+        "inference_batch_mean": _mean(inner, "inference_batch_mean"),
+        "learner_cpu": learner_cpu,
+        "actors_cpu": actors_cpu,
+        "learner_cpu_share": learner_cpu / max(learner_cpu + actors_cpu, 1e-9),
+        # CPU seconds per frame hold up under a loaded machine far better than frames/s.
+        "cpu_us_per_frame": (learner_cpu + actors_cpu) * per_frame,
+        "learner_cpu_us_per_frame": learner_cpu * per_frame,
+        # Where the machine's CPU per frame goes: the three roles, summing to the above.
+        "actors_cpu_us_per_frame": actors_cpu * per_frame,
+        "serving_cpu_us_per_frame": serving_cpu * per_frame,
+        "training_cpu_us_per_frame": training_cpu * per_frame,
+        "learner_rss_mb": last.get("learner_rss_mb"),
+        "actor_processes": len(actor_rss),
+        "actor_rss_mb_max": max(actor_rss) if actor_rss else None,
+        "actor_rss_mb_mean": statistics.fmean(actor_rss) if actor_rss else None,
+        "actor_uss_mb_max": max(u for u, _ in actor_uss_pss) if actor_uss_pss else None,
+        "actor_pss_mb_max": max(p for _, p in actor_uss_pss) if actor_uss_pss else None,
+        "learner_steps_per_s": _mean(inner, "learner_steps_per_s"),
+        "trainer_wait_share": _mean(inner, "trainer_wait_share"),
+        "inference_wait_share": _mean(inner, "inference_wait_share"),
+        "actors_connected": last.get("actors_connected"),
+    }
+    slices = [
+        (b["frames"] - a["frames"]) / max(b["elapsed_s"] - a["elapsed_s"], 1e-9)
+        for a, b in itertools.pairwise(window)
+    ]
+    row["window_s"] = wall
+    if len(slices) >= 2 and statistics.fmean(slices) > 0:
+        row["fps_cv"] = statistics.stdev(slices) / statistics.fmean(slices)
+    # The actors flush one record per stream when the server goes away.
+    wait_for(lambda: len(fleet.stream_records()) >= streams_before + n * fleet.groups, 10.0)
+    streams = fleet.stream_records()[streams_before:]
+    if streams:
+        row["rtt_p50_ms"] = statistics.median(r["rtt_p50_ms"] for r in streams)
+        row["rtt_p99_ms"] = max(r["rtt_p99_ms"] for r in streams)
+    shutil.rmtree(logdir, ignore_errors=True)
+    return row
+
+
+def _last_frames(metrics: Path) -> int:
+    records = read_metrics(metrics)
+    return int(records[-1]["frames"]) if records else 0
+
+
+def _mean(records: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in records if r.get(key) is not None]
+    return statistics.fmean(values) if values else None
+
+
+def measure_ideal(num_envs: int, s: Settings) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "benchmarks.bench", "ideal", "--env", s.env, "--envs", str(num_envs),
+        "--seconds", str(s.measure_s), "--warmup-s", str(min(s.warmup_s, 1.0)),
+        "--torch-threads", str(s.torch_threads),
+    ]  # fmt: skip
+    timeout = 60 + 2 * (s.warmup_s + s.measure_s)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return {
+        "fps": result["fps"],
+        "round_trips_per_s": None,
+        "cpu_us_per_frame": result["cpu_us_per_frame"],
+    }
+
+
+@contextlib.contextmanager
+def point_address(transport: str, workdir: Path) -> Iterator[tuple[str, str, int]]:
+    """(actor address, server --bind, server --port) for one sweep point."""
+    if transport == "unix":
+        path = workdir / f"s{time.monotonic_ns() % 10**9}.sock"
+        yield f"unix:{path}", f"unix:{path}", 0
+        with contextlib.suppress(OSError):
+            path.unlink()
+    else:
+        port = free_port()
+        yield f"127.0.0.1:{port}", "127.0.0.1", port
+
+
+def run_point(point: Point, modes: Sequence[str], repeat: int, s: Settings, log: Any):
+    """Every mode of one N x K point, back to back; yields result rows."""
+    n, k = point.n, point.k
+    base = {"point": point.label, "n": n, "k": k, "batch": point.batch, "repeat": repeat}
+    if "ideal" in modes:
+        try:
+            row = measure_ideal(n * k, s)
+        except (subprocess.SubprocessError, ValueError, IndexError) as exc:
+            row = {"error": f"ideal failed: {exc}"}
+        log(point, "ideal", row)
+        yield {**base, "mode": "ideal", **row}
+    networked = [m for m in modes if m != "ideal"]
+    if not networked:
+        return
+    with point_address(s.transport, s.workdir) as (address, bind, port):
+        groups = s.env_groups if k % s.env_groups == 0 else 1
+        stats_dir = s.workdir / f"actors-{point.label}-{repeat}"
+        fleet = ActorFleet(address, n, k, groups, stats_dir, s.actor_args, s.pin_cpus)
+        try:
+            for mode in networked:
+                try:
+                    row = measure_server(mode, point, fleet, bind, port, s)
+                except (RuntimeError, OSError, KeyError) as exc:
+                    row = {"error": str(exc)}
+                log(point, mode, row)
+                yield {**base, "mode": mode, **row}
+        finally:
+            fleet.stop()
+
+
+def measure_reference(settings: Settings) -> float | None:
+    """The best-configuration target's limit: one process with IDEAL_REFERENCE_ENVS envs."""
+    with contextlib.suppress(subprocess.SubprocessError, ValueError, IndexError):
+        return float(measure_ideal(IDEAL_REFERENCE_ENVS, settings)["fps"])
+    return None

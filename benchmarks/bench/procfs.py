@@ -1,0 +1,64 @@
+"""What the benchmark reads from ``/proc``: CPU seconds, child processes, USS/PSS.
+
+The benchmark observes the learner and the actors from outside, so neither carries
+measuring code: a process's CPU time and memory come from the kernel's accounting.
+"""
+
+from __future__ import annotations
+
+import os
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a live process and its live children (the learner's trainer process)."""
+    return sum(split_cpu_seconds(pid))
+
+
+def split_cpu_seconds(pid: int) -> tuple[float, float]:
+    """(the process's own, its live children's) CPU seconds: for the learner, serving and
+    training (the trainer process is its child)."""
+    return cpu_seconds(pid), sum(cpu_seconds(child) for child in child_pids(pid))
+
+
+def child_pids(pid: int) -> list[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    children: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children.extend(int(c) for c in f.read().split())
+        except OSError:
+            continue
+    return children
+
+
+def shared_aware_mb(pid: int) -> tuple[float, float] | None:
+    """(USS, PSS) in MB: the memory only this process holds, and its proportional share.
+
+    RSS counts every shared-library page a process maps in full, and how many the kernel
+    maps depends on the page cache; USS leaves shared pages out, PSS divides each page by
+    the processes mapping it, so N actors on one host cost the sum of their PSS.
+    """
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return None
+    kb = sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty") if k in fields)
+    pss_kb = int(fields["Pss"].split()[0]) if "Pss" in fields else kb
+    return kb / 1024, pss_kb / 1024
