@@ -10,7 +10,7 @@ import os
 BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 
 # Actors do no linear algebra, yet numpy's OpenBLAS starts a pool of (cores - 1) idle
-# threads on import: 63 per actor, ~4,000 on a 64-core host running 64 actors. One is
+# threads on import, thousands on a big host running one actor per core. One is
 # enough; a value the user exported wins. Must precede the first numpy import.
 os.environ.setdefault(BLAS_THREADS_ENV, "1")
 

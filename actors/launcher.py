@@ -13,8 +13,8 @@ learner said training is finished).
 By default (``--start-method fork``) the launcher imports the actor's modules once and
 forks every actor from itself: the actors then share the interpreter's and the
 modules' memory pages, and with many actors per core the CPU caches hold one copy of
-them instead of one per actor (64 single-env actors against echo on 2 cores: +45 %
-frames/s; 256: +60 %). The launcher never opens a gRPC channel, so each child starts
+them instead of one per actor, so round trips run faster and each actor costs less
+memory. The launcher never opens a gRPC channel, so each child starts
 gRPC fresh. ``--start-method exec`` starts ``python -m actors actor`` instead.
 """
 

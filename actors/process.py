@@ -141,8 +141,7 @@ def mark_batch_work() -> bool:
 
     A waking batch task never preempts the running one, so hundreds of actors sharing a
     host wake without kicking the learner (or each other) off a core mid-slice: fewer
-    context switches and warmer caches (bench on 2 cores, medians of 2: 64 x K=1 system
-    1,792 -> 2,065 frames/s, 256 x K=1 1,559 -> 1,669). No privilege needed; nice stays.
+    context switches and warmer caches. No privilege needed; nice stays.
     """
     policy = getattr(os, "SCHED_BATCH", None)
     if policy is None or not hasattr(os, "sched_setscheduler"):

@@ -4,15 +4,14 @@ An actor makes one round trip per env step, so the cost of one message is the co
 matters. Both of grpcio's public streaming clients hand every message to another thread.
 ``grpc.aio`` uses a completion-queue poller thread that wakes the event loop through a
 socket. The sync API uses the channel's spin thread plus a thread that drains the request
-iterator. Against the echo server, an aio actor with 64 others on 2 cores made ~8 context
-switches per round trip across its threads.
+iterator. Every round trip then costs several context switches across those threads,
+which with one env per message is most of an actor's CPU.
 
 ``LockstepStream`` starts each operation on the calling thread. It then waits on the
 call's own completion queue, where gRPC core, with EventEngine off
 (``seedrl.grpc_defaults``), also does the socket I/O. That is one thread and one sleep
-per round trip. Measured against echo (2026-11-25, 2 vCPUs): one actor used 95 µs of CPU
-per frame with aio and 60 µs this way; 64 actors went from 5.3k to 9.6k frames/s, and 256
-from 1.9k to 5.5k.
+per round trip, so an actor spends less CPU per frame than with either public client
+(measured in docs/performance.md).
 
 grpcio's experimental single-threaded unary-stream calls work the same way
 (``grpc.experimental.ChannelOptions.SingleThreadedUnaryStream``). grpcio offers nothing

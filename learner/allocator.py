@@ -1,13 +1,11 @@
 """glibc malloc settings for the learner's processes: freed memory stays for reuse.
 
-Why: a training step allocates and frees a few dozen blocks of 100 KB - 1 MB
+Why: a training step allocates and frees a few dozen blocks of a megabyte or less
 (activations, gradients, unroll copies), and so does inference at large K. glibc serves
 a block above its mmap threshold with a fresh mapping and hands the top of its heap back
 to the kernel past its trim threshold; both thresholds move at run time, and some
-processes settled where every step faulted ~1,000 pages back in. A CartPole step of 128
-unrolls took 5.0-5.6 ms in those processes and 3.3-3.9 ms in the others; with fixed
-thresholds every process is the fast one (3.3-3.5 ms, < 2 faults a step), and the
-system at 1 x 512 envs trained 572-626k frames/s instead of 477-563k.
+processes settled where every step faulted its pages back in and ran markedly slower.
+With fixed thresholds every process is the fast one.
 """
 
 from __future__ import annotations

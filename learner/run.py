@@ -305,9 +305,8 @@ async def _serve(
     await server.start()
     await set_serving(health, True)
     # Everything built so far (torch, the model, the server) lives as long as the run.
-    # Frozen, the collector stops walking it: with 256 streams the serving loop spent
-    # ~5 % of its time in full collections over that heap, and 256 x K=1 ran at 18.9k
-    # frames/s instead of 14.6k (three interleaved rounds; 64 x K=1 within noise).
+    # Frozen, the collector stops walking it: with hundreds of streams, more objects
+    # survive, full collections come often, and each one walked that whole heap.
     gc.collect()
     gc.freeze()
     batcher_task = asyncio.create_task(batcher.run(), name="batcher")

@@ -95,9 +95,8 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """One actor's stream: Hello, Accept, then a Frame -> actions round trip per step.
 
         Reads and writes with ``context.read``/``context.write`` rather than iterating the
-        requests and yielding replies: the async-generator form costs two extra hops per
-        frame (A/B, 64 single-env actors: learner main thread 122 -> 111 µs per frame,
-        1,755 -> 1,876 frames/s; the echo server gains the same 7 %). Messages travel as
+        requests and yielding replies: the async-generator form costs two extra event-loop
+        hops per frame. Messages travel as
         bytes (:func:`~seedrl.transport.add_learner_service`): a Frame that matches its
         layout's :class:`~seedrl.codec.WireTemplate` is split by slicing, anything else is
         parsed and checked in full, and replies are joined from a template.

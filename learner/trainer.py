@@ -55,8 +55,8 @@ class GradientBuffer:
     """Every trainable parameter's ``.grad`` as a view into one flat tensor.
 
     Why: zeroing the gradients, their global norm and its clipping become one op each
-    over the flat tensor instead of a dozen small ones per step (``clip_grad_norm_``:
-    60 against 9 µs for the CartPole MLP's 12 parameters). Autograd accumulates into an
+    over the flat tensor instead of a dozen small ones per step, whose per-op overhead
+    dominates for small models. Autograd accumulates into an
     existing ``.grad`` in place, so the views hold through ``backward``; nothing may set
     them to None (use ``zero``).
     """
@@ -252,8 +252,8 @@ def apply_optimizer_settings(optimizer: torch.optim.Optimizer, config: LearnerCo
 
 
 def make_optimizer(model: ActorCritic, config: LearnerConfig) -> torch.optim.Optimizer:
-    # The fused kernel updates every parameter in one op: ~4x cheaper per step than the
-    # default on the small models here (72 vs 308 µs for the CartPole MLP on one core).
+    # The fused kernel updates every parameter in one op, where the default pays per-op
+    # overhead per parameter, which dominates for the small models here.
     fused = next(model.parameters()).device.type in ("cpu", "cuda")
     return torch.optim.Adam(
         model.parameters(), lr=config.learning_rate, eps=config.adam_eps, fused=fused

@@ -1,8 +1,8 @@
 """Training in its own process, so serving and training stop sharing one GIL.
 
 In one process the trainer thread and the event loop that serves actors take turns on
-the GIL: at 4 actors x 32 envs on 2 cores a learner step took 4.3 ms in the learner
-process against 2.3 ms alone, and half a core sat idle. Here a spawned child (no fork
+the GIL: a learner step then takes much longer than alone, and a core sits idle while
+one waits for the other. Here a spawned child (no fork
 after gRPC has started threads) owns the training model and optimizer and runs the
 same :class:`~learner.trainer.Trainer` step; the learner process keeps its own copy of
 the weights for inference. Three channels connect them:

@@ -131,7 +131,7 @@ def tensor_layout(dtype: DTypeLike, shape: Sequence[int]) -> TensorLayout:
 def checked_bytes(msg: pb.Tensor, name: str, layout: TensorLayout) -> bytes:
     """The raw payload of ``msg`` when its dtype, shape and byte length match ``layout``.
 
-    The per-frame path: three comparisons (~1 µs) and no array; the learner builds one
+    The per-frame path: three comparisons and no array; the learner builds one
     array per field for the whole batch. Anything else raises :class:`WireError` saying
     what differs.
     """
@@ -179,7 +179,7 @@ class WireTemplate:
         self._pieces = tuple(piece for _, piece in fixed)
 
     def split(self, raw: bytes) -> list[bytes] | None:
-        """The payloads of ``raw`` when it matches the template, else None (~1 µs)."""
+        """The payloads of ``raw`` when it matches the template, else None (a few slices)."""
         if len(raw) != self.size:
             return None
         for at, piece in self._checks:

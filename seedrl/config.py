@@ -56,8 +56,7 @@ class LearnerConfig:
     for a wildcard bind the host the actor already used to reach rank 0."""
     local_socket: bool = True
     """Also listen on a unix socket in a private temp dir (without TLS) and offer it to
-    actors on this host: less CPU per message than loopback TCP (64 x K=1: +7-13 %
-    frames/s)."""
+    actors on this host: a unix socket costs less CPU per message than loopback TCP."""
     logdir: str = "runs/latest"
     """Where metrics.jsonl, TensorBoard events, config.json and checkpoints go."""
     device: str = "auto"
@@ -82,11 +81,11 @@ class LearnerConfig:
     unroll_length: int = 20
     """T: transitions per unroll; consecutive unrolls of a slot share one frame."""
     batch_size: int = 64
-    """Unrolls per learner step. A small model's step is mostly per-op overhead, so 64
-    unrolls cost 1.5 µs of CPU a frame against 4.0 at 16 (CartPole)."""
+    """Unrolls per learner step. A small model's step is mostly per-op overhead, so a
+    larger batch costs less CPU per frame and leaves more to the actors."""
     learning_rate: float = 4e-3
-    """Adam learning rate, scaled with the batch: CartPole learns as fast per frame at 64
-    unrolls and 4e-3 as at 16 and 1e-3 (48 seeds each; README, Results)."""
+    """Adam learning rate, scaled with the batch (1e-3 suits 16 unrolls), so a larger
+    batch learns as fast per frame (docs/performance.md)."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
     discount: float = 0.99
@@ -122,22 +121,22 @@ class LearnerConfig:
     """Run a forward pass once this many frames are pending ..."""
     inference_timeout_ms: float = 12.0
     """... or this long after the first pending frame arrived, whichever is first.
-    Longer: bigger batches when many CPU-starved actors trickle in (64 x K=1 on 2 cores:
-    4 -> 12 ms took the learner from ~370 to ~315 µs of CPU per frame, batches ~9 -> ~28);
-    shorter: less wait behind a silent actor when few streams are open."""
+    Longer: bigger batches, so less learner CPU per frame, when many CPU-starved actors
+    trickle in; shorter: less wait behind a silent actor when few streams are open."""
     inference_quorum: float = 0.9
     """... or once this share of the open streams has a frame pending (rounded up: with
     up to 9 streams, all of them). Below 1, a few slow or silent actors among many do not
     hold every batch to the timeout."""
     inference_backend: str = "auto"
     """Inference's forward pass: auto (numpy for a feed-forward MLP on the CPU, which skips
-    torch's per-op dispatch: at 64 x K=1 a batch took 0.61 instead of 1.16 ms; torch
+    torch's per-op dispatch, which dominates a small batch; torch
     otherwise), torch, or numpy (an error for models it cannot run). See seedrl.policy."""
     max_queue_unrolls: int = 256
     """Finished unrolls waiting for the trainer; when full, inference waits (back-pressure)."""
     uvloop: bool = True
-    """Serve on uvloop's event loop (libuv, in Cython) rather than asyncio's own: ~10 %
-    more frames/s at 64 x K=1. Off, or where uvloop is not installed: asyncio's loop."""
+    """Serve on uvloop's event loop (libuv, in Cython) rather than asyncio's own: with one
+    env per message most serving work is loop machinery, which uvloop runs cheaper. Off,
+    or where uvloop is not installed: asyncio's loop."""
     max_actors: int = 1024
     """Actor streams admitted at once; more get RESOURCE_EXHAUSTED and retry."""
     max_envs: int = 16384
@@ -224,9 +223,8 @@ class ActorConfig:
     actors_per_process: int = 0
     """How many actors share one process, each on its own thread (their streams wait in
     gRPC with the GIL released). 0: auto, one per process up to PROCESSES_PER_CPU (4)
-    processes per CPU the launcher may use, and the rest spread over those (on 2 CPUs,
-    64 single-env actors against echo: 64 processes 19.4k frames/s, 8 x 8 threads
-    28.0k; 256: 9.3k as processes, 25.3k as 8 x 32)."""
+    processes per CPU the launcher may use, and the rest spread over those (threads share
+    one set of pages in the CPU caches, processes each bring their own)."""
     envs_per_actor: int = 1
     """K: environments each actor steps and sends in one message."""
     env_groups: int = 1
@@ -267,14 +265,13 @@ class ActorConfig:
     the learner's host, the learner then keeps the CPU share it needs to serve them."""
     sched_batch: bool = True
     """Run actor processes in Linux's SCHED_BATCH class (no wakeup preemption): many
-    actors on one host switch less and leave the learner its slices (64 x K=1 on 2
-    cores: +15 % frames/s)."""
+    actors on one host switch less and leave the learner its slices."""
     pin_cpus: str = "off"
     """Pin each actor process the launcher starts to one CPU, round robin over the CPUs
     the launcher may use: on, off, or auto (on when the number of processes is a multiple
     of those CPUs, so every CPU gets as many; off for a lone replica on a bigger host).
-    For hosts that run only actors: a pinned actor never migrates. On 2 vCPUs it changed
-    nothing dependable (64 x K=1 as 64 processes: 0-8 % less CPU per frame, 256: none)."""
+    For hosts that run only actors: a pinned actor never migrates into cold caches. Off
+    by default: on a small shared host it saved nothing dependable."""
     cpu: int = -1
     """The CPU the actor processes run on (-1: any); the launcher sets it per process from
     --pin-cpus."""
@@ -283,8 +280,7 @@ class ActorConfig:
     start_method: str = "fork" if hasattr(os, "fork") else "exec"
     """How the launcher starts actor processes: fork (from the launcher once it has
     imported what an actor runs, so every actor shares those memory pages and the CPU
-    caches hold one copy: 64 x K=1 against echo 11.1-12.7k -> 17.8-18.5k frames/s, 256 x
-    K=1 5.7-6.2k -> 9.3-9.7k, PSS 28 -> 10 MB an actor) or exec (a fresh
+    caches hold one copy: faster round trips and less memory per actor) or exec (a fresh
     ``python -m actors actor`` each)."""
 
     def __post_init__(self) -> None:
@@ -318,9 +314,8 @@ class ActorConfig:
 PROCESSES_PER_CPU = 4
 """Auto ``--actors-per-process`` runs at most this many actor processes per CPU. Each
 process's pages (interpreter, gRPC, its objects) compete for the caches and the TLB, so
-beyond a few per CPU every round trip gets slower; threads share one set. On 2 CPUs,
-64 single-env actors against echo: 64 processes 19.4k frames/s, 32 x 2 23.5k, 16 x 4
-27.7k, 8 x 8 28.0k, 4 x 16 24.2k (2026-11-26, medians of three interleaved rounds)."""
+beyond a few per CPU every round trip gets slower; threads share one set. Four per CPU
+was the sweet spot of the measurements in docs/performance.md."""
 
 
 def actor_process_sizes(num_actors: int, actors_per_process: int, cpus: int) -> list[int]:
@@ -433,8 +428,8 @@ def _converter(tp: Any) -> tuple[Any, bool]:
 
 class ConfigArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser whose dataclass-field flags get their docstrings only when help
-    is printed: reading them parses the config module's source (~18 ms and ~0.7 MB of
-    RSS), which every one of N actor processes paid at start and none ever showed."""
+    is printed: reading them parses the config module's source, a start-up cost in time
+    and memory that every one of N actor processes paid and none ever showed."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

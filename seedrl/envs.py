@@ -188,9 +188,8 @@ NATIVE_VECTOR_MIN_ENVS = 6
 """Below this K, K scalar envs (:class:`ScalarEnvs`) step faster than a native vector env.
 
 A native vector env pays a fixed cost per step in numpy calls on tiny arrays (and an
-action-space check) whatever K is; K scalar envs pay per env. For CartPole on the 2-core
-development VM (best of 3 x 20k steps, 2026-11-25): native ~25 us at any K <= 8;
-ScalarEnvs 4.3, 8.6, 13.1, 17.1, 25.3 and 33.7 us at K = 1, 2, 3, 4, 6 and 8.
+action-space check) whatever K is; K scalar envs pay per env, so the two costs cross at
+a small K (for CartPole, between 4 and 8 envs; docs/performance.md).
 """
 
 
@@ -200,7 +199,7 @@ class ScalarEnvs(gym.vector.VectorEnv):
     What gymnasium's SyncVectorEnv computes (same seeds, same numbers), minus the
     generality an actor never uses: a deep copy of the observations, space-dispatched
     concatenation, fresh copies of the reward and flag arrays and merged info dicts on
-    every step. For one CartPole that was half the cost of a step (9.5 -> 4.5 µs). The
+    every step, which for a cheap env like CartPole is most of a step's cost. The
     arrays returned are reused by the next step; infos are always empty.
     """
 
@@ -273,8 +272,9 @@ def make_vector_env(
     """K environments stepped together in NEXT_STEP autoreset mode.
 
     Uses gymnasium's native vectorised implementation when the env has one and K is at
-    least :data:`NATIVE_VECTOR_MIN_ENVS` (CartPole's is ~15x faster than K separate envs
-    at K=64), else :class:`ScalarEnvs` (K scalar envs in a plain loop).
+    least :data:`NATIVE_VECTOR_MIN_ENVS` (it steps all K in array operations, far
+    cheaper than K separate envs at large K), else :class:`ScalarEnvs` (K scalar envs
+    in a plain loop).
     """
     kwargs = dict(env_kwargs or {})
     next_step = gym.vector.AutoresetMode.NEXT_STEP

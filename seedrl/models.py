@@ -36,10 +36,10 @@ ACTION_MAJOR_MIN_ROWS = 256
 def log_softmax_last(logits: torch.Tensor) -> torch.Tensor:
     """``F.log_softmax(logits, -1)``, over an action-major copy when that is faster.
 
-    Why: on the CPU, torch takes a short last dim row by row, ~16 ns a row whatever the
-    width below 16: 41 µs forward for a 20 x 128 x 2 training batch of CartPole logits,
-    three of them a step. Along the leading dim of an action-major copy the kernel runs
-    across rows: 17 µs with the copy, and 44 against 83 µs with the backward pass. Small
+    Why: on the CPU, torch takes a short last dim row by row, at a fixed cost per row
+    whatever the width, and a training step calls it three times on thousands of rows.
+    Along the leading dim of an action-major copy the kernel runs across rows, which is
+    cheaper even with the copy, forward and backward. Small
     batches (inference), wide action sets and other devices keep the direct call.
     """
     rows = logits.numel() // max(logits.shape[-1], 1)
@@ -66,7 +66,7 @@ class CategoricalHead:
 
     def sample(self, params: torch.Tensor) -> torch.Tensor:
         """Gumbel-max: argmax(logits + Gumbel noise) is an exact categorical sample, and
-        ~3x cheaper in CPU than softmax + multinomial (measured: 10 vs 32 µs at B = 64)."""
+        cheaper in CPU than softmax + multinomial, which builds a distribution first."""
         gumbel_noise = -torch.empty_like(params).exponential_().log()
         return (params + gumbel_noise).argmax(dim=-1)
 
@@ -213,16 +213,15 @@ NUMPY_TANH_MARGIN = 2.0
 """How many times faster numpy's tanh must be before :class:`Tanh` uses it: a clear win
 only, so machines where the two are close keep torch's kernel on every run."""
 NUMPY_TANH_MIN_ELEMENTS = 8192
-"""Smaller tensors keep ``torch.tanh``: the autograd function's own overhead (~6 µs) beats
-MKL's slow kernel there (64 x 64 with gradient: 24 µs torch, 29 µs numpy; 256 x 64: 52
-against 35 µs)."""
+"""Smaller tensors keep ``torch.tanh``: there the autograd function's own fixed overhead
+costs more than MKL's slow kernel."""
 
 
 @functools.cache
 def numpy_tanh_is_faster() -> bool:
     """True when ``np.tanh`` beats ``torch.tanh`` on the CPU by :data:`NUMPY_TANH_MARGIN`.
 
-    Measured once per process (~3 ms), on a training-sized float32 block with the torch
+    Measured once per process (a few milliseconds), on a training-sized float32 block with the torch
     threads in force at the first forward pass.
     """
     x = torch.randn(4096, 64)
@@ -264,10 +263,10 @@ class Tanh(nn.Tanh):
     """``nn.Tanh`` that takes numpy's kernel for CPU float tensors where it is much faster.
 
     Why: torch hands a CPU tanh to MKL's VML, and on AMD CPUs MKL runs a generic kernel
-    for it (``mkl_vml_kernel_sTanh_EX*``): a 2,688 x 64 block, one layer of a CartPole
-    training batch, took 364 µs there against 28 µs in numpy, and the four tanh layers
-    were ~30 % of a training step. Where MKL's kernel is fast (Intel CPUs), the tensor is
-    small or on an accelerator, this is ``torch.tanh``. No parameters: checkpoints and
+    for it (``mkl_vml_kernel_sTanh_EX*``), many times slower than numpy's on the same
+    block, and the tanh layers became a large share of a training step. Where MKL's
+    kernel is fast (Intel CPUs), the tensor is small or on an accelerator, this is
+    ``torch.tanh``. No parameters: checkpoints and
     ``nn.Tanh`` models load into each other.
     """
 
@@ -308,9 +307,9 @@ class Linear(nn.Linear):
 
     Why: autograd computes the ``[out, in]`` weight gradient as ``grad.T @ input``, and
     with few inputs (a CartPole MLP's first layer has 4) MKL runs that thin product
-    slowly: 2,688 x 64 x 4 took 134 µs on a 2-core AMD host, against 26 µs for the same
-    numbers as ``(input.T @ grad).T``; the two first layers were ~10 % of a training step.
-    So a layer with fewer inputs than outputs, training on the CPU, takes that order.
+    on a slow kernel, several times slower than the same numbers as
+    ``(input.T @ grad).T``. So a layer with fewer inputs than outputs, training on the
+    CPU, takes that order.
     Everything else (narrow layers, no-grad passes, other devices) is ``nn.Linear``'s own
     path. Same parameters: checkpoints and ``nn.Linear`` models load into each other.
     """

@@ -8,10 +8,9 @@ params_BP, state_after)`` with numpy in and out:
 * :class:`NumpyMLPPolicy` computes the same thing for a feed-forward MLP on the CPU with
   numpy, reading the model's own parameter storage (``Tensor.numpy()`` shares it), so
   every in-place update (optimizer step, weights copied in from the trainer process,
-  ``load_state_dict``) is seen at once. Why: at B = 64 the MLP's arithmetic is a few µs,
-  and torch spends the rest of a ~90 µs call in per-op dispatch. With 64 actor processes
-  sharing two cores the caches are cold at every batch, and the learner measured 564 µs
-  per batch in the torch forward pass, against 168 µs when hot.
+  ``load_state_dict``) is seen at once. Why: for a small MLP the arithmetic is a small
+  part of a torch call, the rest is per-op dispatch, and with many actor processes
+  sharing the cores that dispatch runs with cold caches at every batch.
 
 :func:`inference_policy` picks one. The learner and the benchmark's in-process ideal both
 use it, so their ratio compares the same forward pass.
@@ -40,8 +39,7 @@ def set_compute_threads(threads: int) -> None:
     """Intra-op threads for torch and for numpy's BLAS alike (0: leave both as they are).
 
     Both matter: OpenBLAS splits a 512-row matmul over every core and its threads then
-    spin-wait, taking CPU from the actors on the same host (1 x 512 envs went from 298k
-    to 209k frames/s before this limit).
+    spin-wait, taking CPU from the actors on the same host.
     """
     if threads > 0:
         torch.set_num_threads(threads)

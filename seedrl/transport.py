@@ -28,8 +28,7 @@ def run_event_loop(main: Coroutine[Any, Any, T], use_uvloop: bool = True) -> T:
 
     With ``use_uvloop`` the loop is uvloop's when it is installed. Per frame the serving
     loop mostly runs loop machinery: callbacks for gRPC's completions, the futures of the
-    batch. uvloop does that in Cython; 64 x K=1, three interleaved rounds: the learner
-    21.9k -> 24.1k frames/s, echo 34.0k -> 38.3k (2026-11-26).
+    batch. uvloop does that in Cython, so each message costs the server less CPU.
     """
     with asyncio.Runner(loop_factory=_uvloop_factory() if use_uvloop else None) as runner:
         return runner.run(main)
