@@ -99,5 +99,10 @@ deploy/seedrl.env deploy/k8s/seedrl.env:
 	umask 077 && printf 'SEEDRL_AUTH_TOKEN=%s\n' \
 		"$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(32))')" > $@
 
+## Regenerate docs/configuration.md from the config dataclasses (a test fails while it is stale).
+.PHONY: docs
+docs: $(STAMP)
+	$(PY) -m seedrl.config_docs > docs/configuration.md
+
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache bench.json

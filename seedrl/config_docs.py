@@ -1,0 +1,142 @@
+"""Write ``docs/configuration.md``: every flag of the learner and the actors, from the dataclasses.
+
+The flags are generated from :mod:`seedrl.config`, so their reference page is too: one
+table per dataclass (a section per ``# comment`` that groups its fields), each row the
+flag, its default and the field's docstring, the same text ``--help`` prints. Run
+``python -m seedrl.config_docs > docs/configuration.md`` (or ``make docs``) after changing
+a field; ``tests/test_config_docs.py`` fails while the committed page is stale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import sys
+import typing
+from typing import Any
+
+from seedrl.config import ActorConfig, LearnerConfig, field_docs, preset_names
+
+COMMAND = "python -m seedrl.config_docs > docs/configuration.md"
+
+_SECTION = re.compile(r"^\s+#\s*(?P<title>.+?)\s*$")
+_FIELD = re.compile(r"^\s+(?P<name>[a-z_][a-z0-9_]*)\s*:")
+
+
+def field_sections(cls: type) -> dict[str, str]:
+    """Field name -> the title of the ``# comment`` above it in the class body ("" before any)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    sections: dict[str, str] = {}
+    title = ""
+    for line in inspect.getsource(cls).splitlines():
+        if match := _SECTION.match(line):
+            title = match["title"]
+        elif (match := _FIELD.match(line)) and match["name"] in names:
+            sections.setdefault(match["name"], title)
+    return sections
+
+
+def flag_of(field: dataclasses.Field[Any], tp: Any) -> str:
+    """A field's flag as :func:`seedrl.config.add_config_arguments` spells it."""
+    flag = "--" + field.name.rstrip("_").replace("_", "-")
+    if tp is bool:
+        return f"`{flag}` / `--no-{flag[2:]}`"
+    return f"`{flag} {field.name.rstrip('_').upper()}`"
+
+
+def default_text(field: dataclasses.Field[Any]) -> str:
+    """A field's default as one would type it on the command line."""
+    value: Any = field.default
+    if value is dataclasses.MISSING and callable(field.default_factory):
+        value = field.default_factory()
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "none"
+    if isinstance(value, tuple):
+        return "`" + ",".join(str(v) for v in value) + "`"
+    if isinstance(value, dict):
+        return "`{}`" if not value else f"`{value}`"
+    if value == "":
+        return '`""`'
+    return f"`{value}`"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def flag_table(cls: type, leading_rows: tuple[str, ...] = ()) -> list[str]:
+    """Markdown: one ``###`` section per field group, a flag | default | meaning table each;
+    ``leading_rows`` (flags that are not fields) open the first table."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    sections = field_sections(cls)
+    lines: list[str] = []
+    current: str | None = None
+    for field in dataclasses.fields(cls):
+        title = sections.get(field.name, "")
+        if title != current:
+            if current is not None:
+                lines.append("")
+            if title:
+                lines += [f"### {title[:1].upper()}{title[1:]}", ""]
+            lines += ["| flag | default | meaning |", "|---|---|---|"]
+            if current is None:
+                lines += leading_rows
+            current = title
+        flag = flag_of(field, hints[field.name])
+        doc = _cell(docs.get(field.name, ""))
+        lines.append(f"| {flag} | {default_text(field)} | {doc} |")
+    return lines
+
+
+def render() -> str:
+    """The whole of ``docs/configuration.md``."""
+    learner_doc = (LearnerConfig.__doc__ or "").strip()
+    actor_doc = (ActorConfig.__doc__ or "").strip()
+    preset_row = (
+        f"| `--preset NAME` | none | a shipped preset: {', '.join(preset_names())} "
+        "(`seedrl/presets/NAME.toml`); file and flags override it |"
+    )
+    config_row = (
+        "| `--config FILE` | none | TOML/JSON/YAML file of field values; flags override it |"
+    )
+    lines = [
+        "# Configuration",
+        "",
+        f"<!-- Generated from seedrl/config.py by `{COMMAND}` (or `make docs`).",
+        "     Do not edit by hand: tests/test_config_docs.py fails when this page is stale. -->",
+        "",
+        "Every flag is a field of a frozen dataclass in `seedrl/config.py`; its help text is",
+        "the field's docstring, printed by `python -m learner --help` and",
+        "`python -m actors --help`. Values come, lowest first, from a shipped preset",
+        "(`--preset NAME`, learner only), a config file (`--config FILE`: TOML, JSON, or YAML",
+        "with PyYAML), then the flags. Booleans take `--flag` / `--no-flag`; `none` clears an",
+        "optional value. A bad value exits with status 2 and one line naming the flag. The",
+        "learner saves the resolved config as `LOGDIR/config.json` with every run.",
+        "",
+        "## Learner: `python -m learner`",
+        "",
+        f"{learner_doc}",
+        "",
+        *flag_table(LearnerConfig, (preset_row, config_row)),
+        "",
+        "## Actors: `python -m actors`",
+        "",
+        f"{actor_doc}",
+        "",
+        *flag_table(ActorConfig, (config_row,)),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    sys.stdout.write(render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

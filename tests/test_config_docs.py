@@ -1,0 +1,44 @@
+"""docs/configuration.md is what ``python -m seedrl.config_docs`` writes from the dataclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+from seedrl.config import ActorConfig, LearnerConfig
+from seedrl.config_docs import COMMAND, render
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "configuration.md"
+
+
+def test_configuration_page_is_current() -> None:
+    assert PAGE.read_text() == render(), f"docs/configuration.md is stale: run `{COMMAND}`"
+
+
+def test_the_command_in_the_header_writes_the_page() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "seedrl.config_docs"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert out == render()
+    assert COMMAND in out.splitlines()[2]
+
+
+def test_every_field_has_a_row_with_its_docstring() -> None:
+    page = render()
+    for cls in (LearnerConfig, ActorConfig):
+        for field in dataclasses.fields(cls):
+            flag = "--" + field.name.rstrip("_").replace("_", "-")
+            rows = [line for line in page.splitlines() if line.startswith(f"| `{flag}")]
+            assert rows, f"no row for {flag}"
+            assert len(rows[0].split(" | ")[-1]) > len(" |"), f"{flag} has no meaning"
+    assert "| `--lstm` / `--no-lstm` | off |" in page
+    assert "| `--hidden-sizes HIDDEN_SIZES` | `64,64` |" in page
+    assert "### Serving" in page
