@@ -99,6 +99,12 @@ deploy/seedrl.env deploy/k8s/seedrl.env:
 	umask 077 && printf 'SEEDRL_AUTH_TOKEN=%s\n' \
 		"$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(32))')" > $@
 
+## Render a bench.json as the results table of docs/performance.md: `make bench-table BENCH_JSON=bench.json`
+BENCH_JSON ?= bench.json
+.PHONY: bench-table
+bench-table: $(STAMP)
+	$(PY) benchmarks/results_table.py $(BENCH_JSON) --update docs/performance.md
+
 ## Regenerate docs/configuration.md from the config dataclasses (a test fails while it is stale).
 .PHONY: docs
 docs: $(STAMP)
