@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import importlib
 import logging
 import os
 import random
@@ -35,43 +34,38 @@ from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
 from actors.restarts import CrashRestarts
-from seedrl.config import ActorConfig, actor_cpus, actor_process_sizes, usable_cpu_count
+from seedrl.commands import actors_command, secret_env
+from seedrl.config import (
+    ActorConfig,
+    actor_cpus,
+    actor_process_sizes,
+    parse_config,
+    usable_cpu_count,
+)
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
 STOP_GRACE_S = 5.0
 RANDOM_INDEX_RANGE = 1 << 20
-LAUNCHER_ONLY = frozenset(
-    {"num_actors", "actors_per_process", "first_index", "pin_cpus", "cpu", "start_method"}
-)
-"""ActorConfig fields the launcher decides per process rather than passing on."""
 
 
-def actor_command(config: ActorConfig, index: int, cpu: int = -1, count: int = 1) -> list[str]:
-    """The command line of the process running actors ``index`` .. ``index + count - 1``."""
-    return [sys.executable, "-m", "actors", "actor", *actor_args(config, index, cpu, count)]
+def process_config(config: ActorConfig, index: int, count: int = 1, cpu: int = -1) -> ActorConfig:
+    """The config of the process running actors ``index`` .. ``index + count - 1`` on
+    ``cpu``: the launcher's own plan (how many per process, which CPUs, how to start
+    them) stays with the launcher; the rest passes on as the user gave it."""
+    return dataclasses.replace(
+        config,
+        first_index=index,
+        num_actors=count,
+        cpu=cpu,
+        actors_per_process=_LAUNCHER_DEFAULTS.actors_per_process,
+        pin_cpus=_LAUNCHER_DEFAULTS.pin_cpus,
+        start_method=_LAUNCHER_DEFAULTS.start_method,
+    )
 
 
-def actor_args(config: ActorConfig, index: int, cpu: int = -1, count: int = 1) -> list[str]:
-    """``actors.process.main``'s arguments for the process running actors ``index`` ..
-    ``index + count - 1`` on ``cpu``; the launcher's own flags left out."""
-    args: list[str] = []
-    for f in dataclasses.fields(config):
-        if f.name in LAUNCHER_ONLY:
-            continue
-        value = getattr(config, f.name)
-        if value is None:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(value, bool):
-            args.append(flag if value else "--no-" + f.name.replace("_", "-"))
-        else:
-            args += [flag, str(value)]
-    args += ["--first-index", str(index), "--num-actors", str(count)]
-    if cpu >= 0:
-        args += ["--cpu", str(cpu)]
-    return args
+_LAUNCHER_DEFAULTS = ActorConfig()
 
 
 class ActorProcess(Protocol):
@@ -87,15 +81,19 @@ class ActorProcess(Protocol):
 
 
 class ForkedActor:
-    """An actor process forked from the launcher, with the ``Popen`` surface it uses."""
+    """An actor process forked from the launcher, with the ``Popen`` surface it uses.
 
-    def __init__(self, argv: Sequence[str]) -> None:
+    The child gets its :class:`~seedrl.config.ActorConfig` as the object itself (it
+    shares the launcher's memory), not as flags to parse again.
+    """
+
+    def __init__(self, config: ActorConfig) -> None:
         self.returncode: int | None = None
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _run_forked_actor(argv)
+            _run_forked_actor(config)
         self.pid = pid
 
     def poll(self) -> int | None:
@@ -121,8 +119,8 @@ class ForkedActor:
         self.send_signal(signal.SIGKILL)
 
 
-def _run_forked_actor(argv: Sequence[str]) -> NoReturn:
-    """The forked child: run the actor's main and leave without the launcher's atexit."""
+def _run_forked_actor(config: ActorConfig) -> NoReturn:
+    """The forked child: run the actor process and leave without the launcher's atexit."""
     # Objects from before the fork go where the garbage collector never looks, so no
     # collection here writes to (and so copies) the pages every actor shares.
     gc.freeze()
@@ -130,7 +128,9 @@ def _run_forked_actor(argv: Sequence[str]) -> NoReturn:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     code = 1
     try:
-        code = importlib.import_module("actors.process").main(list(argv))
+        from actors.process import run_process  # loaded before the fork (Launcher.start)
+
+        code = run_process(config)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     except BaseException:
@@ -169,7 +169,7 @@ class Launcher:
         else:
             cpus = actor_cpus(len(sizes), self.config.pin_cpus)
         if self.config.start_method == "fork":
-            importlib.import_module("actors.process")  # what every actor runs, loaded once here
+            import actors.process  # noqa: F401  (what every actor runs, loaded once, shared)
         index = first
         for size, cpu in zip(sizes, cpus, strict=True):
             self._sizes[index] = size
@@ -179,10 +179,12 @@ class Launcher:
 
     def _spawn(self, index: int) -> None:
         cpu, size = self._cpus.get(index, -1), self._sizes.get(index, 1)
+        config = process_config(self.config, index, size, cpu)
         if self.config.start_method == "fork":
-            self.procs[index] = ForkedActor(actor_args(self.config, index, cpu, size))
+            self.procs[index] = ForkedActor(config)
         else:
-            self.procs[index] = subprocess.Popen(actor_command(self.config, index, cpu, size))
+            command = actors_command(config, "actor")
+            self.procs[index] = subprocess.Popen(command, env=secret_env(config, os.environ))
         self._started[index] = time.monotonic()
 
     def poll(self) -> bool:
@@ -261,8 +263,6 @@ def run(config: ActorConfig) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from seedrl.config import parse_config
-
     config = parse_config(
         ActorConfig,
         argv,

@@ -22,12 +22,9 @@ Example (CartPole to a mean return of 200, then use the policy)::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
 import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -35,14 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seedrl.config import AUTH_TOKEN_ENV, LearnerConfig, build_config, load_preset
+from learner.local_actors import start_local_actors, stop_local_actors
+from seedrl.config import ActorConfig, LearnerConfig, build_config, load_preset
 from seedrl.metrics import RunResult
 
 if TYPE_CHECKING:  # the real import loads torch, so it waits until train() has trained
     from learner.trained_policy import Policy
-
-ACTORS_EXIT_TIMEOUT_S = 20.0
-"""How long the actor launcher gets to exit after the learner finished."""
 
 
 @dataclass
@@ -148,41 +143,15 @@ async def _train(config: LearnerConfig, num_actors: int, envs_per_actor: int) ->
     await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     if not ready.done():
         return learner.result()  # serve failed before listening: raise its error
-    actors = _start_actors(config, ready.result(), num_actors, envs_per_actor)
+    actor_config = ActorConfig(
+        learner=f"127.0.0.1:{ready.result()}",
+        num_actors=num_actors,
+        envs_per_actor=envs_per_actor,
+        seed=config.seed,
+        auth_token=config.auth_token,
+    )
+    actors = start_local_actors(actor_config, Path(config.logdir) / "actors.log")
     try:
         return await learner
     finally:
-        await asyncio.to_thread(_stop_actors, actors)
-
-
-def _start_actors(
-    config: LearnerConfig, port: int, num_actors: int, envs_per_actor: int
-) -> subprocess.Popen[bytes]:
-    root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    if config.auth_token:
-        env[AUTH_TOKEN_ENV] = config.auth_token  # never on the command line
-    cmd = [
-        sys.executable, "-m", "actors", "--learner", f"127.0.0.1:{port}",
-        "--num-actors", str(num_actors), "--envs-per-actor", str(envs_per_actor),
-        "--seed", str(config.seed),
-    ]  # fmt: skip
-    logdir = Path(config.logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
-    with open(logdir / "actors.log", "ab") as log_file:
-        return subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-
-
-def _stop_actors(actors: subprocess.Popen[bytes]) -> None:
-    """The launcher exits when the learner says it finished; terminate it otherwise."""
-    try:
-        actors.wait(timeout=ACTORS_EXIT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        actors.terminate()
-        try:
-            actors.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            actors.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                actors.wait(timeout=5)
+        await asyncio.to_thread(stop_local_actors, actors)

@@ -16,14 +16,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from learner.local_actors import start_local_actors, stop_local_actors
 from learner.plot import plot_run
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free right now (tests and the demo bind to it next)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+from seedrl.config import ActorConfig
+from seedrl.transport import free_port
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> bool:
@@ -62,11 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--logdir", str(logdir), "--target-return", str(args.target_return),
         "--max-seconds", str(args.max_seconds), "--seed", str(args.seed), *extra,
     ]  # fmt: skip
-    actors_cmd = [
-        sys.executable, "-m", "actors", "--learner", f"127.0.0.1:{port}",
-        "--num-actors", str(args.num_actors), "--envs-per-actor", str(args.envs_per_actor),
-        "--seed", str(args.seed),
-    ]  # fmt: skip
+    actor_config = ActorConfig(
+        learner=f"127.0.0.1:{port}",
+        num_actors=args.num_actors,
+        envs_per_actor=args.envs_per_actor,
+        seed=args.seed,
+    )
     print(
         f"seedrl demo: {args.env}, {args.num_actors} actors x {args.envs_per_actor} envs, "
         f"logs in {logdir}"
@@ -76,18 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         learner.terminate()
         print("seedrl demo: the learner did not start listening", file=sys.stderr)
         return learner.wait() or 1
-    with open(logdir / "actors.log", "wb") as actor_log:
-        actors = subprocess.Popen(actors_cmd, stdout=actor_log, stderr=subprocess.STDOUT)
-        try:
-            learner_code = learner.wait()
-        except KeyboardInterrupt:
-            learner.terminate()
-            learner_code = learner.wait()
-        try:
-            actors.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            actors.terminate()
-            actors.wait(timeout=10)
+    actors = start_local_actors(actor_config, logdir / "actors.log")
+    try:
+        learner_code = learner.wait()
+    except KeyboardInterrupt:
+        learner.terminate()
+        learner_code = learner.wait()
+    stop_local_actors(actors)
     if learner_code != 0:
         print(f"seedrl demo: learner exited with {learner_code}", file=sys.stderr)
         return learner_code

@@ -9,6 +9,7 @@ Prometheus gauges named ``seedrl_<key>`` (``seedrl_fps``, ``seedrl_loss_policy``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -154,9 +155,16 @@ def _jsonable(value: Any) -> Any:
 
 
 def read_metrics(logdir: str | Path) -> list[dict[str, Any]]:
-    """All records of a run's metrics.jsonl (empty list when there are none)."""
+    """All records of a run's metrics.jsonl (empty list when there are none).
+
+    A line that does not parse is one the learner is still writing: it is left out.
+    """
     path = Path(logdir) / METRICS_FILE
     if not path.exists():
         return []
+    records = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            with contextlib.suppress(json.JSONDecodeError):
+                records.append(json.loads(line))
+    return records

@@ -19,6 +19,11 @@ from seedrl.proto import seedrl_pb2 as pb
 log = logging.getLogger(__name__)
 
 AUTH_METADATA_KEY = "authorization"
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Learner"].full_name
+"""``seedrl.v1.Learner``, from the proto."""
+_ACT = pb.DESCRIPTOR.services_by_name["Learner"].methods_by_name["Act"]
+ACT_METHOD = f"/{SERVICE_NAME}/{_ACT.name}"
+"""The Act stream's gRPC method path (``/seedrl.v1.Learner/Act``), for both ends."""
 
 T = TypeVar("T")
 
@@ -41,6 +46,13 @@ def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         log.info("uvloop is not installed; serving on asyncio's event loop")
         return None
     return uvloop.new_event_loop
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port the OS says is free right now (the demo and the benchmark bind it next)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def listen_address(bind: str, port: int) -> str:
@@ -265,6 +277,5 @@ def add_learner_service(servicer: Any, server: Any) -> None:
             response_serializer=pb.LearnerInfo.SerializeToString,
         ),
     }
-    name = pb.DESCRIPTOR.services_by_name["Learner"].full_name
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
-    server.add_registered_method_handlers(name, handlers)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)

@@ -8,9 +8,9 @@ import threading
 import pytest
 from support import actor_args, learner_process, read_records, running, wait_until
 
-from actors.launcher import Launcher
-from actors.launcher import actor_args as launcher_actor_args
+from actors.launcher import Launcher, process_config
 from actors.process import ActorThread
+from seedrl.commands import actors_command
 from seedrl.config import PROCESSES_PER_CPU, ActorConfig, actor_process_sizes
 
 
@@ -46,8 +46,11 @@ def test_each_process_gets_its_first_index_and_count(monkeypatch):
     assert spawned == [20, 24, 27]
     assert [launcher._sizes[i] for i in spawned] == [4, 3, 3]
 
-    args = launcher_actor_args(config, 24, cpu=-1, count=3)
-    assert args[-4:] == ["--first-index", "24", "--num-actors", "3"]
+    child = process_config(config, 24, count=3)
+    assert (child.first_index, child.num_actors, child.cpu) == (24, 3, -1)
+    args = actors_command(child, "actor")
+    assert args[args.index("--first-index") + 1] == "24"
+    assert args[args.index("--num-actors") + 1] == "3"
     assert "--actors-per-process" not in args and "--pin-cpus" not in args
     assert "--no-restart" in args  # threads in the process restart (or not) as asked
 

@@ -10,7 +10,8 @@ import pytest
 from support import running, wait_until
 from wire_clients import child_pids
 
-from actors.launcher import actor_command
+from actors.launcher import process_config
+from seedrl.commands import actors_command
 from seedrl.config import ActorConfig, actor_cpus
 
 UNREACHABLE = "127.0.0.1:9"  # nothing listens: actors keep retrying, which is all these need
@@ -46,11 +47,11 @@ def test_pin_settings_are_checked():
 
 def test_each_actor_is_told_its_own_cpu_and_only_that():
     config = ActorConfig(learner=UNREACHABLE, pin_cpus="on")
-    pinned = actor_command(config, 3, cpu=1)
+    pinned = actors_command(process_config(config, 3, cpu=1), "actor")
     assert pinned[pinned.index("--cpu") + 1] == "1"
     assert pinned[pinned.index("--first-index") + 1] == "3"
     assert "--pin-cpus" not in pinned  # the plan is the launcher's, not the actor's
-    assert "--cpu" not in actor_command(config, 3)
+    assert "--cpu" not in actors_command(process_config(config, 3), "actor")
 
 
 def _masks(pid: int) -> list[set[int]]:

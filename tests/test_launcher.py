@@ -10,6 +10,7 @@ import pytest
 from support import running, wait_until
 from wire_clients import child_pids
 
+from actors import process
 from actors.launcher import ForkedActor
 from seedrl.config import ActorConfig
 
@@ -21,16 +22,23 @@ def _cmdline(pid: int) -> list[str]:
         return f.read().decode().split("\0")[:-1]
 
 
-def test_a_forked_actor_reports_its_exit_code():
-    """A configuration the actor refuses exits 2, as `python -m actors actor` would."""
-    proc = ForkedActor(["--learner", UNREACHABLE, "--envs-per-actor", "0"])
-    assert proc.wait(timeout=30) == 2
+def test_a_forked_actor_reports_its_exit_code(monkeypatch):
+    """The child runs its config's actors and leaves with their exit code (2: refused)."""
+    seen = []
+
+    def refused(config: ActorConfig) -> int:
+        seen.append(config)  # in the child: the parent's list stays empty
+        return 2 if config.learner == UNREACHABLE else 0
+
+    monkeypatch.setattr(process, "run_process", refused)
+    proc = ForkedActor(ActorConfig(learner=UNREACHABLE))
+    assert proc.wait(timeout=30) == 2 and seen == []
     assert proc.poll() == 2
     proc.send_signal(signal.SIGTERM)  # a reaped actor is not signalled (its pid may be reused)
 
 
 def test_a_forked_actor_waits_with_a_timeout_and_stops_on_sigterm():
-    proc = ForkedActor(["--learner", UNREACHABLE, "--max-backoff-s", "0.2"])
+    proc = ForkedActor(ActorConfig(learner=UNREACHABLE, max_backoff_s=0.2))
     try:
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=0.5)  # still retrying the unreachable learner

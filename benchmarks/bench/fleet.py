@@ -9,22 +9,16 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench.procfs import child_pids, shared_aware_mb, tree_cpu_seconds
+from seedrl.commands import actors_command
+from seedrl.config import ActorConfig
 from seedrl.timing import process_rss_mb
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
@@ -56,20 +50,34 @@ class ActorFleet:
         self.stats_dir = stats_dir
         stats_dir.mkdir(parents=True, exist_ok=True)
         self.launcher = subprocess.Popen(
-            self.command(address, n, k, groups, pin_cpus, [*extra, "--stats-dir", str(stats_dir)]),
+            self.command(address, n, k, groups, pin_cpus, stats_dir, extra),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
 
     @staticmethod
     def command(
-        address: str, n: int, k: int, groups: int, pin_cpus: str, extra: Sequence[str]
+        address: str,
+        n: int,
+        k: int,
+        groups: int,
+        pin_cpus: str,
+        stats_dir: Path,
+        extra: Sequence[str] = (),
     ) -> list[str]:
-        return [
-            sys.executable, "-m", "actors", "--learner", address, "--num-actors", str(n),
-            "--envs-per-actor", str(k), "--first-index", "0", "--env-groups", str(groups),
-            "--max-backoff-s", "0.3", "--pin-cpus", pin_cpus, *extra,
-        ]  # fmt: skip
+        """``python -m actors`` for N actors x K envs that reconnect fast; the user's
+        ``--actor-args`` come last, so they win."""
+        config = ActorConfig(
+            learner=address,
+            num_actors=n,
+            envs_per_actor=k,
+            env_groups=groups,
+            first_index=0,
+            max_backoff_s=0.3,
+            pin_cpus=pin_cpus,
+            stats_dir=str(stats_dir),
+        )
+        return [*actors_command(config), *extra]
 
     def actor_pids(self) -> list[int]:
         """The live actor processes (the launcher's children)."""

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench.fleet import ActorFleet, free_port, stop_process, wait_for
+from benchmarks.bench.fleet import ActorFleet, stop_process, wait_for
 from benchmarks.bench.plan import IDEAL_REFERENCE_ENVS, Point
 from benchmarks.bench.procfs import split_cpu_seconds
 from seedrl.config import ActorConfig
+from seedrl.metrics import read_metrics
+from seedrl.transport import free_port
 
 MIN_ROUND_TRIPS = 100
 """A measuring window lasts --measure-s, and longer until the average stream has made this
@@ -81,16 +83,6 @@ def run_ideal(env_id: str, num_envs: int, seconds: float, warmup_s: float, threa
     }
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            records.append(json.loads(line))
-    return records
-
-
 # ---------------------------------------------------------------------- one measurement
 
 
@@ -145,11 +137,10 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
             stderr=subprocess.STDOUT,
         )
         try:
-            metrics = logdir / "metrics.jsonl"
 
             def steady() -> bool:
                 """Every stream is in and, when training, the trainer (process) has stepped."""
-                records = read_metrics(metrics)
+                records = read_metrics(logdir)
                 streams = n * fleet.groups
                 if not records or records[-1].get("actors_connected", 0) < streams:
                     return False
@@ -163,18 +154,18 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
                 )
             time.sleep(s.warmup_s)
             t0, cpu0, acpu0 = time.time(), split_cpu_seconds(proc.pid), fleet.cpu_seconds()
-            frames0 = _last_frames(metrics)
+            frames0 = _last_frames(logdir)
             time.sleep(s.measure_s)
             # Many slow streams: stretch the window until the average stream has made
             # MIN_ROUND_TRIPS round trips (256 x K=1 makes ~6/s each on 2 cores).
             wanted = frames0 + MIN_ROUND_TRIPS * n * k * fleet.groups
-            wait_for(lambda: _last_frames(metrics) >= wanted, s.measure_s * (MAX_STRETCH - 1), 0.25)
+            wait_for(lambda: _last_frames(logdir) >= wanted, s.measure_s * (MAX_STRETCH - 1), 0.25)
             t1, cpu1, acpu1 = time.time(), split_cpu_seconds(proc.pid), fleet.cpu_seconds()
             actor_rss, actor_uss_pss = fleet.rss_mb(), fleet.shared_aware_mb()
             time.sleep(0.6)  # one more metrics record covering the window's end
         finally:
             stop_process(proc)
-    window = [r for r in read_metrics(metrics) if t0 <= r["time"] <= t1 + 0.55]
+    window = [r for r in read_metrics(logdir) if t0 <= r["time"] <= t1 + 0.55]
     if len(window) < 2:
         raise RuntimeError(f"{mode}: only {len(window)} metrics records in the window")
     first, last = window[0], window[-1]
@@ -229,8 +220,8 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
     return row
 
 
-def _last_frames(metrics: Path) -> int:
-    records = read_metrics(metrics)
+def _last_frames(logdir: Path) -> int:
+    records = read_metrics(logdir)
     return int(records[-1]["frames"]) if records else 0
 
 
