@@ -14,8 +14,8 @@ import hmac
 import inspect
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NamedTuple
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import grpc
 import numpy as np
@@ -23,15 +23,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from learner.batcher import BatcherClosed, DynamicBatcher
-from learner.inference import Connection, FramePayload, InferenceEngine
+from learner.inference import Connection, FramePayload
 from learner.stats import LearnerStats
-from learner.trajectories import TrajectoryBuilder
 from seedrl import PROTOCOL_VERSION, codec
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
 from seedrl.transport import (
+    ACT_METHOD,
     AUTH_METADATA_KEY,
+    SERVICE_NAME,
     add_learner_service,
     channel_options,
     listen_address,
@@ -39,12 +40,22 @@ from seedrl.transport import (
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Learner"].full_name
-ACT_METHOD = f"/{SERVICE_NAME}/Act"
 MAX_ENVS_PER_ACTOR = 4096
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 SHUTDOWN_ACK_TIMEOUT_S = 2.0
 """How long a stream that was sent its Shutdown waits for the actor to end its side."""
+
+
+class SlotPool(Protocol):
+    """Where a new stream's envs get their slots (``TrajectoryBuilder``)."""
+
+    def allocate(self, count: int) -> np.ndarray: ...
+
+
+class StreamEnds(Protocol):
+    """Who frees a closed stream's slots (:class:`~learner.inference.InferenceEngine`)."""
+
+    def release_later(self, conn: Connection) -> None: ...
 
 
 class LearnerServicer(pb_grpc.LearnerServicer):
@@ -55,10 +66,12 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         config: LearnerConfig,
         env_spec: pb.EnvSpec,
         batcher: DynamicBatcher,
-        engine: InferenceEngine,
-        builder: TrajectoryBuilder,
+        engine: StreamEnds,
+        builder: SlotPool,
         stats: LearnerStats,
         learner_run_id: str | None = None,
+        rank_addresses: Sequence[str] = (),
+        local_address: str = "",
     ) -> None:
         self.config = config
         self.env_spec = env_spec
@@ -67,8 +80,9 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         self.builder = builder
         self.stats = stats
         self.learner_run_id = learner_run_id or uuid.uuid4().hex
-        self.rank_addresses: list[str] = []
-        self.local_address = ""
+        self.rank_addresses = list(rank_addresses)
+        """Every data-parallel rank's address, offered to actors (empty: one rank)."""
+        self.local_address = local_address
         """A unix socket this learner also listens on, offered to same-host actors."""
         self.connections: set[Connection] = set()
         self._obs_shape = codec.spec_shape(env_spec.observation_space)
@@ -514,7 +528,6 @@ def build_server(
         raise OSError(f"could not bind the learner to {address} (port in use?)")
     if local_address is not None:
         server.add_insecure_port(local_address)
-        servicer.local_address = local_address
     return server, port, health_servicer
 
 

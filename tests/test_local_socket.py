@@ -15,9 +15,8 @@ from support import actor_args, learner_process, running
 from wire_clients import get_info
 
 from actors.actor import Actor
-from benchmarks.echo import EchoServicer
-from seedrl import envs
-from seedrl.config import ActorConfig
+from benchmarks.echo import echo_servicer
+from seedrl.config import ActorConfig, LearnerConfig
 from seedrl.transport import (
     LOCAL_SOCKET_NAME,
     LocalSocket,
@@ -138,12 +137,12 @@ def test_actor_falls_back_to_tcp_when_the_offered_socket_does_not_answer(tmp_pat
     stale.touch()
 
     async def main() -> Actor:
-        servicer = EchoServicer(envs.describe_env("CartPole-v1"), 1 << 20)
-        servicer.local_address = f"unix:{stale}"
+        servicer, batcher, _ = echo_servicer(LearnerConfig(), local_address=f"unix:{stale}")
         server = grpc.aio.server()
         add_learner_service(servicer, server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
+        batching = asyncio.create_task(batcher.run())
         try:
             config = ActorConfig(
                 learner=f"127.0.0.1:{port}", envs_per_actor=2, max_frames=200, max_backoff_s=0.2
@@ -152,7 +151,9 @@ def test_actor_falls_back_to_tcp_when_the_offered_socket_does_not_answer(tmp_pat
             assert await asyncio.wait_for(asyncio.to_thread(actor.run), 30) == 0
             return actor
         finally:
+            batcher.close()
             await server.stop(grace=None)
+            batching.cancel()
 
     actor = asyncio.run(main())
     assert actor.local_failed
