@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -43,12 +44,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from learner.parts import make_trainer
 from learner.trainer import Trainer, to_time_major
 from seedrl.config import LearnerConfig
 from seedrl.transport import listen_address
 
 if TYPE_CHECKING:
-    from learner.run import Learner
+    from learner.parts import Learner
     from learner.trajectories import Unrolls
     from seedrl.metrics import RunResult
 
@@ -175,9 +177,22 @@ class RankSync:
             learner.step_counter.value = int(state[0]["steps"])
             learner.stats.learner_steps = learner.step_counter.value
 
-    def make_trainer(self, *args: Any, **kwargs: Any) -> DistributedTrainer:
-        """Build the trainer (same arguments as :class:`Trainer`) that steps in lockstep."""
-        return DistributedTrainer(*args, sync=self, **kwargs)
+    @property
+    def rank_addresses(self) -> list[str]:
+        return self.addresses
+
+    @property
+    def writes_checkpoints(self) -> bool:
+        """Rank 0 alone writes the (one) checkpoint."""
+        return self.is_main
+
+    def make_trainer(self, learner: Learner) -> DistributedTrainer:
+        """The trainer thread that steps in lockstep with the other ranks."""
+        if self.config.trainer == "process":
+            raise ValueError("torchrun ranks train in a thread: use --trainer auto or thread")
+        trainer = make_trainer(learner, functools.partial(DistributedTrainer, sync=self))
+        assert isinstance(trainer, DistributedTrainer)
+        return trainer
 
     # ------------------------------------------------------------------ every step
 

@@ -116,6 +116,8 @@ class InferenceEngine:
         learner_step: StepCounter,
         backend: str = "auto",
         seed: int | tuple[int, ...] = 0,
+        keep_unrolls: bool = True,
+        refresh_weights: Callable[[], None] | None = None,
     ) -> None:
         self.policy = inference_policy(model, head, device, backend, seed)
         self.builder = builder
@@ -124,9 +126,9 @@ class InferenceEngine:
         self.weights_lock = weights_lock
         self.learner_step = learner_step
         self._released: list[np.ndarray] = []
-        self.keep_unrolls = True
+        self.keep_unrolls = keep_unrolls
         """False with --no-train: nobody consumes unrolls, so they are not queued."""
-        self.refresh_weights: Callable[[], None] | None = None
+        self.refresh_weights = refresh_weights
         """Called before each forward pass when training runs elsewhere (trainer process)."""
 
     def release_later(self, conn: Connection) -> None:

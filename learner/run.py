@@ -1,10 +1,12 @@
 """Wires the learner together and runs it until a stop condition or a signal.
 
-``build_learner`` makes the parts (model, trajectory builder, queue, batcher, trainer,
-gRPC server); ``serve`` runs them: the event loop serves actors, the trainer (a child
-process by default, see ``learner.trainer_process``; a thread for torchrun ranks)
-learns, and a supervisor loop writes metrics, checkpoints and progress every
-``log_interval_s`` and decides when to stop.
+``serve`` reads top to bottom: build the parts (``learner.parts``), the trainer (a child
+process by default, see ``learner.trainer_process``; a thread for torchrun ranks) and
+the serving side (inference engine -> dynamic batcher -> gRPC servicer and server,
+:func:`build_serving`), then supervise: every ``log_interval_s`` write metrics, update
+progress, checkpoint, and decide when to stop. What differs between a lone learner and
+one torchrun rank of several is a strategy passed in (:class:`RankMode`:
+:class:`SingleRank` here, ``learner.distributed.RankSync``), not branches in the loop.
 """
 
 from __future__ import annotations
@@ -15,32 +17,21 @@ import gc
 import json
 import logging
 import signal
-import threading
 import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-import torch
-
-from learner import checkpoint
-from learner.allocator import keep_freed_memory
 from learner.batcher import DynamicBatcher
-from learner.inference import InferenceEngine, StepCounter
+from learner.inference import InferenceEngine
+from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
 from learner.progress import Progress
 from learner.server import LearnerServicer, build_server, set_serving
 from learner.stats import LearnerStats
-from learner.trainer import Trainer, apply_optimizer_settings, make_optimizer
+from learner.trainer import Trainer
 from learner.trainer_process import TrainerProcess
-from learner.trajectories import TrajectoryBuilder, UnrollQueue
-from seedrl import codec, envs
 from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
 from seedrl.metrics import MetricsWriter, RunResult
-from seedrl.models import ActionHead, ActorCritic, action_head, build_model, resolve_device
-from seedrl.policy import set_compute_threads
 from seedrl.timing import process_rss_mb
 from seedrl.transport import offered_local_socket
 
@@ -50,161 +41,149 @@ SOLVED_WINDOW = 100
 """Episodes the target-return criterion needs before it can stop a run."""
 TRAINER_FAILED = "trainer failed"
 
+AnyTrainer = Trainer | TrainerProcess
 
-class RankSync(Protocol):
-    """What serving needs of one data-parallel rank (``learner.distributed.RankSync``)."""
 
-    addresses: list[str]
+class RankMode(Protocol):
+    """What one learner process is among its peers: the strategy ``serve`` is given.
+
+    :class:`SingleRank` is a learner alone; ``learner.distributed.RankSync`` is one of
+    several data-parallel torchrun ranks (shared initial state, lockstep trainer,
+    totals over all ranks, rank 0 writes the checkpoint).
+    """
+
     stop_reason: str
+    """Why the ranks decided together to stop ("" while they go on)."""
 
     @property
-    def is_main(self) -> bool: ...
-    def attach(self, learner: Learner) -> None: ...
-    def make_trainer(self, *args: Any, **kwargs: Any) -> Trainer: ...
-    def metrics(self) -> dict[str, Any]: ...
-    def checkpoint_counters(self) -> tuple[int, int]: ...
+    def rank_addresses(self) -> list[str]:
+        """Every rank's address, offered to actors in GetInfo (empty: one rank)."""
+        ...
+
+    @property
+    def writes_checkpoints(self) -> bool: ...
+    def attach(self, learner: Learner) -> None:
+        """Take part in the learner's initial state before anything serves."""
+        ...
+
+    def make_trainer(self, learner: Learner) -> AnyTrainer:
+        """The trainer (not started)."""
+        ...
+
+    def metrics(self) -> dict[str, Any]:
+        """Extra keys for each metrics record."""
+        ...
+
+    def checkpoint_counters(self) -> tuple[int, int] | None:
+        """(frames, episodes) for the checkpoint; None: this learner's own."""
+        ...
+
+
+class SingleRank:
+    """A learner alone: its own counters, its checkpoint, the trainer its config asks for."""
+
+    def __init__(self) -> None:
+        self.stop_reason = ""
+        self.rank_addresses: list[str] = []
+        self.writes_checkpoints = True
+
+    def attach(self, learner: Learner) -> None:
+        pass
+
+    def make_trainer(self, learner: Learner) -> AnyTrainer:
+        return choose_trainer(learner)
+
+    def metrics(self) -> dict[str, Any]:
+        return {}
+
+    def checkpoint_counters(self) -> None:
+        return None
+
+
+def choose_trainer(learner: Learner) -> AnyTrainer:
+    """The trainer this config asks for (not started): a child process, or a thread."""
+    if learner.config.trainer == "thread":
+        return make_trainer(learner)
+    return TrainerProcess(learner)
+
+
+def make_engine(learner: Learner, trainer: AnyTrainer) -> InferenceEngine:
+    """The inference engine over the learner's model, builder and queue."""
+    config = learner.config
+    return InferenceEngine(
+        learner.model, learner.head, learner.device, learner.builder, learner.queue,
+        learner.stats, learner.weights_lock, learner.step_counter, config.inference_backend,
+        (config.seed, learner.step_counter.value),  # a resumed run samples fresh noise
+        keep_unrolls=config.train,  # --no-train: nothing drains the queue
+        refresh_weights=trainer.refresh_weights if isinstance(trainer, TrainerProcess) else None,
+    )  # fmt: skip
 
 
 @dataclass
-class Learner:
-    """The assembled parts of one learner process."""
+class Serving:
+    """The serving side, built together: engine -> batcher -> servicer -> gRPC server."""
 
-    config: LearnerConfig
-    env_spec: Any
-    device: torch.device
-    model: ActorCritic
-    head: ActionHead
-    optimizer: torch.optim.Optimizer
-    stats: LearnerStats
-    builder: TrajectoryBuilder
-    queue: UnrollQueue
-    step_counter: StepCounter
-    weights_lock: threading.Lock
-    learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    batcher: DynamicBatcher
+    servicer: LearnerServicer
+    server: Any
+    port: int
+    health: Any
+    batching: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.server.start()
+        await set_serving(self.health, True)
+
+    def start_batching(self) -> None:
+        self.batching = asyncio.create_task(self.batcher.run(), name="batcher")
+
+    async def stop(self, reason: str, final: bool) -> None:
+        """Every stream gets a Shutdown (and a moment to read it), then the server stops."""
+        await set_serving(self.health, False)
+        self.servicer.begin_shutdown(reason, final)
+        await self.server.stop(grace=3.0)
+        if self.batching is not None:
+            self.batching.cancel()
 
 
-def build_learner(config: LearnerConfig) -> Learner:
-    """Model, optimizer and data path for ``config`` (restored from a checkpoint with --resume)."""
-    keep_freed_memory()
-    set_compute_threads(config.torch_threads)
-    torch.manual_seed(config.seed)
-    np.random.seed(config.seed)
-    device = resolve_device(config.device)
-    env_spec = envs.describe_env(config.env, config.env_kwargs)
-    head = action_head(env_spec.action_space)
-    lstm_size = config.lstm_size if config.lstm else 0
-    model = build_model(
-        env_spec.observation_space, head, config.model, config.hidden_sizes, lstm_size
-    ).to(device)
-    optimizer = make_optimizer(model, config)
-    stats = LearnerStats()
-    step_counter = StepCounter()
-    if config.resume and config.checkpoint_path.exists():
-        restore(config.checkpoint_path, model, optimizer, stats, step_counter, env_spec)
-        apply_optimizer_settings(optimizer, config)
-    builder = TrajectoryBuilder(
-        unroll_length=config.unroll_length,
-        obs_shape=codec.spec_shape(env_spec.observation_space),
-        obs_dtype=env_spec.observation_space.dtype,
-        action_shape=head.action_shape,
-        action_dtype=str(head.action_dtype).removeprefix("torch."),
-        param_size=head.param_size,
-        core_state_sizes=(lstm_size, lstm_size) if lstm_size else (),
+def build_serving(
+    learner: Learner, trainer: AnyTrainer, rank_addresses: list[str], local_address: str | None
+) -> Serving:
+    config = learner.config
+    engine = make_engine(learner, trainer)
+    batcher = DynamicBatcher(
+        engine.process,
+        config.inference_batch_size,
+        config.inference_timeout_ms / 1000.0,
+        config.inference_quorum,
     )
-    return Learner(
-        config=config,
-        env_spec=env_spec,
-        device=device,
-        model=model,
-        head=head,
-        optimizer=optimizer,
-        stats=stats,
-        builder=builder,
-        queue=UnrollQueue(config.max_queue_unrolls),
-        step_counter=step_counter,
-        weights_lock=threading.Lock(),
-    )
-
-
-def make_trainer(learner: Learner, trainer_cls: Callable[..., Trainer] = Trainer) -> Trainer:
-    """The trainer over a learner's shared model, queue and counters."""
-    return trainer_cls(
-        learner.config, learner.model, learner.head, learner.optimizer, learner.device,
-        learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
+    servicer = LearnerServicer(
+        config, learner.env_spec, batcher, engine, learner.builder, learner.stats,
+        learner.learner_run_id, rank_addresses=rank_addresses, local_address=local_address or "",
     )  # fmt: skip
+    token = resolve_auth_token(config.auth_token)
+    server, port, health = build_server(config, servicer, token, local_address)
+    return Serving(batcher, servicer, server, port, health)
 
 
-def restore(
-    path: Path,
-    model: ActorCritic,
-    optimizer: torch.optim.Optimizer,
-    stats: LearnerStats,
-    step_counter: StepCounter,
-    env_spec: Any = None,
-) -> None:
-    """Load a checkpoint into the parts; a mismatch raises CheckpointError naming the file."""
-    state = checkpoint.load(path)
-    if env_spec is not None and "env_spec" in state:
-        checkpoint.check_env(path, state["env_spec"], env_spec)
-    try:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        frames, steps = int(state["frames"]), int(state["learner_steps"])
-        episodes, returns = int(state["episodes"]), list(state.get("returns", []))
-    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
-        raise checkpoint.CheckpointError(
-            f"{path}: does not fit this model/config ({type(exc).__name__}: {exc}); "
-            "use another --logdir or drop --resume"
-        ) from exc
-    stats.restore(frames=frames, steps=steps, episodes=episodes, returns=returns)
-    step_counter.value = steps
-    log.info("resumed from %s at frame %d, step %d", path, stats.frames, step_counter.value)
+class StopRequest:
+    """The first reason to stop wins; SIGINT/SIGTERM are one (a restart, not the end)."""
 
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.reason = ""
+        self.final = True
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            # Not available off the main thread (asyncio raises RuntimeError, uvloop
+            # ValueError) or off Unix: then only the caller stops us.
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.request, f"signal {sig.name}", False)
 
-def save_checkpoint(
-    learner: Learner,
-    training: checkpoint.TrainingState | None = None,
-    counters: tuple[int, int] | None = None,
-) -> None:
-    """Write the checkpoint of ``training`` (default: the learner's own model and optimizer).
-
-    ``counters`` overrides (frames, episodes), e.g. all ranks' totals.
-    """
-    stats = learner.stats
-    if training is None:
-        training = checkpoint.capture(
-            learner.model,
-            learner.optimizer,
-            learner.weights_lock,
-            lambda: learner.step_counter.value,
-        )
-    frames, episodes = counters or (stats.frames, stats.episodes)
-    state = checkpoint.snapshot(
-        training,
-        frames=frames,
-        episodes=episodes,
-        returns=list(stats.returns),
-        config=to_json_dict(learner.config),
-        env_spec=learner.env_spec.SerializeToString(),
-        model_spec=to_json_dict(learner.model.spec),
-    )
-    checkpoint.save(learner.config.checkpoint_path, state)
-
-
-def choose_trainer(learner: Learner, rank: RankSync | None) -> Trainer | TrainerProcess:
-    """The trainer this config asks for (not started): a child process, or a thread."""
-    mode = learner.config.trainer
-    if rank is not None:
-        if mode == "process":
-            raise ValueError("torchrun ranks train in a thread: use --trainer auto or thread")
-        return make_trainer(learner, rank.make_trainer)
-    if mode == "thread":
-        return make_trainer(learner)
-    return TrainerProcess(
-        learner.config, learner.model, learner.head, learner.optimizer, learner.builder,
-        learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
-    )  # fmt: skip
+    def request(self, reason: str, final: bool) -> None:
+        if not self.event.is_set():
+            self.reason, self.final = reason, final
+            self.event.set()
 
 
 def write_checkpoint(
@@ -224,158 +203,128 @@ def write_checkpoint(
 async def serve(
     config: LearnerConfig,
     ready: asyncio.Future[int] | None = None,
-    rank_addresses: list[str] | None = None,
-    rank: RankSync | None = None,
+    rank: RankMode | None = None,
 ) -> RunResult:
     """Run a learner until it stops; ``ready`` receives the bound port once serving.
 
-    With ``rank`` (learner.distributed) this process is one of several data-parallel ranks.
+    ``rank`` says what this process is among data-parallel ranks (default: alone).
     Unless ``--no-local-socket``, TLS or a unix ``--bind``, it also listens on a unix
     socket that same-host actors switch to; the socket's directory goes with the learner.
     """
     with offered_local_socket(config.local_socket and not config.tls_cert, config.bind) as local:
-        return await _serve(config, ready, rank_addresses, rank, local)
+        return await _serve(config, ready, rank or SingleRank(), local)
 
 
 async def _serve(
     config: LearnerConfig,
     ready: asyncio.Future[int] | None,
-    rank_addresses: list[str] | None,
-    rank: RankSync | None,
+    rank: RankMode,
     local_address: str | None,
 ) -> RunResult:
     learner = build_learner(config)
-    if rank is not None:
-        rank.attach(learner)
-        rank_addresses = rank.addresses
-    writes_checkpoints = rank is None or rank.is_main
-    stats, logdir = learner.stats, Path(config.logdir)
+    rank.attach(learner)
+    logdir = Path(config.logdir)
     logdir.mkdir(parents=True, exist_ok=True)
     (logdir / "config.json").write_text(json.dumps(to_json_dict(config), indent=2) + "\n")
-
-    engine = InferenceEngine(
-        learner.model, learner.head, learner.device, learner.builder, learner.queue, stats,
-        learner.weights_lock, learner.step_counter, config.inference_backend,
-        (config.seed, learner.step_counter.value),  # a resumed run samples fresh noise
-    )  # fmt: skip
-    engine.keep_unrolls = config.train  # --no-train: nothing drains the queue
-    batcher = DynamicBatcher(
-        engine.process,
-        config.inference_batch_size,
-        config.inference_timeout_ms / 1000.0,
-        config.inference_quorum,
+    trainer = rank.make_trainer(learner)
+    serving = build_serving(learner, trainer, rank.rank_addresses, local_address)
+    stop = StopRequest()
+    writer = _metrics_writer(config, logdir)
+    progress = Progress(config.progress, config.total_frames, config.target_return)
+    if config.train:
+        trainer.start()  # a trainer process is ready before the first actor is served
+    await serving.start()
+    # Everything built so far (torch, the model, the server) lives as long as the run.
+    # Frozen, the collector stops walking it: with hundreds of streams, more objects
+    # survive, full collections come often, and each one walked that whole heap.
+    gc.collect()
+    gc.freeze()
+    serving.start_batching()
+    print(
+        f"seedrl learner listening on {config.bind}:{serving.port} "
+        f"(env {config.env}, device {learner.device})",
+        flush=True,
     )
-    servicer = LearnerServicer(
-        config, learner.env_spec, batcher, engine, learner.builder, stats, learner.learner_run_id
-    )
-    servicer.rank_addresses = list(rank_addresses or [])
-    server, port, health = build_server(
-        config, servicer, resolve_auth_token(config.auth_token), local_address
-    )
-    trainer = choose_trainer(learner, rank)
-    if isinstance(trainer, TrainerProcess):
-        engine.refresh_weights = trainer.refresh_weights
+    if ready is not None and not ready.done():
+        ready.set_result(serving.port)
 
-    stop = asyncio.Event()
-    stop_reason = ""
-    stop_final = True
+    start = time.perf_counter()
+    try:
+        await _supervise(learner, trainer, rank, stop, writer, progress, start)
+    finally:
+        await serving.stop(stop.reason or "learner stopping", stop.final)
+        trainer.stop()
+        progress.close()
+        if rank.writes_checkpoints:
+            counters = rank.checkpoint_counters()
+            await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
+        writer.write({**learner.stats.snapshot(len(learner.queue)), **rank.metrics()})
+        writer.close()
+    result = _result(learner, stop.reason, time.perf_counter() - start)
+    print(summary_line(result), flush=True)
+    (logdir / "result.json").write_text(json.dumps(result.__dict__, indent=2) + "\n")
+    if trainer.error is not None:
+        raise RuntimeError("the trainer failed") from trainer.error
+    return result
 
-    def request_stop(reason: str, final: bool) -> None:
-        nonlocal stop_reason, stop_final
-        if not stop.is_set():
-            stop_reason, stop_final = reason, final
-            stop.set()
 
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        # Not available off the main thread (asyncio raises RuntimeError, uvloop
-        # ValueError) or off Unix: then only the caller stops us.
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, request_stop, f"signal {sig.name}", False)
+async def _supervise(
+    learner: Learner,
+    trainer: AnyTrainer,
+    rank: RankMode,
+    stop: StopRequest,
+    writer: MetricsWriter,
+    progress: Progress,
+    start: float,
+) -> None:
+    """Every ``log_interval_s`` until stopped: a metrics record, progress, the stop
+    conditions and, when due, a checkpoint."""
+    config, stats = learner.config, learner.stats
+    last_checkpoint = start
+    while not stop.event.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.event.wait(), config.log_interval_s)
+        record = stats.snapshot(len(learner.queue))
+        if isinstance(trainer, TrainerProcess) and trainer.alive:
+            record["trainer_rss_mb"] = process_rss_mb(trainer.pid)
+        record.update(rank.metrics())
+        writer.write(record)
+        progress.update(record)
+        reason = _stop_condition(config, stats, start, trainer) or rank.stop_reason
+        if reason:
+            # A failed trainer is not a finished run: actors wait for the restart.
+            stop.request(reason, reason != TRAINER_FAILED)
+        due = time.perf_counter() - last_checkpoint >= config.checkpoint_interval_s
+        if due and rank.writes_checkpoints:
+            try:
+                counters = rank.checkpoint_counters()
+                await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
+            except OSError as exc:  # a full disk should not end the run; the old one stays
+                log.error("could not write checkpoint %s: %s", config.checkpoint_path, exc)
+            last_checkpoint = time.perf_counter()
 
+
+def _metrics_writer(config: LearnerConfig, logdir: Path) -> MetricsWriter:
     prometheus = (config.bind, config.metrics_port) if config.metrics_port else None
     writer = MetricsWriter(logdir, tensorboard=config.tensorboard, prometheus=prometheus)
     if writer.prometheus is not None:
         print(
             f"seedrl metrics on http://{config.bind}:{writer.prometheus.port}/metrics", flush=True
         )
-    progress = Progress(config.progress, config.total_frames, config.target_return)
-    if config.train:
-        trainer.start()  # a trainer process is ready before the first actor is served
-    await server.start()
-    await set_serving(health, True)
-    # Everything built so far (torch, the model, the server) lives as long as the run.
-    # Frozen, the collector stops walking it: with hundreds of streams, more objects
-    # survive, full collections come often, and each one walked that whole heap.
-    gc.collect()
-    gc.freeze()
-    batcher_task = asyncio.create_task(batcher.run(), name="batcher")
-    address = f"{config.bind}:{port}"
-    print(
-        f"seedrl learner listening on {address} (env {config.env}, device {learner.device})",
-        flush=True,
-    )
-    if ready is not None and not ready.done():
-        ready.set_result(port)
+    return writer
 
-    start = time.perf_counter()
-    last_checkpoint = start
-    try:
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), config.log_interval_s)
-            record = stats.snapshot(len(learner.queue))
-            if isinstance(trainer, TrainerProcess) and trainer.alive:
-                record["trainer_rss_mb"] = process_rss_mb(trainer.pid)
-            if rank is not None:
-                record.update(rank.metrics())
-            writer.write(record)
-            progress.update(record)
-            reason = _stop_condition(config, stats, start, trainer)
-            if rank is not None and not reason:
-                reason = rank.stop_reason
-            if reason:
-                # A failed trainer is not a finished run: actors wait for the restart.
-                request_stop(reason, reason != TRAINER_FAILED)
-            due = time.perf_counter() - last_checkpoint >= config.checkpoint_interval_s
-            if due and writes_checkpoints:
-                counters = rank.checkpoint_counters() if rank is not None else None
-                try:
-                    await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
-                except OSError as exc:  # a full disk should not end the run; the old one stays
-                    log.error("could not write checkpoint %s: %s", config.checkpoint_path, exc)
-                last_checkpoint = time.perf_counter()
-    finally:
-        await set_serving(health, False)
-        servicer.begin_shutdown(stop_reason or "learner stopping", stop_final)
-        await server.stop(grace=3.0)
-        batcher_task.cancel()
-        trainer.stop()
-        progress.close()
-        if writes_checkpoints:
-            counters = rank.checkpoint_counters() if rank is not None else None
-            await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
-        final = stats.snapshot(len(learner.queue))
-        if rank is not None:
-            final.update(rank.metrics())
-        writer.write(final)
-        writer.close()
-    wall = time.perf_counter() - start
-    solved = config.target_return is not None and _solved(config, stats)
-    result = RunResult(
-        reason=stop_reason,
+
+def _result(learner: Learner, reason: str, wall: float) -> RunResult:
+    config, stats = learner.config, learner.stats
+    return RunResult(
+        reason=reason,
         frames=stats.frames,
         learner_steps=learner.step_counter.value,
         episodes=stats.episodes,
         episode_return_mean=stats.return_mean,
         wall_time_s=wall,
-        solved=solved,
+        solved=config.target_return is not None and _solved(config, stats),
     )
-    print(summary_line(result), flush=True)
-    (logdir / "result.json").write_text(json.dumps(result.__dict__, indent=2) + "\n")
-    if trainer.error is not None:
-        raise RuntimeError("the trainer failed") from trainer.error
-    return result
 
 
 def _solved(config: LearnerConfig, stats: LearnerStats) -> bool:

@@ -36,7 +36,7 @@ import types
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from queue import Empty, SimpleQueue
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -47,10 +47,13 @@ from learner.allocator import keep_freed_memory
 from learner.inference import StepCounter
 from learner.stats import LearnerStats
 from learner.trainer import Trainer, make_optimizer
-from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
+from learner.trajectories import UnrollQueue, Unrolls
 from seedrl.config import LearnerConfig
 from seedrl.models import ActionHead, ActorCritic, ModelSpec, resolve_device
 from seedrl.policy import set_compute_threads
+
+if TYPE_CHECKING:  # the spawned child imports this module; it needs no Learner
+    from learner.parts import Learner
 
 log = logging.getLogger(__name__)
 
@@ -140,31 +143,20 @@ class TrainerProcess:
     half of the weight exchange (call it before a forward pass).
     """
 
-    def __init__(
-        self,
-        config: LearnerConfig,
-        model: ActorCritic,
-        head: ActionHead,
-        optimizer: torch.optim.Optimizer,
-        builder: TrajectoryBuilder,
-        queue: UnrollQueue,
-        stats: LearnerStats,
-        weights_lock: threading.Lock,
-        step_counter: StepCounter,
-    ) -> None:
+    def __init__(self, learner: Learner) -> None:
+        config, model, step_counter = learner.config, learner.model, learner.step_counter
         self.config = config
         self.model = model
-        self.head = head
-        self.optimizer = optimizer
-        self.queue = queue
-        self.stats = stats
-        self.weights_lock = weights_lock
+        self.head = learner.head
+        self.optimizer = learner.optimizer
+        self.queue = learner.queue
+        self.stats = learner.stats
+        self.weights_lock = learner.weights_lock
         self.step_counter = step_counter
         self.error: BaseException | None = None
         self._ctx = mp.get_context("spawn")
-        self._slots = [
-            SharedUnrolls.like(builder.empty_unrolls(config.batch_size)) for _ in range(SLOTS)
-        ]
+        empty = learner.builder.empty_unrolls(config.batch_size)
+        self._slots = [SharedUnrolls.like(empty) for _ in range(SLOTS)]
         self._slot_views = [slot.view() for slot in self._slots]
         self._inference_weights = list(model.state_dict().values())
         self._shared_weights = [

@@ -29,7 +29,7 @@ from learner.inference import (
     gather_frames,
     nonfinite_problem,
 )
-from learner.run import build_learner
+from learner.parts import build_learner
 from learner.server import LearnerServicer
 from seedrl import PROTOCOL_VERSION, codec
 from seedrl.config import LearnerConfig

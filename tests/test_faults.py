@@ -27,7 +27,7 @@ from wire_clients import HeldStream, LockstepClient, act, child_pids, get_info, 
 
 from learner import checkpoint
 from learner.__main__ import main as learner_main
-from learner.run import build_learner, make_trainer, save_checkpoint
+from learner.parts import build_learner, make_trainer, save_checkpoint
 from learner.trajectories import Unrolls
 from seedrl.config import LearnerConfig
 

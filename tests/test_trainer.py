@@ -8,7 +8,7 @@ import dataclasses
 import torch
 from support import random_unrolls
 
-from learner.run import build_learner, make_trainer
+from learner.parts import build_learner, make_trainer
 from learner.trainer import GradientBuffer, Trainer, to_time_major
 from learner.trajectories import Unrolls
 from seedrl import vtrace

@@ -14,7 +14,8 @@ import pytest
 import torch
 from support import random_unrolls
 
-from learner.run import Learner, build_learner, choose_trainer, make_trainer, write_checkpoint
+from learner.parts import Learner, build_learner, make_trainer
+from learner.run import choose_trainer, write_checkpoint
 from learner.trainer_process import TrainerProcess
 from learner.trajectories import Unrolls
 from seedrl.config import LearnerConfig
@@ -32,7 +33,7 @@ def _learner(tmp_path: Path, **overrides: object) -> Learner:
 
 
 def _process_trainer(learner: Learner) -> TrainerProcess:
-    trainer = choose_trainer(learner, None)
+    trainer = choose_trainer(learner)
     assert isinstance(trainer, TrainerProcess)
     return trainer
 
@@ -186,5 +187,5 @@ def test_resume_starts_the_child_from_the_checkpoint(tmp_path):
 def test_trainer_mode_is_checked(tmp_path):
     with pytest.raises(ValueError, match="trainer must be"):
         LearnerConfig(logdir=str(tmp_path), trainer="gpu")
-    thread = choose_trainer(_learner(tmp_path, trainer="thread"), None)
+    thread = choose_trainer(_learner(tmp_path, trainer="thread"))
     assert not isinstance(thread, TrainerProcess)

@@ -1,0 +1,160 @@
+"""The assembled parts of one learner process, and how they are built, restored and saved.
+
+:class:`Learner` holds what serving and training share (model, optimizer, trajectory
+builder, unroll queue, counters); :func:`build_learner` makes it from a config (restored
+from the checkpoint with ``--resume``). The trainer thread, the trainer process and the
+inference engine each take what they need from it, in one place each.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from learner import checkpoint
+from learner.allocator import keep_freed_memory
+from learner.inference import StepCounter
+from learner.stats import LearnerStats
+from learner.trainer import Trainer, apply_optimizer_settings, make_optimizer
+from learner.trajectories import TrajectoryBuilder, UnrollQueue
+from seedrl import codec, envs
+from seedrl.config import LearnerConfig, to_json_dict
+from seedrl.models import ActionHead, ActorCritic, action_head, build_model, resolve_device
+from seedrl.policy import set_compute_threads
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Learner:
+    """The assembled parts of one learner process."""
+
+    config: LearnerConfig
+    env_spec: Any
+    device: torch.device
+    model: ActorCritic
+    head: ActionHead
+    optimizer: torch.optim.Optimizer
+    stats: LearnerStats
+    builder: TrajectoryBuilder
+    queue: UnrollQueue
+    step_counter: StepCounter
+    weights_lock: threading.Lock
+    learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def build_learner(config: LearnerConfig) -> Learner:
+    """Model, optimizer and data path for ``config`` (restored from a checkpoint with --resume)."""
+    keep_freed_memory()
+    set_compute_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    np.random.seed(config.seed)
+    device = resolve_device(config.device)
+    env_spec = envs.describe_env(config.env, config.env_kwargs)
+    head = action_head(env_spec.action_space)
+    lstm_size = config.lstm_size if config.lstm else 0
+    model = build_model(
+        env_spec.observation_space, head, config.model, config.hidden_sizes, lstm_size
+    ).to(device)
+    optimizer = make_optimizer(model, config)
+    stats = LearnerStats()
+    step_counter = StepCounter()
+    if config.resume and config.checkpoint_path.exists():
+        restore(config.checkpoint_path, model, optimizer, stats, step_counter, env_spec)
+        apply_optimizer_settings(optimizer, config)
+    builder = TrajectoryBuilder(
+        unroll_length=config.unroll_length,
+        obs_shape=codec.spec_shape(env_spec.observation_space),
+        obs_dtype=env_spec.observation_space.dtype,
+        action_shape=head.action_shape,
+        action_dtype=str(head.action_dtype).removeprefix("torch."),
+        param_size=head.param_size,
+        core_state_sizes=(lstm_size, lstm_size) if lstm_size else (),
+    )
+    return Learner(
+        config=config,
+        env_spec=env_spec,
+        device=device,
+        model=model,
+        head=head,
+        optimizer=optimizer,
+        stats=stats,
+        builder=builder,
+        queue=UnrollQueue(config.max_queue_unrolls),
+        step_counter=step_counter,
+        weights_lock=threading.Lock(),
+    )
+
+
+def make_trainer(learner: Learner, trainer_cls: Callable[..., Trainer] = Trainer) -> Trainer:
+    """The trainer over a learner's shared model, queue and counters."""
+    return trainer_cls(
+        learner.config, learner.model, learner.head, learner.optimizer, learner.device,
+        learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
+    )  # fmt: skip
+
+
+def restore(
+    path: Path,
+    model: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    stats: LearnerStats,
+    step_counter: StepCounter,
+    env_spec: Any = None,
+) -> None:
+    """Load a checkpoint into the parts; a mismatch raises CheckpointError naming the file."""
+    state = checkpoint.load(path)
+    if env_spec is not None and "env_spec" in state:
+        checkpoint.check_env(path, state["env_spec"], env_spec)
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        frames, steps = int(state["frames"]), int(state["learner_steps"])
+        episodes, returns = int(state["episodes"]), list(state.get("returns", []))
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+        raise checkpoint.CheckpointError(
+            f"{path}: does not fit this model/config ({type(exc).__name__}: {exc}); "
+            "use another --logdir or drop --resume"
+        ) from exc
+    stats.restore(frames=frames, steps=steps, episodes=episodes, returns=returns)
+    step_counter.value = steps
+    log.info("resumed from %s at frame %d, step %d", path, stats.frames, step_counter.value)
+
+
+def save_checkpoint(
+    learner: Learner,
+    training: checkpoint.TrainingState | None = None,
+    counters: tuple[int, int] | None = None,
+) -> None:
+    """Write the checkpoint of ``training`` (default: the learner's own model and optimizer).
+
+    ``counters`` overrides (frames, episodes), e.g. all ranks' totals.
+    """
+    stats = learner.stats
+    if training is None:
+        training = checkpoint.capture(
+            learner.model,
+            learner.optimizer,
+            learner.weights_lock,
+            lambda: learner.step_counter.value,
+        )
+    frames, episodes = counters or (stats.frames, stats.episodes)
+    state = checkpoint.snapshot(
+        training,
+        frames=frames,
+        episodes=episodes,
+        returns=list(stats.returns),
+        config=to_json_dict(learner.config),
+        env_spec=learner.env_spec.SerializeToString(),
+        model_spec=to_json_dict(learner.model.spec),
+    )
+    checkpoint.save(learner.config.checkpoint_path, state)
