@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 import uuid
+from typing import Any
 
 import grpc
 import gymnasium as gym
@@ -35,6 +36,7 @@ from seedrl.config import ActorConfig, resolve_auth_token
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
 from seedrl.transport import (
+    ACT_METHOD,
     auth_metadata,
     client_channel,
     learner_targets,
@@ -56,11 +58,6 @@ RETRYABLE = frozenset(
     }
 )
 """Statuses after which the actor reconnects; anything else is a configuration error."""
-
-
-_ACT = pb.DESCRIPTOR.services_by_name["Learner"].methods_by_name["Act"]
-ACT_METHOD = f"/{_ACT.containing_service.full_name}/{_ACT.name}"
-"""The Act stream's gRPC method path, from the proto (``/seedrl.v1.Learner/Act``)."""
 
 
 class StreamEnd(enum.Enum):
@@ -87,6 +84,52 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempt = 0
+
+
+class StepWire:
+    """One stream's frames and replies as bytes, for K envs of one env spec.
+
+    Frames are joined from, and replies split against, the wire's fixed bytes: no
+    message objects per step. A reply that misses the template is parsed in full.
+    """
+
+    def __init__(self, spec: pb.EnvSpec, k: int) -> None:
+        act_spec = spec.action_space
+        self.act_dtype = np.dtype("int64" if act_spec.kind == "discrete" else "float32")
+        self.act_shape = (k, *codec.spec_shape(act_spec))
+        self.low, self.high = codec.action_bounds(act_spec)
+        self.obs_dtype = np.dtype(spec.observation_space.dtype)
+        obs_shape = codec.spec_shape(spec.observation_space)
+        self._frame = codec.frame_template(*codec.frame_layouts(k, self.obs_dtype, obs_shape))
+        self._actions = codec.actions_template(self.act_dtype, self.act_shape)
+
+    def frame(
+        self, obs_KO: Any, reward_K: np.ndarray, terminated_K: np.ndarray, truncated_K: np.ndarray
+    ) -> bytes:
+        """The serialized ActorMessage carrying one Frame."""
+        return self._frame.fill(
+            (
+                np.asarray(obs_KO, dtype=self.obs_dtype).tobytes(),
+                reward_K.tobytes(),
+                terminated_K.tobytes(),
+                truncated_K.tobytes(),
+            )
+        )
+
+    def actions(self, data: bytes) -> np.ndarray | pb.Shutdown:
+        """The K actions of a reply (clipped to a Box's bounds), or the learner's Shutdown."""
+        payloads = self._actions.split(data)
+        if payloads is not None:
+            actions_KA = np.frombuffer(payloads[0], self.act_dtype).reshape(self.act_shape)
+        else:
+            reply = parse_reply(data)
+            if reply.WhichOneof("kind") == "shutdown":
+                return reply.shutdown
+            tensor = reply.actions.actions
+            actions_KA = codec.decode_tensor(tensor, "actions", self.act_dtype, self.act_shape)
+        if self.low is not None:
+            actions_KA = np.clip(actions_KA, self.low, self.high)
+        return actions_KA
 
 
 class Actor:
@@ -245,87 +288,63 @@ class Actor:
             stream.close()
 
     def _stream_frames(self, stream: ActorStream, spec: pb.EnvSpec) -> StreamEnd:
-        cfg = self.config
-        k = cfg.envs_per_actor
-        assert self.vec_env is not None
-        hello = pb.Hello(
-            protocol_version=PROTOCOL_VERSION, actor_id=self.actor_id, run_id=uuid.uuid4().hex,
-            num_envs=k, env=spec,
-        )  # fmt: skip
-        stream.write(pb.ActorMessage(hello=hello).SerializeToString())
-        accept = self._read_reply(stream)
-        if accept is None or accept.WhichOneof("kind") != "accept":
+        """The actor step loop: send the frame, wait for the actions, step the envs."""
+        k, max_frames = self.config.envs_per_actor, self.config.max_frames
+        if not self._handshake(stream, spec):
             return self._ended(stream)
-        self.backoff.reset()
-        self.connections += 1
-
-        # Every connection starts fresh episodes: the learner's slots are new too.
-        seed = None if self._seeded else cfg.seed + self.index * k
-        self._seeded = True
-        obs_KO, _ = self.vec_env.reset(seed=seed)
-        reward_K = np.zeros(k, np.float32)
-        terminated_K = np.zeros(k, np.bool_)
-        truncated_K = np.zeros(k, np.bool_)
-        act_spec = spec.action_space
-        act_dtype = np.dtype("int64" if act_spec.kind == "discrete" else "float32")
-        act_shape = (k, *codec.spec_shape(act_spec))
-        low, high = codec.action_bounds(act_spec)
-        obs_dtype = np.dtype(spec.observation_space.dtype)
-        # Frames are joined from, and replies split against, the wire's fixed bytes: no
-        # message objects per step. A reply that misses the template is parsed in full.
-        obs_shape = codec.spec_shape(spec.observation_space)
-        frame_wire = codec.frame_template(*codec.frame_layouts(k, obs_dtype, obs_shape))
-        actions_wire = codec.actions_template(act_dtype, act_shape)
-
+        wire = StepWire(spec, k)
+        vec_env = self.vec_env
+        assert vec_env is not None
+        obs_KO, reward_K, terminated_K, truncated_K = self._reset_envs()
         clock, record_rtt, stopping = time.perf_counter, self.round_trips.record, self._stop.is_set
         while not stopping():
-            frame = frame_wire.fill(
-                (
-                    np.asarray(obs_KO, dtype=obs_dtype).tobytes(),
-                    reward_K.tobytes(),
-                    terminated_K.tobytes(),
-                    truncated_K.tobytes(),
-                )
-            )
+            frame = wire.frame(obs_KO, reward_K, terminated_K, truncated_K)
             sent = clock()
             data = stream.exchange(frame)
             record_rtt(clock() - sent)
             if data is None:
                 return self._ended(stream)
-            payloads = actions_wire.split(data)
-            if payloads is not None:
-                actions_KA = np.frombuffer(payloads[0], act_dtype).reshape(act_shape)
-            else:
-                reply = self._parse_reply(data)
-                if reply.WhichOneof("kind") == "shutdown":
-                    stream.done_writing()
-                    final = reply.shutdown.final
-                    return StreamEnd.FINISHED if final else StreamEnd.LEARNER_STOPPING
-                tensor = reply.actions.actions
-                actions_KA = codec.decode_tensor(tensor, "actions", act_dtype, act_shape)
-            if low is not None:
-                actions_KA = np.clip(actions_KA, low, high)
-            obs_KO, reward, terminated, truncated, _ = self.vec_env.step(actions_KA)
+            actions_KA = wire.actions(data)
+            if isinstance(actions_KA, pb.Shutdown):
+                stream.done_writing()
+                return StreamEnd.FINISHED if actions_KA.final else StreamEnd.LEARNER_STOPPING
+            obs_KO, reward, terminated, truncated, _ = vec_env.step(actions_KA)
             reward_K = np.asarray(reward, dtype=np.float32)
             terminated_K = np.asarray(terminated, dtype=np.bool_)
             truncated_K = np.asarray(truncated, dtype=np.bool_)
             self.frames += k
-            if cfg.max_frames and self.frames >= cfg.max_frames:
+            if max_frames and self.frames >= max_frames:
                 return StreamEnd.MAX_FRAMES
         return StreamEnd.STOPPED
 
-    @classmethod
-    def _read_reply(cls, stream: ActorStream) -> pb.LearnerMessage | None:
-        data = stream.read()
-        return None if data is None else cls._parse_reply(data)
+    def _handshake(self, stream: ActorStream, spec: pb.EnvSpec) -> bool:
+        """Hello (a fresh ``run_id``: the learner gives this stream fresh slots) -> Accept."""
+        hello = pb.Hello(
+            protocol_version=PROTOCOL_VERSION, actor_id=self.actor_id, run_id=uuid.uuid4().hex,
+            num_envs=self.config.envs_per_actor, env=spec,
+        )  # fmt: skip
+        stream.write(pb.ActorMessage(hello=hello).SerializeToString())
+        accept = self._read_reply(stream)
+        if accept is None or accept.WhichOneof("kind") != "accept":
+            return False
+        self.backoff.reset()
+        self.connections += 1
+        return True
+
+    def _reset_envs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Fresh episodes for a new connection (the learner's slots are new too): the first
+        frame's observations, zero rewards, no episode ends. Seeded on the first one."""
+        assert self.vec_env is not None
+        k = self.config.envs_per_actor
+        seed = None if self._seeded else self.config.seed + self.index * k
+        self._seeded = True
+        obs_KO, _ = self.vec_env.reset(seed=seed)
+        return obs_KO, np.zeros(k, np.float32), np.zeros(k, np.bool_), np.zeros(k, np.bool_)
 
     @staticmethod
-    def _parse_reply(data: bytes) -> pb.LearnerMessage:
-        try:
-            return pb.LearnerMessage.FromString(data)
-        except DecodeError:
-            message = "unparseable reply from the learner"
-            raise StreamError(grpc.StatusCode.INTERNAL, message) from None
+    def _read_reply(stream: ActorStream) -> pb.LearnerMessage | None:
+        data = stream.read()
+        return None if data is None else parse_reply(data)
 
     def _ended(self, stream: ActorStream) -> StreamEnd:
         """The learner ended the stream: CLOSED if with OK, else its status as an error."""
@@ -333,6 +352,15 @@ class Actor:
             return StreamEnd.STOPPED
         stream.raise_for_status()
         return StreamEnd.CLOSED
+
+
+def parse_reply(data: bytes) -> pb.LearnerMessage:
+    """A LearnerMessage; bytes that do not parse end the stream as an INTERNAL error."""
+    try:
+        return pb.LearnerMessage.FromString(data)
+    except DecodeError:
+        message = "unparseable reply from the learner"
+        raise StreamError(grpc.StatusCode.INTERNAL, message) from None
 
 
 def _status_of(exc: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
