@@ -29,7 +29,8 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from seedrl.config import INFERENCE_BACKENDS
-from seedrl.models import ActionHead, ActorCritic, CategoricalHead, Linear, Tanh
+from seedrl.cpu_kernels import Linear, Tanh
+from seedrl.models import ActionHead, ActorCritic, CategoricalHead
 
 CoreStateArrays = tuple[np.ndarray, ...]
 """Recurrent state as numpy rows ``[B, H]``; empty for feed-forward models."""

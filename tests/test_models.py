@@ -22,7 +22,7 @@ from learner.inference import Connection, FramePayload, InferenceEngine, StepCou
 from learner.stats import LearnerStats
 from learner.trainer import to_time_major
 from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
-from seedrl import models
+from seedrl import cpu_kernels, models
 from seedrl.models import ActorCritic, ModelSpec, action_head, build_model, choose_torso
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -227,14 +227,14 @@ def test_act_gives_the_policy_params_and_core_state_of_forward(obs_shape, torso,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_tanh_matches_torch_tanh_in_value_and_gradient(monkeypatch, numpy_faster, dtype):
     """Whichever kernel the speed check picks, the layer is tanh: values and gradients."""
-    monkeypatch.setattr(models, "numpy_tanh_is_faster", lambda: numpy_faster)
-    monkeypatch.setattr(models, "NUMPY_TANH_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(cpu_kernels, "numpy_tanh_is_faster", lambda: numpy_faster)
+    monkeypatch.setattr(cpu_kernels, "NUMPY_TANH_MIN_ELEMENTS", 0)
     x = torch.randn(37, 11, dtype=dtype) * 3
     x.requires_grad_(True)
     reference = x.detach().clone().requires_grad_(True)
     upstream = torch.randn(37, 11, dtype=dtype)
 
-    y = models.Tanh()(x)
+    y = cpu_kernels.Tanh()(x)
     (y * upstream).sum().backward()
     (torch.tanh(reference) * upstream).sum().backward()
 
@@ -246,29 +246,29 @@ def test_tanh_matches_torch_tanh_in_value_and_gradient(monkeypatch, numpy_faster
 
 def test_tanh_takes_numpy_only_for_large_cpu_tensors(monkeypatch):
     """Below NUMPY_TANH_MIN_ELEMENTS the autograd function's overhead outweighs the kernel."""
-    monkeypatch.setattr(models, "numpy_tanh_is_faster", lambda: True)
+    monkeypatch.setattr(cpu_kernels, "numpy_tanh_is_faster", lambda: True)
     calls = []
-    real_apply = models._NumpyTanh.apply
-    monkeypatch.setattr(models._NumpyTanh, "apply", lambda x: calls.append(x) or real_apply(x))
-    layer = models.Tanh()
-    layer(torch.randn(models.NUMPY_TANH_MIN_ELEMENTS - 1))
+    real_apply = cpu_kernels._NumpyTanh.apply
+    monkeypatch.setattr(cpu_kernels._NumpyTanh, "apply", lambda x: calls.append(x) or real_apply(x))
+    layer = cpu_kernels.Tanh()
+    layer(torch.randn(cpu_kernels.NUMPY_TANH_MIN_ELEMENTS - 1))
     assert calls == []
-    layer(torch.randn(models.NUMPY_TANH_MIN_ELEMENTS))
+    layer(torch.randn(cpu_kernels.NUMPY_TANH_MIN_ELEMENTS))
     assert len(calls) == 1
 
 
 def test_numpy_tanh_passes_gradcheck_on_strided_input(monkeypatch):
-    monkeypatch.setattr(models, "numpy_tanh_is_faster", lambda: True)
-    monkeypatch.setattr(models, "NUMPY_TANH_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(cpu_kernels, "numpy_tanh_is_faster", lambda: True)
+    monkeypatch.setattr(cpu_kernels, "NUMPY_TANH_MIN_ELEMENTS", 0)
     x = torch.randn(6, 8, dtype=torch.float64).t().requires_grad_(True)  # non-contiguous
     assert not x.is_contiguous()
-    assert torch.autograd.gradcheck(models.Tanh(), (x,))
+    assert torch.autograd.gradcheck(cpu_kernels.Tanh(), (x,))
 
 
 def test_numpy_tanh_speed_check_is_cached_bool():
-    first = models.numpy_tanh_is_faster()
+    first = cpu_kernels.numpy_tanh_is_faster()
     assert isinstance(first, bool)
-    assert models.numpy_tanh_is_faster() is first
+    assert cpu_kernels.numpy_tanh_is_faster() is first
 
 
 def test_mlp_and_a_plain_nn_mlp_load_each_others_checkpoints():
@@ -290,13 +290,13 @@ def test_mlp_and_a_plain_nn_mlp_load_each_others_checkpoints():
 
 def _path_calls(monkeypatch) -> list[torch.Tensor]:
     calls: list[torch.Tensor] = []
-    real_apply = models._WideLinear.apply
+    real_apply = cpu_kernels._WideLinear.apply
 
     def counting_apply(x, weight, bias):
         calls.append(x)
         return real_apply(x, weight, bias)
 
-    monkeypatch.setattr(models._WideLinear, "apply", counting_apply)
+    monkeypatch.setattr(cpu_kernels._WideLinear, "apply", counting_apply)
     return calls
 
 
@@ -304,7 +304,7 @@ def _path_calls(monkeypatch) -> list[torch.Tensor]:
 def test_wide_linear_matches_nn_linear_in_value_and_every_gradient(monkeypatch, bias):
     """A layer with fewer inputs than outputs takes its own backward: same numbers."""
     calls = _path_calls(monkeypatch)
-    ours = models.Linear(4, 16, bias=bias).double()
+    ours = cpu_kernels.Linear(4, 16, bias=bias).double()
     theirs = torch.nn.Linear(4, 16, bias=bias).double()
     theirs.load_state_dict(ours.state_dict())
     x = torch.randn(50, 4, dtype=torch.float64, requires_grad=True)
@@ -320,14 +320,14 @@ def test_wide_linear_matches_nn_linear_in_value_and_every_gradient(monkeypatch, 
         assert mine.grad is not None and mine.grad.is_contiguous()
         torch.testing.assert_close(mine.grad, reference.grad)
     assert torch.autograd.gradcheck(
-        lambda x, w: models._WideLinear.apply(x, w, None), (x, ours.weight)
+        lambda x, w: cpu_kernels._WideLinear.apply(x, w, None), (x, ours.weight)
     )
 
 
 def test_wide_linear_skips_the_input_gradient_of_observations(monkeypatch):
     """Observations need no gradient: the backward does not compute one."""
     calls = _path_calls(monkeypatch)
-    layer = models.Linear(3, 8)
+    layer = cpu_kernels.Linear(3, 8)
     layer(torch.randn(10, 3)).sum().backward()
     assert len(calls) == 1
     assert layer.weight.grad is not None and layer.bias.grad is not None
@@ -336,11 +336,11 @@ def test_wide_linear_skips_the_input_gradient_of_observations(monkeypatch):
 def test_linear_keeps_nn_linear_path_where_the_layout_does_not_matter(monkeypatch):
     """Narrow layers, no-grad passes (inference) and batched 3-d inputs: nn.Linear's own."""
     calls = _path_calls(monkeypatch)
-    models.Linear(16, 4)(torch.randn(10, 16))
+    cpu_kernels.Linear(16, 4)(torch.randn(10, 16))
     with torch.no_grad():
-        models.Linear(4, 16)(torch.randn(10, 4))
-    models.Linear(4, 16)(torch.randn(2, 10, 4))
-    frozen = models.Linear(4, 16)
+        cpu_kernels.Linear(4, 16)(torch.randn(10, 4))
+    cpu_kernels.Linear(4, 16)(torch.randn(2, 10, 4))
+    frozen = cpu_kernels.Linear(4, 16)
     frozen.requires_grad_(False)
     frozen(torch.randn(10, 4))
     assert calls == []
@@ -353,9 +353,9 @@ def test_linear_keeps_nn_linear_path_where_the_layout_does_not_matter(monkeypatc
     "shape",
     [
         (20, 128, 2),
-        (models.ACTION_MAJOR_MIN_ROWS, 6),
+        (cpu_kernels.ACTION_MAJOR_MIN_ROWS, 6),
         (3, 5),
-        (300, models.ACTION_MAJOR_MAX_ACTIONS),
+        (300, cpu_kernels.ACTION_MAJOR_MAX_ACTIONS),
     ],
 )
 def test_log_softmax_last_equals_torch_in_value_and_gradient(shape):
@@ -364,7 +364,7 @@ def test_log_softmax_last_equals_torch_in_value_and_gradient(shape):
     reference = logits.detach().clone().requires_grad_(True)
     upstream = torch.randn(*shape, dtype=torch.float64)
 
-    ours = models.log_softmax_last(logits)
+    ours = cpu_kernels.log_softmax_last(logits)
     (ours * upstream).sum().backward()
     (torch.log_softmax(reference, -1) * upstream).sum().backward()
 
