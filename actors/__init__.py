@@ -1,8 +1,9 @@
 """seedrl actors: processes that only step environments and stream frames to the learner.
 
 Nothing here imports torch (a test checks it): an actor is numpy, gymnasium and grpcio.
-``python -m actors`` launches N actor processes (``actors.launcher``); each runs the
-loop in ``actors.actor``.
+``python -m actors`` launches N actor processes (``actors.launcher``); each
+(``actors.process``, or ``python -m actors actor``) runs its actors' step loop
+(``actors.actor``) on a thread each.
 """
 
 import os

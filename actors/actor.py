@@ -1,9 +1,9 @@
 """An actor: step K envs, stream each frame to the learner, apply its actions.
 
-The hot loop (``stream_frames``) is: encode K observations/rewards/flags into one
-fresh message -> send it and wait for the K actions (one gRPC batch) -> step the envs,
-all on one thread (``actors.stream``). A process runs one actor, or several on a thread
-each (``_run_threads``; the launcher decides). The actor holds no model. When the
+The step loop (``Actor._stream_frames``) is: join K observations/rewards/flags into one
+frame's bytes -> send it and wait for the K actions (one gRPC round trip, on this
+thread: ``actors.stream``) -> step the envs. A process runs one actor, or several on a
+thread each (``actors.process``; the launcher decides). The actor holds no model. When the
 learner is unreachable or restarts, the actor reconnects with capped exponential backoff
 and jitter, under a fresh ``run_id`` so the learner resets its slots; it exits only when
 the learner says training is finished (or on a signal).

@@ -1,4 +1,10 @@
-"""gRPC settings both ends share: addresses, channel options, credentials, auth metadata."""
+"""gRPC settings both ends share: addresses, channel options, credentials, auth metadata.
+
+The learner and the actors meet only here and in the proto: how an address is dialled
+or bound (TCP, unix sockets, the same-host socket the learner offers), the channel
+options both sides must agree on, the token metadata, the Act method's path, and how
+the ``Learner`` service is registered with ``Act`` on raw bytes.
+"""
 
 from __future__ import annotations
 
