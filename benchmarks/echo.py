@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +23,8 @@ import numpy as np
 
 from learner.batcher import DynamicBatcher, PendingRequest
 from learner.inference import Connection
-from learner.server import LearnerServicer, build_server, set_serving
+from learner.run import Serving, StopRequest, make_batcher
+from learner.server import LearnerServicer, build_server
 from learner.stats import LearnerStats
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, parse_config, resolve_auth_token
@@ -81,12 +81,7 @@ def echo_servicer(
     env_spec = envs.describe_env(config.env, config.env_kwargs)
     stats = LearnerStats()
     engine = EchoEngine(env_spec.action_space, stats)
-    batcher = DynamicBatcher(
-        engine.process,
-        config.inference_batch_size,
-        config.inference_timeout_ms / 1000.0,
-        config.inference_quorum,
-    )
+    batcher = make_batcher(config, engine.process)
     servicer = LearnerServicer(
         config, env_spec, batcher, engine, engine, stats, ECHO_RUN_ID,
         local_address=local_address,
@@ -99,26 +94,19 @@ async def serve(config: LearnerConfig) -> None:
     with offered_local_socket(config.local_socket and not config.tls_cert, config.bind) as local:
         servicer, batcher, stats = echo_servicer(config, local or "")
         token = resolve_auth_token(config.auth_token)
-        server, port, health = build_server(config, servicer, token, local)
-        await server.start()
-        await set_serving(health, True)
-        batcher_task = asyncio.create_task(batcher.run(), name="batcher")
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        print(f"seedrl echo listening on {listen_address(config.bind, port)}", flush=True)
+        serving = Serving(batcher, servicer, *build_server(config, servicer, token, local))
+        await serving.start()
+        serving.start_batching()
+        stop = StopRequest()
+        print(f"seedrl echo listening on {listen_address(config.bind, serving.port)}", flush=True)
         writer = MetricsWriter(Path(config.logdir), tensorboard=False)
         try:
-            while not stop.is_set():
+            while not stop.event.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), config.log_interval_s)
+                    await asyncio.wait_for(stop.event.wait(), config.log_interval_s)
                 writer.write(stats.snapshot())
         finally:
-            await set_serving(health, False)
-            servicer.begin_shutdown("echo stopping", final=False)
-            await server.stop(grace=3.0)
-            batcher_task.cancel()
+            await serving.stop("echo stopping", final=False)
             writer.close()
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from learner.batcher import DynamicBatcher
+from learner.batcher import DynamicBatcher, ProcessFn
 from learner.inference import InferenceEngine
 from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
 from learner.progress import Progress
@@ -146,17 +146,22 @@ class Serving:
             self.batching.cancel()
 
 
+def make_batcher(config: LearnerConfig, process: ProcessFn) -> DynamicBatcher:
+    """The dynamic batcher in front of ``process``, sized and timed by ``config``."""
+    return DynamicBatcher(
+        process,
+        config.inference_batch_size,
+        config.inference_timeout_ms / 1000.0,
+        config.inference_quorum,
+    )
+
+
 def build_serving(
     learner: Learner, trainer: AnyTrainer, rank_addresses: list[str], local_address: str | None
 ) -> Serving:
     config = learner.config
     engine = make_engine(learner, trainer)
-    batcher = DynamicBatcher(
-        engine.process,
-        config.inference_batch_size,
-        config.inference_timeout_ms / 1000.0,
-        config.inference_quorum,
-    )
+    batcher = make_batcher(config, engine.process)
     servicer = LearnerServicer(
         config, learner.env_spec, batcher, engine, learner.builder, learner.stats,
         learner.learner_run_id, rank_addresses=rank_addresses, local_address=local_address or "",

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from learner.trajectories import Unrolls
+from seedrl.commands import actors_command
+from seedrl.config import ActorConfig
 from seedrl.transport import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,10 +112,8 @@ def learner_args(port: int, logdir: Path, *extra: str) -> list[str]:
 
 
 def actor_args(port: int, num_actors: int = 1, envs: int = 4, *extra: str) -> list[str]:
-    return [
-        sys.executable, "-m", "actors", "--learner", f"127.0.0.1:{port}",
-        "--num-actors", str(num_actors), "--envs-per-actor", str(envs), *extra,
-    ]  # fmt: skip
+    config = ActorConfig(learner=f"127.0.0.1:{port}", num_actors=num_actors, envs_per_actor=envs)
+    return [*actors_command(config), *extra]
 
 
 @contextlib.contextmanager
