@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from learner.trainer import Trainer, to_time_major
+from learner.trainer import Trainer, policy_lag, to_time_major
 from seedrl.config import LearnerConfig
 from seedrl.transport import listen_address
 
@@ -278,6 +278,7 @@ class DistributedTrainer(Trainer):
     def __init__(self, *args: Any, sync: RankSync, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sync = sync
+        self.frames_per_step *= sync.env.world_size  # every rank trains a batch a step
 
     def run(self) -> None:
         batch_size = self.config.batch_size
@@ -294,6 +295,7 @@ class DistributedTrainer(Trainer):
     def lockstep(self, unrolls: Unrolls | None) -> tuple[dict[str, float] | None, bool]:
         """Local backward (if this rank has a batch), then the shared averaged update."""
         parts: dict[str, torch.Tensor] | None = None
+        step = self.step_counter.value  # the weights this gradient is computed with
         self.grads.zero()
         if unrolls is not None:
             batch = to_time_major(unrolls, self.device)
@@ -316,15 +318,18 @@ class DistributedTrainer(Trainer):
             self.grads.zero()
             self._skip("gradient")
             return None, control.stop
+        lr = self.set_learning_rate(step)
         with self.weights_lock:
             self.optimizer.step()
+            self.model.bound_log_std_()
             self.step_counter.value += 1
         if parts is None or unrolls is None:
             self.sync.idle_steps += 1
             return None, control.stop
         scalars = {k: float(v) for k, v in parts.items()}
         scalars["grad_norm"] = float(grad_norm)
-        scalars["policy_lag"] = float(self.step_counter.value - 1 - unrolls.acted_step.mean())
+        scalars["learning_rate"] = lr
+        scalars["policy_lag"] = policy_lag(step, unrolls)
         scalars["ranks_contributing"] = float(control.contributors)
         return scalars, control.stop
 

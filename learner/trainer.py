@@ -106,6 +106,8 @@ class Trainer:
         self.weights_lock = weights_lock
         self.step_counter = step_counter
         self.grads = GradientBuffer(model.parameters(), device)
+        self.frames_per_step = config.batch_size * config.unroll_length
+        """Transitions one optimizer step trains on (the linear schedule's clock)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
@@ -167,6 +169,7 @@ class Trainer:
 
     def train_step(self, unrolls: Unrolls) -> dict[str, float] | None:
         """One optimizer step on ``unrolls``; None when skipped for a non-finite loss/gradient."""
+        step = self.step_counter.value  # the weights this gradient is computed with
         batch = to_time_major(unrolls, self.device)
         core_state = tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state)
         total, parts = self.loss(batch, core_state)
@@ -180,13 +183,24 @@ class Trainer:
             self.grads.zero()
             self._skip("gradient")
             return None
+        lr = self.set_learning_rate(step)
         with self.weights_lock:
             self.optimizer.step()
+            self.model.bound_log_std_()
             self.step_counter.value += 1
         scalars = {k: float(v) for k, v in parts.items()}
         scalars["grad_norm"] = float(grad_norm)
-        scalars["policy_lag"] = float(self.step_counter.value - 1 - unrolls.acted_step.mean())
+        scalars["learning_rate"] = lr
+        scalars["policy_lag"] = policy_lag(step, unrolls)
         return scalars
+
+    def set_learning_rate(self, step: int) -> float:
+        """Set the scheduled learning rate of optimizer step ``step`` (0-based); returns it."""
+        lr = scheduled_learning_rate(self.config, step, self.frames_per_step)
+        if self.config.lr_schedule != "constant":
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        return lr
 
     def _skip(self, what: str) -> None:
         """Count and log a skipped step (the weights stay as they were)."""
@@ -237,6 +251,27 @@ class Trainer:
         return checkpoint.capture(
             self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value
         )
+
+
+def policy_lag(step: int, unrolls: Unrolls) -> float:
+    """Mean over the batch's trained actions (rows ``0..T-1`` of every unroll) of the
+    optimizer steps between the weights that chose the action and the weights
+    (``step``) the gradient is computed with. 0: fully on-policy."""
+    t = unrolls.acted_step.shape[1] - 1
+    return float(step - unrolls.acted_step[:, :t].mean())
+
+
+def scheduled_learning_rate(config: LearnerConfig, step: int, frames_per_step: int) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) under ``--lr-schedule``.
+
+    Linear decays with the frames trained before the step, ``step * frames_per_step``,
+    to 0 at ``--total-frames``: a function of the step count alone, which checkpoints
+    keep, so a resumed run continues the schedule exactly.
+    """
+    if config.lr_schedule == "constant":
+        return config.learning_rate
+    trained = step * frames_per_step
+    return config.learning_rate * max(0.0, 1.0 - trained / config.total_frames)
 
 
 def apply_optimizer_settings(optimizer: torch.optim.Optimizer, config: LearnerConfig) -> None:

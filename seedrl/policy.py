@@ -193,7 +193,7 @@ def _sampler(head: ActionHead, rng: np.random.Generator) -> Callable[[np.ndarray
 
     def gaussian(params_BP: np.ndarray) -> np.ndarray:
         mean = params_BP[:, :size]
-        log_std = np.clip(params_BP[:, size:], -5.0, 2.0)
+        log_std = params_BP[:, size:]  # kept in bounds by the model (bound_log_std_)
         noise = rng.standard_normal(mean.shape, dtype=np.float32)
         return (mean + np.exp(log_std) * noise).reshape(len(params_BP), *shape)
 

@@ -194,7 +194,7 @@ def test_models_the_twin_cannot_run_fall_back_to_torch():
 
 
 def test_config_refuses_an_unknown_backend():
-    with pytest.raises(ValueError, match="inference_backend"):
+    with pytest.raises(ValueError, match="--inference-backend"):
         LearnerConfig(inference_backend="jax")
 
 
