@@ -76,7 +76,11 @@ def test_a_bad_actor_value_is_one_line_naming_the_flag(case, capsys):
     assert message in _one_line_exit_2(ActorConfig, argv, capsys)
 
 
-def test_a_bad_value_stops_the_learner_before_anything_starts(tmp_path, capsys):
+def test_a_bad_value_stops_the_learner_before_anything_starts(tmp_path, capsys, monkeypatch):
+    def serve(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the learner started serving")
+
+    monkeypatch.setattr("learner.run.serve", serve)
     logdir = tmp_path / "run"
     with pytest.raises(SystemExit) as exc:
         learner_main(["--reward-clip", "-1", "--logdir", str(logdir), "--port", "0"])

@@ -339,6 +339,7 @@ def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path):
         scalars = trainer.train_step(_unrolls(seed))
         assert scalars is not None
         lrs.append(scalars["learning_rate"])
+        assert first.optimizer.param_groups[0]["lr"] == lrs[-1]  # the rate Adam stepped with
     assert lrs == pytest.approx([1e-2, 9e-3, 8e-3])
     save_checkpoint(first)
     assert checkpoint.load(config.checkpoint_path)["lr_schedule"] == {
