@@ -13,11 +13,11 @@ import torch
 
 from learner import checkpoint
 from learner.batcher import PendingRequest
-from learner.evaluate import Policy
 from learner.inference import Connection, FramePayload, InferenceEngine, StepCounter
 from learner.normalize import CLIP, EPSILON, ObservationNormalizer
 from learner.run import build_learner, save_checkpoint
 from learner.stats import LearnerStats
+from learner.trained_policy import Policy
 from learner.trainer import to_time_major
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl.config import LearnerConfig
