@@ -118,8 +118,9 @@ class InferenceEngine:
         backend: str = "auto",
         seed: int | tuple[int, ...] = 0,
         normalizer: ObservationNormalizer | None = None,
+        precision: str = "fp32",
     ) -> None:
-        self.policy = inference_policy(model, head, device, backend, seed)
+        self.policy = inference_policy(model, head, device, backend, seed, precision)
         self.normalizer = normalizer
         """With --normalize-observations: updated with, then applied to, every batch; the
         builder then stores the normalized float32 frames the policy acted on."""
@@ -133,7 +134,8 @@ class InferenceEngine:
         self.keep_unrolls = True
         """False with --no-train: nobody consumes unrolls, so they are not queued."""
         self.refresh_weights: Callable[[], None] | None = None
-        """Called before each forward pass when training runs elsewhere (trainer process)."""
+        """Called before each forward pass when training runs on other weights (the trainer
+        process, the device trainer)."""
 
     def release_later(self, conn: Connection) -> None:
         """Free a closed stream's slots between batches, never under a batch in flight."""

@@ -29,6 +29,7 @@ import torch
 from learner import checkpoint
 from learner.allocator import keep_freed_memory
 from learner.batcher import DynamicBatcher
+from learner.device_trainer import DeviceTrainer, copy_for_inference
 from learner.inference import InferenceEngine, StepCounter
 from learner.normalize import ObservationNormalizer, normalized_space
 from learner.progress import Progress
@@ -47,6 +48,7 @@ from seedrl.models import (
     build_model,
     choose_torso,
     resolve_device,
+    resolve_precision,
 )
 from seedrl.policy import set_compute_threads
 from seedrl.timing import process_rss_mb
@@ -243,15 +245,38 @@ def lr_schedule_state(config: LearnerConfig) -> dict[str, Any]:
     }
 
 
-def choose_trainer(learner: Learner, rank: RankSync | None) -> Trainer | TrainerProcess:
-    """The trainer this config asks for (not started): a child process, or a thread."""
-    mode = learner.config.trainer
-    if rank is not None:
-        if mode == "process":
+def trainer_mode(config: LearnerConfig, device: torch.device, ranked: bool) -> str:
+    """The trainer ``--trainer`` asks for on ``device``: process, thread or device."""
+    mode = config.trainer
+    if ranked:
+        if mode not in ("auto", "thread"):
             raise ValueError("torchrun ranks train in a thread: use --trainer auto or thread")
+        return "thread"
+    if mode == "auto":
+        return "device" if device.type == "cuda" else "process"
+    return mode
+
+
+def choose_trainer(
+    learner: Learner, rank: RankSync | None, inference_model: ActorCritic | None = None
+) -> Trainer | TrainerProcess | DeviceTrainer:
+    """The trainer this config asks for (not started): a child process, or a thread.
+
+    The device trainer needs ``inference_model``, the copy of the weights inference runs.
+    """
+    mode = trainer_mode(learner.config, learner.device, rank is not None)
+    if rank is not None:
         return make_trainer(learner, rank.make_trainer)
     if mode == "thread":
         return make_trainer(learner)
+    if mode == "device":
+        if inference_model is None:
+            raise ValueError("the device trainer needs the inference copy of the model")
+        return DeviceTrainer(
+            learner.config, learner.model, learner.head, learner.optimizer, learner.device,
+            learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
+            inference_model, learner.builder,
+        )  # fmt: skip
     return TrainerProcess(
         learner.config, learner.model, learner.head, learner.optimizer, learner.builder,
         learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
@@ -259,7 +284,9 @@ def choose_trainer(learner: Learner, rank: RankSync | None) -> Trainer | Trainer
 
 
 def write_checkpoint(
-    learner: Learner, trainer: Trainer | TrainerProcess, counters: tuple[int, int] | None
+    learner: Learner,
+    trainer: Trainer | TrainerProcess | DeviceTrainer,
+    counters: tuple[int, int] | None,
 ) -> None:
     """Checkpoint the trainer's current state; a dead trainer process leaves the last one."""
     training = trainer.training_state()
@@ -309,11 +336,18 @@ async def _serve(
     logdir.mkdir(parents=True, exist_ok=True)
     (logdir / "config.json").write_text(json.dumps(to_json_dict(config), indent=2) + "\n")
 
+    mode = trainer_mode(config, learner.device, rank is not None)
+    # The device trainer keeps a second copy of the weights on the device for inference,
+    # touched only by the event loop, so inference's forward pass needs no shared lock.
+    inference_model = copy_for_inference(learner.model) if mode == "device" else learner.model
+    inference_lock = threading.Lock() if mode == "device" else learner.weights_lock
+    precision = resolve_precision(config.precision, learner.device)
     engine = InferenceEngine(
-        learner.model, learner.head, learner.device, learner.builder, learner.queue, stats,
-        learner.weights_lock, learner.step_counter, config.inference_backend,
+        inference_model, learner.head, learner.device, learner.builder, learner.queue, stats,
+        inference_lock, learner.step_counter, config.inference_backend,
         (config.seed, learner.step_counter.value),  # a resumed run samples fresh noise
         learner.normalizer,
+        precision,
     )  # fmt: skip
     engine.keep_unrolls = config.train  # --no-train: nothing drains the queue
     batcher = DynamicBatcher(
@@ -329,8 +363,8 @@ async def _serve(
     server, port, health = build_server(
         config, servicer, resolve_auth_token(config.auth_token), local_address
     )
-    trainer = choose_trainer(learner, rank)
-    if isinstance(trainer, TrainerProcess):
+    trainer = choose_trainer(learner, rank, inference_model)
+    if isinstance(trainer, TrainerProcess | DeviceTrainer):
         engine.refresh_weights = trainer.refresh_weights
 
     stop = asyncio.Event()
@@ -369,7 +403,8 @@ async def _serve(
     batcher_task = asyncio.create_task(batcher.run(), name="batcher")
     address = f"{config.bind}:{port}"
     print(
-        f"seedrl learner listening on {address} (env {config.env}, device {learner.device})",
+        f"seedrl learner listening on {address} (env {config.env}, device {learner.device},"
+        f" trainer {mode}, {precision})",
         flush=True,
     )
     if ready is not None and not ready.done():

@@ -29,6 +29,8 @@ T = TypeVar("T")
 
 AUTH_TOKEN_ENV = "SEEDRL_AUTH_TOKEN"
 INFERENCE_BACKENDS = ("auto", "torch", "numpy")
+TRAINER_MODES = ("auto", "process", "thread", "device")
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 LR_SCHEDULES = ("constant", "linear")
@@ -156,8 +158,15 @@ class LearnerConfig:
     """Train the policy (off: inference only, for benchmarks)."""
     trainer: str = "auto"
     """Where the learner step runs: process (a child process with its own GIL; weights
-    reach inference through shared memory), thread (beside the event loop), or auto
-    (process; thread for torchrun ranks, whose process group lives in the learner)."""
+    reach inference through shared memory), thread (beside the event loop, on the model
+    inference uses), device (a thread on its own CUDA stream with a second copy of the
+    weights on the device for inference, refreshed by one device-to-device copy: no host
+    round trip), or auto (device on CUDA, process on the CPU; thread for torchrun ranks,
+    whose process group lives in the learner)."""
+    precision: str = "auto"
+    """Arithmetic of the forward pass and loss: fp32, bf16 (autocast; the weights and the
+    optimizer stay fp32), or auto (bf16 on CUDA, fp32 elsewhere; bf16 on the CPU only
+    when asked for, as it is slower there)."""
 
     # serving
     inference_batch_size: int = 64
@@ -244,7 +253,8 @@ class LearnerConfig:
             raise ValueError("--hidden-sizes needs at least one layer width")
         _require_choice(self, "inference_backend", INFERENCE_BACKENDS)
         _require_choice(self, "model", ("auto", "mlp", "cnn"))
-        _require_choice(self, "trainer", ("auto", "process", "thread"))
+        _require_choice(self, "trainer", TRAINER_MODES)
+        _require_choice(self, "precision", PRECISIONS)
         _require_choice(self, "progress", ("auto", "bar", "plain", "off"))
         _require_choice(self, "lr_schedule", LR_SCHEDULES)
         if self.lr_schedule == "linear" and not self.total_frames:
