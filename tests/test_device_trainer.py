@@ -18,7 +18,6 @@ from support import actor_args, learner_process, random_unrolls, running
 
 from learner.device_trainer import DeviceTrainer, copy_for_inference
 from learner.run import Learner, build_learner, choose_trainer, make_trainer, trainer_mode
-from learner.trainer import Trainer
 from learner.trainer_process import TrainerProcess
 from seedrl.config import LearnerConfig
 from seedrl.models import resolve_precision
@@ -155,14 +154,23 @@ def test_bf16_forward_differs_slightly_and_keeps_fp32_weights(tmp_path):
     assert not np.array_equal(params_bf16, params_fp32)
     np.testing.assert_allclose(params_bf16, params_fp32, atol=0.05)
 
-    trainer = Trainer(
-        LearnerConfig(logdir=str(tmp_path), unroll_length=T, batch_size=B, precision="bf16"),
-        model, head, learner.optimizer, cpu, learner.queue, learner.stats,
-        learner.weights_lock, learner.step_counter,
-    )  # fmt: skip
-    assert trainer.precision == "bf16"
-    assert trainer.train_step(random_unrolls(B, T, seed=0)) is not None
-    assert all(p.dtype == torch.float32 for p in model.parameters())
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        twin = _learner(tmp_path / precision, trainer="thread", precision=precision)
+        twin.model.load_state_dict(model.state_dict())
+        trainer = make_trainer(twin)
+        assert trainer.precision == precision
+        scalars = trainer.train_step(random_unrolls(B, T, seed=0))
+        assert scalars is not None
+        losses[precision] = scalars["loss_total"]
+        assert all(p.dtype == torch.float32 for p in twin.model.parameters())
+        assert all(
+            v.dtype == torch.float32
+            for v in twin.optimizer.state_dict()["state"][0].values()
+            if v.dim()
+        )
+    assert losses["bf16"] != losses["fp32"]
+    assert losses["bf16"] == pytest.approx(losses["fp32"], rel=0.05, abs=0.05)
 
 
 def test_cartpole_run_with_the_device_trainer(tmp_path):
