@@ -12,7 +12,7 @@ whatever the others did, against an overall budget (later steps shrink or skip t
 4. ``timings``: forward-pass and training-step times of the CartPole MLP and the Atari
    CNN, on the GPU (fp32, bf16; the thread trainer from pageable memory and the device
    trainer from pinned buffers) and on the CPU, and the weight hand-off of either mode;
-5. ``bench``: ``learner.bench --quick`` for one Atari and one CartPole point, device shown.
+5. ``bench``: ``benchmarks.bench --quick`` for one Atari and one CartPole point, device shown.
 
 Without CUDA the CUDA-only parts skip with a line saying so; the rest runs (a dry run).
 Writes ``summary.json`` (every step's result), ``check.log``, ``timings.jsonl`` and the
@@ -321,7 +321,7 @@ def step_bench(log: Log, args: list[str], out: Path, timeout: float) -> dict[str
     if timeout < 20:
         log(f"bench {out.name}: skipped: not enough of the budget left")
         return {"skipped": "budget"}
-    cmd = [sys.executable, "-m", "learner.bench", "--quick", *args, "--out", str(out)]
+    cmd = [sys.executable, "-m", "benchmarks.bench", "--quick", *args, "--out", str(out)]
     code, text = run(cmd, timeout, log)
     log(text.strip()[-4000:])
     result: dict[str, Any] = {"rc": code, "out": out.name}
