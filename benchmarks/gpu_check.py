@@ -321,7 +321,7 @@ def step_bench(log: Log, args: list[str], out: Path, timeout: float) -> dict[str
     if timeout < 20:
         log(f"bench {out.name}: skipped: not enough of the budget left")
         return {"skipped": "budget"}
-    cmd = [sys.executable, "-m", "benchmarks.bench", "--quick", *args, "--out", str(out)]
+    cmd = [sys.executable, "-m", "benchmarks.bench", "--quick", "-v", *args, "--out", str(out)]
     code, text = run(cmd, timeout, log)
     log(text.strip()[-4000:])
     result: dict[str, Any] = {"rc": code, "out": out.name}
@@ -355,7 +355,7 @@ def timings_main(rows_path: Path, short: bool) -> None:
     import torch
 
     torch.set_num_threads(4)
-    cap = 1.0 if short else 1.5
+    cap = 0.5 if short else 1.0
     devices = ["cuda", "cpu"] if torch.cuda.is_available() else ["cpu"]
     for preset in ("cartpole", "atari"):
         for device in devices:
@@ -483,8 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     atari_actors = (max(1, min(12, cpus - 4)), 8)
     cartpole_actors = (max(1, min(8, cpus - 4)), 16)
     rows = ("device", "cuda"), ("process", "cuda"), ("process", "cpu")
-    runs = [(f"atari-{t}-{d}", "atari", d, t, 20 * scale, atari_actors) for t, d in rows]
-    runs += [(f"cartpole-{t}-{d}", "cartpole", d, t, 8 * scale, cartpole_actors) for t, d in rows]
+    runs = [(f"atari-{t}-{d}", "atari", d, t, 15 * scale, atari_actors) for t, d in rows]
+    runs += [(f"cartpole-{t}-{d}", "cartpole", d, t, 6 * scale, cartpole_actors) for t, d in rows]
     train: dict[str, Any] = {}
     summary["train"] = train
     for name, preset, device, trainer, seconds, actors in runs:
