@@ -140,6 +140,10 @@ class DeviceTrainer(Trainer):
         self._next_staging = 0
         self._trained = list(model.state_dict().values())
         self._inferred = list(inference_model.state_dict().values())
+        if self.stream is not None:
+            # The weights, gradient buffer and inference copy were made on the current
+            # stream; the trainer's stream starts after that work.
+            self.stream.wait_stream(torch.cuda.current_stream(device))
 
     # ------------------------------------------------------------------ the trainer side
 
