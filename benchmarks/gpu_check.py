@@ -179,6 +179,7 @@ def step_info(log: Log) -> dict[str, Any]:
 
 def step_tests(log: Log, timeout: float) -> dict[str, Any]:
     if timeout <= 0:
+        log("tests: skipped: not enough of the budget left")
         return {"skipped": "budget"}
     if not cuda_available():
         log("tests: no CUDA here; the CUDA tests would skip (CI runs the CPU ones)")
