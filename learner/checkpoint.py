@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import io
 import os
-import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ class TrainingState:
 def capture(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    weights_lock: threading.Lock,
+    weights_lock: AbstractContextManager[Any],
     learner_steps: Callable[[], int],
 ) -> TrainingState:
     """A consistent CPU copy of the training state, taken under the weights lock (fast copies)."""

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from learner.parts import make_trainer
-from learner.trainer import Trainer, to_time_major
+from learner.parts import make_trainer, trainer_mode
+from learner.trainer import Trainer, policy_lag, to_time_major
 from seedrl.config import LearnerConfig
 from seedrl.transport import listen_address
 
@@ -162,6 +162,11 @@ class RankSync:
 
     def attach(self, learner: Learner) -> None:
         """Give every rank rank 0's model, optimizer state and step count (fresh or resumed)."""
+        if self.config.normalize_observations:
+            raise ValueError(
+                "--normalize-observations is not supported with torchrun ranks (each rank "
+                "would normalize by its own frames)"
+            )
         self.learner = learner
         state: list[Any] = [None]
         if self.is_main:
@@ -188,8 +193,7 @@ class RankSync:
 
     def make_trainer(self, learner: Learner) -> DistributedTrainer:
         """The trainer thread that steps in lockstep with the other ranks."""
-        if self.config.trainer == "process":
-            raise ValueError("torchrun ranks train in a thread: use --trainer auto or thread")
+        trainer_mode(self.config, learner.device, ranked=True)  # anything but a thread: raises
         trainer = make_trainer(learner, functools.partial(DistributedTrainer, sync=self))
         assert isinstance(trainer, DistributedTrainer)
         return trainer
@@ -293,6 +297,7 @@ class DistributedTrainer(Trainer):
     def __init__(self, *args: Any, sync: RankSync, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sync = sync
+        self.frames_per_step *= sync.env.world_size  # every rank trains a batch a step
 
     def run(self) -> None:
         batch_size = self.config.batch_size
@@ -309,6 +314,7 @@ class DistributedTrainer(Trainer):
     def lockstep(self, unrolls: Unrolls | None) -> tuple[dict[str, float] | None, bool]:
         """Local backward (if this rank has a batch), then the shared averaged update."""
         parts: dict[str, torch.Tensor] | None = None
+        step = self.step_counter.value  # the weights this gradient is computed with
         self.grads.zero()
         if unrolls is not None:
             batch = to_time_major(unrolls, self.device)
@@ -331,15 +337,18 @@ class DistributedTrainer(Trainer):
             self.grads.zero()
             self._skip("gradient")
             return None, control.stop
+        lr = self.set_learning_rate(step)
         with self.weights_lock:
             self.optimizer.step()
+            self.model.bound_log_std_()
             self.step_counter.value += 1
         if parts is None or unrolls is None:
             self.sync.idle_steps += 1
             return None, control.stop
         scalars = {k: float(v) for k, v in parts.items()}
         scalars["grad_norm"] = float(grad_norm)
-        scalars["policy_lag"] = float(self.step_counter.value - 1 - unrolls.acted_step.mean())
+        scalars["learning_rate"] = lr
+        scalars["policy_lag"] = policy_lag(step, unrolls)
         scalars["ranks_contributing"] = float(control.contributors)
         return scalars, control.stop
 

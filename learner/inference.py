@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from learner.batcher import PendingRequest
+from learner.normalize import ObservationNormalizer
 from learner.stats import LearnerStats
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl.codec import WireError, all_finite
@@ -118,8 +119,14 @@ class InferenceEngine:
         seed: int | tuple[int, ...] = 0,
         keep_unrolls: bool = True,
         refresh_weights: Callable[[], None] | None = None,
+        normalizer: ObservationNormalizer | None = None,
+        precision: str = "fp32",
     ) -> None:
-        self.policy = inference_policy(model, head, device, backend, seed)
+        self.policy = inference_policy(model, head, device, backend, seed, precision)
+        self.normalizer = normalizer
+        """With --normalize-observations: updated with, then applied to, every batch; the
+        builder then stores the normalized float32 frames the policy acted on."""
+        self._obs_dtype = builder.obs_dtype if normalizer is None else normalizer.obs_dtype
         self.builder = builder
         self.queue = queue
         self.stats = stats
@@ -129,7 +136,8 @@ class InferenceEngine:
         self.keep_unrolls = keep_unrolls
         """False with --no-train: nobody consumes unrolls, so they are not queued."""
         self.refresh_weights = refresh_weights
-        """Called before each forward pass when training runs elsewhere (trainer process)."""
+        """Called before each forward pass when training runs on other weights (the trainer
+        process, the device trainer)."""
 
     def release_later(self, conn: Connection) -> None:
         """Free a closed stream's slots between batches, never under a batch in flight."""
@@ -156,13 +164,16 @@ class InferenceEngine:
         if self.refresh_weights is not None:
             self.refresh_weights()
 
-        action_BA, params_BP, state_before, state_after = self._policy(
-            fb.slot_B, fb.obs_BO, first_B
-        )
+        obs_BO = fb.obs_BO
+        if self.normalizer is not None:
+            self.normalizer.update(obs_BO)
+            obs_BO = self.normalizer.normalize(obs_BO)
 
-        step = self.learner_step.value
+        action_BA, params_BP, state_before, state_after, step = self._policy(
+            fb.slot_B, obs_BO, first_B
+        )
         unrolls, episodes = self.builder.record(
-            fb.slot_B, fb.obs_BO, fb.reward_B, fb.terminated_B, fb.truncated_B, first_B,
+            fb.slot_B, obs_BO, fb.reward_B, fb.terminated_B, fb.truncated_B, first_B,
             action_BA, params_BP, state_before, state_after, step,
         )  # fmt: skip
         self.stats.on_batch(len(fb.slot_B), episodes)
@@ -180,9 +191,7 @@ class InferenceEngine:
             await self._enqueue(unrolls)
 
     def _gather(self, requests: list[PendingRequest]) -> FrameBatch:
-        return gather_frames(
-            [r.payload for r in requests], self.builder.obs_dtype, self.builder.obs_shape
-        )
+        return gather_frames([r.payload for r in requests], self._obs_dtype, self.builder.obs_shape)
 
     def _reject_nonfinite(self, batch: list[PendingRequest]) -> list[PendingRequest]:
         """Fail the requests whose frames hold NaN/inf (their streams end); keep the rest."""
@@ -196,11 +205,14 @@ class InferenceEngine:
         return kept
 
     def _policy(self, slot_B: np.ndarray, obs_BO: np.ndarray, first_B: np.ndarray):
-        """One forward pass with T = 1; returns numpy actions, params and core states."""
+        """One forward pass with T = 1: numpy actions, params, core states and the learner
+        step of the weights that ran it (read under the lock: a trainer thread's step
+        lands between two forward passes, never between a pass and its step number)."""
         state_before = tuple(s[slot_B] for s in self.builder.core_state_SH)
         with self.weights_lock:
             action_BA, params_BP, state_after = self.policy(obs_BO, first_B, state_before)
-        return action_BA, params_BP, state_before, state_after
+            step = self.learner_step.value
+        return action_BA, params_BP, state_before, state_after, step
 
     async def _enqueue(self, unrolls) -> None:
         if self.queue.has_room():

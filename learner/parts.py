@@ -2,8 +2,9 @@
 
 :class:`Learner` holds what serving and training share (model, optimizer, trajectory
 builder, unroll queue, counters); :func:`build_learner` makes it from a config (restored
-from the checkpoint with ``--resume``). The trainer thread, the trainer process and the
-inference engine each take what they need from it, in one place each.
+from the checkpoint with ``--resume``). The trainer thread, the trainer process, the
+device trainer and the inference engine each take what they need from it, in one place
+each; :func:`trainer_mode` says which trainer a config asks for.
 """
 
 from __future__ import annotations
@@ -22,12 +23,20 @@ import torch
 from learner import checkpoint
 from learner.allocator import keep_freed_memory
 from learner.inference import StepCounter
+from learner.normalize import ObservationNormalizer, normalized_space
 from learner.stats import LearnerStats
 from learner.trainer import Trainer, apply_optimizer_settings, make_optimizer
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, to_json_dict
-from seedrl.models import ActionHead, ActorCritic, action_head, build_model, resolve_device
+from seedrl.models import (
+    ActionHead,
+    ActorCritic,
+    action_head,
+    build_model,
+    choose_torso,
+    resolve_device,
+)
 from seedrl.policy import set_compute_threads
 
 log = logging.getLogger(__name__)
@@ -48,6 +57,7 @@ class Learner:
     queue: UnrollQueue
     step_counter: StepCounter
     weights_lock: threading.Lock
+    normalizer: ObservationNormalizer | None = None
     learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -61,19 +71,33 @@ def build_learner(config: LearnerConfig) -> Learner:
     env_spec = envs.describe_env(config.env, config.env_kwargs)
     head = action_head(env_spec.action_space)
     lstm_size = config.lstm_size if config.lstm else 0
-    model = build_model(
-        env_spec.observation_space, head, config.model, config.hidden_sizes, lstm_size
-    ).to(device)
+    obs_space = env_spec.observation_space
+    obs_shape = codec.spec_shape(obs_space)
+    normalizer = None
+    if config.normalize_observations:  # the network (and the unrolls) see float32
+        normalizer = ObservationNormalizer(obs_shape, obs_space.dtype)
+        obs_space = normalized_space(obs_space)
+    torso = choose_torso(env_spec.observation_space, config.model)
+    model = build_model(obs_space, head, torso, config.hidden_sizes, lstm_size).to(device)
     optimizer = make_optimizer(model, config)
     stats = LearnerStats()
     step_counter = StepCounter()
     if config.resume and config.checkpoint_path.exists():
-        restore(config.checkpoint_path, model, optimizer, stats, step_counter, env_spec)
+        saved = restore(
+            config.checkpoint_path, model, optimizer, stats, step_counter, env_spec, normalizer
+        )
         apply_optimizer_settings(optimizer, config)
+        lr_state = lr_schedule_state(config)
+        saved_lr_state = saved.get("lr_schedule", lr_state)
+        if saved_lr_state != lr_state:
+            log.warning(
+                "the checkpoint's learning-rate schedule was %s; this run's flags say %s",
+                saved_lr_state, lr_state,
+            )  # fmt: skip
     builder = TrajectoryBuilder(
         unroll_length=config.unroll_length,
-        obs_shape=codec.spec_shape(env_spec.observation_space),
-        obs_dtype=env_spec.observation_space.dtype,
+        obs_shape=obs_shape,
+        obs_dtype=obs_space.dtype,
         action_shape=head.action_shape,
         action_dtype=str(head.action_dtype).removeprefix("torch."),
         param_size=head.param_size,
@@ -91,6 +115,7 @@ def build_learner(config: LearnerConfig) -> Learner:
         queue=UnrollQueue(config.max_queue_unrolls),
         step_counter=step_counter,
         weights_lock=threading.Lock(),
+        normalizer=normalizer,
     )
 
 
@@ -102,6 +127,22 @@ def make_trainer(learner: Learner, trainer_cls: Callable[..., Trainer] = Trainer
     )  # fmt: skip
 
 
+def trainer_mode(config: LearnerConfig, device: torch.device, ranked: bool = False) -> str:
+    """The trainer ``--trainer`` asks for on ``device``: process, thread or device.
+
+    Torchrun ranks (``ranked``) train in a thread that steps in lockstep; any other
+    explicit mode raises ValueError.
+    """
+    mode = config.trainer
+    if ranked:
+        if mode not in ("auto", "thread"):
+            raise ValueError("torchrun ranks train in a thread: use --trainer auto or thread")
+        return "thread"
+    if mode == "auto":
+        return "device" if device.type == "cuda" else "process"
+    return mode
+
+
 def restore(
     path: Path,
     model: ActorCritic,
@@ -109,13 +150,25 @@ def restore(
     stats: LearnerStats,
     step_counter: StepCounter,
     env_spec: Any = None,
-) -> None:
-    """Load a checkpoint into the parts; a mismatch raises CheckpointError naming the file."""
+    normalizer: ObservationNormalizer | None = None,
+) -> dict[str, Any]:
+    """Load a checkpoint into the parts and return it; a mismatch raises CheckpointError
+    naming the file."""
     state = checkpoint.load(path)
     if env_spec is not None and "env_spec" in state:
         checkpoint.check_env(path, state["env_spec"], env_spec)
+    saved_stats = state.get("obs_normalizer")
+    if (saved_stats is None) != (normalizer is None):
+        trained = "with" if saved_stats is not None else "without"
+        raise checkpoint.CheckpointError(
+            f"{path}: trained {trained} --normalize-observations; resume with the same "
+            "setting, use another --logdir or drop --resume"
+        )
     try:
+        if normalizer is not None and saved_stats is not None:
+            normalizer.load_state_dict(saved_stats)
         model.load_state_dict(state["model"])
+        model.bound_log_std_()  # a checkpoint from before the bound was kept this way
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         frames, steps = int(state["frames"]), int(state["learner_steps"])
@@ -128,6 +181,7 @@ def restore(
     stats.restore(frames=frames, steps=steps, episodes=episodes, returns=returns)
     step_counter.value = steps
     log.info("resumed from %s at frame %d, step %d", path, stats.frames, step_counter.value)
+    return state
 
 
 def save_checkpoint(
@@ -148,6 +202,9 @@ def save_checkpoint(
             lambda: learner.step_counter.value,
         )
     frames, episodes = counters or (stats.frames, stats.episodes)
+    extra: dict[str, Any] = {"lr_schedule": lr_schedule_state(learner.config)}
+    if learner.normalizer is not None:
+        extra["obs_normalizer"] = learner.normalizer.state_dict()
     state = checkpoint.snapshot(
         training,
         frames=frames,
@@ -156,5 +213,16 @@ def save_checkpoint(
         config=to_json_dict(learner.config),
         env_spec=learner.env_spec.SerializeToString(),
         model_spec=to_json_dict(learner.model.spec),
+        **extra,
     )
     checkpoint.save(learner.config.checkpoint_path, state)
+
+
+def lr_schedule_state(config: LearnerConfig) -> dict[str, Any]:
+    """What defines the learning rate at each step (saved with checkpoints; the step count
+    is saved anyway, so a resumed run with the same flags continues the schedule exactly)."""
+    return {
+        "schedule": config.lr_schedule,
+        "learning_rate": config.learning_rate,
+        "total_frames": config.total_frames,
+    }

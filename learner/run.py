@@ -1,9 +1,10 @@
 """Wires the learner together and runs it until a stop condition or a signal.
 
-``serve`` reads top to bottom: build the parts (``learner.parts``), the trainer (a child
-process by default, see ``learner.trainer_process``; a thread for torchrun ranks) and
-the serving side (inference engine -> dynamic batcher -> gRPC servicer and server,
-:func:`build_serving`), then supervise: every ``log_interval_s`` write metrics, update
+``serve`` reads top to bottom: build the parts (``learner.parts``), the trainer (by
+default a child process on the CPU, ``learner.trainer_process``, and the device trainer on
+CUDA, ``learner.device_trainer``; a thread for torchrun ranks) and the serving side
+(inference engine -> dynamic batcher -> gRPC servicer and server, :func:`build_serving`),
+then supervise: every ``log_interval_s`` write metrics, update
 progress, checkpoint, and decide when to stop. What differs between a lone learner and
 one torchrun rank of several is a strategy passed in (:class:`RankMode`:
 :class:`SingleRank` here, ``learner.distributed.RankSync``), not branches in the loop.
@@ -17,14 +18,16 @@ import gc
 import json
 import logging
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from learner.batcher import DynamicBatcher, ProcessFn
+from learner.device_trainer import DeviceTrainer, copy_for_inference
 from learner.inference import InferenceEngine
-from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
+from learner.parts import Learner, build_learner, make_trainer, save_checkpoint, trainer_mode
 from learner.progress import Progress
 from learner.server import LearnerServicer, build_server, set_serving
 from learner.stats import LearnerStats
@@ -32,6 +35,7 @@ from learner.trainer import Trainer
 from learner.trainer_process import TrainerProcess
 from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
 from seedrl.metrics import MetricsWriter, RunResult
+from seedrl.models import resolve_precision
 from seedrl.timing import process_rss_mb
 from seedrl.transport import offered_local_socket
 
@@ -41,7 +45,7 @@ SOLVED_WINDOW = 100
 """Episodes the target-return criterion needs before it can stop a run."""
 TRAINER_FAILED = "trainer failed"
 
-AnyTrainer = Trainer | TrainerProcess
+AnyTrainer = Trainer | TrainerProcess | DeviceTrainer
 
 
 class RankMode(Protocol):
@@ -101,21 +105,47 @@ class SingleRank:
 
 
 def choose_trainer(learner: Learner) -> AnyTrainer:
-    """The trainer this config asks for (not started): a child process, or a thread."""
-    if learner.config.trainer == "thread":
+    """The trainer this config asks for on the learner's device (not started): a child
+    process, a thread, or the device trainer with its own inference copy of the weights."""
+    mode = trainer_mode(learner.config, learner.device)
+    if mode == "thread":
         return make_trainer(learner)
+    if mode == "device":
+        return DeviceTrainer(
+            learner.config, learner.model, learner.head, learner.optimizer, learner.device,
+            learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
+            copy_for_inference(learner.model), learner.builder,
+        )  # fmt: skip
     return TrainerProcess(learner)
 
 
+def trainer_name(trainer: AnyTrainer) -> str:
+    """The ``--trainer`` mode ``trainer`` runs (for the listening line)."""
+    if isinstance(trainer, DeviceTrainer):
+        return "device"
+    return "process" if isinstance(trainer, TrainerProcess) else "thread"
+
+
 def make_engine(learner: Learner, trainer: AnyTrainer) -> InferenceEngine:
-    """The inference engine over the learner's model, builder and queue."""
+    """The inference engine over the learner's model (the device trainer's inference copy
+    of it), builder and queue."""
     config = learner.config
+    model, lock = learner.model, learner.weights_lock
+    if isinstance(trainer, DeviceTrainer):
+        # The copy is touched only by the event loop, so inference's forward pass needs
+        # no lock shared with the trainer.
+        model, lock = trainer.inference_model, threading.Lock()
+    refresh = None
+    if isinstance(trainer, TrainerProcess | DeviceTrainer):  # training runs on other weights
+        refresh = trainer.refresh_weights
     return InferenceEngine(
-        learner.model, learner.head, learner.device, learner.builder, learner.queue,
-        learner.stats, learner.weights_lock, learner.step_counter, config.inference_backend,
+        model, learner.head, learner.device, learner.builder, learner.queue,
+        learner.stats, lock, learner.step_counter, config.inference_backend,
         (config.seed, learner.step_counter.value),  # a resumed run samples fresh noise
         keep_unrolls=config.train,  # --no-train: nothing drains the queue
-        refresh_weights=trainer.refresh_weights if isinstance(trainer, TrainerProcess) else None,
+        refresh_weights=refresh,
+        normalizer=learner.normalizer,
+        precision=resolve_precision(config.precision, learner.device),
     )  # fmt: skip
 
 
@@ -192,7 +222,7 @@ class StopRequest:
 
 
 def write_checkpoint(
-    learner: Learner, trainer: Trainer | TrainerProcess, counters: tuple[int, int] | None
+    learner: Learner, trainer: AnyTrainer, counters: tuple[int, int] | None
 ) -> None:
     """Checkpoint the trainer's current state; a dead trainer process leaves the last one."""
     training = trainer.training_state()
@@ -245,9 +275,10 @@ async def _serve(
     gc.collect()
     gc.freeze()
     serving.start_batching()
+    precision = resolve_precision(config.precision, learner.device)
     print(
-        f"seedrl learner listening on {config.bind}:{serving.port} "
-        f"(env {config.env}, device {learner.device})",
+        f"seedrl learner listening on {config.bind}:{serving.port} (env {config.env}, "
+        f"device {learner.device}, trainer {trainer_name(trainer)}, {precision})",
         flush=True,
     )
     if ready is not None and not ready.done():
@@ -343,7 +374,7 @@ def _solved(config: LearnerConfig, stats: LearnerStats) -> bool:
 
 
 def _stop_condition(
-    config: LearnerConfig, stats: LearnerStats, start: float, trainer: Trainer | TrainerProcess
+    config: LearnerConfig, stats: LearnerStats, start: float, trainer: AnyTrainer
 ) -> str:
     if config.total_frames and stats.frames >= config.total_frames:
         return f"reached {config.total_frames} frames"

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from learner import checkpoint
+from learner.normalize import ObservationNormalizer
 from seedrl import codec, envs
 from seedrl.models import ActionHead, ActorCritic, CoreState, ModelSpec, action_head
 from seedrl.proto import seedrl_pb2 as pb
@@ -41,9 +42,16 @@ class Policy:
     """
 
     def __init__(
-        self, model: ActorCritic, head: ActionHead, env_spec: pb.EnvSpec, greedy: bool = True
+        self,
+        model: ActorCritic,
+        head: ActionHead,
+        env_spec: pb.EnvSpec,
+        greedy: bool = True,
+        normalizer: ObservationNormalizer | None = None,
     ) -> None:
         self.model = model.eval()
+        self.normalizer = normalizer
+        """A run trained with --normalize-observations: its final statistics, frozen."""
         self.head = head
         self.env_spec = env_spec
         self.greedy = greedy
@@ -58,7 +66,12 @@ class Policy:
         head = action_head(env_spec.action_space)
         model = ActorCritic(model_spec_from_dict(state["model_spec"]))
         model.load_state_dict(state["model"])
-        return cls(model, head, env_spec, greedy)
+        normalizer = None
+        if "obs_normalizer" in state:
+            space = env_spec.observation_space
+            normalizer = ObservationNormalizer(codec.spec_shape(space), space.dtype)
+            normalizer.load_state_dict(state["obs_normalizer"])
+        return cls(model, head, env_spec, greedy, normalizer)
 
     @property
     def env_id(self) -> str:
@@ -78,7 +91,10 @@ class Policy:
 
     def act(self, obs: Any) -> Any:
         dtype = np.dtype(self.env_spec.observation_space.dtype)
-        obs_11O = torch.from_numpy(np.asarray(obs, dtype=dtype)[None, None])
+        obs_1O = np.asarray(obs, dtype=dtype)[None]
+        if self.normalizer is not None:
+            obs_1O = self.normalizer.normalize(obs_1O)
+        obs_11O = torch.from_numpy(obs_1O[None])
         first_11 = torch.tensor([[self._first]])
         if self._first and not self._state:
             self._state = self.model.initial_state(1)

@@ -29,7 +29,7 @@ from learner.stats import LearnerStats
 from learner.trajectories import UnrollQueue, Unrolls
 from seedrl import vtrace
 from seedrl.config import LearnerConfig
-from seedrl.models import ActionHead, ActorCritic
+from seedrl.models import ActionHead, ActorCritic, autocast, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,10 @@ class Trainer:
         self.stats = stats
         self.weights_lock = weights_lock
         self.step_counter = step_counter
+        self.precision = resolve_precision(config.precision, device)
         self.grads = GradientBuffer(model.parameters(), device)
+        self.frames_per_step = config.batch_size * config.unroll_length
+        """Transitions one optimizer step trains on (the linear schedule's clock)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
@@ -116,7 +119,10 @@ class Trainer:
         """Total loss and its parts for one time-major batch."""
         cfg = self.config
         t = cfg.unroll_length
-        params_T1BP, values_T1B, _ = self.model(batch["obs"], batch["first"], core_state)
+        with autocast(self.device, self.precision):
+            params_T1BP, values_T1B, _ = self.model(batch["obs"], batch["first"], core_state)
+        # V-trace and the loss terms in fp32 whatever the forward pass ran in.
+        params_T1BP, values_T1B = params_T1BP.float(), values_T1B.float()
         action_TB = batch["action"][:t]
         target_logp_TB = self.head.log_prob(params_T1BP[:t], action_TB)
         behaviour_logp_TB = self.head.log_prob(batch["behaviour_params"][:t], action_TB)
@@ -167,8 +173,20 @@ class Trainer:
 
     def train_step(self, unrolls: Unrolls) -> dict[str, float] | None:
         """One optimizer step on ``unrolls``; None when skipped for a non-finite loss/gradient."""
+        step = self.step_counter.value  # the weights this gradient is computed with
         batch = to_time_major(unrolls, self.device)
         core_state = tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state)
+        return self.step_on(batch, core_state, unrolls, step)
+
+    def step_on(
+        self,
+        batch: dict[str, torch.Tensor],
+        core_state: tuple[torch.Tensor, ...],
+        unrolls: Unrolls,
+        step: int,
+    ) -> dict[str, float] | None:
+        """``train_step`` on ``unrolls`` already on the device as ``batch`` (see
+        ``to_time_major``); ``step`` is the optimizer step the gradient is computed at."""
         total, parts = self.loss(batch, core_state)
         if not torch.isfinite(total):
             self._skip("loss")
@@ -180,13 +198,28 @@ class Trainer:
             self.grads.zero()
             self._skip("gradient")
             return None
-        with self.weights_lock:
-            self.optimizer.step()
-            self.step_counter.value += 1
+        lr = self.set_learning_rate(step)
+        self.apply_update()
         scalars = {k: float(v) for k, v in parts.items()}
         scalars["grad_norm"] = float(grad_norm)
-        scalars["policy_lag"] = float(self.step_counter.value - 1 - unrolls.acted_step.mean())
+        scalars["learning_rate"] = lr
+        scalars["policy_lag"] = policy_lag(step, unrolls)
         return scalars
+
+    def apply_update(self) -> None:
+        """The optimizer step on the clipped gradients, seen whole by inference."""
+        with self.weights_lock:
+            self.optimizer.step()
+            self.model.bound_log_std_()
+            self.step_counter.value += 1
+
+    def set_learning_rate(self, step: int) -> float:
+        """Set the scheduled learning rate of optimizer step ``step`` (0-based); returns it."""
+        lr = scheduled_learning_rate(self.config, step, self.frames_per_step)
+        if self.config.lr_schedule != "constant":
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        return lr
 
     def _skip(self, what: str) -> None:
         """Count and log a skipped step (the weights stay as they were)."""
@@ -237,6 +270,27 @@ class Trainer:
         return checkpoint.capture(
             self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value
         )
+
+
+def policy_lag(step: int, unrolls: Unrolls) -> float:
+    """Mean over the batch's trained actions (rows ``0..T-1`` of every unroll) of the
+    optimizer steps between the weights that chose the action and the weights
+    (``step``) the gradient is computed with. 0: fully on-policy."""
+    t = unrolls.acted_step.shape[1] - 1
+    return float(step - unrolls.acted_step[:, :t].mean())
+
+
+def scheduled_learning_rate(config: LearnerConfig, step: int, frames_per_step: int) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) under ``--lr-schedule``.
+
+    Linear decays with the frames trained before the step, ``step * frames_per_step``,
+    to 0 at ``--total-frames``: a function of the step count alone, which checkpoints
+    keep, so a resumed run continues the schedule exactly.
+    """
+    if config.lr_schedule == "constant":
+        return config.learning_rate
+    trained = step * frames_per_step
+    return config.learning_rate * max(0.0, 1.0 - trained / config.total_frames)
 
 
 def apply_optimizer_settings(optimizer: torch.optim.Optimizer, config: LearnerConfig) -> None:

@@ -8,8 +8,9 @@ consecutive unrolls overlap by one frame (the bootstrap frame).
 
 Row ``t`` holds: the observation, the reward and terminated/truncated flags that came
 *with* that observation (the outcome of the previous action), ``first`` (the frame
-starts an episode), the action the policy took there and its policy parameters
-(behaviour logits). The recurrent core state before row 0 is kept for training.
+starts an episode), the action the policy took there, its policy parameters
+(behaviour logits) and the learner step of the weights that chose it. The recurrent
+core state before row 0 is kept for training.
 
 Shape suffixes: B frames in an inference batch, N finished unrolls, T unroll length,
 O observation dims, A action dims, P policy-parameter dims, H core state size.
@@ -37,7 +38,7 @@ class Unrolls:
     action: np.ndarray  # [N, T+1, *A]
     policy_params: np.ndarray  # [N, T+1, P] float32
     core_state: tuple[np.ndarray, ...]  # each [N, H]: the core state before row 0
-    acted_step: np.ndarray  # [N] int64: learner step when the unroll was started
+    acted_step: np.ndarray  # [N, T+1] int64: learner step of the weights that acted on each row
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
@@ -135,7 +136,7 @@ class TrajectoryBuilder:
         self.next_first_S = resized(get("next_first_S"), (), bool)
         self.episode_return_S = resized(get("episode_return_S"), (), np.float64)
         self.episode_length_S = resized(get("episode_length_S"), (), np.int64)
-        self.start_step_S = resized(get("start_step_S"), (), np.int64)
+        self.step_SR = resized(get("step_SR"), (rows,), np.int64)
         old_states = get("core_state_SH", [None] * len(self._state_sizes))
         self.core_state_SH = [
             resized(s, (h,), np.float32) for s, h in zip(old_states, self._state_sizes, strict=True)
@@ -159,7 +160,7 @@ class TrajectoryBuilder:
             action=np.zeros((n, rows, *self._action_shape), self._action_dtype),
             policy_params=np.zeros((n, rows, self._param_size), np.float32),
             core_state=tuple(np.zeros((n, h), np.float32) for h in self._state_sizes),
-            acted_step=np.zeros(n, np.int64),
+            acted_step=np.zeros((n, rows), np.int64),
         )
 
     def allocate(self, count: int) -> np.ndarray:
@@ -214,12 +215,13 @@ class TrajectoryBuilder:
         self.truncated_SR[slot_B, pos_B] = truncated_B
         self.action_SRA[slot_B, pos_B] = action_BA
         self.params_SRP[slot_B, pos_B] = params_BP
+        self.step_SR[slot_B, pos_B] = learner_step
         for store, after in zip(self.core_state_SH, state_after_BH, strict=True):
             store[slot_B] = after
 
         starting = pos_B == 0
         if starting.any():
-            self._mark_start(slot_B[starting], [s[starting] for s in state_before_BH], learner_step)
+            self._mark_start(slot_B[starting], [s[starting] for s in state_before_BH])
 
         done_B = terminated_B | truncated_B
         self.next_first_S[slot_B] = done_B
@@ -230,12 +232,11 @@ class TrajectoryBuilder:
         if full.any():
             full_slots = slot_B[full]
             unrolls = self._take_unrolls(full_slots)
-            self._roll_over(full_slots, [s[full] for s in state_before_BH], learner_step)
+            self._roll_over(full_slots, [s[full] for s in state_before_BH])
         self.position_S[slot_B] = np.where(full, 1, pos_B + 1)
         return unrolls, episodes
 
-    def _mark_start(self, slots: np.ndarray, state_before: list[np.ndarray], step: int) -> None:
-        self.start_step_S[slots] = step
+    def _mark_start(self, slots: np.ndarray, state_before: list[np.ndarray]) -> None:
         for store, before in zip(self.start_state_SH, state_before, strict=True):
             store[slots] = before
 
@@ -266,10 +267,10 @@ class TrajectoryBuilder:
             action=self.action_SRA[slots],
             policy_params=self.params_SRP[slots],
             core_state=tuple(s[slots] for s in self.start_state_SH),
-            acted_step=self.start_step_S[slots].copy(),
+            acted_step=self.step_SR[slots],
         )
 
-    def _roll_over(self, slots: np.ndarray, state_before: list[np.ndarray], step: int) -> None:
+    def _roll_over(self, slots: np.ndarray, state_before: list[np.ndarray]) -> None:
         """Row T becomes row 0 of the next unroll (the one-frame overlap)."""
         last = self.unroll_length
         for arr in (
@@ -280,9 +281,10 @@ class TrajectoryBuilder:
             self.truncated_SR,
             self.action_SRA,
             self.params_SRP,
+            self.step_SR,
         ):
             arr[slots, 0] = arr[slots, last]
-        self._mark_start(slots, state_before, step)
+        self._mark_start(slots, state_before)
 
 
 class UnrollQueue:

@@ -29,6 +29,16 @@ T = TypeVar("T")
 
 AUTH_TOKEN_ENV = "SEEDRL_AUTH_TOKEN"
 INFERENCE_BACKENDS = ("auto", "torch", "numpy")
+TRAINER_MODES = ("auto", "process", "thread", "device")
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+LR_SCHEDULES = ("constant", "linear")
+
+
+def flag_name(field: str) -> str:
+    """The command-line flag of a config field (``lambda_`` -> ``--lambda``)."""
+    return "--" + field.rstrip("_").replace("_", "-")
 
 
 def _require_choice(config: Any, name: str, choices: Sequence[str]) -> None:
@@ -36,7 +46,35 @@ def _require_choice(config: Any, name: str, choices: Sequence[str]) -> None:
     value = getattr(config, name)
     if value not in choices:
         allowed = f"{', '.join(choices[:-1])} or {choices[-1]}"
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        raise ValueError(f"{flag_name(name)} must be {allowed}, got {value!r}")
+
+
+def _require_range(
+    config: Any,
+    names: Sequence[str],
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+) -> None:
+    """ValueError naming the flag unless each ``config.<name>`` lies in the range (None
+    passes: optional fields are off). A wrong value must stop the run before anything
+    starts, not train on, e.g., every reward clipped to -1."""
+    for name in names:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        values = value if isinstance(value, tuple) else (value,)
+        for v in values:
+            too_low = low is not None and (v <= low if low_open else v < low)
+            too_high = high is not None and v > high
+            if too_low or too_high or v != v:  # v != v: NaN
+                if low is not None and high is not None:
+                    bound = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+                elif low is not None:
+                    bound = f"{'>' if low_open else '>='} {low:g}"
+                else:
+                    bound = f"<= {high:g}"
+                raise ValueError(f"{flag_name(name)} must be {bound}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +134,9 @@ class LearnerConfig:
     """Weight of the value (baseline) loss."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip (losses are per-frame means, so PPO-sized clips fit)."""
+    lr_schedule: str = "constant"
+    """Learning rate over the run: constant, or linear (from --learning-rate down to 0 at
+    --total-frames trained frames, as IMPALA and TorchBeast anneal it)."""
     lambda_: float = 1.0
     """V-trace lambda (trace cutting)."""
     clip_rho_threshold: float = 1.0
@@ -109,12 +150,23 @@ class LearnerConfig:
     continuous control; IMPALA itself does not)."""
     reward_clip: float | None = None
     """Clip training rewards to [-x, x] (Atari uses 1); episode returns stay raw."""
+    normalize_observations: bool = False
+    """Normalize observations by the running mean and variance of every frame the learner
+    serves (kept on the learner, saved in checkpoints, applied by evaluate); each unroll
+    keeps the normalized frames it was acted on, so training sees what inference saw."""
     train: bool = True
     """Train the policy (off: inference only, for benchmarks)."""
     trainer: str = "auto"
     """Where the learner step runs: process (a child process with its own GIL; weights
-    reach inference through shared memory), thread (beside the event loop), or auto
-    (process; thread for torchrun ranks, whose process group lives in the learner)."""
+    reach inference through shared memory), thread (beside the event loop, on the model
+    inference uses), device (a thread on its own CUDA stream with a second copy of the
+    weights on the device for inference, refreshed by one device-to-device copy: no host
+    round trip), or auto (device on CUDA, process on the CPU; thread for torchrun ranks,
+    whose process group lives in the learner)."""
+    precision: str = "auto"
+    """Arithmetic of the forward pass and loss: fp32, bf16 (autocast; the weights and the
+    optimizer stay fp32), or auto (bf16 on CUDA, fp32 elsewhere; bf16 on the CPU only
+    when asked for, as it is slower there)."""
 
     # serving
     inference_batch_size: int = 64
@@ -174,35 +226,44 @@ class LearnerConfig:
     """Serve Prometheus /metrics on this port (on --bind's address); 0: off."""
 
     def __post_init__(self) -> None:
-        positive = (
-            "unroll_length",
-            "batch_size",
-            "inference_batch_size",
-            "max_queue_unrolls",
-            "max_actors",
-            "max_envs",
-            "max_message_bytes",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {self.discount}")
-        if not 0 <= self.metrics_port <= 65535:
-            raise ValueError(f"metrics_port must be in [0, 65535], got {self.metrics_port}")
-        if self.inference_timeout_ms < 0:
-            raise ValueError("inference_timeout_ms must be >= 0")
-        if not 0.0 < self.inference_quorum <= 1.0:
-            raise ValueError(f"inference_quorum must be in (0, 1], got {self.inference_quorum}")
+        _require_range(
+            self,
+            ("unroll_length", "batch_size", "inference_batch_size", "max_queue_unrolls",
+             "max_actors", "max_envs", "max_message_bytes", "lstm_size", "hidden_sizes"),
+            low=1,
+        )  # fmt: skip
+        _require_range(self, ("port", "metrics_port"), low=0, high=65535)
+        _require_range(
+            self,
+            ("seed", "torch_threads", "total_frames", "max_seconds", "inference_timeout_ms",
+             "entropy_cost", "baseline_cost"),
+            low=0,
+        )  # fmt: skip
+        _require_range(
+            self,
+            ("learning_rate", "adam_eps", "max_grad_norm", "clip_rho_threshold",
+             "clip_pg_rho_threshold", "reward_scale", "reward_clip", "checkpoint_interval_s",
+             "log_interval_s"),
+            low=0,
+            low_open=True,
+        )  # fmt: skip
+        _require_range(self, ("discount", "lambda_"), low=0, high=1)
+        _require_range(self, ("inference_quorum",), low=0, high=1, low_open=True)
+        if not self.hidden_sizes:
+            raise ValueError("--hidden-sizes needs at least one layer width")
         _require_choice(self, "inference_backend", INFERENCE_BACKENDS)
         _require_choice(self, "model", ("auto", "mlp", "cnn"))
-        _require_choice(self, "trainer", ("auto", "process", "thread"))
+        _require_choice(self, "trainer", TRAINER_MODES)
+        _require_choice(self, "precision", PRECISIONS)
         _require_choice(self, "progress", ("auto", "bar", "plain", "off"))
+        _require_choice(self, "lr_schedule", LR_SCHEDULES)
+        if self.lr_schedule == "linear" and not self.total_frames:
+            raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together")
         if self.max_queue_unrolls < self.batch_size:
             raise ValueError(
-                f"max_queue_unrolls ({self.max_queue_unrolls}) must be >= batch_size "
+                f"--max-queue-unrolls ({self.max_queue_unrolls}) must be >= --batch-size "
                 f"({self.batch_size}) or the trainer could never fill a batch"
             )
 
@@ -286,28 +347,23 @@ class ActorConfig:
     def __post_init__(self) -> None:
         _require_choice(self, "start_method", START_METHODS)
         if self.start_method == "fork" and not hasattr(os, "fork"):
-            raise ValueError("start_method fork needs os.fork (not on this platform)")
-        if self.num_actors < 1 or self.envs_per_actor < 1:
-            raise ValueError("num_actors and envs_per_actor must be >= 1")
-        if self.actors_per_process < 0:
-            raise ValueError(
-                f"actors_per_process must be >= 1, or 0 for auto, got {self.actors_per_process}"
-            )
-        if self.max_backoff_s <= 0:
-            raise ValueError("max_backoff_s must be > 0")
+            raise ValueError("--start-method fork needs os.fork (not on this platform)")
+        _require_range(self, ("num_actors", "envs_per_actor"), low=1)
+        _require_range(self, ("actors_per_process", "seed", "max_frames"), low=0)
+        _require_range(self, ("first_index",), low=-1)
+        _require_range(self, ("max_backoff_s",), low=0, low_open=True)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together")
         if self.tls_cert is not None and self.tls_ca is None:
             raise ValueError("--tls-cert needs --tls-ca (the CA that signed the learner's cert)")
         _require_choice(self, "pin_cpus", PIN_CPUS_MODES)
         if self.cpu < -1:
-            raise ValueError(f"cpu must be a CPU number or -1 (any), got {self.cpu}")
-        if not 0 <= self.nice <= 19:
-            raise ValueError(f"nice must be in [0, 19], got {self.nice}")
+            raise ValueError(f"--cpu must be a CPU number or -1 (any), got {self.cpu}")
+        _require_range(self, ("nice",), low=0, high=19)
         if self.env_groups < 1 or self.envs_per_actor % self.env_groups:
             raise ValueError(
-                f"env_groups must be >= 1 and divide envs_per_actor ({self.envs_per_actor}), "
-                f"got {self.env_groups}"
+                f"--env-groups must be >= 1 and divide --envs-per-actor "
+                f"({self.envs_per_actor}), got {self.env_groups}"
             )
 
 
@@ -566,8 +622,8 @@ def parse_config(
             base.update(load_config_file(config_path))
         return build_config(cls, ns, base)
     except (TypeError, ValueError) as exc:
-        parser.error(str(exc))
-        raise  # unreachable: parser.error exits
+        # One line, no usage block: the message names the flag, and nothing has started.
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
 
 
 def to_json_dict(config: Any) -> dict[str, Any]:

@@ -154,6 +154,7 @@ class Linear(nn.Linear):
             and x.device.type == "cpu"
             and torch.is_grad_enabled()
             and self.weight.requires_grad
+            and not torch.is_autocast_enabled("cpu")  # its backward assumes one dtype
         ):
             return _WideLinear.apply(x, self.weight, self.bias)
         return super().forward(x)

@@ -31,6 +31,7 @@ _LEARNER_KEYS = {
     "entropy",
     "grad_norm",
     "policy_lag",
+    "learning_rate",
     "rho_mean",
     "value_mean",
     "nonfinite_skipped",

@@ -77,8 +77,11 @@ class GaussianHead:
         self.action_dtype = torch.float32
 
     def _split(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # No clamp here: its gradient is zero outside the range, so a log-std pushed past
+        # a bound could never come back. The model keeps it in bounds instead
+        # (ActorCritic.bound_log_std_ after each optimizer step).
         mean, log_std = params.split(self.action_size, dim=-1)
-        return mean, log_std.clamp(-5.0, 2.0)
+        return mean, log_std
 
     def _shape(self, flat: torch.Tensor) -> torch.Tensor:
         return flat.reshape(*flat.shape[:-1], *self.action_shape)
@@ -102,6 +105,11 @@ class GaussianHead:
 
 
 ActionHead = CategoricalHead | GaussianHead
+
+LOG_STD_MIN = -5.0
+LOG_STD_MAX = 2.0
+"""Bounds of a Gaussian policy's log-std, kept by projecting the parameter after each
+optimizer step: std stays in [0.0067, 7.4], and the gradient is never cut off."""
 
 
 def action_head(action_spec: pb.SpaceSpec) -> ActionHead:
@@ -257,6 +265,17 @@ class ActorCritic(nn.Module):
             return shape[2], shape[0], shape[1]
         return shape[0], shape[1], shape[2]
 
+    def bound_log_std_(self) -> None:
+        """Project a Gaussian policy's log-std into [LOG_STD_MIN, LOG_STD_MAX], in place.
+
+        Called after every optimizer step (and on load): with ``entropy_cost = 0`` nothing
+        else resists a drift, and a bound applied inside the forward pass would stop the
+        gradient that could bring it back.
+        """
+        if self.log_std is not None:
+            with torch.no_grad():
+                self.log_std.clamp_(LOG_STD_MIN, LOG_STD_MAX)
+
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> CoreState:
         if self.core is None:
             return ()
@@ -354,3 +373,18 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    """``auto`` -> bf16 on CUDA, fp32 elsewhere; fp32 and bf16 are kept as asked."""
+    if name == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    if name not in ("fp32", "bf16"):
+        raise ValueError(f"precision must be auto, fp32 or bf16, got {name!r}")
+    return name
+
+
+def autocast(device: torch.device, precision: str) -> torch.autocast:
+    """The autocast region of a forward pass: bf16 matmuls and convolutions under
+    ``precision`` bf16, while parameters (and so the optimizer's master copy) stay fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")

@@ -30,7 +30,7 @@ from torch import nn
 
 from seedrl.config import INFERENCE_BACKENDS
 from seedrl.cpu_kernels import Linear, Tanh
-from seedrl.models import ActionHead, ActorCritic, CategoricalHead
+from seedrl.models import ActionHead, ActorCritic, CategoricalHead, autocast
 
 CoreStateArrays = tuple[np.ndarray, ...]
 """Recurrent state as numpy rows ``[B, H]``; empty for feed-forward models."""
@@ -54,25 +54,52 @@ class Policy(Protocol):
 
 
 class TorchPolicy:
-    """``model.act`` with T = 1, then ``head.sample``; numpy in, numpy out."""
+    """``model.act`` with T = 1, then ``head.sample``; numpy in, numpy out.
 
-    def __init__(self, model: ActorCritic, head: ActionHead, device: torch.device) -> None:
+    On CUDA the inputs go through page-locked host buffers kept between batches, so each
+    input is one asynchronous copy per batch (from pageable memory torch would stage and
+    wait itself); under ``precision`` bf16 the forward pass runs in autocast.
+    """
+
+    def __init__(
+        self, model: ActorCritic, head: ActionHead, device: torch.device, precision: str = "fp32"
+    ) -> None:
         self.model, self.head, self.device = model, head, device
+        self.precision = precision
+        self._pinned = device.type == "cuda"
+        self._staging: dict[str, torch.Tensor] = {}
+
+    def _to_device(self, name: str, array: np.ndarray) -> torch.Tensor:
+        if not self._pinned:
+            return torch.from_numpy(array).to(self.device)
+        rows = len(array)
+        buffer = self._staging.get(name)
+        wanted = torch.from_numpy(array[:0]).dtype
+        if buffer is None or len(buffer) < rows or buffer.shape[1:] != array.shape[1:]:
+            capacity = max(rows, 2 * len(buffer)) if buffer is not None else rows
+            buffer = torch.empty((capacity, *array.shape[1:]), dtype=wanted, pin_memory=True)
+            self._staging[name] = buffer
+        staged = buffer[:rows]
+        # The previous batch's copy out of this buffer finished: its results were read
+        # back (a synchronising copy) before this call.
+        np.copyto(staged.numpy(), array, casting="no")
+        return staged.to(self.device, non_blocking=True)
 
     def __call__(
         self, obs_BO: np.ndarray, first_B: np.ndarray, state: CoreStateArrays
     ) -> tuple[np.ndarray, np.ndarray, CoreStateArrays]:
-        obs = torch.from_numpy(obs_BO).to(self.device, non_blocking=True)
-        first = torch.from_numpy(first_B).to(self.device)
-        core = tuple(torch.from_numpy(s).to(self.device) for s in state)
+        obs = self._to_device("obs", obs_BO)
+        first = self._to_device("first", first_B)
+        core = tuple(self._to_device(f"core{i}", s) for i, s in enumerate(state))
         with torch.no_grad():
-            params_1BP, core_after = self.model.act(obs.unsqueeze(0), first.unsqueeze(0), core)
-            params_BP = params_1BP[0]
+            with autocast(self.device, self.precision):
+                params_1BP, core_after = self.model.act(obs.unsqueeze(0), first.unsqueeze(0), core)
+            params_BP = params_1BP[0].float()
             action_BA = self.head.sample(params_BP)
         return (
             action_BA.cpu().numpy(),
             params_BP.cpu().numpy(),
-            tuple(s.cpu().numpy() for s in core_after),
+            tuple(s.float().cpu().numpy() for s in core_after),
         )
 
 
@@ -194,7 +221,7 @@ def _sampler(head: ActionHead, rng: np.random.Generator) -> Callable[[np.ndarray
 
     def gaussian(params_BP: np.ndarray) -> np.ndarray:
         mean = params_BP[:, :size]
-        log_std = np.clip(params_BP[:, size:], -5.0, 2.0)
+        log_std = params_BP[:, size:]  # kept in bounds by the model (bound_log_std_)
         noise = rng.standard_normal(mean.shape, dtype=np.float32)
         return (mean + np.exp(log_std) * noise).reshape(len(params_BP), *shape)
 
@@ -207,16 +234,21 @@ def inference_policy(
     device: torch.device,
     backend: str,
     seed: int | tuple[int, ...],
+    precision: str = "fp32",
 ) -> Policy:
-    """The policy inference runs: ``auto`` takes numpy when the model allows it, else torch."""
+    """The policy inference runs: ``auto`` takes numpy when the model allows it, else torch.
+
+    Numpy computes in fp32 only, so ``precision`` bf16 always takes torch.
+    """
     if backend not in INFERENCE_BACKENDS:
         raise ValueError(f"inference backend must be one of {INFERENCE_BACKENDS}, got {backend!r}")
-    if backend != "torch" and device.type == "cpu":
+    if backend != "torch" and device.type == "cpu" and precision == "fp32":
         fast = NumpyMLPPolicy.of(model, head, np.random.default_rng(seed))
         if fast is not None:
             return fast
     if backend == "numpy":
         raise ValueError(
             "inference backend numpy needs a feed-forward MLP (no --lstm, no cnn) on the CPU"
+            " in fp32"
         )
-    return TorchPolicy(model, head, device)
+    return TorchPolicy(model, head, device, precision)

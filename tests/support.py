@@ -168,5 +168,5 @@ def random_unrolls(n: int, length: int, seed: int = 0) -> Unrolls:
         action=rng.integers(0, 2, size=(n, rows)),
         policy_params=rng.normal(size=(n, rows, 2)).astype(np.float32),
         core_state=(),
-        acted_step=np.zeros(n, np.int64),
+        acted_step=np.zeros((n, rows), np.int64),
     )

@@ -29,6 +29,7 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     assert report["settings"]["focus_repeats"] == 0  # --quick: no focus rounds
     assert {row["batch"] for row in report["results"]} == {8}
     assert report["machine"]["cpus"] >= 1
+    assert report["machine"]["device"]["name"] in ("cpu", "cuda")
     assert report["ideal_reference"]["envs"] == 64
     assert report["ideal_reference"]["fps"] > 0
     rows = {row["mode"]: row for row in report["results"]}
@@ -302,6 +303,22 @@ def test_a_point_with_a_training_batch_starts_the_learner_with_it(tmp_path):
     assert command[-2:] == ["--seed", "3"]  # the user's learner flags still win
     assert "--batch-size" not in server_command("system", "127.0.0.1", 1234, tmp_path, settings)
     assert "--batch-size" not in server_command("echo", "127.0.0.1", 1234, tmp_path, settings, 128)
+
+
+def test_preset_and_device_reach_the_learner_and_the_ideal(tmp_path):
+    from benchmarks.bench.measure import Settings, measure_ideal, server_command
+
+    settings = Settings(
+        env="ALE/Pong-v5", warmup_s=0.2, measure_s=0.5, connect_timeout_s=1, transport="tcp",
+        learner_args=(), actor_args=(), torch_threads=1, workdir=tmp_path,
+        preset="atari", device="cpu",
+    )  # fmt: skip
+    command = server_command("system", "127.0.0.1", 1234, tmp_path, settings)
+    assert command[command.index("--preset") + 1] == "atari"
+    assert command[command.index("--device") + 1] == "cpu"
+    assert "--preset" not in server_command("echo", "127.0.0.1", 1234, tmp_path, settings)
+    # The ideal steps Pong with the preset's CNN on the asked device.
+    assert measure_ideal(2, settings)["fps"] > 0
 
 
 def test_the_default_sweep_measures_every_target():

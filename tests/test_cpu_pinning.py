@@ -39,7 +39,7 @@ def test_the_launcher_spreads_actors_round_robin_when_it_fills_every_cpu(n, pin,
 
 
 def test_pin_settings_are_checked():
-    with pytest.raises(ValueError, match="pin_cpus must be auto, on or off"):
+    with pytest.raises(ValueError, match="--pin-cpus must be auto, on or off"):
         ActorConfig(pin_cpus="sometimes")
     with pytest.raises(ValueError, match="cpu must be a CPU number or -1"):
         ActorConfig(cpu=-2)

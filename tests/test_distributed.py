@@ -7,9 +7,12 @@ import socket
 import sys
 
 import pytest
+import torch
 from support import read_records, running
+from torch import distributed as dist
 
-from learner.distributed import RankEnv, rank_config
+from learner.distributed import DistributedTrainer, RankEnv, RankSync, rank_config
+from learner.parts import build_learner
 from seedrl.config import LearnerConfig
 from seedrl.transport import learner_targets, pick_rank, rank_target
 
@@ -48,6 +51,76 @@ def test_rank_config_ports_logdirs_devices():
     assert r1.progress == "off"
     with pytest.raises(ValueError, match="fixed --port"):
         rank_config(LearnerConfig(port=0), RankEnv(0, 2, 0))
+
+
+def test_cuda_ranks_take_the_gpu_of_their_local_rank(monkeypatch):
+    """On a GPU host each rank gets cuda:LOCAL_RANK (not its global rank); cpu stays cpu."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    base = LearnerConfig(port=9000, device="auto")
+    assert rank_config(base, RankEnv(rank=5, world_size=8, local_rank=1)).device == "cuda:1"
+    cuda = LearnerConfig(port=9000, device="cuda")
+    assert rank_config(cuda, RankEnv(rank=2, world_size=4, local_rank=2)).device == "cuda:2"
+    cpu = LearnerConfig(port=9000, device="cpu")
+    assert rank_config(cpu, RankEnv(rank=1, world_size=2, local_rank=1)).device == "cpu"
+
+
+def test_cuda_ranks_join_over_nccl_on_their_own_device(monkeypatch):
+    """The process group of CUDA ranks is NCCL, after the rank's device was made current."""
+    calls: list[tuple[str, object]] = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("device", str(d))))
+    monkeypatch.setattr(
+        dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend))
+    )
+    monkeypatch.setattr(dist, "new_group", lambda backend, **kw: calls.append(("group", backend)))
+
+    def gather(out, obj, group=None):
+        out[:] = [obj] * len(out)
+
+    monkeypatch.setattr(dist, "all_gather_object", gather)
+    config = LearnerConfig(port=9000, device="cuda:1", bind="127.0.0.1")
+    sync = RankSync(RankEnv(rank=1, world_size=2, local_rank=1), config)
+    assert calls == [("device", "cuda:1"), ("init", "nccl"), ("group", "gloo")]
+    assert sync.device == torch.device("cuda:1")
+    calls.clear()
+    RankSync(RankEnv(rank=1, world_size=2, local_rank=1), LearnerConfig(port=9000, device="cpu"))
+    assert calls == [("init", "gloo"), ("group", "gloo")]
+
+
+def _sync_without_a_group(monkeypatch, tmp_path, **overrides: object) -> RankSync:
+    """A rank whose process-group calls are stand-ins (nothing joins anything)."""
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: None)
+    monkeypatch.setattr(dist, "new_group", lambda backend, **kw: None)
+
+    def gather(out, obj, group=None):
+        out[:] = [obj] * len(out)
+
+    monkeypatch.setattr(dist, "all_gather_object", gather)
+    config = LearnerConfig(
+        port=9000, device="cpu", bind="127.0.0.1", logdir=str(tmp_path),
+        **overrides,  # type: ignore[arg-type]
+    )  # fmt: skip
+    return RankSync(RankEnv(rank=0, world_size=2, local_rank=0), config)
+
+
+@pytest.mark.parametrize("mode", ["auto", "thread"])
+def test_ranks_train_in_a_lockstep_thread(monkeypatch, tmp_path, mode):
+    sync = _sync_without_a_group(monkeypatch, tmp_path, trainer=mode)
+    trainer = sync.make_trainer(build_learner(sync.config))
+    assert isinstance(trainer, DistributedTrainer)
+    assert trainer.sync is sync
+
+
+@pytest.mark.parametrize("mode", ["process", "device"])
+def test_ranks_refuse_another_trainer(monkeypatch, tmp_path, mode):
+    sync = _sync_without_a_group(monkeypatch, tmp_path, trainer=mode)
+    with pytest.raises(ValueError, match="torchrun ranks train in a thread"):
+        sync.make_trainer(build_learner(sync.config))
+
+
+def test_ranks_refuse_observation_normalization(monkeypatch, tmp_path):
+    sync = _sync_without_a_group(monkeypatch, tmp_path, normalize_observations=True)
+    with pytest.raises(ValueError, match="--normalize-observations is not supported"):
+        sync.attach(build_learner(sync.config))
 
 
 def test_actor_picks_rank_by_index():

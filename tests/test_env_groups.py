@@ -12,7 +12,7 @@ from seedrl.config import ActorConfig
 def test_env_groups_must_divide_envs_per_actor():
     assert ActorConfig(envs_per_actor=8, env_groups=2).env_groups == 2
     for groups in (0, 3):
-        with pytest.raises(ValueError, match="env_groups"):
+        with pytest.raises(ValueError, match="--env-groups"):
             ActorConfig(envs_per_actor=8, env_groups=groups)
 
 

@@ -374,7 +374,7 @@ def _unrolls(n: int, obs_dim: int, fill: float = 0.01, reward: float = 1.0) -> U
         action=rng.integers(0, 2, (n, rows)).astype(np.int64),
         policy_params=np.zeros((n, rows, 2), np.float32),
         core_state=(),
-        acted_step=np.zeros(n, np.int64),
+        acted_step=np.zeros((n, rows), np.int64),
     )
 
 

@@ -77,5 +77,5 @@ def test_the_launcher_starts_actors_by_the_method_asked(method):
 
 
 def test_an_unknown_start_method_is_refused():
-    with pytest.raises(ValueError, match="start_method"):
+    with pytest.raises(ValueError, match="--start-method"):
         ActorConfig(start_method="spawn")

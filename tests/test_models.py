@@ -384,3 +384,111 @@ def test_categorical_head_on_a_training_batch_of_strided_logits():
         head.log_prob(logits, actions), plain.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     )
     torch.testing.assert_close(head.entropy(logits), -(plain.exp() * plain).sum(-1))
+
+
+# ------------------------------------------------ distributions and the recurrent reset
+
+
+def test_gaussian_head_log_prob_and_entropy_are_torch_normals():
+    """Including log-stds outside the model's bounds: the head itself is an exact Normal."""
+    torch.manual_seed(0)
+    head = models.GaussianHead((2,))
+    mean = torch.randn(6, 2)
+    log_std = torch.tensor([[-6.0, -1.0], [0.0, 0.5], [2.5, 3.0], [-4.9, 1.9], [0.3, -0.3], [1, 2]])
+    actions = torch.randn(6, 2) * 3
+    params = torch.cat([mean, log_std], dim=-1)
+    normal = torch.distributions.Normal(mean, log_std.exp())
+    torch.testing.assert_close(head.log_prob(params, actions), normal.log_prob(actions).sum(-1))
+    torch.testing.assert_close(head.entropy(params), normal.entropy().sum(-1))
+
+
+def test_gaussian_head_samples_have_the_mean_and_std_of_the_params():
+    torch.manual_seed(0)
+    head = models.GaussianHead((2,))
+    n = 40_000
+    params = torch.tensor([0.7, -1.5, np.log(0.5), np.log(2.0)], dtype=torch.float32).repeat(n, 1)
+    samples = head.sample(params)
+    assert samples.shape == (n, 2)
+    torch.testing.assert_close(samples.mean(0), torch.tensor([0.7, -1.5]), atol=0.03, rtol=0)
+    torch.testing.assert_close(samples.std(0), torch.tensor([0.5, 2.0]), atol=0, rtol=0.02)
+    torch.testing.assert_close(head.greedy(params[:1]), torch.tensor([[0.7, -1.5]]))
+
+
+def _sigmoid(x: torch.Tensor) -> torch.Tensor:
+    return 1.0 / (1.0 + torch.exp(-x))
+
+
+def hand_lstm_params(model: ActorCritic, obs_TO, first_T, h, c) -> torch.Tensor:
+    """The LSTM policy written out from its equations (not ``nn.LSTMCell``, not the
+    model's masking): the state is zeroed exactly where an episode starts."""
+    core = model.core
+    assert core is not None
+    w_ih, w_hh, b = core.weight_ih, core.weight_hh, core.bias_ih + core.bias_hh
+    out = []
+    for t in range(len(obs_TO)):
+        if first_T[t]:
+            h, c = torch.zeros_like(h), torch.zeros_like(c)
+        x = model.torso(obs_TO[t : t + 1])
+        gates = x @ w_ih.T + h @ w_hh.T + b
+        i, f, g, o = gates.chunk(4, dim=-1)
+        c = _sigmoid(f) * c + _sigmoid(i) * torch.tanh(g)
+        h = _sigmoid(o) * torch.tanh(c)
+        out.append(model.policy(torch.cat([x, h], dim=-1))[0])
+    return torch.stack(out)
+
+
+def _lstm_model() -> tuple[ActorCritic, models.CategoricalHead]:
+    torch.manual_seed(3)
+    head = action_head(pb.SpaceSpec(kind="discrete", n=3))
+    model = build_model(box_spec((4,)), head, "mlp", (8,), lstm_size=5)
+    with torch.no_grad():
+        model.policy.weight.normal_()  # far from the near-zero init, so the core shows
+    return model, head  # type: ignore[return-value]
+
+
+def test_lstm_state_resets_exactly_at_episode_starts_in_training():
+    """A two-episode unroll from a live start state: rows 0-2 carry it, row 3 starts over."""
+    model, _ = _lstm_model()
+    obs_TO = torch.randn(7, 4)
+    first_T = torch.tensor([False, False, False, True, False, False, False])
+    h0, c0 = torch.randn(1, 5), torch.randn(1, 5)
+    with torch.no_grad():
+        want = hand_lstm_params(model, obs_TO, first_T, h0, c0)
+        params, _, _ = model(obs_TO[:, None], first_TB=first_T[:, None], core_state=(h0, c0))
+    torch.testing.assert_close(params[:, 0], want, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # the fixture has teeth: no reset at row 3 gives other params
+        carried = hand_lstm_params(model, obs_TO, torch.zeros(7, dtype=torch.bool), h0, c0)
+    assert not torch.allclose(carried[3:], want[3:], atol=1e-4)
+
+
+def test_lstm_state_resets_exactly_at_episode_starts_in_inference():
+    """Frames served one at a time: the frame after a done frame starts from a zero state."""
+    model, head = _lstm_model()
+    engine, builder, queue = make_engine(model, head, (4,), "float32", lstm_size=5)
+    rng = np.random.default_rng(5)
+    obs_TO = rng.normal(size=(T + 1, 4)).astype(np.float32)
+    terminated = np.zeros(T + 1, np.bool_)
+    terminated[2] = True  # frame 2 ends the first episode; frame 3 is the reset frame
+    conn = Connection("a", "r", "peer", 1, builder.allocate(1))
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        for t in range(T + 1):
+            payload = FramePayload(
+                conn, obs_TO[t].tobytes(), np.zeros(1, np.float32).tobytes(),
+                terminated[t : t + 1].tobytes(), np.zeros(1, np.bool_).tobytes(),
+            )  # fmt: skip
+            await engine.process([PendingRequest(payload, 1, loop.create_future())])
+
+    asyncio.run(serve())
+    unrolls = queue.get(1, timeout=1)
+    assert unrolls is not None
+    first_T = torch.tensor([True, False, False, True, False, False, False])
+    with torch.no_grad():
+        want = hand_lstm_params(
+            model, torch.from_numpy(obs_TO), first_T, torch.zeros(1, 5), torch.zeros(1, 5)
+        )
+    assert unrolls.first[0].tolist() == first_T.tolist()
+    torch.testing.assert_close(
+        torch.from_numpy(unrolls.policy_params[0]), want, rtol=1e-5, atol=1e-5
+    )

@@ -8,6 +8,7 @@ random stream, so it is checked as a distribution.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import warnings
 
@@ -15,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from learner.inference import InferenceEngine, StepCounter
+from learner.batcher import PendingRequest
+from learner.inference import Connection, FramePayload, InferenceEngine, StepCounter
 from learner.stats import LearnerStats
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl import codec
@@ -194,7 +196,7 @@ def test_models_the_twin_cannot_run_fall_back_to_torch():
 
 
 def test_config_refuses_an_unknown_backend():
-    with pytest.raises(ValueError, match="inference_backend"):
+    with pytest.raises(ValueError, match="--inference-backend"):
         LearnerConfig(inference_backend="jax")
 
 
@@ -221,3 +223,44 @@ def test_the_twin_is_built_from_the_models_own_layers():
     assert isinstance(model, ActorCritic)
     model.torso.append(torch.nn.ReLU())
     assert NumpyMLPPolicy.of(model, head, np.random.default_rng(0)) is None
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_the_stored_action_is_the_unclipped_sample_the_actor_receives(backend):
+    """Actors clip a Box action into its bounds for the env only: the unroll keeps the
+    sample itself (what the actor received), whose log-probability V-trace needs."""
+    model, head = mlp_model(OBSERVATIONS["float32"], ACTIONS["bounded box"])
+    assert model.log_std is not None
+    with torch.no_grad():
+        model.log_std.fill_(np.log(2.0))  # wide: many samples fall outside [-2, 2]
+    builder = TrajectoryBuilder(
+        unroll_length=2, obs_shape=(4,), obs_dtype="float32", action_shape=(2,),
+        action_dtype="float32", param_size=4, core_state_sizes=(),
+    )  # fmt: skip
+    queue = UnrollQueue(64)
+    engine = InferenceEngine(
+        model, head, CPU, builder, queue, LearnerStats(), threading.Lock(), StepCounter(),
+        backend,
+    )  # fmt: skip
+    k = 32
+    conn = Connection("a", "r", "peer", k, builder.allocate(k))
+    rng = np.random.default_rng(4)
+    sent = []
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(3):
+            payload = FramePayload(
+                conn, observations(rng, (4,), "float32", k).tobytes(),
+                np.zeros(k, np.float32).tobytes(), np.zeros(k, np.bool_).tobytes(),
+                np.zeros(k, np.bool_).tobytes(),
+            )  # fmt: skip
+            request = PendingRequest(payload, k, loop.create_future())
+            await engine.process([request])
+            sent.append(request.future.result())
+
+    asyncio.run(serve())
+    unrolls = queue.get(k, timeout=1)
+    assert unrolls is not None
+    np.testing.assert_array_equal(unrolls.action, np.stack(sent, axis=1))
+    assert (np.abs(unrolls.action) > 2.0).mean() > 0.1

@@ -3,16 +3,32 @@ and the step around it (flat gradients, clipping)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
 
+import numpy as np
+import pytest
 import torch
 from support import random_unrolls
 
-from learner.parts import build_learner, make_trainer
-from learner.trainer import GradientBuffer, Trainer, to_time_major
-from learner.trajectories import Unrolls
+from learner import checkpoint
+from learner.batcher import PendingRequest
+from learner.inference import Connection, FramePayload, InferenceEngine, StepCounter
+from learner.parts import build_learner, make_trainer, save_checkpoint
+from learner.stats import LearnerStats
+from learner.trainer import (
+    GradientBuffer,
+    Trainer,
+    make_optimizer,
+    scheduled_learning_rate,
+    to_time_major,
+)
+from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
 from seedrl import vtrace
 from seedrl.config import LearnerConfig
+from seedrl.models import LOG_STD_MAX, LOG_STD_MIN, action_head, build_model
+from seedrl.proto import seedrl_pb2 as pb
 
 T, B = 6, 3
 
@@ -176,3 +192,164 @@ def test_a_skipped_gradient_leaves_the_buffer_zeroed_and_attached(tmp_path, monk
     assert trainer.train_step(_unrolls()) is not None
     assert trainer.grads.flat.abs().sum() > 0
     assert _grads_are_views_of(trainer.grads, trainer.model)
+
+
+# ---------------------------------------------------------------------- policy lag
+
+
+def test_policy_lag_is_the_mean_lag_of_the_trained_actions(tmp_path):
+    """policy_lag = mean over rows 0..T-1 of every unroll of (steps applied before this one)
+    - (step of the weights that chose the action); row T is only the bootstrap frame."""
+    trainer = _trainer(tmp_path)
+    unrolls = _unrolls()
+    unrolls.acted_step[0] = [3, 3, 4, 4, 5, 5, 0]  # T = 6: row T (0 here) is not trained
+    unrolls.acted_step[1] = [6, 6, 6, 6, 6, 6, 6]
+    unrolls.acted_step[2] = [1, 2, 3, 4, 5, 6, 6]
+    trainer.step_counter.value = 6  # six steps applied: this gradient uses step-6 weights
+    lags = [6 - s for row in unrolls.acted_step for s in row[:T]]
+    scalars = trainer.train_step(unrolls)
+    assert scalars is not None
+    assert scalars["policy_lag"] == pytest.approx(sum(lags) / len(lags))
+    assert trainer.step_counter.value == 7
+
+
+class _StepOnRelease:
+    """A weights lock that a trainer thread grabs the moment inference lets go of it, and
+    takes one optimizer step under (the race that made --trainer thread's lag one low)."""
+
+    def __init__(self, counter: StepCounter) -> None:
+        self._lock = threading.Lock()
+        self.counter = counter
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+        with self._lock:
+            self.counter.value += 1
+
+
+def test_frames_are_labelled_with_the_step_of_the_weights_that_acted_on_them():
+    head = action_head(pb.SpaceSpec(kind="discrete", n=2))
+    model = build_model(pb.SpaceSpec(kind="box", shape=[4], dtype="float32"), head, "mlp", (8,))
+    builder = TrajectoryBuilder(
+        unroll_length=3, obs_shape=(4,), obs_dtype="float32", action_shape=(),
+        action_dtype="int64", param_size=2, core_state_sizes=(),
+    )  # fmt: skip
+    counter = StepCounter()
+    queue = UnrollQueue(8)
+    engine = InferenceEngine(
+        model, head, torch.device("cpu"), builder, queue, LearnerStats(),
+        _StepOnRelease(counter), counter,  # type: ignore[arg-type]
+    )  # fmt: skip
+    conn = Connection("a", "r", "peer", 1, builder.allocate(1))
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(4):
+            payload = FramePayload(
+                conn, np.zeros(4, np.float32).tobytes(), np.zeros(1, np.float32).tobytes(),
+                np.zeros(1, np.bool_).tobytes(), np.zeros(1, np.bool_).tobytes(),
+            )  # fmt: skip
+            await engine.process([PendingRequest(payload, 1, loop.create_future())])
+
+    asyncio.run(serve())
+    unrolls = queue.get(1, timeout=1)
+    assert unrolls is not None
+    # forward pass i ran under step i; the trainer stepped after each one
+    assert unrolls.acted_step[0].tolist() == [0, 1, 2, 3]
+    assert counter.value == 4
+
+
+# ---------------------------------------------------------------------- Gaussian log-std
+
+
+def _gaussian_trainer(log_std: float) -> Trainer:
+    torch.manual_seed(0)
+    head = action_head(pb.SpaceSpec(kind="box", shape=[1], dtype="float32"))
+    model = build_model(pb.SpaceSpec(kind="box", shape=[3], dtype="float32"), head, "mlp", (8,))
+    assert model.log_std is not None
+    with torch.no_grad():
+        model.log_std.fill_(log_std)
+    config = LearnerConfig(
+        unroll_length=T, batch_size=B, max_queue_unrolls=B, entropy_cost=0.0, learning_rate=0.05
+    )
+    return Trainer(
+        config, model, head, make_optimizer(model, config), torch.device("cpu"),
+        UnrollQueue(B), LearnerStats(), threading.Lock(), StepCounter(),
+    )  # fmt: skip
+
+
+def _gaussian_unrolls(behaviour_log_std: float) -> Unrolls:
+    rng = np.random.default_rng(6)
+    rows = T + 1
+    params = np.zeros((B, rows, 2), np.float32)
+    params[..., 1] = behaviour_log_std
+    return Unrolls(
+        obs=rng.normal(size=(B, rows, 3)).astype(np.float32),
+        first=np.zeros((B, rows), bool),
+        reward=rng.normal(size=(B, rows)).astype(np.float32),
+        terminated=np.zeros((B, rows), bool),
+        truncated=np.zeros((B, rows), bool),
+        action=(rng.normal(size=(B, rows, 1)) * np.exp(behaviour_log_std)).astype(np.float32),
+        policy_params=params,
+        core_state=(),
+        acted_step=np.zeros((B, rows), np.int64),
+    )
+
+
+@pytest.mark.parametrize("beyond", [LOG_STD_MAX + 1.0, LOG_STD_MIN - 1.0])
+def test_a_log_std_beyond_its_bound_still_gets_a_gradient_and_returns(beyond):
+    """With entropy_cost 0 nothing else holds a log-std in: past a bound it must still
+    feel the loss (no clamp with a zero gradient) and be brought back by the step."""
+    trainer = _gaussian_trainer(beyond)
+    unrolls = _gaussian_unrolls(behaviour_log_std=beyond)  # acted with it: rho near 1
+    total, _ = trainer.loss(to_time_major(unrolls, torch.device("cpu")), ())
+    total.backward()
+    log_std = trainer.model.log_std
+    assert log_std is not None and log_std.grad is not None
+    assert float(log_std.grad.abs().sum()) > 0
+    assert trainer.train_step(unrolls) is not None
+    assert LOG_STD_MIN <= float(log_std.detach().min()) <= LOG_STD_MAX
+
+
+# ---------------------------------------------------------------------- learning rate
+
+
+def test_linear_schedule_reaches_zero_at_total_frames():
+    config = LearnerConfig(learning_rate=4e-3, lr_schedule="linear", total_frames=1000)
+    lrs = [scheduled_learning_rate(config, step, frames_per_step=100) for step in (0, 5, 9, 10, 12)]
+    assert lrs == pytest.approx([4e-3, 2e-3, 4e-4, 0.0, 0.0])
+    constant = LearnerConfig(learning_rate=4e-3, total_frames=1000)
+    assert scheduled_learning_rate(constant, 12, frames_per_step=100) == 4e-3
+
+
+def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path):
+    """Three steps, a checkpoint, a fourth step; then resume from the checkpoint and take
+    the fourth step again: the same learning rate and bit-identical weights."""
+    config = LearnerConfig(
+        logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=B,
+        lr_schedule="linear", total_frames=10 * B * T, learning_rate=1e-2,
+    )  # fmt: skip
+    first = build_learner(config)
+    trainer = make_trainer(first)
+    lrs = []
+    for seed in range(3):
+        scalars = trainer.train_step(_unrolls(seed))
+        assert scalars is not None
+        lrs.append(scalars["learning_rate"])
+        assert first.optimizer.param_groups[0]["lr"] == lrs[-1]  # the rate Adam stepped with
+    assert lrs == pytest.approx([1e-2, 9e-3, 8e-3])
+    save_checkpoint(first)
+    assert checkpoint.load(config.checkpoint_path)["lr_schedule"] == {
+        "schedule": "linear", "learning_rate": 1e-2, "total_frames": 10 * B * T,
+    }  # fmt: skip
+    uninterrupted = trainer.train_step(_unrolls(3))
+
+    resumed = make_trainer(build_learner(dataclasses.replace(config, resume=True)))
+    again = resumed.train_step(_unrolls(3))
+    assert uninterrupted is not None and again is not None
+    assert again["learning_rate"] == uninterrupted["learning_rate"] == pytest.approx(7e-3)
+    for a, b in zip(trainer.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b)

@@ -414,13 +414,14 @@ def test_no_core_state_gives_empty_tuple() -> None:
     assert driver.unrolls[slot][0].core_state == ()
 
 
-def test_acted_step_is_the_learner_step_of_row_0() -> None:
+def test_acted_step_is_the_learner_step_of_each_row() -> None:
+    """Every row keeps the step of the weights that acted on it; the overlap row too."""
     builder = make_builder()
     (slot,) = (int(i) for i in builder.allocate(1))
     driver = Driver(builder, {slot: episodes((30, "open"))})
     driver.run([[slot]] * (3 * T + 1))  # learner_step = 100 + tick = 100 + frame index
-    got = [int(u.acted_step[0]) for u in driver.unrolls[slot]]
-    assert got == [100, 100 + T, 100 + 2 * T]
+    got = [u.acted_step[0].tolist() for u in driver.unrolls[slot]]
+    assert got == [[100 + n * T + r for r in range(T + 1)] for n in range(3)]
     assert driver.unrolls[slot][0].acted_step.dtype == np.int64
 
 
@@ -497,7 +498,7 @@ def test_growing_past_initial_capacity_keeps_slot_data() -> None:
             np.testing.assert_array_equal(unroll.obs[0, :, 0], 1000 * s + expected_rows(s, n))
             np.testing.assert_array_equal(unroll.action[0], 1000 * s + expected_rows(s, n))
             np.testing.assert_array_equal(unroll.core_state[0][0], state_of(s, n * T, 1.0))
-            np.testing.assert_array_equal(unroll.acted_step, [100 + n * T])
+            np.testing.assert_array_equal(unroll.acted_step[0], 100 + n * T + np.arange(T + 1))
     # the episode in progress during the growth is reported whole
     assert [(i, r) for i, r, _ in driver.finished[a]] == [(4, 10.0)]
     for s in more:

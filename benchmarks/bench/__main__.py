@@ -52,7 +52,14 @@ from benchmarks.bench.plan import (
     focus_plan,
     parse_sweep,
 )
-from benchmarks.bench.report import machine_info, print_report, summarize, sweep_best_point
+from benchmarks.bench.report import (
+    device_info,
+    machine_info,
+    preset_env,
+    print_report,
+    summarize,
+    sweep_best_point,
+)
 from seedrl.config import PIN_CPUS_MODES, ActorConfig
 
 
@@ -73,6 +80,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         workdir=workdir,
         env_groups=args.env_groups,
         pin_cpus=args.pin_cpus,
+        preset=args.preset,
+        device=args.device,
     )
     started = time.time()
     load_before = os.getloadavg()
@@ -115,7 +124,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         "schema": SCHEMA,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "wall_time_s": time.time() - started,
-        "machine": machine_info(),
+        "machine": {**machine_info(), "device": device_info(args.device)},
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "settings": {
             "env": settings.env,
@@ -129,6 +138,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             "torch_threads": settings.torch_threads,
             "env_groups": settings.env_groups,
             "pin_cpus": settings.pin_cpus,
+            "preset": settings.preset,
+            "device": settings.device,
             "learner_args": list(settings.learner_args),
             "actor_args": list(settings.actor_args),
         },
@@ -146,8 +157,11 @@ def ideal_main(argv: Sequence[str]) -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--warmup-s", type=float, default=1.0)
     parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--preset")
+    parser.add_argument("--device", default="cpu")
     a = parser.parse_args(argv)
-    print(json.dumps(run_ideal(a.env, a.envs, a.seconds, a.warmup_s, a.torch_threads)))
+    result = run_ideal(a.env, a.envs, a.seconds, a.warmup_s, a.torch_threads, a.preset, a.device)
+    print(json.dumps(result))
     return 0
 
 
@@ -194,12 +208,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--learner-args", default="", help="extra learner flags, one string")
     parser.add_argument("--actor-args", default="", help="extra actor flags, one string")
-    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--env", help="default: the preset's env, else CartPole-v1")
+    parser.add_argument(
+        "--preset", help="a learner preset (e.g. atari: ALE/Pong-v5 and its CNN) for every row"
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="the learner's and the ideal's torch device (auto: CUDA when present)",
+    )
     parser.add_argument("--out", default="bench.json")
     parser.add_argument("--verbose", "-v", action="store_true", help="a line per measurement")
     args = parser.parse_args(args_list)
     if args.focus_repeats is None:
         args.focus_repeats = 0 if args.quick else DEFAULT_FOCUS_REPEATS
+    if args.env is None:
+        args.env = preset_env(args.preset) if args.preset else "CartPole-v1"
     if args.repeats < 1 or args.focus_repeats < 0:
         parser.error("--repeats must be >= 1 and --focus-repeats >= 0")
     unknown = set(args.modes) - set(MODES)
@@ -208,6 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = run_bench(args)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print_report(report["points"], report["results"], report["targets"])
+    device = report["machine"]["device"]
+    gpu = f" ({device['gpu']})" if "gpu" in device else ""
+    print(f"env {args.env}, device {device['name']}{gpu}")
     print(f"wrote {args.out} ({report['wall_time_s']:.0f} s)")
     return 0
 

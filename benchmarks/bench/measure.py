@@ -39,24 +39,36 @@ MAX_STRETCH = 4
 # ---------------------------------------------------------------------- ideal worker
 
 
-def run_ideal(env_id: str, num_envs: int, seconds: float, warmup_s: float, threads: int) -> dict:
-    """Step ``num_envs`` envs with the learner's model in this process; frames/s after warm-up."""
+def run_ideal(
+    env_id: str,
+    num_envs: int,
+    seconds: float,
+    warmup_s: float,
+    threads: int,
+    preset: str | None = None,
+    device_name: str = "cpu",
+) -> dict:
+    """Step ``num_envs`` envs with the learner's model in this process; frames/s after warm-up.
+
+    ``preset`` and ``device_name`` build and place the model as the learner's would be."""
     import numpy as np
-    import torch
 
     from learner.allocator import keep_freed_memory
     from seedrl import envs
-    from seedrl.config import LearnerConfig
-    from seedrl.models import action_head, build_model
+    from seedrl.config import LearnerConfig, load_preset
+    from seedrl.models import action_head, build_model, resolve_device, resolve_precision
     from seedrl.policy import inference_policy, set_compute_threads
 
     keep_freed_memory()
     set_compute_threads(threads)
-    cfg = LearnerConfig()
+    cfg = LearnerConfig(**(load_preset(preset) if preset else {}))
     spec = envs.describe_env(env_id)
     head = action_head(spec.action_space)
     model = build_model(spec.observation_space, head, cfg.model, cfg.hidden_sizes, 0)
-    policy = inference_policy(model, head, torch.device("cpu"), cfg.inference_backend, cfg.seed)
+    device = resolve_device(device_name)
+    model = model.to(device)
+    precision = resolve_precision(cfg.precision, device)
+    policy = inference_policy(model, head, device, cfg.inference_backend, cfg.seed, precision)
     vec = envs.make_vector_env(env_id, {}, num_envs)
     obs_dtype = np.dtype(spec.observation_space.dtype)
     obs_KO, _ = vec.reset(seed=0)
@@ -99,6 +111,8 @@ class Settings:
     workdir: Path
     env_groups: int = 1
     pin_cpus: str = ActorConfig.pin_cpus
+    preset: str | None = None
+    device: str = "auto"
 
 
 def server_command(
@@ -116,7 +130,8 @@ def server_command(
         sys.executable, "-m", "learner", "--env", s.env, "--bind", address_bind,
         "--port", str(port), "--logdir", str(logdir), "--log-interval-s", "0.5",
         "--progress", "off", "--no-tensorboard", "--checkpoint-interval-s", "1e9",
-        "--torch-threads", str(s.torch_threads),
+        "--torch-threads", str(s.torch_threads), "--device", s.device,
+        *(["--preset", s.preset] if s.preset else []),
         *(["--no-train"] if mode == "inference" else []),
         *(["--batch-size", str(batch)] if batch else []), *tcp_only, *s.learner_args,
     ]  # fmt: skip
@@ -234,7 +249,8 @@ def measure_ideal(num_envs: int, s: Settings) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "benchmarks.bench", "ideal", "--env", s.env, "--envs", str(num_envs),
         "--seconds", str(s.measure_s), "--warmup-s", str(min(s.warmup_s, 1.0)),
-        "--torch-threads", str(s.torch_threads),
+        "--torch-threads", str(s.torch_threads), "--device", s.device,
+        *(["--preset", s.preset] if s.preset else []),
     ]  # fmt: skip
     timeout = 60 + 2 * (s.warmup_s + s.measure_s)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)

@@ -204,6 +204,27 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def device_info(name: str) -> dict[str, Any]:
+    """The torch device the learner and the ideal run on, with the GPU's name if any."""
+    import torch
+
+    from seedrl.models import resolve_device
+
+    device = resolve_device(name)
+    info: dict[str, Any] = {"name": str(device)}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def preset_env(preset: str) -> str:
+    """The env a learner preset trains on."""
+    from seedrl.config import LearnerConfig, load_preset
+
+    return str(load_preset(preset).get("env", LearnerConfig.env))
+
+
 def _format_extra(extra: dict[str, float] | None) -> str:
     if not extra:
         return "-"

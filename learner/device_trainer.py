@@ -1,0 +1,202 @@
+"""The device-resident trainer: training and inference share one device in one process.
+
+On an accelerator the forward pass for a batch of actors is cheap, and what costs is
+moving data: the process trainer would copy its weights device -> shared host memory
+after every step and inference would copy them back. Here the trainer is a thread of
+the learner process and trains ``model`` on its own CUDA stream, while inference runs a
+second copy of the weights (``inference_model``) on the event loop's stream. After a
+step the trainer only marks the step done (a CUDA event); before its next forward pass
+inference copies the new weights into its own with one device-to-device copy on its
+stream, ordered after that event, and the trainer's next optimizer step waits for that
+copy to have read them. Neither thread waits for the other's kernels on the host.
+
+Batches of unrolls are staged in page-locked host buffers (two, used in turn) and sent
+with one asynchronous copy per field per batch.
+
+On the CPU there are no streams: the same code runs with plain copies under the weights
+lock, so tests cover its logic on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+from typing import Any
+
+import torch
+
+from learner import checkpoint
+from learner.inference import StepCounter
+from learner.stats import LearnerStats
+from learner.trainer import Trainer
+from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
+from seedrl.config import LearnerConfig
+from seedrl.models import ActionHead, ActorCritic
+
+STAGING_BUFFERS = 2
+"""Pinned batches in turn: one is filled while the other's copy to the device runs."""
+
+
+def copy_for_inference(model: ActorCritic) -> ActorCritic:
+    """A second model on the same device with the same weights (inference's own copy)."""
+    twin = copy.deepcopy(model)
+    twin.requires_grad_(False)
+    return twin
+
+
+class _StagedBatch:
+    """A batch of unrolls in host memory the device can read directly (pinned on CUDA)."""
+
+    def __init__(self, empty: Unrolls, pinned: bool) -> None:
+        def host(array: Any) -> torch.Tensor:
+            return torch.empty(array.shape, dtype=torch.from_numpy(array).dtype, pin_memory=pinned)
+
+        self.tensors = {
+            "obs": host(empty.obs),
+            "first": host(empty.first),
+            "reward": host(empty.reward),
+            "terminated": host(empty.terminated),
+            "truncated": host(empty.truncated),
+            "action": host(empty.action),
+            "behaviour_params": host(empty.policy_params),
+        }
+        self.core_state = tuple(host(s) for s in empty.core_state)
+        self.copied: torch.cuda.Event | None = None
+
+    def fill(self, unrolls: Unrolls) -> None:
+        if self.copied is not None:
+            self.copied.synchronize()  # its last copy to the device has read it
+        fields = {
+            "obs": unrolls.obs,
+            "first": unrolls.first,
+            "reward": unrolls.reward,
+            "terminated": unrolls.terminated,
+            "truncated": unrolls.truncated,
+            "action": unrolls.action,
+            "behaviour_params": unrolls.policy_params,
+        }
+        for name, array in fields.items():
+            self.tensors[name].numpy()[...] = array
+        for dst, src in zip(self.core_state, unrolls.core_state, strict=True):
+            dst.numpy()[...] = src
+
+    def to_device(
+        self, device: torch.device, stream: torch.cuda.Stream | None
+    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+        """Time-major device tensors ``[T+1, B, ...]`` (asynchronous from pinned memory)."""
+        batch = {
+            name: t.to(device, non_blocking=True).transpose(0, 1)
+            for name, t in self.tensors.items()
+        }
+        core = tuple(s.to(device, non_blocking=True) for s in self.core_state)
+        if stream is not None:
+            self.copied = torch.cuda.Event()
+            self.copied.record(stream)
+        return batch, core
+
+
+class DeviceTrainer(Trainer):
+    """The V-trace trainer as a thread on its own stream, handing weights to inference.
+
+    ``model`` is the trained model (fp32 master weights, the checkpoint's); inference
+    runs ``inference_model``, which ``refresh_weights`` (called by inference before
+    each forward pass) brings up to the newest finished step. ``inference_step`` is the
+    step inference's weights are at; ``step_counter`` the trainer's own.
+    """
+
+    def __init__(
+        self,
+        config: LearnerConfig,
+        model: ActorCritic,
+        head: ActionHead,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        queue: UnrollQueue,
+        stats: LearnerStats,
+        weights_lock: threading.Lock,
+        inference_step: StepCounter,
+        inference_model: ActorCritic,
+        builder: TrajectoryBuilder,
+    ) -> None:
+        super().__init__(
+            config, model, head, optimizer, device, queue, stats,
+            threading.Lock(), StepCounter(inference_step.value),
+        )  # fmt: skip
+        # ``self.weights_lock`` (the base class's) now orders only this trainer's own
+        # update against checkpoints; ``handoff_lock`` orders it against inference's copy.
+        self.handoff_lock = weights_lock
+        self.inference_model = inference_model
+        self.inference_step = inference_step
+        cuda = device.type == "cuda"
+        self.stream: torch.cuda.Stream | None = torch.cuda.Stream(device) if cuda else None
+        self._stepped = torch.cuda.Event() if cuda else None
+        self._read = torch.cuda.Event() if cuda else None
+        self._published = inference_step.value
+        self._staging = [
+            _StagedBatch(builder.empty_unrolls(config.batch_size), pinned=cuda)
+            for _ in range(STAGING_BUFFERS)
+        ]
+        self._next_staging = 0
+        self._trained = list(model.state_dict().values())
+        self._inferred = list(inference_model.state_dict().values())
+        if self.stream is not None:
+            # The weights, gradient buffer and inference copy were made on the current
+            # stream; the trainer's stream starts after that work.
+            self.stream.wait_stream(torch.cuda.current_stream(device))
+
+    # ------------------------------------------------------------------ the trainer side
+
+    def train_step(self, unrolls: Unrolls) -> dict[str, float] | None:
+        staged = self._staging[self._next_staging]
+        self._next_staging = (self._next_staging + 1) % len(self._staging)
+        staged.fill(unrolls)
+        step = self.step_counter.value  # the weights this gradient is computed with
+        with self._on_stream():
+            batch, core_state = staged.to_device(self.device, self.stream)
+            return self.step_on(batch, core_state, unrolls, step)
+
+    def apply_update(self) -> None:
+        with self.handoff_lock:
+            if self.stream is not None and self._read is not None:
+                self.stream.wait_event(self._read)  # inference's copy has read the last step
+            with self.weights_lock:
+                self.optimizer.step()
+                self.model.bound_log_std_()
+                self.step_counter.value += 1
+            if self._stepped is not None:
+                self._stepped.record(self.stream)
+            self._published = self.step_counter.value
+
+    def _on_stream(self) -> contextlib.AbstractContextManager[Any]:
+        if self.stream is None:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self.stream)
+
+    def training_state(self) -> checkpoint.TrainingState:
+        with self.weights_lock:
+            if self.stream is not None:
+                self.stream.synchronize()  # the last issued step has landed in the weights
+            steps = self.step_counter.value
+            return checkpoint.capture(
+                self.model, self.optimizer, contextlib.nullcontext(), lambda: steps
+            )
+
+    # ------------------------------------------------------------------ the inference side
+
+    def refresh_weights(self) -> None:
+        """Copy the newest finished step into the inference weights (device to device)."""
+        if self._published == self.inference_step.value:
+            return
+        with self.handoff_lock, torch.no_grad():
+            step = self._published
+            if self._stepped is not None:
+                torch.cuda.current_stream(self.device).wait_event(self._stepped)
+            torch._foreach_copy_(self._inferred, self._trained)
+            if self._read is not None:
+                self._read.record(torch.cuda.current_stream(self.device))
+        self.inference_step.value = step
+
+    def stop(self, timeout: float = 10.0) -> None:
+        super().stop(timeout)
+        self.refresh_weights()  # the learner ends holding the last step's weights and count

@@ -1,0 +1,116 @@
+"""Configuration ranges: a bad value stops the command with one line naming the flag.
+
+Checked at parse time (the dataclasses' ``__post_init__``), so nothing has started: no
+log directory, no socket, no trainer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+
+import pytest
+
+from learner.__main__ import main as learner_main
+from seedrl.config import ActorConfig, LearnerConfig, parse_config
+
+LEARNER_CASES = {
+    # family: counts and sizes that must be >= 1
+    "count": ("--unroll-length", "0", "--unroll-length must be >= 1"),
+    "layer widths": ("--hidden-sizes", "64,0", "--hidden-sizes must be >= 1"),
+    # ports
+    "port": ("--port", "70000", "--port must be in [0, 65535]"),
+    # non-negative amounts (costs, limits, seeds)
+    "cost": ("--entropy-cost", "-0.1", "--entropy-cost must be >= 0"),
+    "limit": ("--total-frames", "-5", "--total-frames must be >= 0"),
+    "seed": ("--seed", "-1", "--seed must be >= 0"),
+    # strictly positive scales and thresholds
+    "reward clip": ("--reward-clip", "-1", "--reward-clip must be > 0"),
+    "zero reward clip": ("--reward-clip", "0", "--reward-clip must be > 0"),
+    "learning rate": ("--learning-rate", "0", "--learning-rate must be > 0"),
+    "rho-bar": ("--clip-rho-threshold", "-1", "--clip-rho-threshold must be > 0"),
+    "interval": ("--log-interval-s", "0", "--log-interval-s must be > 0"),
+    "nan": ("--max-grad-norm", "nan", "--max-grad-norm must be > 0"),
+    # probabilities and factors in [0, 1]
+    "lambda": ("--lambda", "1.5", "--lambda must be in [0, 1]"),
+    "discount": ("--discount", "-0.1", "--discount must be in [0, 1]"),
+    "quorum": ("--inference-quorum", "0", "--inference-quorum must be in (0, 1]"),
+    # choices and dependent fields
+    "choice": ("--lr-schedule", "cosine", "--lr-schedule must be constant or linear"),
+    "dependent": ("--lr-schedule", "linear", "--lr-schedule linear needs --total-frames"),
+    "pair": ("--max-queue-unrolls", "8", "--max-queue-unrolls (8) must be >= --batch-size"),
+}
+ACTOR_CASES = {
+    "count": ("--num-actors", "0", "--num-actors must be >= 1"),
+    "non-negative": ("--max-frames", "-1", "--max-frames must be >= 0"),
+    "seed": ("--seed", "-3", "--seed must be >= 0"),
+    "index": ("--first-index", "-2", "--first-index must be >= -1"),
+    "range": ("--nice", "20", "--nice must be in [0, 19]"),
+    "positive": ("--max-backoff-s", "0", "--max-backoff-s must be > 0"),
+    "divisor": ("--env-groups", "3", "--env-groups must be >= 1 and divide"),
+    "choice": ("--pin-cpus", "maybe", "--pin-cpus must be auto, on or off"),
+}
+
+
+def _one_line_exit_2(cls: type, argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        parse_config(cls, argv, "prog", "test")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("case", LEARNER_CASES.values(), ids=list(LEARNER_CASES))
+def test_a_bad_learner_value_is_one_line_naming_the_flag(case, capsys):
+    flag, value, message = case
+    argv = [flag, value, "--batch-size", "16"] if flag == "--max-queue-unrolls" else [flag, value]
+    assert message in _one_line_exit_2(LearnerConfig, argv, capsys)
+
+
+@pytest.mark.parametrize("case", ACTOR_CASES.values(), ids=list(ACTOR_CASES))
+def test_a_bad_actor_value_is_one_line_naming_the_flag(case, capsys):
+    flag, value, message = case
+    argv = [flag, value, "--envs-per-actor", "4"] if flag == "--env-groups" else [flag, value]
+    assert message in _one_line_exit_2(ActorConfig, argv, capsys)
+
+
+def test_a_bad_value_stops_the_learner_before_anything_starts(tmp_path, capsys, monkeypatch):
+    def serve(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the learner started serving")
+
+    monkeypatch.setattr("learner.run.serve", serve)
+    logdir = tmp_path / "run"
+    with pytest.raises(SystemExit) as exc:
+        learner_main(["--reward-clip", "-1", "--logdir", str(logdir), "--port", "0"])
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "python -m learner: error: --reward-clip must be > 0, got -1.0"
+    ]
+    assert not logdir.exists()
+
+
+UNBOUNDED = {"target_return"}
+"""Numeric fields where any value means something."""
+
+
+@pytest.mark.parametrize("cls", [LearnerConfig, ActorConfig])
+def test_every_numeric_field_has_a_range(cls):
+    """A field added later without a check fails here: each numeric field refuses a huge
+    negative value (and floats NaN), unless it is listed as unbounded."""
+    hints = typing.get_type_hints(cls)
+    checked = 0
+    for field in dataclasses.fields(cls):
+        tp = hints[field.name]
+        inner = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
+        if field.name in UNBOUNDED or inner[0] not in (int, float):
+            continue
+        bad_values: list[float] = [-(10**9)] + ([math.nan] if inner[0] is float else [])
+        for bad in bad_values:
+            with pytest.raises(ValueError, match="--" + field.name.rstrip("_").replace("_", "-")):
+                cls(**{field.name: bad})
+        checked += 1
+    assert checked >= (25 if cls is LearnerConfig else 8)
