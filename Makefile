@@ -105,6 +105,16 @@ BENCH_JSON ?= bench.json
 bench-table: $(STAMP)
 	$(PY) benchmarks/results_table.py $(BENCH_JSON) --update docs/performance.md
 
+## The GPU check's JSONs (benchmarks/results/*-$(GPU_TAG)-*) as the GPU block of docs/performance.md
+GPU_TAG ?= h200
+GPU_RESULTS ?= benchmarks/results
+.PHONY: gpu-table
+gpu-table: $(STAMP)
+	$(PY) -m benchmarks.gpu_table $(GPU_RESULTS)/gpu-check-$(GPU_TAG)-summary.json \
+		--timings $(GPU_RESULTS)/gpu-check-$(GPU_TAG)-timings.jsonl \
+		--bench $(GPU_RESULTS)/bench-$(GPU_TAG)-atari.json $(GPU_RESULTS)/bench-$(GPU_TAG)-cartpole.json \
+		--update docs/performance.md
+
 ## Regenerate docs/configuration.md from the config dataclasses (a test fails while it is stale).
 .PHONY: docs
 docs: $(STAMP)
