@@ -67,7 +67,8 @@ def test_auto_picks_the_device_trainer_on_cuda_and_the_process_on_cpu(tmp_path):
     assert trainer_mode(explicit, torch.device("cpu"), ranked=False) == "device"
     with pytest.raises(ValueError, match="torchrun ranks train in a thread"):
         trainer_mode(explicit, torch.device("cpu"), ranked=True)
-    on_cpu = _learner(tmp_path, trainer="auto", device="cpu")  # auto picks by device, even on a GPU host
+    # auto picks by the learner's device, even on a GPU host
+    on_cpu = _learner(tmp_path, trainer="auto", device="cpu")
     assert isinstance(choose_trainer(on_cpu, None), TrainerProcess)
 
 
