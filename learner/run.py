@@ -39,7 +39,7 @@ from learner.trainer import Trainer, apply_optimizer_settings, make_optimizer
 from learner.trainer_process import TrainerProcess
 from learner.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl import codec, envs
-from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
+from seedrl.config import LearnerConfig, check_bind_protected, resolve_auth_token, to_json_dict
 from seedrl.metrics import MetricsWriter, RunResult
 from seedrl.models import (
     ActionHead,
@@ -307,10 +307,13 @@ async def serve(
 ) -> RunResult:
     """Run a learner until it stops; ``ready`` receives the bound port once serving.
 
+    Raises UnprotectedBindError before binding an open non-loopback address.
+
     With ``rank`` (learner.distributed) this process is one of several data-parallel ranks.
     Unless ``--no-local-socket``, TLS or a unix ``--bind``, it also listens on a unix
     socket that same-host actors switch to; the socket's directory goes with the learner.
     """
+    check_bind_protected(config, resolve_auth_token(config.auth_token))
     with offered_local_socket(config.local_socket and not config.tls_cert, config.bind) as local:
         return await _serve(config, ready, rank_addresses, rank, local)
 

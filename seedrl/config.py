@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import ipaddress
 import itertools
 import json
 import os
@@ -204,6 +205,9 @@ class LearnerConfig:
     """PEM server private key."""
     tls_client_ca: str | None = None
     """PEM CA that client certificates must chain to (mutual TLS); optional."""
+    insecure: bool = False
+    """Serve a non-loopback --bind with neither a token nor client certificates: anyone who
+    reaches the port can take actor places and read the env spec (trusted networks only)."""
 
     # stopping, checkpoints, logging
     total_frames: int = 0
@@ -261,6 +265,8 @@ class LearnerConfig:
             raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (it is a TLS option)")
         if self.max_queue_unrolls < self.batch_size:
             raise ValueError(
                 f"--max-queue-unrolls ({self.max_queue_unrolls}) must be >= --batch-size "
@@ -422,6 +428,43 @@ def resolve_auth_token(token: str | None) -> str | None:
     if token:
         return token
     return os.environ.get(AUTH_TOKEN_ENV) or None
+
+
+class UnprotectedBindError(ValueError):
+    """A learner would listen beyond this host with nothing to tell actors from strangers."""
+
+
+def is_loopback_bind(bind: str) -> bool:
+    """Whether ``--bind`` is reachable from this host only (loopback or a unix socket).
+
+    A host name other than localhost counts as reachable from outside: what it resolves
+    to can change, so only literal loopback addresses are trusted.
+    """
+    if bind.startswith("unix:"):
+        return True
+    host = bind.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind_protected(config: LearnerConfig, token: str | None) -> None:
+    """Refuse to serve the network unprotected, like Redis' protected mode.
+
+    Raises UnprotectedBindError (one line saying how to fix it) when ``--bind`` is not
+    loopback and there is neither a token nor TLS client certificates, unless --insecure.
+    """
+    mutual_tls = config.tls_cert is not None and config.tls_client_ca is not None
+    if config.insecure or token or mutual_tls or is_loopback_bind(config.bind):
+        return
+    raise UnprotectedBindError(
+        f"--bind {config.bind} would let anyone who reaches the port join unauthenticated: "
+        f"set --auth-token or ${AUTH_TOKEN_ENV} (actors need the same), or --tls-client-ca "
+        "with --tls-cert/--tls-key, or pass --insecure on a network you trust"
+    )
 
 
 # ------------------------------------------------------------------ CLI from dataclasses
