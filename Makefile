@@ -19,8 +19,9 @@ PYTEST_ARGS ?=
 # Extra env families / tools to install besides learner+dev: `make install EXTRAS=atari,minatar`
 EXTRAS ?=
 
-.PHONY: install proto proto-check learner actors demo evaluate test test-slow lint bench bench-quick \
-        plot tensorboard cluster cluster-down k8s-secret clean
+.PHONY: install proto proto-check learner actors demo evaluate test test-slow test-cluster lint \
+        bench bench-quick plot tensorboard wheelhouse base-image cluster cluster-down cluster-logs \
+        k8s-secret clean
 
 install: $(STAMP)
 
@@ -72,6 +73,10 @@ test: lint
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
+## Build the images offline and run a compose cluster (needs Docker, or root to start one).
+test-cluster: $(STAMP)
+	$(PY) -m pytest -q -m cluster -rs $(PYTEST_ARGS)
+
 bench: $(STAMP)
 	$(PY) -m learner bench $(ARGS)
 
@@ -84,12 +89,36 @@ plot: $(STAMP)
 tensorboard: $(STAMP)
 	$(VENV)/bin/tensorboard --logdir $(LOGDIR) --bind_all
 
-## Learner + N actor containers: `make cluster N=64` (needs Docker with the compose plugin).
-cluster: deploy/seedrl.env
-	docker compose -f deploy/docker-compose.yml up --build --scale actor=$(N)
+## Wheels for offline image builds (for the Python that runs this: 3.11 = bookworm's).
+WHEELHOUSE ?= deploy/wheelhouse
+wheelhouse: $(STAMP)
+	$(PY) -m pip wheel --quiet --wheel-dir $(WHEELHOUSE) '.[learner]' 'setuptools>=77'
+	rm -f $(WHEELHOUSE)/seedrl-*.whl
 
+## A python3 base image from Debian packages, for hosts without an image registry (root).
+BASE_TAG ?= seedrl-base:bookworm
+base-image:
+	deploy/base-image.sh $(BASE_TAG)
+
+## Learner + N actor containers: `make cluster N=64` (the compose plugin or docker-compose).
+## Offline: `make wheelhouse base-image` first, then SEEDRL_BASE_IMAGE=seedrl-base:bookworm.
+COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker compose; \
+	elif command -v docker-compose >/dev/null; then echo docker-compose; fi)
+CLUSTER ?= seedrl
+COMPOSE_ARGS = -p $(CLUSTER) -f deploy/docker-compose.yml
+
+cluster: deploy/seedrl.env
+	@test -n "$(COMPOSE)" || { echo "make cluster needs 'docker compose' or docker-compose" >&2; exit 2; }
+	$(COMPOSE) $(COMPOSE_ARGS) up --detach --build --scale actor=$(N)
+	@echo "follow: make cluster-logs; stop and remove everything: make cluster-down"
+
+cluster-logs:
+	$(COMPOSE) $(COMPOSE_ARGS) logs --follow --tail 20 learner
+
+## Removes the containers, the network and the runs volume (copy runs out first if needed).
 cluster-down:
-	docker compose -f deploy/docker-compose.yml down
+	@test -n "$(COMPOSE)" || { echo "make cluster-down needs 'docker compose' or docker-compose" >&2; exit 2; }
+	$(COMPOSE) $(COMPOSE_ARGS) down --volumes --remove-orphans
 
 ## The token Secret for `kubectl apply -k deploy/k8s`.
 k8s-secret: deploy/k8s/seedrl.env

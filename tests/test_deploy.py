@@ -91,21 +91,49 @@ def test_dockerfile_entrypoint_and_flags_are_real(role):
         assert config.bind == "0.0.0.0", "a learner in a container must listen on all interfaces"
         assert config.port == LearnerConfig().port
         assert f"EXPOSE {config.port}" in path.read_text()
+    defaults = dockerfile_arg_defaults(path)
     for kind, args in dockerfile_instructions(path):
-        if kind == "COPY":
+        if kind == "COPY" and not args.startswith("--from="):
             for source in args.split()[:-1]:
+                source = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], source)
                 if "*" not in source:
                     assert (ROOT / source).exists(), f"{path.name} copies missing {source}"
+
+
+def dockerfile_arg_defaults(path: Path) -> dict[str, str]:
+    """ARG NAME=default values (a build without --build-arg uses these)."""
+    pairs = [a.partition("=") for k, a in dockerfile_instructions(path) if k == "ARG"]
+    return {name: default for name, _, default in pairs}
 
 
 def test_actor_image_has_no_torch_and_learner_image_does():
     actor = DOCKERFILES["actor"].read_text()
     install = [a for k, a in dockerfile_instructions(DOCKERFILES["actor"]) if k == "RUN"]
-    assert any("pip install ." in a for a in install)
+    assert any(re.search(r"pip install \S* ?\.( |$)", a) for a in install), install
     assert "[learner]" not in actor and "COPY learner" not in actor
     assert "'torch' not in sys.modules" in actor, "the build should prove torch is absent"
     learner = DOCKERFILES["learner"].read_text()
     assert '".[learner]"' in learner and "TORCH_INDEX_URL" in learner
+
+
+@pytest.mark.parametrize("role", ["learner", "actor"])
+def test_images_install_offline_from_a_wheelhouse_and_leave_it_behind(role):
+    """Wheels in WHEELHOUSE mean --no-index; only the built venv reaches the final stage."""
+    path = DOCKERFILES[role]
+    steps = dockerfile_instructions(path)
+    stages = [i for i, (k, _) in enumerate(steps) if k == "FROM"]
+    assert len(stages) == 2, "a build stage and a runtime stage"
+    build, final = steps[stages[0] : stages[1]], steps[stages[1] :]
+    assert dockerfile_arg_defaults(path)["WHEELHOUSE"] == "deploy/wheelhouse"
+    assert (DEPLOY / "wheelhouse" / "README.md").exists(), "the default wheelhouse must exist"
+    assert any(k == "COPY" and a.startswith("${WHEELHOUSE}/ ") for k, a in build)
+    (install,) = [a for k, a in build if k == "RUN" and "pip install" in a]
+    assert "--no-index --find-links /wheelhouse" in install
+    assert "pip uninstall --yes pip" in install, "the installer stays in the build stage"
+    assert [a for k, a in final if k == "COPY"] == ["--from=build /opt/venv /opt/venv"]
+    assert all(a.split()[0] != "build" for k, a in final if k == "FROM")
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "!deploy/wheelhouse" in ignored, "the wheelhouse must reach the build context"
 
 
 def test_learner_image_healthcheck_uses_grpc_health():
@@ -142,7 +170,10 @@ def test_compose_learner_port_token_volume_and_health(compose):
     assert config.bind == "0.0.0.0"
     published = [interpolate(p) for p in learner["ports"]]
     assert any(p.endswith(f":{config.port}") for p in published), published
-    assert any(v.split(":")[1] == str(Path(config.logdir).parent) for v in learner["volumes"])
+    # HOST:HOSTPORT:PORT on loopback: the learner is not published beyond this host by default.
+    assert all(p.split(":")[0] == "127.0.0.1" for p in published), published
+    volumes = [interpolate(v) for v in learner["volumes"]]
+    assert any(v.split(":")[1] == str(Path(config.logdir).parent) for v in volumes)
     test = learner["healthcheck"]["test"]
     assert test[0] == "CMD" and test[1:5] == ["python", "-m", "learner", "healthcheck"]
     args = healthcheck_parser().parse_args(test[5:])
