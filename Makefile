@@ -20,8 +20,8 @@ PYTEST_ARGS ?=
 EXTRAS ?=
 
 .PHONY: install proto proto-check learner actors demo evaluate test test-slow test-cluster lint \
-        bench bench-quick plot tensorboard wheelhouse base-image cluster cluster-down cluster-logs \
-        k8s-secret clean
+        bench bench-quick plot tensorboard wheelhouse base-image images cluster cluster-down \
+        cluster-logs k8s-secret clean
 
 install: $(STAMP)
 
@@ -100,6 +100,21 @@ BASE_TAG ?= seedrl-base:bookworm
 base-image:
 	deploy/base-image.sh $(BASE_TAG)
 
+## Both images with the docker CLI (what `make cluster` runs): `make images BUILD_FLAGS=--network\ none`
+## builds offline from a wheelhouse. SEEDRL_TAG, SEEDRL_BASE_IMAGE, SEEDRL_WHEELHOUSE and
+## TORCH_INDEX_URL (environment or make variables) are the ones the compose file reads.
+SEEDRL_TAG ?= latest
+SEEDRL_BASE_IMAGE ?= python:3.12-slim
+SEEDRL_WHEELHOUSE ?= deploy/wheelhouse
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+BUILD_FLAGS ?=
+IMAGE_ARGS = $(BUILD_FLAGS) --build-arg BASE_IMAGE=$(SEEDRL_BASE_IMAGE) \
+	--build-arg WHEELHOUSE=$(SEEDRL_WHEELHOUSE)
+images:
+	docker build $(IMAGE_ARGS) --build-arg TORCH_INDEX_URL=$(TORCH_INDEX_URL) \
+		-f deploy/Dockerfile.learner -t seedrl-learner:$(SEEDRL_TAG) .
+	docker build $(IMAGE_ARGS) -f deploy/Dockerfile.actor -t seedrl-actor:$(SEEDRL_TAG) .
+
 ## Learner + N actor containers: `make cluster N=64` (the compose plugin or docker-compose).
 ## Offline: `make wheelhouse base-image` first, then SEEDRL_BASE_IMAGE=seedrl-base:bookworm.
 COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker compose; \
@@ -107,9 +122,9 @@ COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker c
 CLUSTER ?= seedrl
 COMPOSE_ARGS = -p $(CLUSTER) -f deploy/docker-compose.yml
 
-cluster: deploy/seedrl.env
+cluster: deploy/seedrl.env images
 	@test -n "$(COMPOSE)" || { echo "make cluster needs 'docker compose' or docker-compose" >&2; exit 2; }
-	$(COMPOSE) $(COMPOSE_ARGS) up --detach --build --scale actor=$(N)
+	SEEDRL_TAG=$(SEEDRL_TAG) $(COMPOSE) $(COMPOSE_ARGS) up --detach --no-build --scale actor=$(N)
 	@echo "follow: make cluster-logs; stop and remove everything: make cluster-down"
 
 cluster-logs:
