@@ -27,8 +27,6 @@ TRAIN_DESCRIPTION = (
 
 
 def train_main(argv: Sequence[str]) -> int:
-    from learner.checkpoint import CheckpointError
-    from learner.run import serve
     from seedrl.config import (
         LearnerConfig,
         UnprotectedBindError,
@@ -36,7 +34,6 @@ def train_main(argv: Sequence[str]) -> int:
         parse_config,
         resolve_auth_token,
     )
-    from seedrl.transport import run_event_loop
 
     config = parse_config(LearnerConfig, argv, "python -m learner", TRAIN_DESCRIPTION, True)
     try:
@@ -45,6 +42,11 @@ def train_main(argv: Sequence[str]) -> int:
     except UnprotectedBindError as exc:
         print(f"python -m learner: error: {exc}", file=sys.stderr)
         return 2
+
+    from learner.checkpoint import CheckpointError
+    from learner.run import serve
+    from seedrl.transport import run_event_loop
+
     try:
         if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # started by torchrun
             from learner.distributed import run_rank
