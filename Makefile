@@ -75,7 +75,7 @@ test-slow: $(STAMP)
 
 ## Build the images offline and run a compose cluster (needs Docker, or root to start one).
 test-cluster: $(STAMP)
-	$(PY) -m pytest -q -m cluster -rs $(PYTEST_ARGS)
+	$(PY) -m pytest -q -s -m cluster -rs $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m learner bench $(ARGS)
