@@ -87,7 +87,8 @@ class LearnerConfig:
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments for the env constructor, as a JSON object."""
     bind: str = "127.0.0.1"
-    """Address to listen on; 0.0.0.0 (or [::]) to accept actors from other hosts."""
+    """Address to listen on; 0.0.0.0 (or [::]) to accept actors from other hosts, which
+    needs --auth-token (or $SEEDRL_AUTH_TOKEN), TLS client certificates or --insecure."""
     port: int = 8686
     """gRPC port (0 picks a free one and prints it); under torchrun, rank r serves port + r."""
     advertise_host: str = ""
