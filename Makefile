@@ -20,8 +20,8 @@ PYTEST_ARGS ?=
 EXTRAS ?=
 
 .PHONY: install proto proto-check learner actors demo evaluate test test-slow test-cluster lint \
-        bench bench-quick plot tensorboard wheelhouse base-image images cluster cluster-down \
-        cluster-logs k8s-secret clean
+        bench bench-quick bench-learning bench-learning-table plot tensorboard wheelhouse \
+        base-image images cluster cluster-down cluster-logs k8s-secret clean
 
 install: $(STAMP)
 
@@ -82,6 +82,23 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(PY) -m learner bench --quick $(ARGS)
+
+## Learning benchmark: `make bench-learning SUITE=classic|minatar|atari [FRAMES=N] [SEEDS=2]
+## [ENVS=Breakout,Pong]`: every env x seed trained to FRAMES (0: the suite's budget), then
+## docs/learning.md's table for the suite. Interrupted, it resumes from the finished runs.
+SUITE ?= classic
+FRAMES ?= 0
+SEEDS ?= 2
+ENVS ?=
+BENCH_OUT ?= runs/bench-learning/$(SUITE)
+bench-learning: $(STAMP)
+	$(PY) -m benchmarks.learning run --suite $(SUITE) --frames $(FRAMES) --seeds $(SEEDS) \
+		--envs '$(ENVS)' --out $(BENCH_OUT) $(ARGS)
+	$(MAKE) --no-print-directory bench-learning-table SUITE=$(SUITE) BENCH_OUT=$(BENCH_OUT)
+
+## The suite's summary, curves and table in docs/learning.md, from its run directories.
+bench-learning-table: $(STAMP)
+	$(PY) -m benchmarks.learning table --out $(BENCH_OUT) --doc docs/learning.md
 
 plot: $(STAMP)
 	$(PY) -m learner plot $(LOGDIR)
