@@ -156,6 +156,10 @@ class LearnerConfig:
     """Normalize observations by the running mean and variance of every frame the learner
     serves (kept on the learner, saved in checkpoints, applied by evaluate); each unroll
     keeps the normalized frames it was acted on, so training sees what inference saw."""
+    normalize_returns: bool = False
+    """Divide training rewards (after scale and clip) by a running std of the discounted
+    return, clipped to [-10, 10], as PPO's VecNormalize does: for an env whose reward
+    scale is unknown. Off by default: the CartPole defaults were tuned on raw rewards."""
     train: bool = True
     """Train the policy (off: inference only, for benchmarks)."""
     trainer: str = "auto"
