@@ -240,9 +240,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.overrides = parse_overrides(args.overrides)
         except ValueError as exc:
             parser.error(f"--set: {exc}")
-    for name in ("frames", "seeds", "eval_episodes", "num_actors", "envs_per_actor"):
-        if getattr(args, name, 0) < 0 or (name == "seeds" and args.seeds < 1):
-            parser.error(f"--{name.replace('_', '-')} must be >= {1 if name == 'seeds' else 0}")
+        if args.seeds < 1:
+            parser.error("--seeds must be >= 1")
+        for name in ("frames", "eval_episodes", "num_actors", "envs_per_actor"):
+            if getattr(args, name) < 0:
+                parser.error(f"--{name.replace('_', '-')} must be >= 0")
     return cmd_run(args) if args.command == "run" else cmd_table(args)
 
 
