@@ -67,7 +67,7 @@ def evaluation_env(policy: Policy, render_mode: str | None = None) -> Any:
     """The training env, but scored the way Atari results are published: an episode is a
     full game (all lives), whatever ``episodic_life`` the policy was trained with; sticky
     actions and the 108 k-frame cap stay as configured."""
-    kwargs = policy.env_kwargs
+    kwargs = dict(policy.env_kwargs)
     if policy.env_id.startswith(envs.ATARI_PREFIX):
         kwargs["episodic_life"] = False
     return envs.make_env(policy.env_id, kwargs, render_mode=render_mode)

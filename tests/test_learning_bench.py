@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support import ROOT
 
@@ -18,6 +19,7 @@ from benchmarks.learning import report
 from benchmarks.learning.__main__ import parse_overrides
 from benchmarks.learning.runner import RUN_FILE, finished_run
 from benchmarks.learning.suites import SUITES
+from seedrl import envs
 
 
 def write_metrics(logdir: Path, records: list[dict]) -> None:
@@ -127,3 +129,39 @@ def test_minatar_breakout_learns_well_above_a_random_policy(tmp_path):
     text = doc.read_text()
     assert "| MinAtar/Breakout-v1 | 1 |" in text and "Young & Tian 2019" in text
     assert (doc.parent / "learning" / "MinAtar-Breakout-v1.png").exists()
+
+
+class FirePolicy:
+    """Stands in for a trained Policy: presses FIRE then moves at random, seeded."""
+
+    def __init__(self, env_id: str, env_kwargs: dict) -> None:
+        self.env_id, self.env_kwargs, self.greedy = env_id, env_kwargs, False
+        self._rng = np.random.default_rng(0)
+
+    def reset(self) -> None:
+        self._rng = np.random.default_rng(0)
+
+    def act(self, obs) -> int:
+        return int(self._rng.integers(0, 4))
+
+
+def test_evaluate_scores_atari_over_full_games_not_lives():
+    """A policy trained with episodic_life still gets scored over all five Breakout lives."""
+    pytest.importorskip("ale_py")
+    from learner.evaluate import evaluate
+
+    kwargs = {"episodic_life": True, "noop_max": 0}
+    full = evaluate(FirePolicy("ALE/Breakout-v5", kwargs), episodes=2, seed=3)  # type: ignore[arg-type]
+    env = envs.make_env("ALE/Breakout-v5", kwargs)  # what training saw: one life an episode
+    try:
+        env.reset(seed=3)
+        policy, steps, done = FirePolicy("ALE/Breakout-v5", kwargs), 0, False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(policy.act(None))
+            steps, done = steps + 1, terminated or truncated
+    finally:
+        env.close()
+    assert min(full.lengths) > 2 * steps, (full.lengths, steps)
+    assert full.truncated == 0 and not full.greedy
+    assert full.std == pytest.approx(float(np.std(full.returns)))
+    assert "over 2 full episodes (sampled" in full.summary()
