@@ -49,17 +49,18 @@ def test_run_summary_records_the_first_crossing_of_each_threshold(tmp_path):
         {"elapsed_s": 5.0, "frames": 1000, "episode_return_mean": 3.0},
         {"elapsed_s": 9.0, "frames": 2000, "episode_return_mean": 9.0},
         {"elapsed_s": 13.0, "frames": 3000, "episode_return_mean": 8.0},
+        {"elapsed_s": 17.0, "frames": 4000, "episode_return_mean": 10.0},
     ])  # fmt: skip
-    run = {"seed": 0, "frames": 3000, "budget_frames": 3000, "train_return_mean100": 8.0,
+    run = {"seed": 0, "frames": 4000, "budget_frames": 4000, "train_return_mean100": 10.0,
            "eval": {"mean": 7.5, "std": 1.0, "episodes": 4, "greedy": False, "truncated": 0,
                     "returns": [6.5, 7.5, 7.5, 8.5], "lengths": [1, 2, 3, 4]}}  # fmt: skip
     (tmp_path / RUN_FILE).write_text(json.dumps(run))
     summary = report.run_summary(spec, tmp_path)
     assert summary is not None
     assert summary["thresholds"] == {"8.8": {"frames": 2000, "wall_time_s": 9.0}, "17.5": None}
-    assert summary["frames_per_s"] == pytest.approx(3000 / 13.0, abs=0.1)
-    assert finished_run(tmp_path, 3000) is not None
-    assert finished_run(tmp_path, 4000) is None  # a bigger budget extends the run
+    assert summary["frames_per_s"] == pytest.approx(4000 / 17.0, abs=0.1)
+    assert finished_run(tmp_path, 4000) is not None
+    assert finished_run(tmp_path, 5000) is None  # a bigger budget extends the run
 
 
 def test_the_doc_keeps_its_prose_and_one_block_per_suite(tmp_path):

@@ -142,7 +142,8 @@ def test_normalized_returns_make_the_loss_free_of_the_reward_scale(tmp_path):
             with torch.no_grad():  # V = 0: the V-trace targets are the discounted returns
                 trainer.model.baseline.weight.zero_()
                 trainer.model.baseline.bias.zero_()
-            _loss(trainer, unrolls)  # the first batch sets the return statistics
+            for _ in range(2):  # the return statistics see the batch (in raw units) twice
+                _loss(trainer, unrolls)
             losses[normalize, name] = _loss(trainer, unrolls)
     raw_small, raw_large = losses[False, "small"], losses[False, "large"]
     assert abs(raw_large["loss_policy"]) > 100 * abs(raw_small["loss_policy"])
