@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.learning import report
-from benchmarks.learning.runner import RANDOM_FILE, finished_run, random_return
+from benchmarks.learning.runner import INTERRUPTED, RANDOM_FILE, finished_run, random_return
 from benchmarks.learning.suites import SUITES, EnvSpec, Suite
 
 POLL_S = 10.0
@@ -96,12 +97,16 @@ def run_one(
                     print(progress_line(label, _last_record(logdir), frames, started), flush=True)
         except KeyboardInterrupt:
             print(f"{label}: interrupted; checkpointing (rerun to resume)", flush=True)
+            child.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reached it already; kill didn't
             try:
                 child.wait(timeout=STOP_GRACE_S)  # it got the same SIGINT and stops cleanly
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
             raise
+    if child.returncode == INTERRUPTED:
+        print(f"{label}: stopped by a signal before its budget; rerun to resume", flush=True)
+        raise KeyboardInterrupt
     if child.returncode != 0:
         print(f"{label}: failed (exit {child.returncode}); see {logdir / 'run.log'}", flush=True)
         return False
@@ -128,7 +133,15 @@ def selected_envs(suite: Suite, names: str) -> list[EnvSpec]:
     return chosen
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    # Started in the background, SIGINT may arrive ignored; SIGTERM (a killed session)
+    # stops the suite the same way: the running run checkpoints and resumes next time.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     suite = SUITES[args.suite]
     out = Path(args.out or f"runs/bench-learning/{suite.name}")
     args.eval_episodes = args.eval_episodes or suite.eval_episodes
@@ -154,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             ok = run_one(suite, spec, seed, frames, logdir, args, label)
         except KeyboardInterrupt:
             report.write_summary(suite, out)
-            return 130
+            return INTERRUPTED
         failed += not ok
         summary = report.write_summary(suite, out)
         report.plot_curves(suite, out)

@@ -22,6 +22,8 @@ from benchmarks.learning.suites import SUITES, EnvSpec, Suite
 RUN_FILE = "run.json"
 """Written last, once training reached its budget and the evaluation finished."""
 RANDOM_FILE = "random.json"
+INTERRUPTED = 130
+"""Exit status of a run stopped by a signal before it finished (it resumes next time)."""
 RANDOM_MAX_STEPS = 27_000
 """Cap per random episode (Atari's 108 k-frame limit at frame skip 4)."""
 
@@ -132,11 +134,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     suite = SUITES[args.suite]
     spec = find_env(suite, args.env)
-    record = train_and_evaluate(
-        suite, spec, args.seed, args.frames, Path(args.logdir), args.eval_episodes,
-        args.num_actors, args.envs_per_actor, json.loads(args.overrides),
-    )  # fmt: skip
-    return 0 if record is not None else 130
+    try:
+        record = train_and_evaluate(
+            suite, spec, args.seed, args.frames, Path(args.logdir), args.eval_episodes,
+            args.num_actors, args.envs_per_actor, json.loads(args.overrides),
+        )  # fmt: skip
+    except KeyboardInterrupt:  # during the evaluation: the next call evaluates again
+        record = None
+    return 0 if record is not None else INTERRUPTED
 
 
 if __name__ == "__main__":
