@@ -19,6 +19,7 @@ import torch
 
 from learner import checkpoint
 from learner.trained_policy import Policy
+from seedrl import envs
 
 
 @dataclasses.dataclass

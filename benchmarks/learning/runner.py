@@ -1,4 +1,4 @@
-"""One benchmark run: the project's own ``seedrl.train`` (learner + actor processes) to a
+"""One benchmark run: the project's own ``learner.train`` (learner + actor processes) to a
 frame budget, then the final score from ``learner.evaluate``.
 
 Run as ``python -m benchmarks.learning.runner`` by the suite driver, one process per run,
@@ -62,10 +62,11 @@ def train_and_evaluate(
     """
     import torch
 
-    import seedrl
-    from learner.evaluate import Policy, evaluate
+    import learner
+    from learner.evaluate import evaluate
+    from learner.trained_policy import Policy
 
-    result = seedrl.train(
+    result = learner.train(
         spec.env,
         preset=spec.preset,
         total_frames=frames,
