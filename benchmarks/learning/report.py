@@ -149,7 +149,7 @@ def plot_curves(suite: Suite, out: Path) -> list[Path]:
         ax.set_title(f"{spec.env} ({suite.name} suite)")
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize=8)
+        ax.legend(loc="lower right", fontsize=8)  # curves rise away from it
         path = folder / f"{spec.name}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
