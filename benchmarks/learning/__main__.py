@@ -112,11 +112,12 @@ def run_one(
         return False
     record = json.loads((logdir / "run.json").read_text())
     ev = record["eval"]
+    final = record["train_return_mean100"]
     print(
         f"{label}: done in {_duration(time.monotonic() - started)}, "
         f"{record['frames']:,} frames, final mean-100 return "
-        f"{record['train_return_mean100']:.2f}, evaluate {ev['mean']:.2f} +- {ev['std']:.2f} "
-        f"over {ev['episodes']} episodes",
+        f"{'-' if final is None else f'{final:.2f}'}, evaluate {ev['mean']:.2f} +- "
+        f"{ev['std']:.2f} over {ev['episodes']} episodes",
         flush=True,
     )
     return True

@@ -203,11 +203,15 @@ def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
             crossings.append(f"{threshold}: {len(got)}/{len(runs)} seeds {text}".strip())
         rnd = env["random"]["mean"] if env["random"] else None
         frames = sorted({r["frames"] for r in runs})
+        budget = ", ".join(_frames(f) for f in frames)
+        if env["frames_per_step"] > 1:
+            emulator = ", ".join(_frames(f * env["frames_per_step"]) for f in frames)
+            budget += f" steps ({emulator} emulator frames)"
         rates = [r["frames_per_s"] for r in runs if r["frames_per_s"]]
         fps = f"{statistics.fmean(rates):,.0f}" if rates else "-"
         meets = "yes" if env["meets_reference"] else "no"
         lines.append(
-            f"| {env['env']} | {len(runs)} | {', '.join(_frames(f) for f in frames)} "
+            f"| {env['env']} | {len(runs)} | {budget} "
             f"| **{_num(env['final_return_mean100'])}** ({per_seed}) | {evals} | {_num(rnd)} "
             f"| {env['reference']['value']:g} | {meets} | {'; '.join(crossings)} | {fps} |"
         )
