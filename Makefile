@@ -19,8 +19,9 @@ PYTEST_ARGS ?=
 # Extra env families / tools to install besides learner+dev: `make install EXTRAS=atari,minatar`
 EXTRAS ?=
 
-.PHONY: install proto proto-check learner actors demo evaluate test test-slow lint bench bench-quick \
-        plot tensorboard cluster cluster-down k8s-secret clean
+.PHONY: install proto proto-check learner actors demo evaluate test test-slow test-cluster lint \
+        bench bench-quick bench-learning bench-learning-table plot tensorboard wheelhouse \
+        base-image images cluster cluster-down cluster-logs k8s-secret clean
 
 install: $(STAMP)
 
@@ -72,11 +73,32 @@ test: lint
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
+## Build the images offline and run a compose cluster (needs Docker, or root to start one).
+test-cluster: $(STAMP)
+	$(PY) -m pytest -q -s -m cluster -rs $(PYTEST_ARGS)
+
 bench: $(STAMP)
 	$(PY) -m learner bench $(ARGS)
 
 bench-quick: $(STAMP)
 	$(PY) -m learner bench --quick $(ARGS)
+
+## Learning benchmark: `make bench-learning SUITE=classic|minatar|atari [FRAMES=N] [SEEDS=2]
+## [ENVS=Breakout,Pong]`: every env x seed trained to FRAMES (0: the suite's budget), then
+## docs/learning.md's table for the suite. Interrupted, it resumes from the finished runs.
+SUITE ?= classic
+FRAMES ?= 0
+SEEDS ?= 2
+ENVS ?=
+BENCH_OUT ?= runs/bench-learning/$(SUITE)
+bench-learning: $(STAMP)
+	$(PY) -m benchmarks.learning run --suite $(SUITE) --frames $(FRAMES) --seeds $(SEEDS) \
+		--envs '$(ENVS)' --out $(BENCH_OUT) $(ARGS)
+	$(MAKE) --no-print-directory bench-learning-table SUITE=$(SUITE) BENCH_OUT=$(BENCH_OUT)
+
+## The suite's summary, curves and table in docs/learning.md, from its run directories.
+bench-learning-table: $(STAMP)
+	$(PY) -m benchmarks.learning table --out $(BENCH_OUT) --doc docs/learning.md
 
 plot: $(STAMP)
 	$(PY) -m learner plot $(LOGDIR)
@@ -84,12 +106,51 @@ plot: $(STAMP)
 tensorboard: $(STAMP)
 	$(VENV)/bin/tensorboard --logdir $(LOGDIR) --bind_all
 
-## Learner + N actor containers: `make cluster N=64` (needs Docker with the compose plugin).
-cluster: deploy/seedrl.env
-	docker compose -f deploy/docker-compose.yml up --build --scale actor=$(N)
+## Wheels for offline image builds (for the Python that runs this: 3.11 = bookworm's).
+WHEELHOUSE ?= deploy/wheelhouse
+wheelhouse: $(STAMP)
+	$(PY) -m pip wheel --quiet --wheel-dir $(WHEELHOUSE) '.[learner]' 'setuptools>=77'
+	rm -f $(WHEELHOUSE)/seedrl-*.whl
 
+## A python3 base image from Debian packages, for hosts without an image registry (root).
+BASE_TAG ?= seedrl-base:bookworm
+base-image:
+	deploy/base-image.sh $(BASE_TAG)
+
+## Both images with the docker CLI (what `make cluster` runs): `make images BUILD_FLAGS=--network\ none`
+## builds offline from a wheelhouse. SEEDRL_TAG, SEEDRL_BASE_IMAGE, SEEDRL_WHEELHOUSE and
+## TORCH_INDEX_URL (environment or make variables) are the ones the compose file reads.
+SEEDRL_TAG ?= latest
+SEEDRL_BASE_IMAGE ?= python:3.12-slim
+SEEDRL_WHEELHOUSE ?= deploy/wheelhouse
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+BUILD_FLAGS ?=
+IMAGE_ARGS = $(BUILD_FLAGS) --build-arg BASE_IMAGE=$(SEEDRL_BASE_IMAGE) \
+	--build-arg WHEELHOUSE=$(SEEDRL_WHEELHOUSE)
+images:
+	docker build $(IMAGE_ARGS) --build-arg TORCH_INDEX_URL=$(TORCH_INDEX_URL) \
+		-f deploy/Dockerfile.learner -t seedrl-learner:$(SEEDRL_TAG) .
+	docker build $(IMAGE_ARGS) -f deploy/Dockerfile.actor -t seedrl-actor:$(SEEDRL_TAG) .
+
+## Learner + N actor containers: `make cluster N=64` (the compose plugin or docker-compose).
+## Offline: `make wheelhouse base-image` first, then SEEDRL_BASE_IMAGE=seedrl-base:bookworm.
+COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker compose; \
+	elif command -v docker-compose >/dev/null; then echo docker-compose; fi)
+CLUSTER ?= seedrl
+COMPOSE_ARGS = -p $(CLUSTER) -f deploy/docker-compose.yml
+
+cluster: deploy/seedrl.env images
+	@test -n "$(COMPOSE)" || { echo "make cluster needs 'docker compose' or docker-compose" >&2; exit 2; }
+	SEEDRL_TAG=$(SEEDRL_TAG) $(COMPOSE) $(COMPOSE_ARGS) up --detach --no-build --scale actor=$(N)
+	@echo "follow: make cluster-logs; stop and remove everything: make cluster-down"
+
+cluster-logs:
+	$(COMPOSE) $(COMPOSE_ARGS) logs --follow --tail 20 learner
+
+## Removes the containers, the network and the runs volume (copy runs out first if needed).
 cluster-down:
-	docker compose -f deploy/docker-compose.yml down
+	@test -n "$(COMPOSE)" || { echo "make cluster-down needs 'docker compose' or docker-compose" >&2; exit 2; }
+	$(COMPOSE) $(COMPOSE_ARGS) down --volumes --remove-orphans
 
 ## The token Secret for `kubectl apply -k deploy/k8s`.
 k8s-secret: deploy/k8s/seedrl.env
@@ -104,6 +165,16 @@ BENCH_JSON ?= bench.json
 .PHONY: bench-table
 bench-table: $(STAMP)
 	$(PY) benchmarks/results_table.py $(BENCH_JSON) --update docs/performance.md
+
+## The GPU check's JSONs (benchmarks/results/*-$(GPU_TAG)-*) as the GPU block of docs/performance.md
+GPU_TAG ?= h200
+GPU_RESULTS ?= benchmarks/results
+.PHONY: gpu-table
+gpu-table: $(STAMP)
+	$(PY) -m benchmarks.gpu_table $(GPU_RESULTS)/gpu-check-$(GPU_TAG)-summary.json \
+		--timings $(GPU_RESULTS)/gpu-check-$(GPU_TAG)-timings.jsonl \
+		--bench $(GPU_RESULTS)/bench-$(GPU_TAG)-atari.json $(GPU_RESULTS)/bench-$(GPU_TAG)-cartpole.json \
+		--update docs/performance.md
 
 ## Regenerate docs/configuration.md from the config dataclasses (a test fails while it is stale).
 .PHONY: docs

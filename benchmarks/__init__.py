@@ -5,4 +5,8 @@ an echo server, inference only, training) over sweeps of actor fleets;
 ``benchmarks.echo`` is the echo server. They observe the learner and the actors from
 outside (``/proc``, ``metrics.jsonl``, the actors' ``--stats-dir`` records), so the
 product carries no benchmark hooks.
+
+``benchmarks.learning`` is the learning benchmark (``make bench-learning``): named suites
+of envs trained through ``learner.train`` to frame budgets over several seeds, scored
+with ``learner.evaluate`` and set against published returns.
 """

@@ -162,12 +162,13 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_page(page: str, block: str) -> str:
-    """``page`` with the text between the results markers replaced by ``block``."""
-    start, end = page.find(BEGIN), page.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"the page has no {BEGIN} ... {END} markers")
-    return page[: start + len(BEGIN)] + "\n" + block + page[end:]
+def update_page(page: str, block: str, begin: str = BEGIN, end: str = END) -> str:
+    """``page`` with the text between the ``begin`` and ``end`` markers replaced by ``block``
+    (other renderers of the page, such as the GPU table's, pass their own markers)."""
+    first, last = page.find(begin), page.find(end)
+    if first < 0 or last < first:
+        raise ValueError(f"the page has no {begin} ... {end} markers")
+    return page[: first + len(begin)] + "\n" + block + page[last:]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,12 +27,26 @@ TRAIN_DESCRIPTION = (
 
 
 def train_main(argv: Sequence[str]) -> int:
-    from learner.checkpoint import CheckpointError
-    from learner.run import serve
-    from seedrl.config import LearnerConfig, parse_config
-    from seedrl.transport import run_event_loop
+    from seedrl.config import (
+        LearnerConfig,
+        UnprotectedBindError,
+        check_bind_protected,
+        parse_config,
+        resolve_auth_token,
+    )
 
     config = parse_config(LearnerConfig, argv, "python -m learner", TRAIN_DESCRIPTION, True)
+    try:
+        # Refused before torch loads, so the fix is one line and one second away.
+        check_bind_protected(config, resolve_auth_token(config.auth_token))
+    except UnprotectedBindError as exc:
+        print(f"python -m learner: error: {exc}", file=sys.stderr)
+        return 2
+
+    from learner.checkpoint import CheckpointError
+    from learner.run import serve
+    from seedrl.transport import run_event_loop
+
     try:
         if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # started by torchrun
             from learner.distributed import run_rank

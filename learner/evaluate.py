@@ -19,13 +19,20 @@ import torch
 
 from learner import checkpoint
 from learner.trained_policy import Policy
+from seedrl import envs
 
 
 @dataclasses.dataclass
 class EvalResult:
+    """Returns of full episodes, reported as users report them: mean +- std over N."""
+
     returns: list[float]
     lengths: list[int]
     video: str | None = None
+    greedy: bool = True
+    """Actions were the policy's most likely ones (else sampled from it)."""
+    truncated: int = 0
+    """Episodes cut at ``max_steps`` before the game ended (their return is partial)."""
 
     @property
     def mean(self) -> float:
@@ -33,7 +40,38 @@ class EvalResult:
 
     @property
     def std(self) -> float:
-        return float(np.std(self.returns))
+        """Population std of the episode returns (0 for a single episode)."""
+        return float(np.std(self.returns)) if len(self.returns) > 1 else 0.0
+
+    def summary(self) -> str:
+        mode = "greedy" if self.greedy else "sampled"
+        cut = f", {self.truncated} cut at the step cap" if self.truncated else ""
+        return (
+            f"mean return {self.mean:.2f} +- {self.std:.2f} over {len(self.returns)} full "
+            f"episodes ({mode}{cut}; min {min(self.returns):.2f}, max {max(self.returns):.2f}, "
+            f"mean length {np.mean(self.lengths):.1f})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mean": self.mean,
+            "std": self.std,
+            "episodes": len(self.returns),
+            "greedy": self.greedy,
+            "truncated": self.truncated,
+            "returns": list(self.returns),
+            "lengths": list(self.lengths),
+        }
+
+
+def evaluation_env(policy: Policy, render_mode: str | None = None) -> Any:
+    """The training env, but scored the way Atari results are published: an episode is a
+    full game (all lives), whatever ``episodic_life`` the policy was trained with; sticky
+    actions and the 108 k-frame cap stay as configured."""
+    kwargs = dict(policy.env_kwargs)
+    if policy.env_id.startswith(envs.ATARI_PREFIX):
+        kwargs["episodic_life"] = False
+    return envs.make_env(policy.env_id, kwargs, render_mode=render_mode)
 
 
 def evaluate(
@@ -43,25 +81,29 @@ def evaluate(
     max_steps: int = 100_000,
     video: str | Path | None = None,
 ) -> EvalResult:
-    """Run ``episodes`` episodes; record the first one's frames to ``video`` if given."""
-    env = policy.make_env(render_mode="rgb_array" if video else None)
+    """Run ``episodes`` full episodes with the policy's mode (greedy or sampled; seed torch
+    for repeatable samples); record the first one's frames to ``video`` if given."""
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    env = evaluation_env(policy, render_mode="rgb_array" if video else None)
     frames: list[np.ndarray] = []
     returns: list[float] = []
     lengths: list[int] = []
+    truncated_by_cap = 0
     try:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)
             policy.reset()
-            total, steps = 0.0, 0
+            total, steps, ended = 0.0, 0, False
             recording = video is not None and episode == 0
-            while steps < max_steps:
+            while steps < max_steps and not ended:
                 if recording:
                     frames.append(np.asarray(env.render()))
                 obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
                 total += float(reward)
                 steps += 1
-                if terminated or truncated:
-                    break
+                ended = bool(terminated or truncated)
+            truncated_by_cap += not ended
             returns.append(total)
             lengths.append(steps)
     finally:
@@ -69,7 +111,7 @@ def evaluate(
     written = None
     if video is not None:
         written = str(write_video(frames, video, fps=_env_fps(env)))
-    return EvalResult(returns, lengths, written)
+    return EvalResult(returns, lengths, written, policy.greedy, truncated_by_cap)
 
 
 def _env_fps(env: Any) -> int:
@@ -118,7 +160,7 @@ def write_video(frames: list[np.ndarray], path: str | Path, fps: int = 30) -> Pa
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m learner evaluate", description=__doc__)
     parser.add_argument("--checkpoint", required=True, help="a checkpoint.pt (or its logdir)")
-    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--episodes", type=int, default=10, help="full episodes to run")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--greedy", dest="greedy", action="store_true", default=True,
                       help="most likely action / Gaussian mean (default)")  # fmt: skip
@@ -137,13 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = evaluate(policy, args.episodes, args.seed, args.max_steps, args.video)
     except (checkpoint.CheckpointError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
-    std = 0.0 if len(result.returns) < 2 else result.std
-    print(
-        f"seedrl evaluate: {policy.env_id}, {len(result.returns)} episodes "
-        f"({'greedy' if args.greedy else 'sampled'}): mean return {result.mean:.2f} "
-        f"+- {std:.2f} (min {min(result.returns):.2f}, max {max(result.returns):.2f}, "
-        f"mean length {np.mean(result.lengths):.1f})"
-    )
+    print(f"seedrl evaluate: {policy.env_id}: {result.summary()}")
     if result.video:
         print(f"video: {result.video}")
     return 0 if math.isfinite(result.mean) else 1

@@ -33,7 +33,7 @@ from learner.server import LearnerServicer, build_server, set_serving
 from learner.stats import LearnerStats
 from learner.trainer import Trainer
 from learner.trainer_process import TrainerProcess
-from seedrl.config import LearnerConfig, resolve_auth_token, to_json_dict
+from seedrl.config import LearnerConfig, check_bind_protected, resolve_auth_token, to_json_dict
 from seedrl.metrics import MetricsWriter, RunResult
 from seedrl.models import resolve_precision
 from seedrl.timing import process_rss_mb
@@ -242,10 +242,13 @@ async def serve(
 ) -> RunResult:
     """Run a learner until it stops; ``ready`` receives the bound port once serving.
 
+    Raises UnprotectedBindError before binding an open non-loopback address.
+
     ``rank`` says what this process is among data-parallel ranks (default: alone).
     Unless ``--no-local-socket``, TLS or a unix ``--bind``, it also listens on a unix
     socket that same-host actors switch to; the socket's directory goes with the learner.
     """
+    check_bind_protected(config, resolve_auth_token(config.auth_token))
     with offered_local_socket(config.local_socket and not config.tls_cert, config.bind) as local:
         return await _serve(config, ready, rank or SingleRank(), local)
 

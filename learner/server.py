@@ -514,18 +514,23 @@ def build_server(
         server,
     )
     address = listen_address(config.bind, config.port)
-    if config.tls_cert and config.tls_key:
-        client_ca = _read(config.tls_client_ca) if config.tls_client_ca else None
-        credentials = grpc.ssl_server_credentials(
-            [(_read(config.tls_key), _read(config.tls_cert))],
-            root_certificates=client_ca,
-            require_client_auth=client_ca is not None,
-        )
-        port = server.add_secure_port(address, credentials)
-    else:
-        port = server.add_insecure_port(address)
+    try:
+        if config.tls_cert and config.tls_key:
+            client_ca = _read(config.tls_client_ca) if config.tls_client_ca else None
+            credentials = grpc.ssl_server_credentials(
+                [(_read(config.tls_key), _read(config.tls_cert))],
+                root_certificates=client_ca,
+                require_client_auth=client_ca is not None,
+            )
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError:  # newer grpcio raises where older ones returned port 0
+        port = 0
     if port == 0 and not address.startswith("unix:"):
-        raise OSError(f"could not bind the learner to {address} (port in use?)")
+        raise OSError(
+            f"could not bind the learner to {address} (port in use, or not this host's address?)"
+        )
     if local_address is not None:
         server.add_insecure_port(local_address)
     return server, port, health_servicer

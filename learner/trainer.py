@@ -81,6 +81,47 @@ class GradientBuffer:
         return total
 
 
+class ReturnNormalizer:
+    """Running scale of the discounted return, to divide training rewards by.
+
+    A new env's reward scale is unknown: rewards of thousands swamp the value loss and
+    the clipped gradient, rewards of 1e-3 vanish under the entropy bonus. Like PPO's
+    VecNormalize, rewards are divided by a running std of the discounted return (no
+    mean subtracted, so signs stay), and the result is clipped to +-``clip``. The
+    return estimates are the V-trace targets of each batch, brought back to raw reward
+    units, so no per-env state is needed; the statistics restart with the trainer.
+    """
+
+    def __init__(self, clip: float = 10.0, epsilon: float = 1e-8) -> None:
+        self.clip = clip
+        self.epsilon = epsilon
+        self.count = 0.0
+        self.mean = 0.0
+        self.var = 1.0
+        self.scale = 1.0
+        """Current multiplier of raw rewards (1 until the first update)."""
+
+    def normalize(self, reward: torch.Tensor) -> torch.Tensor:
+        if not self.count:
+            return reward  # no statistics yet: a clip now would hide the scale from them
+        return (reward * self.scale).clamp(-self.clip, self.clip)
+
+    def update(self, raw_returns: torch.Tensor, weight: torch.Tensor) -> None:
+        """Fold a batch of raw-unit return estimates (``weight`` 1 where valid) in."""
+        n = float(weight.sum())
+        if n < 1:
+            return
+        mean = float((raw_returns * weight).sum()) / n
+        var = float(((raw_returns - mean).pow(2) * weight).sum()) / n
+        total = self.count + n
+        delta = mean - self.mean
+        m2 = self.var * self.count + var * n + delta * delta * self.count * n / total
+        self.mean += delta * n / total
+        self.var = m2 / total
+        self.count = total
+        self.scale = 1.0 / (self.var + self.epsilon) ** 0.5
+
+
 class Trainer:
     """V-trace actor-critic learner over the shared model."""
 
@@ -109,6 +150,7 @@ class Trainer:
         self.grads = GradientBuffer(model.parameters(), device)
         self.frames_per_step = config.batch_size * config.unroll_length
         """Transitions one optimizer step trains on (the linear schedule's clock)."""
+        self.return_normalizer = ReturnNormalizer() if config.normalize_returns else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
@@ -136,6 +178,10 @@ class Trainer:
             reward_TB = reward_TB * cfg.reward_scale
         if cfg.reward_clip is not None:
             reward_TB = reward_TB.clamp(-cfg.reward_clip, cfg.reward_clip)
+        norm = self.return_normalizer
+        scale = 1.0 if norm is None else norm.scale
+        if norm is not None:
+            reward_TB = norm.normalize(reward_TB)
         discount_TB = (~batch["terminated"][1:]).float() * cfg.discount
 
         vs_TB, pg_adv_TB = vtrace.from_importance_weights(
@@ -150,6 +196,8 @@ class Trainer:
         )
         weight_TB = valid_TB.float()
         count = weight_TB.sum().clamp(min=1.0)
+        if norm is not None:
+            norm.update(vs_TB / scale, weight_TB)
         if cfg.normalize_advantages:
             mean = (pg_adv_TB * weight_TB).sum() / count
             std = (((pg_adv_TB - mean) * weight_TB).pow(2).sum() / count).sqrt()
@@ -169,6 +217,8 @@ class Trainer:
             "rho_mean": rho_mean,
             "value_mean": (values_T1B[:t].detach() * weight_TB).sum() / count,
         }
+        if norm is not None:
+            parts["reward_norm_scale"] = torch.tensor(scale)
         return total, parts
 
     def train_step(self, unrolls: Unrolls) -> dict[str, float] | None:

@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import ipaddress
 import itertools
 import json
 import os
@@ -86,7 +87,8 @@ class LearnerConfig:
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments for the env constructor, as a JSON object."""
     bind: str = "127.0.0.1"
-    """Address to listen on; 0.0.0.0 (or [::]) to accept actors from other hosts."""
+    """Address to listen on; 0.0.0.0 (or [::]) to accept actors from other hosts, which
+    needs --auth-token (or $SEEDRL_AUTH_TOKEN), TLS client certificates or --insecure."""
     port: int = 8686
     """gRPC port (0 picks a free one and prints it); under torchrun, rank r serves port + r."""
     advertise_host: str = ""
@@ -154,6 +156,10 @@ class LearnerConfig:
     """Normalize observations by the running mean and variance of every frame the learner
     serves (kept on the learner, saved in checkpoints, applied by evaluate); each unroll
     keeps the normalized frames it was acted on, so training sees what inference saw."""
+    normalize_returns: bool = False
+    """Divide training rewards (after scale and clip) by a running std of the discounted
+    return, clipped to [-10, 10], as PPO's VecNormalize does: for an env whose reward
+    scale is unknown. Off by default: the CartPole defaults were tuned on raw rewards."""
     train: bool = True
     """Train the policy (off: inference only, for benchmarks)."""
     trainer: str = "auto"
@@ -163,10 +169,10 @@ class LearnerConfig:
     weights on the device for inference, refreshed by one device-to-device copy: no host
     round trip), or auto (device on CUDA, process on the CPU; thread for torchrun ranks,
     whose process group lives in the learner)."""
-    precision: str = "auto"
+    precision: str = "fp32"
     """Arithmetic of the forward pass and loss: fp32, bf16 (autocast; the weights and the
-    optimizer stay fp32), or auto (bf16 on CUDA, fp32 elsewhere; bf16 on the CPU only
-    when asked for, as it is slower there)."""
+    optimizer stay fp32), or auto (bf16 on CUDA, fp32 elsewhere). fp32 by default: the
+    shipped networks are too small for bf16 to pay for its casts, even on a GPU."""
 
     # serving
     inference_batch_size: int = 64
@@ -204,6 +210,9 @@ class LearnerConfig:
     """PEM server private key."""
     tls_client_ca: str | None = None
     """PEM CA that client certificates must chain to (mutual TLS); optional."""
+    insecure: bool = False
+    """Serve a non-loopback --bind with neither a token nor client certificates: anyone who
+    reaches the port can take actor places and read the env spec (trusted networks only)."""
 
     # stopping, checkpoints, logging
     total_frames: int = 0
@@ -261,6 +270,8 @@ class LearnerConfig:
             raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (it is a TLS option)")
         if self.max_queue_unrolls < self.batch_size:
             raise ValueError(
                 f"--max-queue-unrolls ({self.max_queue_unrolls}) must be >= --batch-size "
@@ -422,6 +433,43 @@ def resolve_auth_token(token: str | None) -> str | None:
     if token:
         return token
     return os.environ.get(AUTH_TOKEN_ENV) or None
+
+
+class UnprotectedBindError(ValueError):
+    """A learner would listen beyond this host with nothing to tell actors from strangers."""
+
+
+def is_loopback_bind(bind: str) -> bool:
+    """Whether ``--bind`` is reachable from this host only (loopback or a unix socket).
+
+    A host name other than localhost counts as reachable from outside: what it resolves
+    to can change, so only literal loopback addresses are trusted.
+    """
+    if bind.startswith("unix:"):
+        return True
+    host = bind.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind_protected(config: LearnerConfig, token: str | None) -> None:
+    """Refuse to serve the network unprotected, like Redis' protected mode.
+
+    Raises UnprotectedBindError (one line saying how to fix it) when ``--bind`` is not
+    loopback and there is neither a token nor TLS client certificates, unless --insecure.
+    """
+    mutual_tls = config.tls_cert is not None and config.tls_client_ca is not None
+    if config.insecure or token or mutual_tls or is_loopback_bind(config.bind):
+        return
+    raise UnprotectedBindError(
+        f"--bind {config.bind} would let anyone who reaches the port join unauthenticated: "
+        f"set --auth-token or ${AUTH_TOKEN_ENV} (actors need the same), or --tls-client-ca "
+        "with --tls-cert/--tls-key, or pass --insecure on a network you trust"
+    )
 
 
 # ------------------------------------------------------------------ CLI from dataclasses

@@ -33,7 +33,7 @@ def test_actors_are_spread_evenly_over_processes(actors, per_process, cpus, size
 
 
 def test_actors_per_process_must_not_be_negative():
-    with pytest.raises(ValueError, match="actors_per_process"):
+    with pytest.raises(ValueError, match="--actors-per-process must be >= 0"):
         ActorConfig(actors_per_process=-1)
 
 

@@ -1,14 +1,17 @@
 """deploy/ must say what the code really does: images, flags, ports, probes, variables.
 
-Docker and Kubernetes are not run here (no engine on the build machines); these tests
-parse every compose/Kubernetes/Docker file and cross-check it against the code, so a
-renamed flag, port or variable breaks the build instead of a cluster. With the docker
-compose plugin installed, ``docker compose config`` validates the compose file too.
+These tests parse every compose/Kubernetes/Docker file and cross-check it against the
+code, so a renamed flag, port or variable breaks the build instead of a cluster. With a
+compose installed, ``config`` validates the compose file; the Kubernetes objects are
+checked strictly against the API's JSON schemas (kubernetes-validate), and rendered with
+``kubectl kustomize`` where kubectl is installed. tests/test_cluster.py builds and runs
+the compose cluster for real (``make test-cluster``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker_engine import EngineUnavailable, compose_command
 from support import ROOT, learner_process, running
 
 from learner.healthcheck import build_parser as healthcheck_parser
@@ -91,21 +95,52 @@ def test_dockerfile_entrypoint_and_flags_are_real(role):
         assert config.bind == "0.0.0.0", "a learner in a container must listen on all interfaces"
         assert config.port == LearnerConfig().port
         assert f"EXPOSE {config.port}" in path.read_text()
+    defaults = dockerfile_arg_defaults(path)
     for kind, args in dockerfile_instructions(path):
-        if kind == "COPY":
+        if kind == "COPY" and not args.startswith("--from="):
             for source in args.split()[:-1]:
+                source = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], source)
                 if "*" not in source:
                     assert (ROOT / source).exists(), f"{path.name} copies missing {source}"
+
+
+def dockerfile_arg_defaults(path: Path) -> dict[str, str]:
+    """ARG NAME=default values (a build without --build-arg uses these)."""
+    pairs = [a.partition("=") for k, a in dockerfile_instructions(path) if k == "ARG"]
+    return {name: default for name, _, default in pairs}
 
 
 def test_actor_image_has_no_torch_and_learner_image_does():
     actor = DOCKERFILES["actor"].read_text()
     install = [a for k, a in dockerfile_instructions(DOCKERFILES["actor"]) if k == "RUN"]
-    assert any("pip install ." in a for a in install)
+    assert any(re.search(r"pip install .*\s\.( |$)", a) for a in install), install
     assert "[learner]" not in actor and "COPY learner" not in actor
     assert "'torch' not in sys.modules" in actor, "the build should prove torch is absent"
     learner = DOCKERFILES["learner"].read_text()
-    assert '".[learner]"' in learner and "TORCH_INDEX_URL" in learner
+    assert "p['optional-dependencies']['learner']" in learner and "TORCH_INDEX_URL" in learner
+    assert "import torch" in learner, "the build should prove torch is there"
+
+
+@pytest.mark.parametrize("role", ["learner", "actor"])
+def test_images_install_offline_from_a_wheelhouse_and_leave_it_behind(role):
+    """Wheels in WHEELHOUSE mean --no-index; only the built venv reaches the final stage."""
+    path = DOCKERFILES[role]
+    steps = dockerfile_instructions(path)
+    stages = [i for i, (k, _) in enumerate(steps) if k == "FROM"]
+    assert len(stages) == 2, "a build stage and a runtime stage"
+    build, final = steps[stages[0] : stages[1]], steps[stages[1] :]
+    assert dockerfile_arg_defaults(path)["WHEELHOUSE"] == "deploy/wheelhouse"
+    assert (DEPLOY / "wheelhouse" / "README.md").exists(), "the default wheelhouse must exist"
+    assert any(k == "COPY" and a.startswith("${WHEELHOUSE}/ ") for k, a in build)
+    installs = [a for k, a in build if k == "RUN" and "pip install" in a]
+    assert len(installs) == 2, "dependencies (cached layer), then the package with --no-deps"
+    assert all("--no-index --find-links /wheelhouse" in a for a in installs)
+    assert "-r /tmp/requirements.txt" in installs[0] and "--no-deps" in installs[1]
+    assert "pip uninstall --yes pip" in installs[-1], "the installer stays in the build stage"
+    assert [a for k, a in final if k == "COPY"] == ["--from=build /opt/venv /opt/venv"]
+    assert all(a.split()[0] != "build" for k, a in final if k == "FROM")
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "!deploy/wheelhouse" in ignored, "the wheelhouse must reach the build context"
 
 
 def test_learner_image_healthcheck_uses_grpc_health():
@@ -142,7 +177,10 @@ def test_compose_learner_port_token_volume_and_health(compose):
     assert config.bind == "0.0.0.0"
     published = [interpolate(p) for p in learner["ports"]]
     assert any(p.endswith(f":{config.port}") for p in published), published
-    assert any(v.split(":")[1] == str(Path(config.logdir).parent) for v in learner["volumes"])
+    # HOST:HOSTPORT:PORT on loopback: the learner is not published beyond this host by default.
+    assert all(p.split(":")[0] == "127.0.0.1" for p in published), published
+    volumes = [interpolate(v) for v in learner["volumes"]]
+    assert any(v.split(":")[1] == str(Path(config.logdir).parent) for v in volumes)
     test = learner["healthcheck"]["test"]
     assert test[0] == "CMD" and test[1:5] == ["python", "-m", "learner", "healthcheck"]
     args = healthcheck_parser().parse_args(test[5:])
@@ -167,19 +205,20 @@ def test_compose_actors_reach_the_learner_service_and_wait_for_health(compose):
 
 
 def test_compose_config_validates_with_docker():
-    docker = shutil.which("docker")
-    if docker is None:
+    """`docker compose config` (plugin) or `docker-compose config` (1.29) accepts the file."""
+    if shutil.which("docker") is None:
         pytest.skip("no docker client installed")
-    probe = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=30)
-    if probe.returncode != 0:
-        pytest.skip("the docker client has no compose plugin ('docker compose' unknown)")
+    try:
+        compose = compose_command(dict(os.environ))
+    except EngineUnavailable as exc:
+        pytest.skip(str(exc))
     env_file = DEPLOY / "seedrl.env"
     made = not env_file.exists()
     if made:
         env_file.write_text((DEPLOY / "seedrl.env.example").read_text())
     try:
         done = subprocess.run(
-            [docker, "compose", "-f", str(COMPOSE), "config", "--quiet"],
+            [*compose, "-f", str(COMPOSE), "config", "--quiet"],
             capture_output=True,
             text=True,
             timeout=60,
@@ -255,6 +294,72 @@ def test_k8s_actors_dial_the_service_with_the_token(k8s):
         assert source["secretRef"]["name"] == generator["name"]
     (env_file,) = generator["envs"]
     assert AUTH_TOKEN_ENV in env_file_names(K8S / f"{env_file}.example")
+
+
+# The oldest Kubernetes whose gRPC probes are GA, and the newest schema the package ships.
+K8S_VERSIONS = ("1.27.0", "latest")
+
+
+@pytest.fixture(scope="module")
+def kubernetes_validate():
+    return pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is in dev")
+
+
+def strict_k8s_errors(validator: Any, doc: dict[str, Any]) -> list[str]:
+    """Schema errors of one object against the Kubernetes API types (unknown fields too)."""
+    errors = []
+    for version in K8S_VERSIONS:
+        if version == "latest":
+            version = validator.latest_version()
+        try:
+            validator.validate(doc, version, strict=True)
+        except validator.ValidationError as exc:
+            path = "/".join(str(p) for p in exc.path)
+            errors.append(f"{doc['kind']}/{doc['metadata']['name']} @ {version} {path}: {exc}")
+    return errors
+
+
+def test_k8s_manifests_match_the_api_schemas(k8s, kubernetes_validate):
+    """Every field of every object is one the Kubernetes API has, of the right type."""
+    objects = [doc for key, doc in k8s.items() if key[0] != "Kustomization"]
+    assert len(objects) == 5
+    errors = [e for doc in objects for e in strict_k8s_errors(kubernetes_validate, doc)]
+    assert not errors, "\n".join(errors)
+
+
+def test_kustomization_renders_to_valid_objects(kubernetes_validate):
+    """`kubectl kustomize` (kustomize built into kubectl) renders what `apply -k` applies."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("no kubectl installed to render the kustomization")
+    env_file = K8S / "seedrl.env"
+    made = not env_file.exists()
+    if made:
+        env_file.write_text((K8S / "seedrl.env.example").read_text())
+    try:
+        done = subprocess.run(
+            [kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60
+        )
+    finally:
+        if made:
+            env_file.unlink()
+    assert done.returncode == 0, done.stderr
+    rendered = [d for d in yaml.safe_load_all(done.stdout) if d is not None]
+    kinds = sorted(d["kind"] for d in rendered)
+    assert kinds == ["Deployment", "Deployment", "Namespace", "PersistentVolumeClaim", "Secret",
+                     "Service"]  # fmt: skip
+    for doc in rendered:
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "seedrl"
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"]["namespace"] == "seedrl"
+    (secret,) = [d for d in rendered if d["kind"] == "Secret"]
+    assert set(secret["data"]) == {AUTH_TOKEN_ENV}
+    for deployment in (d for d in rendered if d["kind"] == "Deployment"):
+        # The generated Secret's hashed name is what the pods refer to.
+        (source,) = container(deployment)["envFrom"]
+        assert source["secretRef"]["name"] == secret["metadata"]["name"]
+    errors = [e for doc in rendered for e in strict_k8s_errors(kubernetes_validate, doc)]
+    assert not errors, "\n".join(errors)
 
 
 def test_healthcheck_command_against_a_real_learner(tmp_path):

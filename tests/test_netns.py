@@ -67,7 +67,8 @@ def actors_that_lost_the_learner(lines: list[str]) -> set[str]:
 
 def test_actors_train_across_the_link_and_survive_cuts(hosts, tmp_path):
     """Train over the link; a short cut is ridden out, a long one forces a real reconnect."""
-    env = {"SEEDRL_LOG_LEVEL": "INFO"}
+    # A learner on a routable address refuses to serve without a token (or --insecure).
+    env = {"SEEDRL_LOG_LEVEL": "INFO", "SEEDRL_AUTH_TOKEN": "netns-test-token"}
     with running(learner_in(hosts, tmp_path), env) as learner:
         learner.wait_for("listening on", 60)
         with running(actors_in(hosts), env) as actors:

@@ -9,15 +9,32 @@ import signal
 from pathlib import Path
 
 import grpc
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from support import Proc, actor_args, learner_process, read_records, running, wait_until
+from support import (
+    Proc,
+    actor_args,
+    free_port,
+    learner_args,
+    learner_process,
+    read_records,
+    running,
+    wait_until,
+)
 from wire_clients import act, get_info, hello
 
+from seedrl.config import (
+    AUTH_TOKEN_ENV,
+    LearnerConfig,
+    UnprotectedBindError,
+    check_bind_protected,
+    is_loopback_bind,
+)
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.transport import auth_metadata
 
@@ -227,3 +244,66 @@ def test_mutual_tls_needs_a_client_certificate(tmp_path):
         with running([*mtls_actors, "--exit-on-shutdown"]) as actors:
             train_then_stop(learner, logdir, actors, 200)
     assert "Traceback" not in learner.output()
+
+
+# ------------------------------------------------------------------ protected mode
+
+# TEST-NET-1 (RFC 5737): routable-looking and never assigned to this host, so a learner
+# that passes the check fails to bind it afterwards and nothing listens on the network.
+UNASSIGNED = "192.0.2.1"
+REFUSAL = "would let anyone who reaches the port join unauthenticated"
+
+
+def learner_on(bind: str, tmp_path: Path, *extra: str) -> list[str]:
+    return learner_args(free_port(), tmp_path, "--bind", bind, "--no-local-socket", *extra)
+
+
+def test_bind_protection_rule():
+    """Loopback and unix sockets are private; anything else needs a token, mTLS or --insecure."""
+    for bind in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost", "unix:/tmp/s.sock"):
+        assert is_loopback_bind(bind), bind
+        check_bind_protected(LearnerConfig(bind=bind), None)
+    for bind in ("0.0.0.0", "::", "10.1.2.3", UNASSIGNED, "learner.example", ""):
+        assert not is_loopback_bind(bind), bind
+        with pytest.raises(UnprotectedBindError, match="--auth-token"):
+            check_bind_protected(LearnerConfig(bind=bind), None)
+        check_bind_protected(LearnerConfig(bind=bind), "a-token")
+        check_bind_protected(LearnerConfig(bind=bind, insecure=True), None)
+        server_tls = {"tls_cert": "c.pem", "tls_key": "k.pem"}
+        # TLS alone encrypts but admits anyone; client certificates are what authenticate.
+        with pytest.raises(UnprotectedBindError):
+            check_bind_protected(LearnerConfig(bind=bind, **server_tls), None)
+        check_bind_protected(LearnerConfig(bind=bind, tls_client_ca="ca.pem", **server_tls), None)
+    with pytest.raises(ValueError, match="--tls-client-ca needs --tls-cert"):
+        LearnerConfig(tls_client_ca="ca.pem")
+
+
+def test_learner_refuses_an_unprotected_network_bind(tmp_path):
+    """Exit 2 with one line naming the fixes, before anything listens."""
+    no_token = {AUTH_TOKEN_ENV: ""}
+    for bind in ("0.0.0.0", UNASSIGNED):
+        with running(learner_on(bind, tmp_path), env=no_token) as refused:
+            assert refused.wait(60) == 2, refused.output()
+        (line,) = refused.lines
+        assert line.startswith("python -m learner: error: --bind ") and REFUSAL in line, line
+        for fix in ("--auth-token", AUTH_TOKEN_ENV, "--tls-client-ca", "--insecure"):
+            assert fix in line, fix
+        assert not (tmp_path / "config.json").exists(), "refused before the run started"
+
+
+def test_learner_passes_the_check_with_a_token_client_certificates_or_insecure(tmp_path):
+    """Each way out gets past the check: the learner then fails only to bind UNASSIGNED."""
+    pki = make_certificates(tmp_path / "pki")
+    mutual_tls = ["--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"])]
+    mutual_tls += ["--tls-client-ca", str(pki["ca"])]
+    cases = {
+        "--auth-token": (["--auth-token", TOKEN], {AUTH_TOKEN_ENV: ""}),
+        AUTH_TOKEN_ENV: ([], {AUTH_TOKEN_ENV: TOKEN}),
+        "mutual TLS": (mutual_tls, {AUTH_TOKEN_ENV: ""}),
+        "--insecure": (["--insecure"], {AUTH_TOKEN_ENV: ""}),
+    }
+    for name, (extra, env) in cases.items():
+        with running(learner_on(UNASSIGNED, tmp_path / name, *extra), env=env) as learner:
+            assert learner.wait(90) == 2, (name, learner.output())
+        assert "error: could not bind the learner to 192.0.2.1:" in learner.output(), name
+        assert REFUSAL not in learner.output(), name

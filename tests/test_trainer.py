@@ -130,6 +130,31 @@ def test_normalized_advantages_make_the_policy_loss_scale_free(tmp_path):
     assert abs(norm_small - norm_large) < 1e-5
 
 
+def test_normalized_returns_make_the_loss_free_of_the_reward_scale(tmp_path):
+    """With --normalize-returns an env paying 1000x the rewards trains on the same numbers
+    once the return statistics have seen it; raw rewards give a 1000x policy loss."""
+    small = _unrolls(seed=5)
+    large = dataclasses.replace(small, reward=small.reward * 1000.0)
+    losses = {}
+    for normalize in (False, True):
+        for name, unrolls in (("small", small), ("large", large)):
+            trainer = _trainer(tmp_path / f"{normalize}{name}", normalize_returns=normalize)
+            with torch.no_grad():  # V = 0: the V-trace targets are the discounted returns
+                trainer.model.baseline.weight.zero_()
+                trainer.model.baseline.bias.zero_()
+            for _ in range(2):  # the return statistics see the batch (in raw units) twice
+                _loss(trainer, unrolls)
+            losses[normalize, name] = _loss(trainer, unrolls)
+    raw_small, raw_large = losses[False, "small"], losses[False, "large"]
+    assert abs(raw_large["loss_policy"]) > 100 * abs(raw_small["loss_policy"])
+    norm_small, norm_large = losses[True, "small"], losses[True, "large"]
+    for key in ("loss_policy", "loss_baseline"):
+        assert abs(norm_small[key] - norm_large[key]) <= 1e-4 * max(1.0, abs(norm_small[key]))
+    assert abs(norm_large["reward_norm_scale"] * 1000 - norm_small["reward_norm_scale"]) < (
+        1e-3 * norm_small["reward_norm_scale"]
+    )
+
+
 # ---------------------------------------------------------------------- the step
 
 

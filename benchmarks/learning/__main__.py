@@ -1,0 +1,266 @@
+"""``python -m benchmarks.learning``: train every env of a suite over several seeds to a
+frame budget, then summarise, plot and tabulate the runs against published references.
+
+    python -m benchmarks.learning run --suite minatar [--frames N] [--seeds N] [--envs A,B]
+    python -m benchmarks.learning table --out runs/bench-learning/minatar --doc docs/learning.md
+
+``run`` is resumable: finished runs (``run.json``) are kept, an interrupted one resumes
+from its checkpoint, and a larger ``--frames`` extends finished runs. The summary, the
+curves and ``table.md`` are rewritten after every run, so a partial suite reports what
+it has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.learning import report
+from benchmarks.learning.runner import INTERRUPTED, RANDOM_FILE, finished_run, random_return
+from benchmarks.learning.suites import SUITES, EnvSpec, Suite
+
+POLL_S = 10.0
+"""How often the progress line is refreshed from the running learner's metrics."""
+RANDOM_EPISODES = 20
+STOP_GRACE_S = 90.0
+"""How long an interrupted run gets to checkpoint and stop before it is killed."""
+
+
+def _last_record(logdir: Path) -> dict[str, Any] | None:
+    path = logdir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 8192))
+        lines = [line for line in f.read().splitlines() if line.strip()]
+    try:
+        return dict(json.loads(lines[-1])) if lines else None
+    except ValueError:
+        return None  # a line being written
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def progress_line(label: str, record: dict[str, Any] | None, frames: int, started: float) -> str:
+    elapsed = time.monotonic() - started
+    if record is None:
+        return f"{label}: starting ({_duration(elapsed)})"
+    done = int(record["frames"])
+    ret = record.get("episode_return_mean")
+    fps = float(record.get("fps_mean") or 0.0)
+    eta = f", eta {_duration((frames - done) / fps)}" if fps > 0 and done < frames else ""
+    ret_text = "-" if ret is None else f"{ret:.2f}"
+    return (
+        f"{label}: {done / 1e6:.2f}/{frames / 1e6:.2f} M frames ({100 * done / frames:.0f} %), "
+        f"return {ret_text}, {fps:,.0f} frames/s, {_duration(elapsed)}{eta}"
+    )
+
+
+def run_one(
+    suite: Suite, spec: EnvSpec, seed: int, frames: int, logdir: Path, args: argparse.Namespace,
+    label: str,
+) -> bool:  # fmt: skip
+    """Train and evaluate one run in a child process; True once it finished."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "benchmarks.learning.runner", "--suite", suite.name,
+        "--env", spec.env, "--seed", str(seed), "--frames", str(frames),
+        "--logdir", str(logdir), "--eval-episodes", str(args.eval_episodes),
+        "--num-actors", str(args.num_actors), "--envs-per-actor", str(args.envs_per_actor),
+        "--overrides", json.dumps(args.overrides),
+    ]  # fmt: skip
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    started = time.monotonic()
+    with open(logdir / "run.log", "ab") as log:
+        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            while child.poll() is None:
+                try:
+                    child.wait(timeout=POLL_S)
+                except subprocess.TimeoutExpired:
+                    print(progress_line(label, _last_record(logdir), frames, started), flush=True)
+        except KeyboardInterrupt:
+            print(f"{label}: interrupted; checkpointing (rerun to resume)", flush=True)
+            child.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reached it already; kill didn't
+            try:
+                child.wait(timeout=STOP_GRACE_S)  # it got the same SIGINT and stops cleanly
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            raise
+    if child.returncode == INTERRUPTED:
+        print(f"{label}: stopped by a signal before its budget; rerun to resume", flush=True)
+        raise KeyboardInterrupt
+    if child.returncode != 0:
+        print(f"{label}: failed (exit {child.returncode}); see {logdir / 'run.log'}", flush=True)
+        return False
+    record = json.loads((logdir / "run.json").read_text())
+    ev = record["eval"]
+    final = record["train_return_mean100"]
+    print(
+        f"{label}: done in {_duration(time.monotonic() - started)}, "
+        f"{record['frames']:,} frames, final mean-100 return "
+        f"{'-' if final is None else f'{final:.2f}'}, evaluate {ev['mean']:.2f} +- "
+        f"{ev['std']:.2f} over {ev['episodes']} episodes",
+        flush=True,
+    )
+    return True
+
+
+def selected_envs(suite: Suite, names: str) -> list[EnvSpec]:
+    if not names:
+        return list(suite.envs)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    chosen = [s for s in suite.envs if any(w.lower() in s.env.lower() for w in wanted)]
+    if not chosen:
+        known = ", ".join(s.env for s in suite.envs)
+        raise SystemExit(f"error: --envs {names!r} matches none of {known}")
+    return chosen
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    # Started in the background, SIGINT may arrive ignored; SIGTERM (a killed session)
+    # stops the suite the same way: the running run checkpoints and resumes next time.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    suite = SUITES[args.suite]
+    out = Path(args.out or f"runs/bench-learning/{suite.name}")
+    args.eval_episodes = args.eval_episodes or suite.eval_episodes
+    args.num_actors = args.num_actors or suite.num_actors
+    args.envs_per_actor = args.envs_per_actor or suite.envs_per_actor
+    specs = selected_envs(suite, args.envs)
+    plan = [(spec, seed) for spec in specs for seed in range(args.seeds)]
+    failed = 0
+    print(f"seedrl bench-learning: suite {suite.name}, {len(plan)} runs, results in {out}")
+    for index, (spec, seed) in enumerate(plan, 1):
+        frames = args.frames or spec.frames
+        logdir = out / spec.name / f"seed{seed}"
+        label = f"[{index}/{len(plan)}] {spec.env} seed {seed}"
+        random_path = out / spec.name / RANDOM_FILE
+        if not random_path.exists():
+            random_path.parent.mkdir(parents=True, exist_ok=True)
+            rnd = random_return(spec, RANDOM_EPISODES)
+            random_path.write_text(json.dumps(rnd, indent=2) + "\n")
+        if finished_run(logdir, frames) is not None:
+            print(f"{label}: already finished, kept")
+            continue
+        try:
+            ok = run_one(suite, spec, seed, frames, logdir, args, label)
+        except KeyboardInterrupt:
+            report.write_summary(suite, out)
+            return INTERRUPTED
+        failed += not ok
+        summary = report.write_summary(suite, out)
+        report.plot_curves(suite, out)
+        (out / "table.md").write_text(report.markdown_table(summary, "curves"))
+    summary = report.write_summary(suite, out)
+    report.plot_curves(suite, out)
+    (out / "table.md").write_text(report.markdown_table(summary, "curves"))
+    print(f"summary: {out / report.SUMMARY_FILE}, table: {out / 'table.md'}, curves: {out}/curves")
+    return 1 if failed else 0
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``FIELD=VALUE`` pairs, each value read as JSON when it parses (numbers, booleans)."""
+    from seedrl.config import LearnerConfig
+
+    fields = {f.name for f in dataclasses.fields(LearnerConfig)}
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if key == "lambda":
+            key = "lambda_"
+        if not sep or key not in fields:
+            raise ValueError(f"{item!r} is not FIELD=VALUE with a LearnerConfig field")
+        try:
+            overrides[key] = json.loads(text)
+        except ValueError:
+            overrides[key] = text
+    return overrides
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    """Rebuild summary and curves from the run directories; write the table into a doc."""
+    out = Path(args.out)
+    path = out / report.SUMMARY_FILE
+    if not path.exists():
+        raise SystemExit(f"error: {path} does not exist; run the suite first")
+    suite = report.suite_of(json.loads(path.read_text()))
+    summary = report.write_summary(suite, out)
+    pngs = report.plot_curves(suite, out)
+    if args.doc:
+        doc = Path(args.doc)
+        curves = Path(args.curves_dir) if args.curves_dir else doc.parent / "learning"
+        curves.mkdir(parents=True, exist_ok=True)
+        for png in pngs:
+            (curves / png.name).write_bytes(png.read_bytes())
+        rel = os.path.relpath(curves, doc.parent)
+        report.update_doc(doc, suite.name, report.markdown_table(summary, rel))
+        print(f"{doc}: suite {suite.name} table updated, curves in {curves}")
+    else:
+        print(report.markdown_table(summary, "curves"), end="")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.learning",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train and evaluate a suite (resumable)")
+    run.add_argument("--suite", required=True, choices=sorted(SUITES))
+    run.add_argument("--frames", type=int, default=0, help="frames per run (0: the suite's)")
+    run.add_argument("--seeds", type=int, default=2, help="seeds per env (0, 1, ...)")
+    run.add_argument("--envs", default="", help="comma-separated subset of the suite's envs")
+    run.add_argument("--out", default="", help="default: runs/bench-learning/SUITE")
+    run.add_argument("--eval-episodes", type=int, default=0, help="0: the suite's")
+    run.add_argument("--num-actors", type=int, default=0, help="0: the suite's")
+    run.add_argument("--envs-per-actor", type=int, default=0, help="0: the suite's")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                     help="a learner config field on top of the preset (repeatable); "
+                     "use a separate --out, finished runs are not redone")  # fmt: skip
+    table = sub.add_parser("table", help="summary, curves and markdown table of a suite's runs")
+    table.add_argument("--out", required=True, help="the suite's results directory")
+    table.add_argument("--doc", default="", help="write the table into this markdown file")
+    table.add_argument(
+        "--curves-dir", default="", help="PNG copies (default: learning/ beside DOC)"
+    )
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        try:
+            args.overrides = parse_overrides(args.overrides)
+        except ValueError as exc:
+            parser.error(f"--set: {exc}")
+        if args.seeds < 1:
+            parser.error("--seeds must be >= 1")
+        for name in ("frames", "eval_episodes", "num_actors", "envs_per_actor"):
+            if getattr(args, name) < 0:
+                parser.error(f"--{name.replace('_', '-')} must be >= 0")
+    return cmd_run(args) if args.command == "run" else cmd_table(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""From a suite's run directories to its summary JSON, learning-curve PNGs and the
+markdown table that ``docs/learning.md`` carries."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+from benchmarks.learning.runner import RANDOM_FILE, RUN_FILE
+from benchmarks.learning.suites import SUITES, EnvSpec, Suite
+from seedrl.metrics import read_metrics
+
+SUMMARY_FILE = "summary.json"
+
+
+def curve(logdir: Path) -> list[tuple[int, float, float]]:
+    """(frames, wall seconds, mean-100 return) per metrics record, wall time summed over
+    the segments of a resumed run (each segment's clock starts again at 0)."""
+    points: list[tuple[int, float, float]] = []
+    offset, previous = 0.0, 0.0
+    for record in read_metrics(logdir):
+        elapsed = float(record["elapsed_s"])
+        if elapsed < previous:
+            offset += previous
+        previous = elapsed
+        if record.get("episode_return_mean") is not None:
+            points.append((int(record["frames"]), offset + elapsed, record["episode_return_mean"]))
+    return points
+
+
+def wall_time_s(logdir: Path) -> float:
+    offset, previous = 0.0, 0.0
+    for record in read_metrics(logdir):
+        elapsed = float(record["elapsed_s"])
+        if elapsed < previous:
+            offset += previous
+        previous = elapsed
+    return offset + previous
+
+
+def run_summary(spec: EnvSpec, logdir: Path) -> dict[str, Any] | None:
+    """One finished run: final returns, threshold crossings, throughput."""
+    path = logdir / RUN_FILE
+    if not path.exists():
+        return None
+    run: dict[str, Any] = json.loads(path.read_text())
+    points = curve(logdir)
+    wall = wall_time_s(logdir)
+    crossings: dict[str, Any] = {}
+    for threshold in spec.thresholds:
+        hit = next((p for p in points if p[2] >= threshold), None)
+        crossings[f"{threshold:g}"] = (
+            None if hit is None else {"frames": hit[0], "wall_time_s": round(hit[1], 1)}
+        )
+    return {
+        "seed": run["seed"],
+        "frames": run["frames"],
+        "budget_frames": run["budget_frames"],
+        "overrides": run.get("overrides", {}),
+        "wall_time_s": round(wall, 1),
+        "frames_per_s": round(run["frames"] / wall, 1) if wall > 0 else None,
+        "final_return_mean100": run["train_return_mean100"],
+        "eval": {k: v for k, v in run["eval"].items() if k not in ("returns", "lengths")},
+        "thresholds": crossings,
+    }
+
+
+def env_summary(suite: Suite, spec: EnvSpec, out: Path) -> dict[str, Any]:
+    runs = []
+    for seed_dir in sorted((out / spec.name).glob("seed*")):
+        summary = run_summary(spec, seed_dir)
+        if summary is not None:
+            runs.append(summary)
+    finals = [r["final_return_mean100"] for r in runs if r["final_return_mean100"] is not None]
+    evals = [r["eval"]["mean"] for r in runs]
+    random_path = out / spec.name / RANDOM_FILE
+    ref = spec.reference
+    mean_final = statistics.fmean(finals) if finals else None
+    mean_eval = statistics.fmean(evals) if evals else None
+    return {
+        "env": spec.env,
+        "preset": spec.preset,
+        "frames_per_step": spec.frames_per_step,
+        "seeds_finished": len(runs),
+        "final_return_mean100": mean_final,
+        "eval_mean": mean_eval,
+        "random": json.loads(random_path.read_text()) if random_path.exists() else None,
+        "reference": {
+            "value": ref.value,
+            "source": ref.source,
+            "budget": ref.budget,
+            "setting": ref.setting,
+            "url": ref.url,
+        },
+        # the final score is evaluate's (mean of seeds), as published scores are
+        "meets_reference": None if mean_eval is None else mean_eval >= ref.value,
+        "runs": runs,
+    }
+
+
+def write_summary(suite: Suite, out: Path) -> dict[str, Any]:
+    summary = {
+        "suite": suite.name,
+        "written": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "actors": f"{suite.num_actors} x {suite.envs_per_actor} envs",
+        "eval_mode": "greedy" if suite.greedy else "sampled",
+        "envs": [env_summary(suite, spec, out) for spec in suite.envs],
+    }
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def plot_curves(suite: Suite, out: Path) -> list[Path]:
+    """One PNG per env: return vs frames for every seed, the reference and random as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from matplotlib.ticker import EngFormatter
+
+    written = []
+    folder = out / "curves"
+    folder.mkdir(parents=True, exist_ok=True)
+    for spec in suite.envs:
+        seed_dirs = sorted((out / spec.name).glob("seed*"))
+        curves = [(d.name, curve(d)) for d in seed_dirs]
+        curves = [(name, pts) for name, pts in curves if pts]
+        if not curves:
+            continue
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), constrained_layout=True)
+        for name, pts in curves:
+            done = "" if (out / spec.name / name / RUN_FILE).exists() else " (unfinished)"
+            ax.plot([p[0] for p in pts], [p[2] for p in pts], label=f"{name}{done}")
+        ref = spec.reference
+        ax.axhline(ref.value, color="black", linestyle="--",
+                   label=f"reference {ref.value:g} ({ref.budget})")  # fmt: skip
+        random_path = out / spec.name / RANDOM_FILE
+        if random_path.exists():
+            rnd = json.loads(random_path.read_text())["mean"]
+            ax.axhline(rnd, color="gray", linestyle=":", label=f"random {rnd:.1f}")
+        unit = "env steps" if spec.frames_per_step == 1 else (
+            f"agent steps (x{spec.frames_per_step} emulator frames)"
+        )  # fmt: skip
+        ax.set_xlabel(f"seedrl frames = {unit}")
+        ax.set_ylabel("mean return of the last 100 episodes")
+        ax.set_title(f"{spec.env} ({suite.name} suite)")
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)  # curves rise away from it
+        path = folder / f"{spec.name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _num(value: Any, spec: str = ".1f") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return format(value, spec)
+
+
+def _frames(value: int | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1e6:.2f} M" if value >= 100_000 else f"{value / 1e3:.0f} k"
+
+
+def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
+    """The results table and the references table of one suite, in markdown."""
+    suite = summary["suite"]
+    lines = [
+        f"Suite `{suite}` ({summary['actors']} per run, final score from `evaluate`, "
+        f"{summary['eval_mode']} actions; summary written {summary['written']}).",
+        "",
+        "| env | seeds | frames per run | final mean-100 return (per seed) | evaluate "
+        "mean ± std (per seed) | random | reference | evaluate meets it | frames (wall) to "
+        "thresholds | frames/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for env in summary["envs"]:
+        runs = env["runs"]
+        if not runs:
+            lines.append(
+                f"| {env['env']} | 0 | not run | - | - | - | {env['reference']['value']:g} | - "
+                "| - | - |"
+            )
+            continue
+        per_seed = ", ".join(_num(r["final_return_mean100"]) for r in runs)
+        evals = "; ".join(
+            f"{r['eval']['mean']:.1f} ± {r['eval']['std']:.1f} (n={r['eval']['episodes']})"
+            for r in runs
+        )
+        crossings = []
+        for threshold in runs[0]["thresholds"]:
+            hits = [r["thresholds"][threshold] for r in runs]
+            got = [h for h in hits if h is not None]
+            text = ", ".join(
+                f"{_frames(h['frames'])} ({h['wall_time_s'] / 60:.1f} min)" for h in got
+            )
+            crossings.append(f"{threshold}: {len(got)}/{len(runs)} seeds {text}".strip())
+        rnd = env["random"]["mean"] if env["random"] else None
+        frames = sorted({r["frames"] for r in runs})
+        budget = ", ".join(_frames(f) for f in frames)
+        if env["frames_per_step"] > 1:
+            emulator = ", ".join(_frames(f * env["frames_per_step"]) for f in frames)
+            budget += f" steps ({emulator} emulator frames)"
+        rates = [r["frames_per_s"] for r in runs if r["frames_per_s"]]
+        fps = f"{statistics.fmean(rates):,.0f}" if rates else "-"
+        meets = "yes" if env["meets_reference"] else "no"
+        lines.append(
+            f"| {env['env']} | {len(runs)} | {budget} "
+            f"| **{_num(env['final_return_mean100'])}** ({per_seed}) | {evals} | {_num(rnd)} "
+            f"| {env['reference']['value']:g} | {meets} | {'; '.join(crossings)} | {fps} |"
+        )
+    lines += [
+        "",
+        "| env | reference | source | budget (unit) | source's setting |",
+        "|---|---|---|---|---|",
+    ]
+    for env in summary["envs"]:
+        ref = env["reference"]
+        source = f"[{ref['source']}]({ref['url']})" if ref["url"] else ref["source"]
+        lines.append(
+            f"| {env['env']} | {ref['value']:g} | {source} | {ref['budget']} | {ref['setting']} |"
+        )
+    if curves_dir:
+        lines.append("")
+        for env in summary["envs"]:
+            if env["runs"]:
+                name = env["env"].replace("/", "-")
+                lines.append(f"![{env['env']}]({curves_dir}/{name}.png)")
+    return "\n".join(lines) + "\n"
+
+
+def update_doc(doc: Path, suite: str, table: str) -> None:
+    """Replace (or append) the suite's block between its markers in ``doc``."""
+    start, end = f"<!-- bench-learning:{suite}:start -->", f"<!-- bench-learning:{suite}:end -->"
+    block = f"{start}\n{table}{end}"
+    text = doc.read_text() if doc.exists() else "# Learning benchmark\n"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text)
+    else:
+        text = text.rstrip("\n") + f"\n\n## Suite `{suite}`\n\n{block}\n"
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)
+
+
+def suite_of(summary: dict[str, Any]) -> Suite:
+    return SUITES[summary["suite"]]

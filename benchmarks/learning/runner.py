@@ -1,0 +1,149 @@
+"""One benchmark run: the project's own ``learner.train`` (learner + actor processes) to a
+frame budget, then the final score from ``learner.evaluate``.
+
+Run as ``python -m benchmarks.learning.runner`` by the suite driver, one process per run,
+so a run's torch threads, frozen heap and child actors end with it. A run whose
+``run.json`` is missing is unfinished: started again, it resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.learning.suites import SUITES, EnvSpec, Suite
+
+RUN_FILE = "run.json"
+"""Written last, once training reached its budget and the evaluation finished."""
+RANDOM_FILE = "random.json"
+INTERRUPTED = 130
+"""Exit status of a run stopped by a signal before it finished (it resumes next time)."""
+RANDOM_MAX_STEPS = 27_000
+"""Cap per random episode (Atari's 108 k-frame limit at frame skip 4)."""
+
+
+def find_env(suite: Suite, name: str) -> EnvSpec:
+    for spec in suite.envs:
+        if name in (spec.env, spec.name):
+            return spec
+    raise ValueError(f"{name!r} is not in suite {suite.name}")
+
+
+def finished_run(logdir: Path, frames: int) -> dict[str, Any] | None:
+    """The run's record when it finished with at least ``frames`` frames, else None."""
+    path = logdir / RUN_FILE
+    if not path.exists():
+        return None
+    record: dict[str, Any] = json.loads(path.read_text())
+    return record if record["budget_frames"] >= frames else None
+
+
+def train_and_evaluate(
+    suite: Suite,
+    spec: EnvSpec,
+    seed: int,
+    frames: int,
+    logdir: Path,
+    eval_episodes: int,
+    num_actors: int,
+    envs_per_actor: int,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Train (resuming a checkpoint in ``logdir``), evaluate, write ``run.json``.
+
+    Returns None when training stopped short of the budget (a signal): the run stays
+    unfinished and the next call resumes it.
+    """
+    import torch
+
+    import learner
+    from learner.evaluate import evaluate
+    from learner.trained_policy import Policy
+
+    result = learner.train(
+        spec.env,
+        preset=spec.preset,
+        total_frames=frames,
+        seed=seed,
+        logdir=logdir,
+        num_actors=num_actors,
+        envs_per_actor=envs_per_actor,
+        resume=True,
+        tensorboard=False,
+        **{**spec.overrides, **(overrides or {})},
+    )
+    if result.frames < frames:
+        print(f"stopped at {result.frames} of {frames} frames: {result.reason}", flush=True)
+        return None
+    policy = Policy.load(result.checkpoint, greedy=suite.greedy)
+    torch.manual_seed(seed)
+    scores = evaluate(policy, eval_episodes, seed=1_000_000 + 1000 * seed)
+    record = {
+        "env": spec.env,
+        "seed": seed,
+        "budget_frames": frames,
+        "overrides": dict(overrides or {}),
+        "frames": result.frames,
+        "learner_steps": result.learner_steps,
+        "episodes": result.episodes,
+        "train_return_mean100": result.episode_return_mean,
+        "eval": scores.to_dict(),
+    }
+    (logdir / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def random_return(spec: EnvSpec, episodes: int, seed: int = 0) -> dict[str, Any]:
+    """Mean and std of a uniformly random policy's return on the same env, full episodes."""
+    from seedrl import envs
+
+    env = envs.make_env(spec.env)
+    env.action_space.seed(seed)
+    returns = []
+    try:
+        for episode in range(episodes):
+            env.reset(seed=seed + episode)
+            total, steps, done = 0.0, 0, False
+            while not done and steps < RANDOM_MAX_STEPS:
+                _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+                total += float(reward)
+                steps += 1
+                done = terminated or truncated
+            returns.append(total)
+    finally:
+        env.close()
+    return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "episodes": episodes}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.learning.runner")
+    parser.add_argument("--suite", required=True, choices=sorted(SUITES))
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--frames", type=int, required=True)
+    parser.add_argument("--logdir", required=True)
+    parser.add_argument("--eval-episodes", type=int, required=True)
+    parser.add_argument("--num-actors", type=int, required=True)
+    parser.add_argument("--envs-per-actor", type=int, required=True)
+    parser.add_argument("--overrides", default="{}", help="JSON object of LearnerConfig fields")
+    args = parser.parse_args(argv)
+    suite = SUITES[args.suite]
+    spec = find_env(suite, args.env)
+    try:
+        record = train_and_evaluate(
+            suite, spec, args.seed, args.frames, Path(args.logdir), args.eval_episodes,
+            args.num_actors, args.envs_per_actor, json.loads(args.overrides),
+        )  # fmt: skip
+    except KeyboardInterrupt:  # during the evaluation: the next call evaluates again
+        record = None
+    return 0 if record is not None else INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

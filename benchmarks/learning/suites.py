@@ -1,0 +1,167 @@
+"""The named suites of the learning benchmark and the published figures they are held to.
+
+A run's "frames" are what seedrl counts: one per env step the learner receives. For
+classic control and MinAtar that is one step of the game; an Atari step is four ALE
+frames (frame skip 4), so Atari references quoted in ALE frames are converted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One published figure for an env, with what it takes to compare it honestly."""
+
+    value: float
+    """The return the source reports."""
+    source: str
+    """Who reported it (paper, repository), with the algorithm."""
+    budget: str
+    """At what budget, in the source's own unit (frames, agent steps, timesteps)."""
+    setting: str
+    """Env version and conventions of the source (sticky actions, action set, lives)."""
+    url: str = ""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One env of a suite: how seedrl trains it and what it is measured against."""
+
+    env: str
+    preset: str | None
+    frames: int
+    """Default budget per run, in seedrl frames (env steps)."""
+    reference: Reference
+    thresholds: tuple[float, ...]
+    """Returns whose first crossing (frames, wall time) the summary records."""
+    frames_per_step: int = 1
+    """Emulator frames per seedrl frame (Atari's frame skip)."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """LearnerConfig fields on top of the preset (none by default: presets carry them)."""
+
+    @property
+    def name(self) -> str:
+        return self.env.replace("/", "-")
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    envs: tuple[EnvSpec, ...]
+    num_actors: int
+    envs_per_actor: int
+    eval_episodes: int
+    greedy: bool
+    """Final evaluation acts greedily (True) or samples from the policy (False)."""
+
+
+_MINATAR_PAPER = (
+    "Young & Tian 2019 (MinAtar), better of DQN and AC(lambda), read off the paper's curves"
+)
+_MINATAR_URL = "https://arxiv.org/abs/1903.03176"
+_MINATAR_SETTING = "MinAtar v1.0 games, sticky actions 0.1, 1 frame = 1 step, full game"
+_MINATAR_BUDGET = "5 M frames (= steps)"
+
+
+def _minatar(game: str, reference: float) -> EnvSpec:
+    return EnvSpec(
+        env=f"MinAtar/{game}-v1",
+        preset="minatar",
+        frames=5_000_000,
+        reference=Reference(
+            reference, _MINATAR_PAPER, _MINATAR_BUDGET, _MINATAR_SETTING, _MINATAR_URL
+        ),
+        thresholds=(round(reference / 2, 1), reference),
+    )
+
+
+_ZOO = "SB3 RL Zoo benchmark.md, PPO (one trained agent, deterministic eval)"
+_ZOO_URL = "https://github.com/DLR-RM/rl-baselines3-zoo/blob/master/benchmark.md"
+_ZOO_ATARI = "SB3 RL Zoo benchmark.md, PPO (one trained agent, stochastic eval)"
+
+SUITES: dict[str, Suite] = {
+    "classic": Suite(
+        name="classic",
+        envs=(
+            EnvSpec(
+                "CartPole-v1",
+                None,
+                1_000_000,
+                Reference(500.0, _ZOO, "100 k timesteps (= frames)", "CartPole-v1", _ZOO_URL),
+                thresholds=(195.0, 475.0),
+            ),
+            EnvSpec(
+                "Acrobot-v1",
+                None,
+                1_000_000,
+                Reference(-73.5, _ZOO, "1 M timesteps (= frames)", "Acrobot-v1", _ZOO_URL),
+                thresholds=(-200.0, -100.0),
+            ),
+            EnvSpec(
+                "Pendulum-v1",
+                "pendulum",
+                2_000_000,
+                Reference(-172.2, _ZOO, "100 k timesteps (= frames)", "Pendulum-v1", _ZOO_URL),
+                thresholds=(-500.0, -200.0),
+            ),
+        ),
+        num_actors=2,
+        envs_per_actor=16,
+        eval_episodes=100,
+        greedy=True,
+    ),
+    "minatar": Suite(
+        name="minatar",
+        envs=(
+            _minatar("Asterix", 20.0),
+            _minatar("Breakout", 17.5),
+            _minatar("Freeway", 50.0),
+            _minatar("Seaquest", 20.0),
+            _minatar("SpaceInvaders", 185.0),
+        ),
+        num_actors=2,
+        envs_per_actor=16,
+        eval_episodes=100,
+        greedy=False,
+    ),
+    "atari": Suite(
+        name="atari",
+        envs=(
+            EnvSpec(
+                "ALE/Pong-v5",
+                "atari",
+                10_000_000,
+                Reference(
+                    20.99,
+                    _ZOO_ATARI,
+                    "10 M steps = 40 M frames",
+                    "PongNoFrameskip-v4: no sticky actions, terminal on life loss",
+                    _ZOO_URL,
+                ),
+                thresholds=(0.0, 18.0),
+                frames_per_step=4,
+            ),
+            EnvSpec(
+                "ALE/Breakout-v5",
+                "atari",
+                10_000_000,
+                Reference(
+                    398.0,
+                    _ZOO_ATARI,
+                    "10 M steps = 40 M frames",
+                    "BreakoutNoFrameskip-v4: no sticky actions, terminal on life loss",
+                    _ZOO_URL,
+                ),
+                thresholds=(30.0, 100.0),
+                frames_per_step=4,
+            ),
+        ),
+        num_actors=2,
+        envs_per_actor=8,
+        eval_episodes=30,
+        greedy=False,
+    ),
+}

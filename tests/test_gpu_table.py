@@ -1,0 +1,115 @@
+"""The docs' GPU section is rendered from a GPU check's JSONs: rows, ratios and markers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks import results_table
+from benchmarks.gpu_table import BEGIN, END, derived_lines, render, step_rows, train_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(trainer: str, device: str, precision: str, fps: float, **extra: object) -> dict:
+    return {
+        "preset": "atari", "device": device, "trainer": trainer, "actors": "4x8",
+        "listening": f"seedrl learner listening on 127.0.0.1:1 (env ALE/Pong-v5, device "
+        f"{device}, trainer {trainer}, {precision})",
+        "rc": 0, "fps": fps, "learner_steps_per_s": fps / 100, "measured_s": 10.0,
+        "trainer_wait_share": 0.5, "inference_batch_mean": 31.5, "episode_return_mean": -20.5,
+        "gpu": {"util_mean": 12.4, "util_max": 40.0} if device == "cuda" else
+        {"util_mean": 0.0, "util_max": 0.0},
+        **extra,
+    }  # fmt: skip
+
+
+def _summary() -> dict:
+    return {
+        "started": "2030-01-02T03:04:05Z",
+        "finished": "2030-01-02T03:09:05Z",
+        "info": {
+            "python": "3.12.0",
+            "cpus": 8,
+            "nvidia_smi": "Test GPU, 1000 MiB, 1.2.3",
+            "gpu": "Test GPU",
+            "torch": "9.9.9",
+            "cuda": "99.0",
+        },
+        "tests": {"rc": 1, "summary": "1 failed, 5 passed"},
+        "train": {
+            # the requested trainer is auto: the row shows the one the learner resolved
+            "atari-device-cuda": {**_run("device", "cuda", "bf16", 4000.0), "trainer": "auto"},
+            "atari-process-cuda": _run("process", "cuda", "bf16", 3000.0),
+            "atari-process-cpu": _run("process", "cpu", "fp32", 1000.0, error="exited"),
+            "cartpole-device-cuda": {"skipped": "budget"},
+        },
+        "timings": {"rc": 124, "rows": []},
+    }
+
+
+def _timings() -> list[dict]:
+    return [
+        {"preset": "atari", "device": "cuda", "precision": "fp32", "params": 1234567,
+         "batch": "32x21", "forward_b64_ms": 2.0, "forward_b256_ms": 3.0,
+         "train_step_thread_ms": 8.0, "train_step_device_ms": 9.5,
+         "handoff_device_ms": 0.05, "handoff_host_ms": 2.0},
+        {"preset": "atari", "device": "cpu", "precision": "fp32", "params": 1234567,
+         "batch": "32x21", "forward_b64_ms": 4.0, "forward_b256_ms": 12.0,
+         "train_step_thread_ms": 80.0},
+    ]  # fmt: skip
+
+
+def test_training_rows_read_the_resolved_settings_and_the_speed_up_over_cpu() -> None:
+    device, process, cpu, skipped = train_rows(_summary())
+    assert device[:5] == ["ALE/Pong-v5", "4x8", "device", "cuda", "bf16"]
+    assert device[5:11] == ["4,000", "4.00×", "40.0", "12% / 40%", "50%", "31.5"]
+    assert process[5:7] == ["3,000", "3.00×"]
+    assert cpu[4:7] == ["fp32", "1,000", "1.00×"] and cpu[8] == "—"  # no GPU util on CPU
+    assert cpu[-2:] == ["-20.5", "exited"]
+    assert skipped[0] == "cartpole-device-cuda" and skipped[5] == "—"
+    assert skipped[-1] == "skipped: budget"
+
+
+def test_step_rows_and_the_ratios_read_off_them() -> None:
+    gpu, cpu = step_rows(_timings())
+    assert gpu == ["Atari CNN", "cuda", "fp32", "1,234,567", "32x21", "2.00", "3.00",
+                   "8.00", "9.50", "0.050", "2.00"]  # fmt: skip
+    assert cpu[5:] == ["4.00", "12.00", "80.00", "—", "—", "—"]
+    lines = derived_lines(_summary(), _timings())
+    assert lines[0] == (
+        "- ALE/Pong-v5 on CUDA, device-resident over process trainer: "
+        "1.33× frames/s, 1.33× learner steps/s."
+    )
+    assert "fp32 0.5× / 0.2×" in lines[1] and "fp32 40×" in lines[1]
+
+
+def test_the_block_names_the_card_the_tests_and_the_steps_that_ran_out() -> None:
+    block = render(_summary(), _timings(), [])
+    assert "on an **Test GPU** (1000 MiB, driver 1.2.3), 8 CPUs" in block
+    assert "torch 9.9.9 (CUDA 99.0)" in block
+    assert "CUDA tests (`pytest -k cuda`): 1 failed, 5 passed (exit 1)" in block
+    assert "`timings` step exited 124 (its time ran out)" in block
+
+
+def test_command_rewrites_only_the_gpu_block(tmp_path: Path) -> None:
+    summary, timings = tmp_path / "summary.json", tmp_path / "timings.jsonl"
+    summary.write_text(json.dumps(_summary()))
+    timings.write_text("".join(json.dumps(t) + "\n" for t in _timings()))
+    cpu_block = f"{results_table.BEGIN}\nthe CPU table\n{results_table.END}\n"
+    page = tmp_path / "performance.md"
+    page.write_text(f"# Perf\n{cpu_block}\n{BEGIN}\nold\n{END}\nafter\n")
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_table", str(summary), "--timings", str(timings),
+         "--update", str(page)],
+        cwd=ROOT, check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    new = render(_summary(), _timings(), [])
+    assert page.read_text() == f"# Perf\n{cpu_block}\n{BEGIN}\n{new}{END}\nafter\n"
+
+
+def test_the_performance_page_has_the_gpu_markers_once() -> None:
+    text = (ROOT / "docs" / "performance.md").read_text()
+    assert text.count(BEGIN) == 1 and text.count(END) == 1 and text.index(BEGIN) < text.index(END)

@@ -1,0 +1,168 @@
+"""The learning benchmark (benchmarks/learning): its bookkeeping, and the short CI
+variant that guards learning on pixels: MinAtar Breakout must beat a random policy."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import ROOT
+
+from benchmarks.learning import report
+from benchmarks.learning.__main__ import parse_overrides
+from benchmarks.learning.runner import RUN_FILE, finished_run
+from benchmarks.learning.suites import SUITES
+from seedrl import envs
+
+
+def write_metrics(logdir: Path, records: list[dict]) -> None:
+    logdir.mkdir(parents=True, exist_ok=True)
+    with open(logdir / "metrics.jsonl", "w") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+
+
+def test_a_resumed_run_adds_up_its_segments_wall_time(tmp_path):
+    """A resumed learner's clock restarts at 0; the curve keeps counting from the first."""
+    write_metrics(tmp_path, [
+        {"elapsed_s": 0.0, "frames": 0, "episode_return_mean": None},
+        {"elapsed_s": 10.0, "frames": 100, "episode_return_mean": 1.0},
+        {"elapsed_s": 20.0, "frames": 200, "episode_return_mean": 2.0},
+        {"elapsed_s": 1.0, "frames": 200, "episode_return_mean": 2.0},
+        {"elapsed_s": 11.0, "frames": 300, "episode_return_mean": 5.0},
+    ])  # fmt: skip
+    assert report.curve(tmp_path) == [(100, 10.0, 1.0), (200, 20.0, 2.0), (200, 21.0, 2.0),
+                                      (300, 31.0, 5.0)]  # fmt: skip
+    assert report.wall_time_s(tmp_path) == 31.0
+
+
+def test_run_summary_records_the_first_crossing_of_each_threshold(tmp_path):
+    spec = SUITES["minatar"].envs[1]  # Breakout: thresholds 8.8 and 17.5
+    write_metrics(tmp_path, [
+        {"elapsed_s": 5.0, "frames": 1000, "episode_return_mean": 3.0},
+        {"elapsed_s": 9.0, "frames": 2000, "episode_return_mean": 9.0},
+        {"elapsed_s": 13.0, "frames": 3000, "episode_return_mean": 8.0},
+        {"elapsed_s": 17.0, "frames": 4000, "episode_return_mean": 10.0},
+    ])  # fmt: skip
+    run = {"seed": 0, "frames": 4000, "budget_frames": 4000, "train_return_mean100": 10.0,
+           "eval": {"mean": 7.5, "std": 1.0, "episodes": 4, "greedy": False, "truncated": 0,
+                    "returns": [6.5, 7.5, 7.5, 8.5], "lengths": [1, 2, 3, 4]}}  # fmt: skip
+    (tmp_path / RUN_FILE).write_text(json.dumps(run))
+    summary = report.run_summary(spec, tmp_path)
+    assert summary is not None
+    assert summary["thresholds"] == {"8.8": {"frames": 2000, "wall_time_s": 9.0}, "17.5": None}
+    assert summary["frames_per_s"] == pytest.approx(4000 / 17.0, abs=0.1)
+    assert finished_run(tmp_path, 4000) is not None
+    assert finished_run(tmp_path, 5000) is None  # a bigger budget extends the run
+
+
+def test_the_doc_keeps_its_prose_and_one_block_per_suite(tmp_path):
+    doc = tmp_path / "learning.md"
+    doc.write_text("# Learning\n\nProse that stays.\n")
+    report.update_doc(doc, "minatar", "table one\n")
+    report.update_doc(doc, "classic", "classic table\n")
+    report.update_doc(doc, "minatar", "table two\n")
+    text = doc.read_text()
+    assert "Prose that stays." in text and "classic table" in text
+    assert "table two" in text and "table one" not in text
+    assert text.count("<!-- bench-learning:minatar:start -->") == 1
+
+
+def test_overrides_are_learner_config_fields():
+    assert parse_overrides(["lambda=0.95", "batch-size=16"]) == {"lambda_": 0.95, "batch_size": 16}
+    with pytest.raises(ValueError, match="LearnerConfig"):
+        parse_overrides(["no_such_field=1"])
+
+
+def run_bench(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """The harness as users run it, in its own session so that every process it started
+    (runner, learner, actors) ends with the test even on a timeout."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.learning", *args], cwd=ROOT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+CI_FRAMES = 250_000
+"""The CI budget: enough for the minatar preset to leave random play well behind."""
+
+
+def test_minatar_breakout_learns_well_above_a_random_policy(tmp_path):
+    """Learning on pixels, through the benchmark itself: one seed of MinAtar Breakout on
+    a tiny budget, scored with evaluate against the random policy the harness measures."""
+    pytest.importorskip("minatar")
+    out = tmp_path / "bench"
+    args = ["run", "--suite", "minatar", "--envs", "Breakout", "--seeds", "1",
+            "--frames", str(CI_FRAMES), "--eval-episodes", "30", "--out", str(out),
+            "--set", "max_seconds=150", "--set", "checkpoint_interval_s=600"]  # fmt: skip
+    first = run_bench(args, timeout=240)
+    assert first.returncode == 0, first.stdout
+    summary = json.loads((out / report.SUMMARY_FILE).read_text())
+    (breakout,) = [e for e in summary["envs"] if e["runs"]]
+    (run,) = breakout["runs"]
+    random_mean = breakout["random"]["mean"]
+    trained = run["eval"]["mean"]
+    assert run["frames"] >= CI_FRAMES and run["eval"]["episodes"] == 30
+    assert random_mean < 1.0, f"random Breakout should score under 1, got {random_mean}"
+    assert trained >= max(3 * random_mean, random_mean + 1.0), (trained, random_mean)
+    assert (out / "curves" / "MinAtar-Breakout-v1.png").stat().st_size > 5_000
+
+    again = run_bench(args, timeout=120)  # resumable: the finished run is kept as it is
+    assert again.returncode == 0 and "already finished, kept" in again.stdout, again.stdout
+    doc = tmp_path / "docs" / "learning.md"
+    table = run_bench(["table", "--out", str(out), "--doc", str(doc)], timeout=120)
+    assert table.returncode == 0, table.stdout
+    text = doc.read_text()
+    assert "| MinAtar/Breakout-v1 | 1 |" in text and "Young & Tian 2019" in text
+    assert (doc.parent / "learning" / "MinAtar-Breakout-v1.png").exists()
+
+
+class FirePolicy:
+    """Stands in for a trained Policy: presses FIRE then moves at random, seeded."""
+
+    def __init__(self, env_id: str, env_kwargs: dict) -> None:
+        self.env_id, self.env_kwargs, self.greedy = env_id, env_kwargs, False
+        self._rng = np.random.default_rng(0)
+
+    def reset(self) -> None:
+        self._rng = np.random.default_rng(0)
+
+    def act(self, obs) -> int:
+        return int(self._rng.integers(0, 4))
+
+
+def test_evaluate_scores_atari_over_full_games_not_lives():
+    """A policy trained with episodic_life still gets scored over all five Breakout lives."""
+    pytest.importorskip("ale_py")
+    from learner.evaluate import evaluate
+
+    kwargs = {"episodic_life": True, "noop_max": 0}
+    full = evaluate(FirePolicy("ALE/Breakout-v5", kwargs), episodes=2, seed=3)  # type: ignore[arg-type]
+    env = envs.make_env("ALE/Breakout-v5", kwargs)  # what training saw: one life an episode
+    try:
+        env.reset(seed=3)
+        policy, steps, done = FirePolicy("ALE/Breakout-v5", kwargs), 0, False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(policy.act(None))
+            steps, done = steps + 1, terminated or truncated
+    finally:
+        env.close()
+    assert min(full.lengths) > 2 * steps, (full.lengths, steps)
+    assert full.truncated == 0 and not full.greedy
+    assert full.std == pytest.approx(float(np.std(full.returns)))
+    assert "over 2 full episodes (sampled" in full.summary()
