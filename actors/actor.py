@@ -2,8 +2,10 @@
 
 The hot loop (``stream_frames``) is: encode K observations/rewards/flags into one
 fresh message -> send it and wait for the K actions (one gRPC batch) -> step the envs,
-all on one thread (``actors.stream``). A process runs one actor, or several on a thread
-each (``_run_threads``; the launcher decides). The actor holds no model. When the
+all on one thread (``actors.stream``). Where the learner offers it (stacked Atari frames),
+a frame carries only the newest frame of each observation; the learner has the rest. A
+process runs one actor, or several on a thread each (``_run_threads``; the launcher
+decides). The actor holds no model. When the
 learner is unreachable or restarts, the actor reconnects with capped exponential backoff
 and jitter, under a fresh ``run_id`` so the learner resets its slots; it exits only when
 the learner says training is finished (or on a signal).
@@ -187,7 +189,7 @@ class Actor:
                         self._connections_before_local = self.connections
                         continue
                 spec = self._ensure_envs(info)
-                end = self.stream_frames(channel, spec)
+                end = self.stream_frames(channel, spec, info.frame_stack)
             except grpc.RpcError as exc:
                 if self._stop.is_set():
                     return 0
@@ -232,25 +234,33 @@ class Actor:
             self._stop.wait(self.backoff.next_delay())
         return 0
 
-    def stream_frames(self, channel: grpc.Channel, spec: pb.EnvSpec) -> StreamEnd:
-        """One Act stream: Hello, then the lockstep frame/actions loop."""
+    def stream_frames(
+        self, channel: grpc.Channel, spec: pb.EnvSpec, frame_stack: int = 0
+    ) -> StreamEnd:
+        """One Act stream: Hello, then the lockstep frame/actions loop.
+
+        ``frame_stack`` D > 1 (the learner's offer): send only the newest of the D frames
+        each observation stacks, when this actor's observations are such stacks.
+        """
         stream = open_stream(channel, ACT_METHOD, self.metadata)
         self._stream = stream
         try:
             if self._stop.is_set():
                 return StreamEnd.STOPPED
-            return self._stream_frames(stream, spec)
+            return self._stream_frames(stream, spec, frame_stack)
         finally:
             self._stream = None
             stream.close()
 
-    def _stream_frames(self, stream: ActorStream, spec: pb.EnvSpec) -> StreamEnd:
+    def _stream_frames(self, stream: ActorStream, spec: pb.EnvSpec, frame_stack: int) -> StreamEnd:
         cfg = self.config
         k = cfg.envs_per_actor
         assert self.vec_env is not None
+        obs_shape = codec.spec_shape(spec.observation_space)
+        newest_only = frame_stack > 1 and len(obs_shape) > 1 and obs_shape[0] == frame_stack
         hello = pb.Hello(
             protocol_version=PROTOCOL_VERSION, actor_id=self.actor_id, run_id=uuid.uuid4().hex,
-            num_envs=k, env=spec,
+            num_envs=k, env=spec, frame_stack=frame_stack if newest_only else 0,
         )  # fmt: skip
         stream.write(pb.ActorMessage(hello=hello).SerializeToString())
         accept = self._read_reply(stream)
@@ -273,15 +283,15 @@ class Actor:
         obs_dtype = np.dtype(spec.observation_space.dtype)
         # Frames are joined from, and replies split against, the wire's fixed bytes: no
         # message objects per step. A reply that misses the template is parsed in full.
-        obs_shape = codec.spec_shape(spec.observation_space)
-        frame_wire = codec.frame_template(*codec.frame_layouts(k, obs_dtype, obs_shape))
+        sent_shape = obs_shape[1:] if newest_only else obs_shape
+        frame_wire = codec.frame_template(*codec.frame_layouts(k, obs_dtype, sent_shape))
         actions_wire = codec.actions_template(act_dtype, act_shape)
 
         clock, record_rtt, stopping = time.perf_counter, self.round_trips.record, self._stop.is_set
         while not stopping():
             frame = frame_wire.fill(
                 (
-                    np.asarray(obs_KO, dtype=obs_dtype).tobytes(),
+                    np.asarray(obs_KO[:, -1] if newest_only else obs_KO, obs_dtype).tobytes(),
                     reward_K.tobytes(),
                     terminated_K.tobytes(),
                     truncated_K.tobytes(),

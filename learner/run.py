@@ -37,7 +37,7 @@ from learner.server import LearnerServicer, build_server, set_serving
 from learner.stats import LearnerStats
 from learner.trainer import Trainer, apply_optimizer_settings, make_optimizer
 from learner.trainer_process import TrainerProcess
-from learner.trajectories import TrajectoryBuilder, UnrollQueue
+from learner.trajectories import TrajectoryBuilder, UnrollQueue, stored_frame_stack
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, check_bind_protected, resolve_auth_token, to_json_dict
 from seedrl.metrics import MetricsWriter, RunResult
@@ -135,6 +135,7 @@ def build_learner(config: LearnerConfig) -> Learner:
         action_dtype=str(head.action_dtype).removeprefix("torch."),
         param_size=head.param_size,
         core_state_sizes=(lstm_size, lstm_size) if lstm_size else (),
+        frame_stack=stored_frame_stack(config),
     )
     return Learner(
         config=config,
