@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from actors.actor import Actor, StreamEnd
 from learner.batcher import PendingRequest
 from learner.inference import Connection, FramePayload, InferenceEngine, StepCounter
 from learner.server import LearnerServicer
@@ -22,8 +23,8 @@ from learner.trajectories import (
     stack_unroll_frames,
     stored_frame_stack,
 )
-from seedrl import envs
-from seedrl.config import LearnerConfig
+from seedrl import codec, envs
+from seedrl.config import ActorConfig, LearnerConfig
 from seedrl.models import action_head, build_model
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -32,7 +33,7 @@ pytest.importorskip("ale_py")
 ENV = "ALE/Pong-v5"
 # Short episodes, so episode starts fall at several rows of the unrolls.
 KWARGS = {"max_num_frames_per_episode": 120}
-T = 7
+T = 4
 K = 3
 STEPS = 64
 
@@ -148,11 +149,14 @@ def test_frames_sent_once_give_the_unrolls_of_whole_stacks(lstm_size):
 
     reference = _all_unrolls(whole_q)
     assert len(reference) == K * ((STEPS - 1) // T)
-    assert reference.first[:, 1:].any()
+    # An episode starts in the last rows of an unroll that has a successor: the next
+    # unroll's row 0 stack then holds the zeros of that fresh stack.
+    assert reference.first[:-K, T - 2 :].any()
     for unrolls in (_all_unrolls(once_q), _all_unrolls(mixed_q)):
         assert unrolls.frame_stack == 4 and reference.frame_stack == 1
         assert unrolls.obs.shape[1:] == (T + 4, 84, 84)
-        np.testing.assert_array_equal(stack_unroll_frames(unrolls.obs, unrolls.first), reference.obs)
+        rebuilt = stack_unroll_frames(unrolls.obs, unrolls.first)
+        np.testing.assert_array_equal(rebuilt, reference.obs)
         trained = to_time_major(unrolls, torch.device("cpu"))
         expected = to_time_major(reference, torch.device("cpu"))
         for name, tensor in expected.items():
@@ -184,3 +188,61 @@ def test_the_learner_offers_frames_once_and_checks_the_hello():
     assert off._check_hello(hello(0)) is None
     assert servicer.frame_layout(2, newest_frame_only=True).observations.shape == [2, 84, 84]
     assert off.frame_layout(2).keep_newest is None
+
+
+class ScriptedStream:
+    """The learner's side of an Act stream for one actor: Accept, then zero actions for
+    ``frames`` frames, then the end of the stream; keeps what the actor wrote."""
+
+    def __init__(self, frames: int, k: int) -> None:
+        self.written: list[bytes] = []
+        self._left = frames
+        self._actions = codec.actions_template(np.dtype(np.int64), (k,)).fill([bytes(8 * k)])
+
+    def write(self, data: bytes) -> bool:
+        self.written.append(data)
+        return True
+
+    def read(self) -> bytes | None:
+        return pb.LearnerMessage(accept=pb.Accept(learner_run_id="x")).SerializeToString()
+
+    def exchange(self, data: bytes) -> bytes | None:
+        self.written.append(data)
+        self._left -= 1
+        return self._actions if self._left >= 0 else None
+
+    def raise_for_status(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("env", "offer", "newest_only"),
+    [(ENV, 4, True), (ENV, 0, False), ("CartPole-v1", 4, False)],
+)
+def test_the_actor_sends_the_newest_frame_when_offered(env, offer, newest_only):
+    """Only observations that are stacks of the offered depth are sent frame by frame."""
+    k, frames = 2, 40
+    kwargs = KWARGS if env == ENV else {}
+    actor = Actor(ActorConfig(envs_per_actor=k, seed=11), index=0)
+    spec = actor._ensure_envs(pb.LearnerInfo(env=envs.describe_env(env, kwargs)))
+    stream = ScriptedStream(frames, k)
+    try:
+        assert actor._stream_frames(stream, spec, offer) is StreamEnd.CLOSED  # type: ignore[arg-type]
+    finally:
+        assert actor.vec_env is not None
+        actor.vec_env.close()
+    hello = pb.ActorMessage.FromString(stream.written[0]).hello
+    assert hello.frame_stack == (offer if newest_only else 0)
+    sent = [pb.ActorMessage.FromString(raw).frame.observations for raw in stream.written[1:]]
+    assert len(sent) == frames + 1
+
+    vec = envs.make_vector_env(env, kwargs, k)
+    try:
+        obs, _ = vec.reset(seed=11)
+        for tensor in sent:
+            expected = obs[:, -1] if newest_only else obs
+            assert list(tensor.shape) == [k, *expected.shape[1:]]
+            np.testing.assert_array_equal(codec.decode_tensor(tensor, "obs"), expected)
+            obs, *_ = vec.step(np.zeros(k, np.int64))  # the same actions the actor took
+    finally:
+        vec.close()
