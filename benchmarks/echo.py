@@ -42,9 +42,11 @@ from seedrl.transport import (
 class EchoServicer(pb_grpc.LearnerServicer):
     """Accepts any Hello for the published env and answers each frame with zero actions."""
 
-    def __init__(self, env_spec: pb.EnvSpec, max_message_bytes: int) -> None:
+    def __init__(self, env_spec: pb.EnvSpec, max_message_bytes: int, frame_stack: int = 0) -> None:
         self.env_spec = env_spec
         self.max_message_bytes = max_message_bytes
+        self.frame_stack = frame_stack
+        """Offered as the learner offers it, so echo rows move the learner's bytes."""
         self.frames = 0
         self.actors_connected = 0
         self.stopping = False
@@ -70,6 +72,7 @@ class EchoServicer(pb_grpc.LearnerServicer):
             learner_run_id="echo",
             max_message_bytes=self.max_message_bytes,
             local_address=self.local_address,
+            frame_stack=self.frame_stack,
         )
 
     async def Act(self, request_iterator: Any, context: Any) -> None:
@@ -122,7 +125,8 @@ class EchoServicer(pb_grpc.LearnerServicer):
 async def serve(args: argparse.Namespace) -> None:
     """Serve until SIGTERM/SIGINT, appending a metrics record every ``log_interval_s``."""
     spec = envs.describe_env(args.env)
-    servicer = EchoServicer(spec, args.max_message_bytes)
+    frame_stack = envs.frame_stack(args.env, {}) if args.frame_once else 1
+    servicer = EchoServicer(spec, args.max_message_bytes, frame_stack if frame_stack > 1 else 0)
     server = grpc.aio.server(options=channel_options(args.max_message_bytes))
     add_learner_service(servicer, server)
     port = server.add_insecure_port(listen_address(args.bind, args.port))
@@ -173,6 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also listen on a unix socket offered to same-host actors (as the learner)",
+    )
+    parser.add_argument(
+        "--frame-once",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="offer stacked-frame envs' actors to send the newest frame only (as the learner)",
     )
     parser.add_argument(
         "--uvloop",

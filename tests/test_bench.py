@@ -11,8 +11,11 @@ import pytest
 from support import ROOT
 
 from actors.roundtrip import RoundTripStats, percentiles
+from benchmarks.bench.measure import GRPC_PREFIX_BYTES, wire_bytes_per_step
 from benchmarks.bench.plan import MODES, TARGETS, Point, parse_sweep
 from benchmarks.bench.report import summarize
+from seedrl import codec, envs
+from seedrl.proto import seedrl_pb2 as pb
 
 
 def test_quick_bench_writes_a_sane_bench_json(tmp_path):
@@ -331,3 +334,33 @@ def test_the_default_sweep_measures_every_target():
     for n in (1, 4, 16, 64):  # the issue's minimum sweep
         for k in (1, 8, 32):
             assert f"{n}x{k}" in labels
+
+
+@pytest.mark.parametrize(
+    ("env", "frame_once", "sent_shape"),
+    [
+        ("CartPole-v1", True, (4,)),
+        ("ALE/Pong-v5", True, (84, 84)),
+        ("ALE/Pong-v5", False, (4, 84, 84)),
+    ],
+)
+def test_wire_bytes_per_step_are_the_messages_sizes(env, frame_once, sent_shape):
+    """What a stream sends and receives per round trip, built here without the templates."""
+    if env.startswith("ALE/"):
+        pytest.importorskip("ale_py")
+    k = 3
+    spec = envs.describe_env(env)
+    obs = np.zeros((k, *sent_shape), np.dtype(spec.observation_space.dtype))
+    frame = pb.ActorMessage(
+        frame=pb.Frame(
+            observations=codec.encode_tensor(obs),
+            rewards=codec.encode_tensor(np.zeros(k, np.float32)),
+            terminated=codec.encode_tensor(np.zeros(k, np.bool_)),
+            truncated=codec.encode_tensor(np.zeros(k, np.bool_)),
+        )
+    )
+    reply = pb.LearnerMessage(
+        actions=pb.Actions(actions=codec.encode_tensor(np.zeros(k, np.int64)))
+    )
+    expected = (frame.ByteSize() + reply.ByteSize() + 2 * GRPC_PREFIX_BYTES) / k
+    assert wire_bytes_per_step(env, k, frame_once) == expected

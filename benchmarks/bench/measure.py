@@ -122,6 +122,36 @@ class Settings:
     preset: str | None = None
     device: str = "auto"
 
+    @property
+    def frame_once(self) -> bool:
+        """Whether the servers let stacked-frame actors send the newest frame only."""
+        return "--no-frame-once" not in self.learner_args
+
+
+GRPC_PREFIX_BYTES = 5
+"""gRPC's length prefix on every message (HTTP/2 frame headers are not counted)."""
+
+
+def wire_bytes_per_step(env_id: str, num_envs: int, frame_once: bool) -> float:
+    """gRPC message bytes per agent step, frame and reply: what one K-env stream moves
+    per round trip, over K. Exact: the actor and learner build their messages from these
+    templates."""
+    import numpy as np
+
+    from seedrl import codec, envs
+
+    spec = envs.describe_env(env_id)
+    obs_shape = codec.spec_shape(spec.observation_space)
+    if frame_once and envs.frame_stack(env_id, {}) > 1:
+        obs_shape = obs_shape[1:]
+    obs_dtype = np.dtype(spec.observation_space.dtype)
+    frame = codec.frame_template(*codec.frame_layouts(num_envs, obs_dtype, obs_shape))
+    discrete = spec.action_space.kind == "discrete"
+    act_dtype = np.dtype(np.int64 if discrete else np.float32)
+    act_shape = (num_envs, *codec.spec_shape(spec.action_space))
+    reply = codec.actions_template(act_dtype, act_shape)
+    return (frame.size + reply.size + 2 * GRPC_PREFIX_BYTES) / num_envs
+
 
 def server_command(
     mode: str, address_bind: str, port: int, logdir: Path, s: Settings, batch: int = 0
@@ -132,7 +162,7 @@ def server_command(
         return [
             sys.executable, "-m", "benchmarks.echo", "--env", s.env, "--bind", address_bind,
             "--port", str(port), "--logdir", str(logdir), "--log-interval-s", "0.5",
-            *tcp_only,
+            *tcp_only, *(["--no-frame-once"] if not s.frame_once else []),
         ]  # fmt: skip
     return [
         sys.executable, "-m", "learner", "--env", s.env, "--bind", address_bind,
@@ -202,8 +232,11 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
     learner_cpu = serving_cpu + training_cpu
     actors_cpu = (acpu1 - acpu0) / wall
     per_frame = 1e6 / max(fps, 1e-9)
+    wire_bytes = wire_bytes_per_step(s.env, k, s.frame_once)
     row: dict[str, Any] = {
         "fps": fps,
+        "wire_bytes_per_step": wire_bytes,
+        "wire_mb_per_s": wire_bytes * fps / 1e6,
         "round_trips_per_s": fps / k,
         "inference_batch_mean": _mean(inner, "inference_batch_mean"),
         "learner_cpu": learner_cpu,

@@ -246,7 +246,7 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
     for col in ("NxK[bB]", "ideal", "echo", "inference", "system", "sys/ideal", "sys/echo",
                 "cpu µs/frame i/e/s", "batch", "rtt p50/p99 ms", "learner cpu", "steps/s",
                 "trainer wait", "inf wait", "RSS learner/actor MB", "actor procs",
-                "+µs a/s/t"):  # fmt: skip
+                "wire B/step", "wire MB/s", "+µs a/s/t"):  # fmt: skip
         t.add_column(col, justify="right", no_wrap=col.startswith("+µs"))
     for p in table:
         pt = p["point"]
@@ -265,12 +265,15 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
             f"{f(med(pt, 'system', 'learner_rss_mb'))}/"
             f"{f(med(pt, 'system', 'actor_rss_mb_max'))}",
             f(med(pt, "system", "actor_processes")),
+            f(med(pt, "system", "wire_bytes_per_step")),
+            f(med(pt, "system", "wire_mb_per_s"), "{:.1f}"),
             _format_extra(p.get("system_extra_us_per_frame")),
         )  # fmt: skip
     console.print(t)
     console.print(
         "NxK: N actors (one stream each) x K envs, in the launcher's actor processes "
-        "(actor procs); bB: B unrolls per training step; +µs: machine CPU per frame the "
+        "(actor procs); bB: B unrolls per training step; wire: gRPC message bytes per agent "
+        "step (frame + reply) and per second, system; +µs: machine CPU per frame the "
         "system spends beyond echo, in actors / serving (learner process) / training "
         "(trainer process)"
     )
