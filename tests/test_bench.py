@@ -57,6 +57,13 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
         )
         assert row["window_s"] >= 1.0  # --measure-s; it may stretch, never shrink
         assert row["fps_cv"] >= 0
+    assert rows["ideal_train"]["train_step_ms"] > 0, "the ideal with training must train"
+    assert rows["ideal_train"]["training_us_per_frame"] > 0
+    for mode in ("echo", "inference", "system"):
+        assert rows[mode]["wire_bytes_per_step"] == wire_bytes_per_step("CartPole-v1", 4, True)
+        assert rows[mode]["wire_mb_per_s"] == pytest.approx(
+            rows[mode]["wire_bytes_per_step"] * rows[mode]["fps"] / 1e6
+        )
     assert rows["system"]["inference_batch_mean"] >= 1
     assert rows["system"]["learner_steps_per_s"] > 0, "the system mode must train"
     assert 0 <= rows["system"]["trainer_wait_share"] <= 1.5
@@ -68,6 +75,9 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     (point,) = report["points"]
     assert point["system_over_ideal"] == pytest.approx(point["system_fps"] / point["ideal_fps"])
     assert point["system_over_echo"] == pytest.approx(point["system_fps"] / point["echo_fps"])
+    assert point["system_over_ideal_train"] == pytest.approx(
+        point["system_fps"] / point["ideal_train_fps"]
+    )
     assert point["system_cpu_efficiency"] > 0
     assert set(point["system_extra_us_per_frame"]) == {"actors", "serving", "training"}
     assert [t["name"] for t in report["targets"]] == [t.name for t in TARGETS]

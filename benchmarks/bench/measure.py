@@ -122,7 +122,7 @@ def run_ideal(
     cpu = time.process_time() - cpu_from
     vec.close()
     measured = max(frames - measured_frames, 1)
-    result = {
+    result: dict[str, float | None] = {
         "fps": measured / max(wall, 1e-9),
         "seconds": wall,
         "cpu_us_per_frame": cpu / measured * 1e6,
@@ -328,13 +328,16 @@ def _mean(records: list[dict[str, Any]], key: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def measure_ideal(num_envs: int, s: Settings, train: bool = False) -> dict[str, Any]:
+def measure_ideal(
+    num_envs: int, s: Settings, train: bool = False, batch: int = 0
+) -> dict[str, Any]:
+    learner_args = [*s.learner_args, *(["--batch-size", str(batch)] if batch else [])]
     cmd = [
         sys.executable, "-m", "benchmarks.bench", "ideal", "--env", s.env, "--envs", str(num_envs),
         "--seconds", str(s.measure_s), "--warmup-s", str(min(s.warmup_s, 1.0)),
         "--torch-threads", str(s.torch_threads), "--device", s.device,
         *(["--preset", s.preset] if s.preset else []),
-        "--learner-args", " ".join(s.learner_args), *(["--train"] if train else []),
+        "--learner-args", " ".join(learner_args), *(["--train"] if train else []),
     ]  # fmt: skip
     timeout = 60 + 2 * (s.warmup_s + s.measure_s)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
@@ -375,7 +378,7 @@ def run_point(point: Point, modes: Sequence[str], repeat: int, s: Settings, log:
         yield {**base, "mode": "ideal", **row}
     if "ideal_train" in modes:
         try:
-            row = measure_ideal(n * k, s, train=True)
+            row = measure_ideal(n * k, s, train=True, batch=point.batch)
         except (subprocess.SubprocessError, ValueError, IndexError) as exc:
             row = {"error": f"ideal with training failed: {exc}"}
         log(point, "ideal_train", row)
