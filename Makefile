@@ -103,9 +103,9 @@ bench-learning-table: $(STAMP)
 ## Pixel rows: MinAtar and ALE Atari with their presets' model and batch, a sweep sized for
 ## 2 cores (needs `make install EXTRAS=atari,minatar`); writes bench-minatar/atari.json.
 bench-pixels: $(STAMP)
-	$(PY) -m learner bench --env MinAtar/Breakout-v1 --learner-args "--preset minatar" \
+	$(PY) -m learner bench --env MinAtar/Breakout-v1 --preset minatar \
 		--sweep 1x16,2x16,4x8 --focus-repeats 0 --out bench-minatar.json $(ARGS)
-	$(PY) -m learner bench --env ALE/Pong-v5 --learner-args "--preset atari" \
+	$(PY) -m learner bench --env ALE/Pong-v5 --preset atari \
 		--sweep 1x16,2x16 --focus-repeats 0 --out bench-atari.json $(ARGS)
 
 plot: $(STAMP)
