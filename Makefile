@@ -20,8 +20,8 @@ PYTEST_ARGS ?=
 EXTRAS ?=
 
 .PHONY: install proto proto-check learner actors demo evaluate test test-slow test-cluster lint \
-        bench bench-quick bench-learning bench-learning-table plot tensorboard wheelhouse \
-        base-image images cluster cluster-down cluster-logs k8s-secret clean
+        bench bench-quick bench-pixels bench-learning bench-learning-table plot tensorboard \
+        wheelhouse base-image images cluster cluster-down cluster-logs k8s-secret clean
 
 install: $(STAMP)
 
@@ -99,6 +99,14 @@ bench-learning: $(STAMP)
 ## The suite's summary, curves and table in docs/learning.md, from its run directories.
 bench-learning-table: $(STAMP)
 	$(PY) -m benchmarks.learning table --out $(BENCH_OUT) --doc docs/learning.md
+
+## Pixel rows: MinAtar and ALE Atari with their presets' model and batch, a sweep sized for
+## 2 cores (needs `make install EXTRAS=atari,minatar`); writes bench-minatar/atari.json.
+bench-pixels: $(STAMP)
+	$(PY) -m learner bench --env MinAtar/Breakout-v1 --preset minatar \
+		--sweep 1x16,2x16,4x8 --focus-repeats 0 --out bench-minatar.json $(ARGS)
+	$(PY) -m learner bench --env ALE/Pong-v5 --preset atari \
+		--sweep 1x16,2x16 --focus-repeats 0 --out bench-atari.json $(ARGS)
 
 plot: $(STAMP)
 	$(PY) -m learner plot $(LOGDIR)
@@ -182,4 +190,5 @@ docs: $(STAMP)
 	$(PY) -m seedrl.config_docs > docs/configuration.md
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache bench.json
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache bench.json bench-minatar.json \
+		bench-atari.json

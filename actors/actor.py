@@ -2,8 +2,10 @@
 
 The step loop (``Actor._stream_frames``) is: join K observations/rewards/flags into one
 frame's bytes -> send it and wait for the K actions (one gRPC round trip, on this
-thread: ``actors.stream``) -> step the envs. A process runs one actor, or several on a
-thread each (``actors.process``; the launcher decides). The actor holds no model. When the
+thread: ``actors.stream``) -> step the envs. Where the learner offers it (stacked Atari
+frames), a frame carries only the newest frame of each observation; the learner has the
+rest. A process runs one actor, or several on a thread each (``actors.process``; the
+launcher decides). The actor holds no model. When the
 learner is unreachable or restarts, the actor reconnects with capped exponential backoff
 and jitter, under a fresh ``run_id`` so the learner resets its slots; it exits only when
 the learner says training is finished (or on a signal).
@@ -93,20 +95,28 @@ class StepWire:
     message objects per step. A reply that misses the template is parsed in full.
     """
 
-    def __init__(self, spec: pb.EnvSpec, k: int) -> None:
+    def __init__(self, spec: pb.EnvSpec, k: int, frame_stack: int = 0) -> None:
         act_spec = spec.action_space
         self.act_dtype = np.dtype("int64" if act_spec.kind == "discrete" else "float32")
         self.act_shape = (k, *codec.spec_shape(act_spec))
         self.low, self.high = codec.action_bounds(act_spec)
         self.obs_dtype = np.dtype(spec.observation_space.dtype)
         obs_shape = codec.spec_shape(spec.observation_space)
-        self._frame = codec.frame_template(*codec.frame_layouts(k, self.obs_dtype, obs_shape))
+        # The learner's offer (frame_stack D > 1) is taken where observations are D-frame
+        # stacks: then each frame carries the newest frame of each only.
+        newest = frame_stack > 1 and len(obs_shape) > 1 and obs_shape[0] == frame_stack
+        self.newest_of_stack = frame_stack if newest else 0
+        """D when frames carry the newest of D stacked frames (said in the Hello), else 0."""
+        sent_shape = obs_shape[1:] if newest else obs_shape
+        self._frame = codec.frame_template(*codec.frame_layouts(k, self.obs_dtype, sent_shape))
         self._actions = codec.actions_template(self.act_dtype, self.act_shape)
 
     def frame(
         self, obs_KO: Any, reward_K: np.ndarray, terminated_K: np.ndarray, truncated_K: np.ndarray
     ) -> bytes:
         """The serialized ActorMessage carrying one Frame."""
+        if self.newest_of_stack:
+            obs_KO = obs_KO[:, -1]
         return self._frame.fill(
             (
                 np.asarray(obs_KO, dtype=self.obs_dtype).tobytes(),
@@ -230,7 +240,7 @@ class Actor:
                         self._connections_before_local = self.connections
                         continue
                 spec = self._ensure_envs(info)
-                end = self.stream_frames(channel, spec)
+                end = self.stream_frames(channel, spec, info.frame_stack)
             except grpc.RpcError as exc:
                 if self._stop.is_set():
                     return 0
@@ -275,24 +285,30 @@ class Actor:
             self._stop.wait(self.backoff.next_delay())
         return 0
 
-    def stream_frames(self, channel: grpc.Channel, spec: pb.EnvSpec) -> StreamEnd:
-        """One Act stream: Hello, then the lockstep frame/actions loop."""
+    def stream_frames(
+        self, channel: grpc.Channel, spec: pb.EnvSpec, frame_stack: int = 0
+    ) -> StreamEnd:
+        """One Act stream: Hello, then the lockstep frame/actions loop.
+
+        ``frame_stack`` D > 1 (the learner's offer): send only the newest of the D frames
+        each observation stacks, when this actor's observations are such stacks.
+        """
         stream = open_stream(channel, ACT_METHOD, self.metadata)
         self._stream = stream
         try:
             if self._stop.is_set():
                 return StreamEnd.STOPPED
-            return self._stream_frames(stream, spec)
+            return self._stream_frames(stream, spec, frame_stack)
         finally:
             self._stream = None
             stream.close()
 
-    def _stream_frames(self, stream: ActorStream, spec: pb.EnvSpec) -> StreamEnd:
+    def _stream_frames(self, stream: ActorStream, spec: pb.EnvSpec, frame_stack: int) -> StreamEnd:
         """The actor step loop: send the frame, wait for the actions, step the envs."""
         k, max_frames = self.config.envs_per_actor, self.config.max_frames
-        if not self._handshake(stream, spec):
+        wire = StepWire(spec, k, frame_stack)
+        if not self._handshake(stream, spec, wire.newest_of_stack):
             return self._ended(stream)
-        wire = StepWire(spec, k)
         vec_env = self.vec_env
         assert vec_env is not None
         obs_KO, reward_K, terminated_K, truncated_K = self._reset_envs()
@@ -317,11 +333,14 @@ class Actor:
                 return StreamEnd.MAX_FRAMES
         return StreamEnd.STOPPED
 
-    def _handshake(self, stream: ActorStream, spec: pb.EnvSpec) -> bool:
-        """Hello (a fresh ``run_id``: the learner gives this stream fresh slots) -> Accept."""
+    def _handshake(self, stream: ActorStream, spec: pb.EnvSpec, frame_stack: int) -> bool:
+        """Hello (a fresh ``run_id``: the learner gives this stream fresh slots) -> Accept.
+
+        ``frame_stack`` D > 1 tells the learner that frames carry the newest of D only.
+        """
         hello = pb.Hello(
             protocol_version=PROTOCOL_VERSION, actor_id=self.actor_id, run_id=uuid.uuid4().hex,
-            num_envs=self.config.envs_per_actor, env=spec,
+            num_envs=self.config.envs_per_actor, env=spec, frame_stack=frame_stack,
         )  # fmt: skip
         stream.write(pb.ActorMessage(hello=hello).SerializeToString())
         accept = self._read_reply(stream)

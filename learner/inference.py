@@ -4,7 +4,8 @@
 :class:`~learner.batcher.DynamicBatcher` closes: gather the K frames of each pending
 stream into one array, read each slot's recurrent state, run the policy once
 (:mod:`seedrl.policy`: numpy for a feed-forward MLP on the CPU, torch otherwise) to get
-actions, record the frames into the trajectory builder, answer every stream, and hand
+actions (with frame stacking, on each slot's stack with the new frame pushed on),
+record the frames into the trajectory builder, answer every stream, and hand
 finished unrolls to the trainer (waiting when its queue is full: back-pressure).
 
 Shape suffixes: B frames in the batch, O observation dims, A action dims, P policy
@@ -39,6 +40,8 @@ class Connection:
     peer: str
     num_envs: int
     slot_ids: np.ndarray
+    newest_frame_only: bool = False
+    """The stream sends only the newest frame of each stacked observation."""
     frames: int = 0
     closed: bool = False
 
@@ -165,6 +168,8 @@ class InferenceEngine:
             self.refresh_weights()
 
         obs_BO = fb.obs_BO
+        if self.builder.frame_stack > 1:
+            obs_BO = self.builder.stack_frames(fb.slot_B, fb.obs_BO, first_B)
         if self.normalizer is not None:
             self.normalizer.update(obs_BO)
             obs_BO = self.normalizer.normalize(obs_BO)
@@ -172,8 +177,11 @@ class InferenceEngine:
         action_BA, params_BP, state_before, state_after, step = self._policy(
             fb.slot_B, obs_BO, first_B
         )
+        # With frame stacking the builder keeps the newest frames (stacking is off when the
+        # learner normalizes), else what the policy saw.
+        stored_BO = fb.obs_BO if self.builder.frame_stack > 1 else obs_BO
         unrolls, episodes = self.builder.record(
-            fb.slot_B, obs_BO, fb.reward_B, fb.terminated_B, fb.truncated_B, first_B,
+            fb.slot_B, stored_BO, fb.reward_B, fb.terminated_B, fb.truncated_B, first_B,
             action_BA, params_BP, state_before, state_after, step,
         )  # fmt: skip
         self.stats.on_batch(len(fb.slot_B), episodes)
@@ -191,7 +199,9 @@ class InferenceEngine:
             await self._enqueue(unrolls)
 
     def _gather(self, requests: list[PendingRequest]) -> FrameBatch:
-        return gather_frames([r.payload for r in requests], self._obs_dtype, self.builder.obs_shape)
+        return gather_frames(
+            [r.payload for r in requests], self._obs_dtype, self.builder.frame_shape
+        )
 
     def _reject_nonfinite(self, batch: list[PendingRequest]) -> list[PendingRequest]:
         """Fail the requests whose frames hold NaN/inf (their streams end); keep the rest."""

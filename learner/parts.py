@@ -26,7 +26,7 @@ from learner.inference import StepCounter
 from learner.normalize import ObservationNormalizer, normalized_space
 from learner.stats import LearnerStats
 from learner.trainer import Trainer, apply_optimizer_settings, make_optimizer
-from learner.trajectories import TrajectoryBuilder, UnrollQueue
+from learner.trajectories import TrajectoryBuilder, UnrollQueue, stored_frame_stack
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.models import (
@@ -102,6 +102,7 @@ def build_learner(config: LearnerConfig) -> Learner:
         action_dtype=str(head.action_dtype).removeprefix("torch."),
         param_size=head.param_size,
         core_state_sizes=(lstm_size, lstm_size) if lstm_size else (),
+        frame_stack=stored_frame_stack(config),
     )
     return Learner(
         config=config,

@@ -2,7 +2,9 @@
 
 ``Act`` admits one actor stream (Hello -> Accept), then for every Frame decodes and
 validates the K observations/rewards/flags, submits them to the dynamic batcher and
-answers with the K actions. Anything malformed ends *that* stream with
+answers with the K actions. For envs that stack frames (see LearnerConfig.frame_once)
+it offers actors to send the newest frame only, and keeps just that frame of actors that
+send whole stacks. Anything malformed ends *that* stream with
 ``INVALID_ARGUMENT`` and a message saying what was wrong; the other streams go on.
 """
 
@@ -25,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 from learner.batcher import BatcherClosed, DynamicBatcher
 from learner.inference import Connection, FramePayload
 from learner.stats import LearnerStats
+from learner.trajectories import stored_frame_stack
 from seedrl import PROTOCOL_VERSION, codec
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
@@ -87,7 +90,9 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         self.connections: set[Connection] = set()
         self._obs_shape = codec.spec_shape(env_spec.observation_space)
         self._obs_dtype = np.dtype(env_spec.observation_space.dtype)
-        self._frame_layouts: dict[int, FrameLayout] = {}
+        self.frame_stack = stored_frame_stack(config)
+        """D > 1: streams may send the newest frame only, and only it is kept of any."""
+        self._frame_layouts: dict[tuple[int, bool], FrameLayout] = {}
         self._reply_wires: dict[tuple[np.dtype, tuple[int, ...]], codec.WireTemplate] = {}
         self._shutdown: pb.Shutdown | None = None
 
@@ -101,6 +106,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             max_message_bytes=self.config.max_message_bytes,
             rank_addresses=self.rank_addresses,
             local_address=self.local_address,
+            frame_stack=self.frame_stack if self.frame_stack > 1 else 0,
         )
 
     # ------------------------------------------------------------------ Act
@@ -121,8 +127,9 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         if first is grpc.aio.EOF:
             return
         conn = await self._admit(await self._parse(first, context), context)
-        layout = self.frame_layout(conn.num_envs)
+        layout = self.frame_layout(conn.num_envs, conn.newest_frame_only)
         split, submit, k = layout.wire.split, self.batcher.submit, conn.num_envs
+        keep_newest = layout.keep_newest
         read, write = context.read, context.write
         try:
             await write(_accept(self.learner_run_id))
@@ -136,6 +143,8 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                         payload = FramePayload(conn, *payloads)
                     else:
                         payload = await self._parse_frame(conn, layout, raw, context)
+                    if keep_newest is not None:
+                        payload.observations = keep_newest(payload.observations)
                     actions = await submit(payload, k)
                 except codec.WireError as exc:  # from the layout check, or NaN found in the batch
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {exc}")
@@ -204,6 +213,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             run_id=hello.run_id,
             peer=context.peer(),
             num_envs=hello.num_envs,
+            newest_frame_only=hello.frame_stack > 1,
             # A new stream (and so a new run_id) always gets freshly reset slots.
             slot_ids=self.builder.allocate(hello.num_envs),
         )
@@ -223,6 +233,12 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             return f"num_envs must be in [1, {MAX_ENVS_PER_ACTOR}], got {hello.num_envs}"
         if not hello.run_id:
             return "hello.run_id is empty: every connection needs a fresh random run_id"
+        if hello.frame_stack > 1 and hello.frame_stack != self.frame_stack:
+            offer = f"{self.frame_stack}-frame stacks" if self.frame_stack > 1 else "no stacks"
+            return (
+                f"hello.frame_stack {hello.frame_stack}: this learner takes newest frames of "
+                f"{offer}; send whole observations (frame_stack 0)"
+            )
         mine = self.env_spec
         if hello.env.env_id != mine.env_id:
             return f"actor runs env {hello.env.env_id!r} but this learner trains {mine.env_id!r}"
@@ -235,13 +251,18 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                 )
         return None
 
-    def frame_layout(self, num_envs: int) -> FrameLayout:
-        """What each field of a K-env Frame must look like (cached per K)."""
-        layout = self._frame_layouts.get(num_envs)
+    def frame_layout(self, num_envs: int, newest_frame_only: bool = False) -> FrameLayout:
+        """What each field of a K-env Frame must look like (cached per K and kind)."""
+        key = (num_envs, newest_frame_only)
+        layout = self._frame_layouts.get(key)
         if layout is None:
-            layouts = codec.frame_layouts(num_envs, self._obs_dtype, self._obs_shape)
-            layout = FrameLayout(*layouts, codec.frame_template(*layouts))
-            self._frame_layouts[num_envs] = layout
+            shape = self._obs_shape[1:] if newest_frame_only else self._obs_shape
+            layouts = codec.frame_layouts(num_envs, self._obs_dtype, shape)
+            keep_newest = None
+            if self.frame_stack > 1 and not newest_frame_only:
+                keep_newest = _newest_frames_of(num_envs, self._obs_dtype, self._obs_shape)
+            layout = FrameLayout(*layouts, codec.frame_template(*layouts), keep_newest)
+            self._frame_layouts[key] = layout
         return layout
 
     def frame_payload(self, conn: Connection, layout: FrameLayout, frame: pb.Frame) -> FramePayload:
@@ -289,6 +310,17 @@ class FrameLayout(NamedTuple):
     flags: codec.TensorLayout
     wire: codec.WireTemplate
     """The canonical bytes of such a Frame, for the no-parse path."""
+    keep_newest: Callable[[bytes], bytes] | None
+    """Whole stacks -> their newest frames, where the learner keeps only those."""
+
+
+def _newest_frames_of(
+    num_envs: int, dtype: np.dtype, obs_shape: tuple[int, ...]
+) -> Callable[[bytes], bytes]:
+    def keep_newest(data: bytes) -> bytes:
+        return np.frombuffer(data, dtype).reshape(num_envs, *obs_shape)[:, -1].tobytes()
+
+    return keep_newest
 
 
 async def _await_actor_end(read: Callable[[], Awaitable[Any]]) -> None:

@@ -26,7 +26,7 @@ import torch
 from learner import checkpoint
 from learner.inference import StepCounter
 from learner.stats import LearnerStats
-from learner.trajectories import UnrollQueue, Unrolls
+from learner.trajectories import UnrollQueue, Unrolls, stacked_plane_mask
 from seedrl import vtrace
 from seedrl.config import LearnerConfig
 from seedrl.models import ActionHead, ActorCritic, autocast, resolve_precision
@@ -35,13 +35,17 @@ log = logging.getLogger(__name__)
 
 
 def to_time_major(unrolls: Unrolls, device: torch.device) -> dict[str, torch.Tensor]:
-    """Batch-major numpy unrolls -> time-major tensors ``[T+1, B, ...]`` on ``device``."""
+    """Batch-major numpy unrolls -> time-major tensors ``[T+1, B, ...]`` on ``device``.
+
+    Unrolls stored as single frames get their stacks rebuilt on ``device``, so only the
+    frames travel there.
+    """
 
     def tm(array) -> torch.Tensor:
         return torch.from_numpy(array).to(device, non_blocking=True).transpose(0, 1)
 
     return {
-        "obs": tm(unrolls.obs),
+        "obs": _stacked(unrolls, device).transpose(0, 1),
         "first": tm(unrolls.first),
         "reward": tm(unrolls.reward),
         "terminated": tm(unrolls.terminated),
@@ -49,6 +53,19 @@ def to_time_major(unrolls: Unrolls, device: torch.device) -> dict[str, torch.Ten
         "action": tm(unrolls.action),
         "behaviour_params": tm(unrolls.policy_params),
     }
+
+
+def _stacked(unrolls: Unrolls, device: torch.device) -> torch.Tensor:
+    """The observations ``[B, T+1, *O]`` on ``device``, as
+    :func:`~learner.trajectories.stack_unroll_frames` rebuilds them from frames."""
+    frames = torch.from_numpy(unrolls.obs).to(device, non_blocking=True)
+    depth = unrolls.frame_stack
+    if depth == 1:
+        return frames
+    keep_BRD = torch.from_numpy(stacked_plane_mask(unrolls.first, depth)).to(device)
+    windows = frames.unfold(1, depth, 1).movedim(-1, 2)  # [B, T+1, D, *F]
+    keep = keep_BRD.view(*keep_BRD.shape, *(1,) * (frames.dim() - 2))
+    return torch.where(keep, windows, torch.zeros((), dtype=frames.dtype, device=device))
 
 
 class GradientBuffer:

@@ -12,6 +12,14 @@ starts an episode), the action the policy took there, its policy parameters
 (behaviour logits) and the learner step of the weights that chose it. The recurrent
 core state before row 0 is kept for training.
 
+With frame stacking (``frame_stack`` D > 1, observations ``[D, *F]`` that shift by one
+frame per step and start each episode as zeros plus its first frame, see
+:func:`seedrl.envs.frame_stack`) a slot stores single frames: the D - 1 frames of the
+stack at row 0, then the newest frame of each row, so an unroll holds T + D frames
+instead of (T + 1) x D. The stack the policy acts on is kept per slot
+(:meth:`TrajectoryBuilder.stack_frames`), and :func:`stack_unroll_frames` rebuilds the
+stacks for training.
+
 Shape suffixes: B frames in an inference batch, N finished unrolls, T unroll length,
 O observation dims, A action dims, P policy-parameter dims, H core state size.
 """
@@ -25,12 +33,26 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import DTypeLike
 
+from seedrl import envs
+from seedrl.config import LearnerConfig
+
+
+def stored_frame_stack(config: LearnerConfig) -> int:
+    """D when this learner takes and stores single frames of D-frame stacks, else 1.
+
+    Not with --normalize-observations: unrolls keep the normalized observations the policy
+    saw, and a stack rebuilt from frames normalized at different steps would differ.
+    """
+    if not config.frame_once or config.normalize_observations:
+        return 1
+    return envs.frame_stack(config.env, config.env_kwargs)
+
 
 @dataclass
 class Unrolls:
     """N finished unrolls, batch-major ``[N, T+1, ...]``; the trainer makes them time-major."""
 
-    obs: np.ndarray  # [N, T+1, *O]
+    obs: np.ndarray  # [N, T+1, *O]; with frame stacking the frames [N, T+D, *F]
     first: np.ndarray  # [N, T+1] bool
     reward: np.ndarray  # [N, T+1] float32
     terminated: np.ndarray  # [N, T+1] bool
@@ -42,6 +64,12 @@ class Unrolls:
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
+
+    @property
+    def frame_stack(self) -> int:
+        """D when ``obs`` holds single frames of D-frame stacks (it then has D - 1 more rows
+        than the flags), else 1."""
+        return int(self.obs.shape[1] - self.first.shape[1] + 1)
 
     @staticmethod
     def concat(parts: list[Unrolls]) -> Unrolls:
@@ -97,11 +125,19 @@ class TrajectoryBuilder:
         param_size: int,
         core_state_sizes: tuple[int, ...] = (),
         initial_capacity: int = 64,
+        frame_stack: int = 1,
     ) -> None:
+        if frame_stack > 1 and (len(obs_shape) < 2 or obs_shape[0] != frame_stack):
+            raise ValueError(f"frame_stack {frame_stack} does not fit observations {obs_shape}")
         self.unroll_length = unroll_length
         self._rows = unroll_length + 1
         self.obs_shape = obs_shape
         self.obs_dtype = np.dtype(obs_dtype)
+        self.frame_stack = frame_stack
+        self.frame_shape = obs_shape[1:] if frame_stack > 1 else obs_shape
+        """What one frame of a stream carries: a single frame with stacking, else the whole
+        observation."""
+        self._obs_rows = self._rows + frame_stack - 1
         self._action_shape = action_shape
         self._action_dtype = np.dtype(action_dtype)
         self._param_size = param_size
@@ -123,7 +159,9 @@ class TrajectoryBuilder:
             return new
 
         get = self.__dict__.get
-        self.obs_SRO = resized(get("obs_SRO"), (rows, *self.obs_shape), self.obs_dtype)
+        self.obs_SRO = resized(get("obs_SRO"), (self._obs_rows, *self.frame_shape), self.obs_dtype)
+        if self.frame_stack > 1:
+            self.stack_SDF = resized(get("stack_SDF"), self.obs_shape, self.obs_dtype)
         self.first_SR = resized(get("first_SR"), (rows,), bool)
         self.reward_SR = resized(get("reward_SR"), (rows,), np.float32)
         self.terminated_SR = resized(get("terminated_SR"), (rows,), bool)
@@ -152,7 +190,7 @@ class TrajectoryBuilder:
         """Zeroed unrolls of this builder's shapes and dtypes (e.g. to size shared buffers)."""
         rows = self._rows
         return Unrolls(
-            obs=np.zeros((n, rows, *self.obs_shape), self.obs_dtype),
+            obs=np.zeros((n, self._obs_rows, *self.frame_shape), self.obs_dtype),
             first=np.zeros((n, rows), bool),
             reward=np.zeros((n, rows), np.float32),
             terminated=np.zeros((n, rows), bool),
@@ -192,6 +230,21 @@ class TrajectoryBuilder:
         """``first`` for the frames about to be recorded (read before inference, for the LSTM)."""
         return self.next_first_S[slot_B].copy()
 
+    def stack_frames(
+        self, slot_B: np.ndarray, frame_BF: np.ndarray, first_B: np.ndarray
+    ) -> np.ndarray:
+        """Push each slot's newest frame onto its stack; returns the stacks ``[B, D, *F]``.
+
+        Call it once per frame, before :meth:`record` of the same frames (the unroll that
+        completes there starts the next one from this stack).
+        """
+        stack_BDF = self.stack_SDF[slot_B]
+        stack_BDF[:, :-1] = stack_BDF[:, 1:]
+        stack_BDF[first_B, :-1] = 0
+        stack_BDF[:, -1] = frame_BF
+        self.stack_SDF[slot_B] = stack_BDF
+        return stack_BDF
+
     def record(
         self,
         slot_B: np.ndarray,
@@ -208,7 +261,7 @@ class TrajectoryBuilder:
     ) -> tuple[Unrolls | None, FinishedEpisodes | None]:
         """Write one frame per slot; return the unrolls that completed and episodes that ended."""
         pos_B = self.position_S[slot_B]
-        self.obs_SRO[slot_B, pos_B] = obs_BO
+        self.obs_SRO[slot_B, pos_B + (self.frame_stack - 1)] = obs_BO
         self.first_SR[slot_B, pos_B] = first_B
         self.reward_SR[slot_B, pos_B] = reward_B
         self.terminated_SR[slot_B, pos_B] = terminated_B
@@ -273,8 +326,12 @@ class TrajectoryBuilder:
     def _roll_over(self, slots: np.ndarray, state_before: list[np.ndarray]) -> None:
         """Row T becomes row 0 of the next unroll (the one-frame overlap)."""
         last = self.unroll_length
+        if self.frame_stack > 1:
+            # Row 0's whole stack, its zeros included: the rows before it are not kept.
+            self.obs_SRO[slots, : self.frame_stack] = self.stack_SDF[slots]
+        else:
+            self.obs_SRO[slots, 0] = self.obs_SRO[slots, last]
         for arr in (
-            self.obs_SRO,
             self.first_SR,
             self.reward_SR,
             self.terminated_SR,
@@ -285,6 +342,30 @@ class TrajectoryBuilder:
         ):
             arr[slots, 0] = arr[slots, last]
         self._mark_start(slots, state_before)
+
+
+def stack_unroll_frames(frames_NXF: np.ndarray, first_NR: np.ndarray) -> np.ndarray:
+    """The stacked observations ``[N, T+1, D, *F]`` of unrolls stored as frames.
+
+    ``frames_NXF`` is :attr:`Unrolls.obs` of stacked unrolls (``X = T + D``): plane ``j``
+    of row ``t`` is frame ``t + j``, but zero when it comes from before the last episode
+    start at or before row ``t`` (the zeros a fresh stack starts with).
+    """
+    rows = first_NR.shape[1]
+    depth = frames_NXF.shape[1] - rows + 1
+    windows = np.lib.stride_tricks.sliding_window_view(frames_NXF, depth, axis=1)
+    windows = np.moveaxis(windows, -1, 2)  # [N, T+1, D, *F]
+    keep = stacked_plane_mask(first_NR, depth)
+    return np.where(keep.reshape(*keep.shape, *(1,) * (frames_NXF.ndim - 2)), windows, 0)
+
+
+def stacked_plane_mask(first_NR: np.ndarray, depth: int) -> np.ndarray:
+    """``[N, T+1, D]``: plane ``j`` of row ``t`` holds a frame of the row's own episode."""
+    rows = first_NR.shape[1]
+    t_R = np.arange(rows)
+    last_start_NR = np.maximum.accumulate(np.where(first_NR, t_R, -depth), axis=1)
+    plane_row_RD = t_R[:, None] - (depth - 1) + np.arange(depth)
+    return plane_row_RD[None] >= last_start_NR[..., None]
 
 
 class UnrollQueue:

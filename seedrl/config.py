@@ -191,6 +191,10 @@ class LearnerConfig:
     otherwise), torch, or numpy (an error for models it cannot run). See seedrl.policy."""
     max_queue_unrolls: int = 256
     """Finished unrolls waiting for the trainer; when full, inference waits (back-pressure)."""
+    frame_once: bool = True
+    """For envs whose observations stack frames (Atari): actors send only the newest
+    frame, the learner keeps each slot's stack and stores single frames. Off: whole
+    stacks travel and are stored (what envs that stack their own way always do)."""
     uvloop: bool = True
     """Serve on uvloop's event loop (libuv, in Cython) rather than asyncio's own: with one
     env per message most serving work is loop machinery, which uvloop runs cheaper. Off,

@@ -88,6 +88,22 @@ def atari_kwargs(env_id: str, env_kwargs: dict[str, Any] | None) -> dict[str, An
     return {**spec_kwargs, **ATARI_DEFAULTS, **dict(env_kwargs or {})}
 
 
+def frame_stack(env_id: str, env_kwargs: dict[str, Any] | None) -> int:
+    """D when an observation is D frames stacked along its first axis with seedrl's rule,
+    else 1.
+
+    The rule (ale-py's vector env keeps it, with or without episodic lives): each step
+    shifts the stack by one frame and appends the newest, and an episode's first
+    observation is zeros but for its newest frame. Knowing it, actors can send only the
+    newest frame and the learner rebuild the rest. Envs that stack in some other way
+    (a user's own wrapper) report 1 and send whole observations.
+    """
+    if not env_id.startswith(ATARI_PREFIX):
+        return 1
+    depth = int(atari_kwargs(env_id, env_kwargs).get("stack_num", 1))
+    return depth if depth > 1 else 1
+
+
 def _atari_vector_env(env_id: str, env_kwargs: dict[str, Any] | None, num_envs: int):
     from ale_py.vector_env import AtariVectorEnv
 

@@ -11,8 +11,11 @@ import pytest
 from support import ROOT
 
 from actors.roundtrip import RoundTripStats, percentiles
+from benchmarks.bench.measure import GRPC_PREFIX_BYTES, wire_bytes_per_step
 from benchmarks.bench.plan import MODES, TARGETS, Point, parse_sweep
 from benchmarks.bench.report import summarize
+from seedrl import codec, envs
+from seedrl.proto import seedrl_pb2 as pb
 
 
 def test_quick_bench_writes_a_sane_bench_json(tmp_path):
@@ -54,6 +57,13 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
         )
         assert row["window_s"] >= 1.0  # --measure-s; it may stretch, never shrink
         assert row["fps_cv"] >= 0
+    assert rows["ideal_train"]["train_step_ms"] > 0, "the ideal with training must train"
+    assert rows["ideal_train"]["training_us_per_frame"] > 0
+    for mode in ("echo", "inference", "system"):
+        assert rows[mode]["wire_bytes_per_step"] == wire_bytes_per_step("CartPole-v1", 4, True)
+        assert rows[mode]["wire_mb_per_s"] == pytest.approx(
+            rows[mode]["wire_bytes_per_step"] * rows[mode]["fps"] / 1e6
+        )
     assert rows["system"]["inference_batch_mean"] >= 1
     assert rows["system"]["learner_steps_per_s"] > 0, "the system mode must train"
     assert 0 <= rows["system"]["trainer_wait_share"] <= 1.5
@@ -65,6 +75,9 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     (point,) = report["points"]
     assert point["system_over_ideal"] == pytest.approx(point["system_fps"] / point["ideal_fps"])
     assert point["system_over_echo"] == pytest.approx(point["system_fps"] / point["echo_fps"])
+    assert point["system_over_ideal_train"] == pytest.approx(
+        point["system_fps"] / point["ideal_train_fps"]
+    )
     assert point["system_cpu_efficiency"] > 0
     assert set(point["system_extra_us_per_frame"]) == {"actors", "serving", "training"}
     assert [t["name"] for t in report["targets"]] == [t.name for t in TARGETS]
@@ -331,3 +344,33 @@ def test_the_default_sweep_measures_every_target():
     for n in (1, 4, 16, 64):  # the issue's minimum sweep
         for k in (1, 8, 32):
             assert f"{n}x{k}" in labels
+
+
+@pytest.mark.parametrize(
+    ("env", "frame_once", "sent_shape"),
+    [
+        ("CartPole-v1", True, (4,)),
+        ("ALE/Pong-v5", True, (84, 84)),
+        ("ALE/Pong-v5", False, (4, 84, 84)),
+    ],
+)
+def test_wire_bytes_per_step_are_the_messages_sizes(env, frame_once, sent_shape):
+    """What a stream sends and receives per round trip, built here without the templates."""
+    if env.startswith("ALE/"):
+        pytest.importorskip("ale_py")
+    k = 3
+    spec = envs.describe_env(env)
+    obs = np.zeros((k, *sent_shape), np.dtype(spec.observation_space.dtype))
+    frame = pb.ActorMessage(
+        frame=pb.Frame(
+            observations=codec.encode_tensor(obs),
+            rewards=codec.encode_tensor(np.zeros(k, np.float32)),
+            terminated=codec.encode_tensor(np.zeros(k, np.bool_)),
+            truncated=codec.encode_tensor(np.zeros(k, np.bool_)),
+        )
+    )
+    reply = pb.LearnerMessage(
+        actions=pb.Actions(actions=codec.encode_tensor(np.zeros(k, np.int64)))
+    )
+    expected = (frame.ByteSize() + reply.ByteSize() + 2 * GRPC_PREFIX_BYTES) / k
+    assert wire_bytes_per_step(env, k, frame_once) == expected

@@ -159,8 +159,13 @@ def ideal_main(argv: Sequence[str]) -> int:
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--preset")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--learner-args", default="", help="the learner's flags, one string")
+    parser.add_argument("--train", action="store_true", help="train on each batch in line")
     a = parser.parse_args(argv)
-    result = run_ideal(a.env, a.envs, a.seconds, a.warmup_s, a.torch_threads, a.preset, a.device)
+    result = run_ideal(
+        a.env, a.envs, a.seconds, a.warmup_s, a.torch_threads, a.preset, a.device,
+        a.learner_args.split(), a.train,
+    )  # fmt: skip
     print(json.dumps(result))
     return 0
 

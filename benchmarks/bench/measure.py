@@ -47,52 +47,93 @@ def run_ideal(
     threads: int,
     preset: str | None = None,
     device_name: str = "cpu",
+    learner_args: Sequence[str] = (),
+    train: bool = False,
 ) -> dict:
     """Step ``num_envs`` envs with the learner's model in this process; frames/s after warm-up.
 
-    ``preset`` and ``device_name`` build and place the model as the learner's would be."""
+    The model, its device, frame stacking and (with ``train``) the training batch are the
+    learner's for ``preset``, ``device_name`` and ``learner_args``. With ``train`` every
+    finished batch of unrolls is trained on in line, as the learner's trainer would: the
+    limit of a machine that does all three jobs in one process.
+    """
     import numpy as np
 
-    from learner.allocator import keep_freed_memory
+    from learner.run import build_learner, make_trainer
     from seedrl import envs
-    from seedrl.config import LearnerConfig, load_preset
-    from seedrl.models import action_head, build_model, resolve_device, resolve_precision
-    from seedrl.policy import inference_policy, set_compute_threads
+    from seedrl.config import LearnerConfig, parse_config
+    from seedrl.models import resolve_precision
+    from seedrl.policy import inference_policy
 
-    keep_freed_memory()
-    set_compute_threads(threads)
-    cfg = LearnerConfig(**(load_preset(preset) if preset else {}))
-    spec = envs.describe_env(env_id)
-    head = action_head(spec.action_space)
-    model = build_model(spec.observation_space, head, cfg.model, cfg.hidden_sizes, 0)
-    device = resolve_device(device_name)
-    model = model.to(device)
-    precision = resolve_precision(cfg.precision, device)
-    policy = inference_policy(model, head, device, cfg.inference_backend, cfg.seed, precision)
-    vec = envs.make_vector_env(env_id, {}, num_envs)
-    obs_dtype = np.dtype(spec.observation_space.dtype)
+    argv = [
+        "--env", env_id, "--torch-threads", str(threads), "--device", device_name,
+        *(["--preset", preset] if preset else []), *learner_args,
+    ]  # fmt: skip
+    cfg = parse_config(LearnerConfig, argv, "ideal", "ideal", presets=True)
+    learner = build_learner(cfg)
+    builder, queue = learner.builder, learner.queue
+    precision = resolve_precision(cfg.precision, learner.device)
+    policy = inference_policy(
+        learner.model, learner.head, learner.device, cfg.inference_backend, cfg.seed, precision
+    )
+    trainer = make_trainer(learner) if train else None
+    vec = envs.make_vector_env(env_id, cfg.env_kwargs, num_envs)
+    stacked = builder.frame_stack > 1
+    slots = builder.allocate(num_envs)
     obs_KO, _ = vec.reset(seed=0)
-    first_K = np.ones(num_envs, dtype=np.bool_)
+    reward_K = np.zeros(num_envs, np.float32)
+    terminated_K = truncated_K = np.zeros(num_envs, np.bool_)
     frames, t0 = 0, time.perf_counter()
     measured_from, measured_frames, cpu_from = None, 0, 0.0
+    train_s, train_steps, trained_frames = 0.0, 0, 0
     while True:
         now = time.perf_counter()
         if measured_from is None and now - t0 >= warmup_s:
             measured_from, measured_frames, cpu_from = now, frames, time.process_time()
+            train_s, train_steps, trained_frames = 0.0, 0, 0
         if now - t0 >= warmup_s + seconds:
             break
-        action_K, _, _ = policy(np.asarray(obs_KO, dtype=obs_dtype), first_K, ())
-        obs_KO, *_ = vec.step(action_K)
+        first_K = builder.first_flags(slots)
+        frame_KF = np.asarray(obs_KO[:, -1] if stacked else obs_KO, builder.obs_dtype)
+        x_KO = builder.stack_frames(slots, frame_KF, first_K) if stacked else frame_KF
+        before = tuple(s[slots] for s in builder.core_state_SH)
+        action_K, params_KP, after = policy(x_KO, first_K, before)
+        if trainer is None:
+            for store, state in zip(builder.core_state_SH, after, strict=True):
+                store[slots] = state
+        else:
+            unrolls, _ = builder.record(
+                slots, frame_KF, reward_K, terminated_K, truncated_K, first_K, action_K,
+                params_KP, before, after, learner.step_counter.value,
+            )  # fmt: skip
+            if unrolls is not None:
+                queue.put(unrolls)
+            while len(queue) >= cfg.batch_size:
+                batch = queue.get(cfg.batch_size, timeout=0)
+                assert batch is not None
+                started = time.perf_counter()
+                trainer.train_step(batch)
+                train_s += time.perf_counter() - started
+                train_steps += 1
+                trained_frames += cfg.batch_size * cfg.unroll_length
+        obs_KO, reward, terminated, truncated, _ = vec.step(action_K)
+        reward_K = np.asarray(reward, np.float32)
+        terminated_K, truncated_K = np.asarray(terminated), np.asarray(truncated)
         frames += num_envs
     wall = time.perf_counter() - (measured_from or t0)
     cpu = time.process_time() - cpu_from
     vec.close()
     measured = max(frames - measured_frames, 1)
-    return {
+    result: dict[str, float | None] = {
         "fps": measured / max(wall, 1e-9),
         "seconds": wall,
         "cpu_us_per_frame": cpu / measured * 1e6,
     }
+    if train:
+        result["train_steps"] = train_steps
+        result["train_step_ms"] = train_s / train_steps * 1e3 if train_steps else None
+        result["training_us_per_frame"] = train_s / trained_frames * 1e6 if train_steps else None
+    return result
 
 
 # ---------------------------------------------------------------------- one measurement
@@ -114,6 +155,36 @@ class Settings:
     preset: str | None = None
     device: str = "auto"
 
+    @property
+    def frame_once(self) -> bool:
+        """Whether the servers let stacked-frame actors send the newest frame only."""
+        return "--no-frame-once" not in self.learner_args
+
+
+GRPC_PREFIX_BYTES = 5
+"""gRPC's length prefix on every message (HTTP/2 frame headers are not counted)."""
+
+
+def wire_bytes_per_step(env_id: str, num_envs: int, frame_once: bool) -> float:
+    """gRPC message bytes per agent step, frame and reply: what one K-env stream moves
+    per round trip, over K. Exact: the actor and learner build their messages from these
+    templates."""
+    import numpy as np
+
+    from seedrl import codec, envs
+
+    spec = envs.describe_env(env_id)
+    obs_shape = codec.spec_shape(spec.observation_space)
+    if frame_once and envs.frame_stack(env_id, {}) > 1:
+        obs_shape = obs_shape[1:]
+    obs_dtype = np.dtype(spec.observation_space.dtype)
+    frame = codec.frame_template(*codec.frame_layouts(num_envs, obs_dtype, obs_shape))
+    discrete = spec.action_space.kind == "discrete"
+    act_dtype = np.dtype(np.int64 if discrete else np.float32)
+    act_shape = (num_envs, *codec.spec_shape(spec.action_space))
+    reply = codec.actions_template(act_dtype, act_shape)
+    return (frame.size + reply.size + 2 * GRPC_PREFIX_BYTES) / num_envs
+
 
 def server_command(
     mode: str, address_bind: str, port: int, logdir: Path, s: Settings, batch: int = 0
@@ -124,7 +195,7 @@ def server_command(
         return [
             sys.executable, "-m", "benchmarks.echo", "--env", s.env, "--bind", address_bind,
             "--port", str(port), "--logdir", str(logdir), "--log-interval-s", "0.5",
-            *tcp_only,
+            *tcp_only, *(["--no-frame-once"] if not s.frame_once else []),
         ]  # fmt: skip
     return [
         sys.executable, "-m", "learner", "--env", s.env, "--bind", address_bind,
@@ -193,8 +264,11 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
     learner_cpu = serving_cpu + training_cpu
     actors_cpu = (acpu1 - acpu0) / wall
     per_frame = 1e6 / max(fps, 1e-9)
+    wire_bytes = wire_bytes_per_step(s.env, k, s.frame_once)
     row: dict[str, Any] = {
         "fps": fps,
+        "wire_bytes_per_step": wire_bytes,
+        "wire_mb_per_s": wire_bytes * fps / 1e6,
         "round_trips_per_s": fps / k,
         "inference_batch_mean": _mean(inner, "inference_batch_mean"),
         "learner_cpu": learner_cpu,
@@ -245,21 +319,28 @@ def _mean(records: list[dict[str, Any]], key: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def measure_ideal(num_envs: int, s: Settings) -> dict[str, Any]:
+def measure_ideal(
+    num_envs: int, s: Settings, train: bool = False, batch: int = 0
+) -> dict[str, Any]:
+    learner_args = [*s.learner_args, *(["--batch-size", str(batch)] if batch else [])]
     cmd = [
         sys.executable, "-m", "benchmarks.bench", "ideal", "--env", s.env, "--envs", str(num_envs),
         "--seconds", str(s.measure_s), "--warmup-s", str(min(s.warmup_s, 1.0)),
         "--torch-threads", str(s.torch_threads), "--device", s.device,
         *(["--preset", s.preset] if s.preset else []),
+        "--learner-args", " ".join(learner_args), *(["--train"] if train else []),
     ]  # fmt: skip
     timeout = 60 + 2 * (s.warmup_s + s.measure_s)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    return {
+    row = {
         "fps": result["fps"],
         "round_trips_per_s": None,
         "cpu_us_per_frame": result["cpu_us_per_frame"],
     }
+    if train:
+        row |= {key: result.get(key) for key in ("train_step_ms", "training_us_per_frame")}
+    return row
 
 
 @contextlib.contextmanager
@@ -286,7 +367,14 @@ def run_point(point: Point, modes: Sequence[str], repeat: int, s: Settings, log:
             row = {"error": f"ideal failed: {exc}"}
         log(point, "ideal", row)
         yield {**base, "mode": "ideal", **row}
-    networked = [m for m in modes if m != "ideal"]
+    if "ideal_train" in modes:
+        try:
+            row = measure_ideal(n * k, s, train=True, batch=point.batch)
+        except (subprocess.SubprocessError, ValueError, IndexError) as exc:
+            row = {"error": f"ideal with training failed: {exc}"}
+        log(point, "ideal_train", row)
+        yield {**base, "mode": "ideal_train", **row}
+    networked = [m for m in modes if not m.startswith("ideal")]
     if not networked:
         return
     with point_address(s.transport, s.workdir) as (address, bind, port):

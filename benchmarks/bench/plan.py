@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 SCHEMA = "seedrl-bench/1"
-MODES = ("ideal", "echo", "inference", "system")
+MODES = ("ideal", "ideal_train", "echo", "inference", "system")
 
 
 @dataclass(frozen=True, order=True)

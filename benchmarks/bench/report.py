@@ -94,6 +94,8 @@ def _summarize_once(
             runs = point.pop(f"{mode}_fps_runs", None)
             point[f"{mode}_fps"] = statistics.median(runs) if runs else None
         point["system_over_ideal"] = _ratio(point["system_fps"], point["ideal_fps"])
+        # The trainer-bound limit: what one process reaches that also trains.
+        point["system_over_ideal_train"] = _ratio(point["system_fps"], point["ideal_train_fps"])
         point["system_over_echo"] = _ratio(point["system_fps"], point["echo_fps"])
         point["inference_over_echo"] = _ratio(point["inference_fps"], point["echo_fps"])
         # Load-robust companion of system/ideal: ideal CPU per frame / system CPU per frame.
@@ -243,18 +245,21 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
 
     console = Console(width=max(Console().width, 180))
     t = Table(title="seedrl bench: frames/s (medians over repeats)")
-    for col in ("NxK[bB]", "ideal", "echo", "inference", "system", "sys/ideal", "sys/echo",
+    for col in ("NxK[bB]", "ideal", "ideal+train", "echo", "inference", "system", "sys/ideal",
+                "sys/ideal+train", "sys/echo", "train ms/step", "train µs/frame",
                 "cpu µs/frame i/e/s", "batch", "rtt p50/p99 ms", "learner cpu", "steps/s",
                 "trainer wait", "inf wait", "RSS learner/actor MB", "actor procs",
-                "+µs a/s/t"):  # fmt: skip
+                "wire B/step", "wire MB/s", "+µs a/s/t"):  # fmt: skip
         t.add_column(col, justify="right", no_wrap=col.startswith("+µs"))
     for p in table:
         pt = p["point"]
         p50, p99 = med(pt, "system", "rtt_p50_ms"), med(pt, "system", "rtt_p99_ms")
         t.add_row(
-            pt, f(p["ideal_fps"]), f(p["echo_fps"]), f(p["inference_fps"]),
-            f(p["system_fps"]), f(p["system_over_ideal"], "{:.2f}"),
-            f(p["system_over_echo"], "{:.2f}"),
+            pt, f(p["ideal_fps"]), f(p["ideal_train_fps"]), f(p["echo_fps"]),
+            f(p["inference_fps"]), f(p["system_fps"]), f(p["system_over_ideal"], "{:.2f}"),
+            f(p["system_over_ideal_train"], "{:.2f}"), f(p["system_over_echo"], "{:.2f}"),
+            f(med(pt, "ideal_train", "train_step_ms"), "{:.1f}"),
+            f(med(pt, "ideal_train", "training_us_per_frame"), "{:.1f}"),
             "/".join(f(med(pt, m, "cpu_us_per_frame")) for m in ("ideal", "echo", "system")),
             f(med(pt, "system", "inference_batch_mean"),
             "{:.1f}"), f"{f(p50, '{:.1f}')}/{f(p99, '{:.1f}')}",
@@ -265,12 +270,15 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
             f"{f(med(pt, 'system', 'learner_rss_mb'))}/"
             f"{f(med(pt, 'system', 'actor_rss_mb_max'))}",
             f(med(pt, "system", "actor_processes")),
+            f(med(pt, "system", "wire_bytes_per_step")),
+            f(med(pt, "system", "wire_mb_per_s"), "{:.1f}"),
             _format_extra(p.get("system_extra_us_per_frame")),
         )  # fmt: skip
     console.print(t)
     console.print(
         "NxK: N actors (one stream each) x K envs, in the launcher's actor processes "
-        "(actor procs); bB: B unrolls per training step; +µs: machine CPU per frame the "
+        "(actor procs); bB: B unrolls per training step; wire: gRPC message bytes per agent "
+        "step (frame + reply) and per second, system; +µs: machine CPU per frame the "
         "system spends beyond echo, in actors / serving (learner process) / training "
         "(trainer process)"
     )

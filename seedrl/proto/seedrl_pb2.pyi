@@ -45,18 +45,20 @@ class EnvSpec(_message.Message):
     def __init__(self, env_id: _Optional[str] = ..., env_kwargs_json: _Optional[str] = ..., observation_space: _Optional[_Union[SpaceSpec, _Mapping]] = ..., action_space: _Optional[_Union[SpaceSpec, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "actor_id", "run_id", "num_envs", "env")
+    __slots__ = ("protocol_version", "actor_id", "run_id", "num_envs", "env", "frame_stack")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     NUM_ENVS_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
+    FRAME_STACK_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     actor_id: str
     run_id: str
     num_envs: int
     env: EnvSpec
-    def __init__(self, protocol_version: _Optional[int] = ..., actor_id: _Optional[str] = ..., run_id: _Optional[str] = ..., num_envs: _Optional[int] = ..., env: _Optional[_Union[EnvSpec, _Mapping]] = ...) -> None: ...
+    frame_stack: int
+    def __init__(self, protocol_version: _Optional[int] = ..., actor_id: _Optional[str] = ..., run_id: _Optional[str] = ..., num_envs: _Optional[int] = ..., env: _Optional[_Union[EnvSpec, _Mapping]] = ..., frame_stack: _Optional[int] = ...) -> None: ...
 
 class Frame(_message.Message):
     __slots__ = ("observations", "rewards", "terminated", "truncated")
@@ -113,17 +115,19 @@ class GetInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class LearnerInfo(_message.Message):
-    __slots__ = ("protocol_version", "env", "learner_run_id", "max_message_bytes", "rank_addresses", "local_address")
+    __slots__ = ("protocol_version", "env", "learner_run_id", "max_message_bytes", "rank_addresses", "local_address", "frame_stack")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     LEARNER_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     RANK_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    FRAME_STACK_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     env: EnvSpec
     learner_run_id: str
     max_message_bytes: int
     rank_addresses: _containers.RepeatedScalarFieldContainer[str]
     local_address: str
-    def __init__(self, protocol_version: _Optional[int] = ..., env: _Optional[_Union[EnvSpec, _Mapping]] = ..., learner_run_id: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., rank_addresses: _Optional[_Iterable[str]] = ..., local_address: _Optional[str] = ...) -> None: ...
+    frame_stack: int
+    def __init__(self, protocol_version: _Optional[int] = ..., env: _Optional[_Union[EnvSpec, _Mapping]] = ..., learner_run_id: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., rank_addresses: _Optional[_Iterable[str]] = ..., local_address: _Optional[str] = ..., frame_stack: _Optional[int] = ...) -> None: ...
