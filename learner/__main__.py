@@ -36,6 +36,15 @@ def train_main(argv: Sequence[str]) -> int:
     )
 
     config = parse_config(LearnerConfig, argv, "python -m learner", TRAIN_DESCRIPTION, True)
+    ranked = os.environ.get("WORLD_SIZE", "1") not in ("", "1")  # started by torchrun
+    if ranked and config.trainer not in ("auto", "thread"):
+        # Ranks step in lockstep inside the learner process, so only the thread trainer fits.
+        print(
+            f"python -m learner: error: --trainer {config.trainer} cannot run under torchrun: "
+            "ranks train in a thread (use --trainer auto or thread)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         # Refused before torch loads, so the fix is one line and one second away.
         check_bind_protected(config, resolve_auth_token(config.auth_token))
@@ -48,7 +57,7 @@ def train_main(argv: Sequence[str]) -> int:
     from seedrl.transport import run_event_loop
 
     try:
-        if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # started by torchrun
+        if ranked:
             from learner.distributed import run_rank
 
             run_event_loop(run_rank(config), config.uvloop)

@@ -88,3 +88,14 @@ def test_a_bad_flag_exits_2_with_one_line_naming_it(args, flag):
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
     assert flag in last and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("trainer", ["process", "device"])
+def test_torchrun_ranks_refuse_a_trainer_other_than_thread(trainer, monkeypatch, capsys):
+    """Under torchrun the trainer flag is checked before anything starts: one line, exit 2."""
+    import learner.__main__ as cli
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert cli.main(["--trainer", trainer]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--trainer {trainer}" in err[0]
