@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.results_table import COLUMNS as BENCH_COLUMNS
-from benchmarks.results_table import _num, table_rows, update_page
+from benchmarks.results_table import _num, table_rows, write_block
 
 BEGIN = "<!-- gpu-results:begin -->"
 END = "<!-- gpu-results:end -->"
@@ -312,15 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     benches = [json.loads(Path(b).read_text()) for b in args.bench]
     block = render(summary, timings, benches)
-    if args.update:
-        page = Path(args.update)
-        try:
-            page.write_text(update_page(page.read_text(), block, BEGIN, END))
-        except ValueError as exc:
-            parser.error(f"{page}: {exc}")
-        print(f"updated {page}")
-    else:
-        sys.stdout.write(block)
+    write_block(block, args.update, parser, BEGIN, END)
     return 0
 
 

@@ -171,6 +171,25 @@ def update_page(page: str, block: str, begin: str = BEGIN, end: str = END) -> st
     return page[: first + len(begin)] + "\n" + block + page[last:]
 
 
+def write_block(
+    block: str,
+    update: str | None,
+    parser: argparse.ArgumentParser,
+    begin: str = BEGIN,
+    end: str = END,
+) -> None:
+    """Replace the marked block of the page ``update`` names, or print the block."""
+    if not update:
+        sys.stdout.write(block)
+        return
+    page = Path(update)
+    try:
+        page.write_text(update_page(page.read_text(), block, begin, end))
+    except ValueError as exc:
+        parser.error(f"{page}: {exc}")
+    print(f"updated {page}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python benchmarks/results_table.py", description=__doc__.splitlines()[0]
@@ -180,15 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     report = json.loads(Path(args.bench_json).read_text())
     block = render(report)
-    if args.update:
-        page = Path(args.update)
-        try:
-            page.write_text(update_page(page.read_text(), block))
-        except ValueError as exc:
-            parser.error(f"{page}: {exc}")
-        print(f"updated {page}")
-    else:
-        sys.stdout.write(block)
+    write_block(block, args.update, parser)
     return 0
 
 
