@@ -119,7 +119,6 @@ def _summarize_once(
     rss_1 = _median_field(rows, "1x1", "system", "learner_rss_mb")
     values = {
         BEST_TARGET: _ratio(best_fps, ideal_reference_fps),
-        "system_over_echo_64x1": _ratio(fps("64x1", "system"), fps("64x1", "echo")),
         "actor_rss_mb_max": max(actor_rss, default=None),
         "learner_rss_mb_per_actor": (
             (rss_64 - rss_1) / 63 if rss_64 is not None and rss_1 is not None else None
