@@ -8,6 +8,7 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,29 +19,30 @@ from seedrl.metrics import read_metrics
 SUMMARY_FILE = "summary.json"
 
 
-def curve(logdir: Path) -> list[tuple[int, float, float]]:
-    """(frames, wall seconds, mean-100 return) per metrics record, wall time summed over
-    the segments of a resumed run (each segment's clock starts again at 0)."""
-    points: list[tuple[int, float, float]] = []
+def _timed_records(logdir: Path) -> Iterator[tuple[dict[str, Any], float]]:
+    """Each metrics record with its wall time summed over the segments of a resumed run
+    (each segment's clock starts again at 0)."""
     offset, previous = 0.0, 0.0
     for record in read_metrics(logdir):
         elapsed = float(record["elapsed_s"])
         if elapsed < previous:
             offset += previous
         previous = elapsed
-        if record.get("episode_return_mean") is not None:
-            points.append((int(record["frames"]), offset + elapsed, record["episode_return_mean"]))
-    return points
+        yield record, offset + elapsed
+
+
+def curve(logdir: Path) -> list[tuple[int, float, float]]:
+    """(frames, wall seconds, mean-100 return) per metrics record that has a return."""
+    return [
+        (int(record["frames"]), wall, record["episode_return_mean"])
+        for record, wall in _timed_records(logdir)
+        if record.get("episode_return_mean") is not None
+    ]
 
 
 def wall_time_s(logdir: Path) -> float:
-    offset, previous = 0.0, 0.0
-    for record in read_metrics(logdir):
-        elapsed = float(record["elapsed_s"])
-        if elapsed < previous:
-            offset += previous
-        previous = elapsed
-    return offset + previous
+    """The run's wall time, summed over its resumed segments."""
+    return max((wall for _, wall in _timed_records(logdir)), default=0.0)
 
 
 def run_summary(spec: EnvSpec, logdir: Path) -> dict[str, Any] | None:
