@@ -170,3 +170,15 @@ def random_unrolls(n: int, length: int, seed: int = 0) -> Unrolls:
         core_state=(),
         acted_step=np.zeros((n, rows), np.int64),
     )
+
+
+def small_learner(tmp_path: Path, length: int, batch: int, **overrides: Any) -> Any:
+    """A CartPole learner with short unrolls and a small batch, built as ``serve`` builds it."""
+    from learner.parts import build_learner  # torch loads only for the tests that need it
+    from seedrl.config import LearnerConfig
+
+    config = LearnerConfig(
+        logdir=str(tmp_path), unroll_length=length, batch_size=batch,
+        max_queue_unrolls=4 * batch, **overrides,
+    )  # fmt: skip
+    return build_learner(config)

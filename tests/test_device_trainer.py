@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import actor_args, learner_process, random_unrolls, running
+from support import actor_args, learner_process, random_unrolls, running, small_learner
 
 from learner.device_trainer import DeviceTrainer
-from learner.parts import Learner, build_learner, make_trainer, trainer_mode
+from learner.parts import Learner, make_trainer, trainer_mode
 from learner.run import choose_trainer, make_engine
 from learner.trainer_process import TrainerProcess
 from seedrl.config import LearnerConfig
@@ -30,12 +30,7 @@ cuda_only = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 
 def _learner(tmp_path: Path, **overrides: object) -> Learner:
-    settings: dict[str, object] = {"trainer": "device", **overrides}
-    config = LearnerConfig(
-        logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=4 * B,
-        **settings,  # type: ignore[arg-type]
-    )  # fmt: skip
-    return build_learner(config)
+    return small_learner(tmp_path, T, B, **{"trainer": "device", **overrides})
 
 
 def _device_trainer(learner: Learner) -> DeviceTrainer:

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import random_unrolls
+from support import random_unrolls, small_learner
 
-from learner.parts import Learner, build_learner, make_trainer
+from learner.parts import Learner, make_trainer
 from learner.run import choose_trainer, write_checkpoint
 from learner.trainer_process import TrainerProcess
 from learner.trajectories import Unrolls
@@ -24,12 +24,7 @@ T, B = 6, 3
 
 
 def _learner(tmp_path: Path, **overrides: object) -> Learner:
-    settings: dict[str, object] = {"trainer": "process", **overrides}
-    config = LearnerConfig(
-        logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=4 * B,
-        **settings,  # type: ignore[arg-type]
-    )  # fmt: skip
-    return build_learner(config)
+    return small_learner(tmp_path, T, B, **{"trainer": "process", **overrides})
 
 
 def _process_trainer(learner: Learner) -> TrainerProcess:
