@@ -7,14 +7,19 @@ tests marked ``cuda`` add the streams, pinned staging and bf16 autocast on a GPU
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from support import actor_args, learner_process, random_unrolls, running, small_learner
+from support import (
+    actor_args,
+    learner_process,
+    random_unrolls,
+    running,
+    small_learner,
+    wait_until,
+)
 
 from learner.device_trainer import DeviceTrainer
 from learner.parts import Learner, make_trainer, trainer_mode
@@ -37,13 +42,6 @@ def _device_trainer(learner: Learner) -> DeviceTrainer:
     trainer = choose_trainer(learner)
     assert isinstance(trainer, DeviceTrainer)
     return trainer
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -124,7 +122,7 @@ def test_running_device_trainer_trains_from_the_queue_and_checkpoints(tmp_path):
     trainer.start()
     try:
         learner.queue.put(random_unrolls(B, T, seed=0))
-        _wait_for(lambda: learner.stats.learner_steps == 1)
+        wait_until(lambda: learner.stats.learner_steps == 1, 60.0, interval=0.01)
         state = trainer.training_state()
         assert state.learner_steps == 1
         assert _same(list(state.model.values()), _weights(learner.model))

@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from support import random_unrolls, small_learner
+from support import random_unrolls, small_learner, wait_until
 
 from learner.parts import Learner, make_trainer
 from learner.run import choose_trainer, write_checkpoint
@@ -47,7 +46,7 @@ def _running(learner: Learner, stop_timeout: float = 30.0) -> Iterator[TrainerPr
 
 def _train(learner: Learner, unrolls: Unrolls, steps_after: int) -> None:
     learner.queue.put(unrolls)
-    _wait_for(lambda: learner.stats.learner_steps == steps_after)
+    wait_until(lambda: learner.stats.learner_steps == steps_after, 60.0, interval=0.01)
 
 
 def _unrolls(seed: int, reward: float | None = None) -> Unrolls:
@@ -55,13 +54,6 @@ def _unrolls(seed: int, reward: float | None = None) -> Unrolls:
     if reward is not None:
         unrolls.reward[:] = reward
     return unrolls
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -105,7 +97,7 @@ def test_child_step_is_the_thread_step_and_reaches_inference(tmp_path):
     with _running(process_learner) as trainer:
         for batch in batches:
             process_learner.queue.put(batch)
-        _wait_for(lambda: process_learner.stats.learner_steps == 2)
+        wait_until(lambda: process_learner.stats.learner_steps == 2, 60.0, interval=0.01)
         trainer.refresh_weights()
         assert process_learner.step_counter.value == 2
         after = _weights(process_learner.model)
@@ -133,7 +125,7 @@ def test_non_finite_batch_is_skipped_in_the_child(tmp_path):
     before = _weights(learner.model)
     with _running(learner) as trainer:
         learner.queue.put(_unrolls(0, reward=float("nan")))
-        _wait_for(lambda: learner.stats.nonfinite_skipped == 1)
+        wait_until(lambda: learner.stats.nonfinite_skipped == 1, 60.0, interval=0.01)
         trainer.refresh_weights()
         assert learner.stats.learner_steps == 0 and learner.step_counter.value == 0
         for got, want in zip(_weights(learner.model), before, strict=True):
@@ -146,7 +138,11 @@ def test_waiting_for_data_is_reported_while_it_lasts(tmp_path):
     """Metrics intervals see the trainer's waiting as it happens, before any batch arrives."""
     learner = _learner(tmp_path)
     with _running(learner):
-        _wait_for(lambda: learner.stats.timer.drain().get("trainer_wait_data", 0.0) > 0.0)
+        wait_until(
+            lambda: learner.stats.timer.drain().get("trainer_wait_data", 0.0) > 0.0,
+            60.0,
+            interval=0.01,
+        )
         assert learner.stats.learner_steps == 0
 
 
@@ -158,7 +154,7 @@ def test_a_killed_child_is_an_error_and_keeps_the_last_checkpoint(tmp_path):
         written = learner.config.checkpoint_path.read_bytes()
         assert trainer.pid is not None
         os.kill(trainer.pid, signal.SIGKILL)
-        _wait_for(lambda: trainer.error is not None)
+        wait_until(lambda: trainer.error is not None, 60.0, interval=0.01)
         assert "exited with code -9" in str(trainer.error)
         assert trainer.training_state() is None
         write_checkpoint(learner, trainer, None)  # logs, writes nothing
