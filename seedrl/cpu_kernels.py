@@ -3,11 +3,12 @@
 Why this module exists: on small CPU hosts the learner's training step is a handful of
 small dense layers, and there a few of torch's CPU kernels are far slower than they
 need to be (MKL's generic tanh on AMD CPUs, a thin weight-gradient product, a row-wise
-log-softmax over a short last dim). Each class or function here is a drop-in for the
-torch op it replaces (same parameters, same results within float rounding, checkpoints
-interchangeable), takes the faster path only where it measured faster, and falls back
-to torch's own everywhere else (accelerators, other shapes, no gradient). The networks
-in ``seedrl.models`` read as plain torch; the kernel choices live here.
+log-softmax over a short last dim, a conv input in the slower memory layout). Each class
+or function here is a drop-in for the torch op it replaces (same parameters, same results
+within float rounding, checkpoints interchangeable), takes the faster path only where it
+measured faster, and falls back to torch's own everywhere else (accelerators, other
+shapes, no gradient). The networks in ``seedrl.models`` read as plain torch; the kernel
+choices live here.
 """
 
 from __future__ import annotations
@@ -42,6 +43,28 @@ def log_softmax_last(logits: torch.Tensor) -> torch.Tensor:
         return F.log_softmax(logits, dim=-1)
     action_major = logits.movedim(-1, 0).contiguous()
     return F.log_softmax(action_major, dim=0).movedim(0, -1)
+
+
+CHANNELS_LAST_MIN_ROWS = 256
+CHANNELS_LAST_MIN_PIXELS = 36 * 36
+"""Frames at least this large (the Nature CNN's, not MinAtar's 10x10 grids) take the
+channels-last layout in a training-sized batch."""
+
+
+def conv_input_layout(images: torch.Tensor) -> torch.Tensor:
+    """``images`` ``[N, C, H, W]`` in the memory layout the CPU convolutions run fastest on.
+
+    Why: oneDNN trains the strided convolutions of a large-frame encoder markedly faster on
+    channels-last input, while small inference batches and small grids run faster on plain
+    NCHW (a permuted channels-last observation would otherwise pick the slower path). Other
+    devices keep the layout they were given.
+    """
+    if images.device.type != "cpu":
+        return images
+    height, width = images.shape[-2:]
+    if images.shape[0] >= CHANNELS_LAST_MIN_ROWS and height * width >= CHANNELS_LAST_MIN_PIXELS:
+        return images.contiguous(memory_format=torch.channels_last)
+    return images.contiguous()
 
 
 NUMPY_TANH_MARGIN = 2.0

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from seedrl import codec
-from seedrl.cpu_kernels import Linear, Tanh, log_softmax_last
+from seedrl.cpu_kernels import Linear, Tanh, conv_input_layout, log_softmax_last
 from seedrl.proto import seedrl_pb2 as pb
 
 CoreState = tuple[torch.Tensor, ...]
@@ -211,7 +211,7 @@ class ActorCritic(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.spec = spec
-        self.channels_last = False
+        self.hwc_observations = False
         self.value_torso: nn.Module | None = None
         self.torso: nn.Module
         if spec.torso == "mlp":
@@ -261,7 +261,7 @@ class ActorCritic(nn.Module):
         if len(shape) != 3:
             raise ValueError(f"cnn needs a rank-2 or rank-3 observation, got shape {shape}")
         if shape[-1] < shape[0] and shape[-1] <= 16:
-            self.channels_last = True
+            self.hwc_observations = True
             return shape[2], shape[0], shape[1]
         return shape[0], shape[1], shape[2]
 
@@ -284,14 +284,16 @@ class ActorCritic(nn.Module):
 
     def _prepare(self, obs_NO: torch.Tensor) -> torch.Tensor:
         """Observations as float network input: scaled bytes, flattened or channels-first."""
-        x = obs_NO.float()
-        if self.spec.obs_dtype == "uint8":
-            x = x / 255.0
         if self.spec.torso == "mlp":
-            return x.flatten(1)
-        if x.dim() == 3:
-            return x.unsqueeze(1)
-        return x.permute(0, 3, 1, 2) if self.channels_last else x
+            x = obs_NO.float()
+            return (x / 255.0 if self.spec.obs_dtype == "uint8" else x).flatten(1)
+        if obs_NO.dim() == 3:
+            images = obs_NO.unsqueeze(1)
+        else:
+            images = obs_NO.permute(0, 3, 1, 2) if self.hwc_observations else obs_NO
+        # The layout is set on the raw (often uint8) frames: the float copy keeps it.
+        x = conv_input_layout(images).float()
+        return x / 255.0 if self.spec.obs_dtype == "uint8" else x
 
     def forward(
         self, obs_TBO: torch.Tensor, first_TB: torch.Tensor, core_state: CoreState = ()

@@ -492,3 +492,48 @@ def test_lstm_state_resets_exactly_at_episode_starts_in_inference():
     torch.testing.assert_close(
         torch.from_numpy(unrolls.policy_params[0]), want, rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.mark.parametrize(
+    ("rows", "shape", "channels_last"),
+    [
+        (672, (4, 84, 84), True),  # an Atari training batch
+        (64, (4, 84, 84), False),  # an Atari inference batch
+        (672, (4, 10, 10), False),  # a MinAtar training batch: small grids stay NCHW
+    ],
+)
+def test_conv_input_layout_picks_channels_last_only_for_large_training_frames(
+    rows, shape, channels_last
+):
+    """Channels-last only where it trains faster; elsewhere plain NCHW, even for a permuted
+    (channels-last strided) observation, and never a change of values."""
+    hwc = torch.randint(0, 255, (rows, shape[1], shape[2], shape[0]), dtype=torch.uint8)
+    images = hwc.permute(0, 3, 1, 2)
+    laid_out = cpu_kernels.conv_input_layout(images)
+    assert torch.equal(laid_out, images)
+    assert laid_out.is_contiguous(memory_format=torch.channels_last) == channels_last
+    assert laid_out.is_contiguous() != channels_last
+
+
+def test_cnn_forward_is_the_same_in_either_input_layout(monkeypatch):
+    """The layout is a speed choice only: a training batch gives the same outputs and
+    gradients whichever layout the conv input takes."""
+    torch.manual_seed(0)
+    spec_model = build_model(
+        box_spec((4, 84, 84), "uint8"), action_head(pb.SpaceSpec(kind="discrete", n=6))
+    )
+    obs = torch.randint(0, 255, (2, 150, 4, 84, 84), dtype=torch.uint8)
+    first = torch.zeros(2, 150)
+    results = []
+    for layout in (cpu_kernels.conv_input_layout, torch.Tensor.contiguous):
+        monkeypatch.setattr(models, "conv_input_layout", layout)
+        spec_model.zero_grad()
+        params, values, _ = spec_model(obs, first)
+        (params.sum() + values.sum()).backward()
+        grads = [p.grad.clone() for p in spec_model.parameters() if p.grad is not None]
+        results.append((params.detach(), values.detach(), grads))
+    (p1, v1, g1), (p2, v2, g2) = results
+    torch.testing.assert_close(p1, p2, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(v1, v2, rtol=1e-4, atol=1e-5)
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
