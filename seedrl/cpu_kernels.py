@@ -45,7 +45,7 @@ def log_softmax_last(logits: torch.Tensor) -> torch.Tensor:
     return F.log_softmax(action_major, dim=0).movedim(0, -1)
 
 
-CHANNELS_LAST_MIN_ROWS = 256
+CHANNELS_LAST_MIN_ROWS = 128
 CHANNELS_LAST_MIN_PIXELS = 36 * 36
 """Frames at least this large (the Nature CNN's, not MinAtar's 10x10 grids) take the
 channels-last layout in a training-sized batch."""
