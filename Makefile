@@ -177,6 +177,18 @@ bench-table: $(STAMP)
 ## The GPU check's JSONs (benchmarks/results/*-$(GPU_TAG)-*) as the GPU block of docs/performance.md
 GPU_TAG ?= h200
 GPU_RESULTS ?= benchmarks/results
+## seedrl beside stable-baselines3 PPO and Sample Factory APPO on this machine, in one run
+## (CartPole to 475, Atari Pong frames/s; each peer's venv is built on first use under
+## ~/.cache/seedrl/peers): writes PEERS_JSON and docs/performance.md's peers table.
+PEERS_JSON ?= benchmarks/results/peers.json
+.PHONY: bench-peers bench-peers-table
+bench-peers: $(STAMP)
+	$(PY) -m benchmarks.peers run --out $(PEERS_JSON) $(ARGS)
+	$(MAKE) --no-print-directory bench-peers-table PEERS_JSON=$(PEERS_JSON)
+
+bench-peers-table: $(STAMP)
+	$(PY) -m benchmarks.peers table $(PEERS_JSON) --update docs/performance.md
+
 .PHONY: gpu-table
 gpu-table: $(STAMP)
 	$(PY) -m benchmarks.gpu_table $(GPU_RESULTS)/gpu-check-$(GPU_TAG)-summary.json \

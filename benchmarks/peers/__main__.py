@@ -1,0 +1,321 @@
+"""``python -m benchmarks.peers``: seedrl beside stable-baselines3 PPO and Sample Factory
+APPO, on the same machine in the same run, one system at a time.
+
+    python -m benchmarks.peers run [--out benchmarks/results/peers.json] [--only sb3,...]
+    python -m benchmarks.peers table benchmarks/results/peers.json [--update docs/performance.md]
+
+``run`` builds each peer's virtual environment on first use (``benchmarks.peers.venvs``),
+runs every system's driver as a child process under a hard time limit, echoes their
+progress and writes the JSON after every system, so an interrupted run reports what it
+has. A peer that fails to install or to run is recorded as failed, with the reason, and
+the run goes on. ``table`` renders the JSON (``benchmarks.peers.report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.peers import report, venvs
+from benchmarks.peers.measure import PROGRESS_PREFIX, parse_result
+from benchmarks.results_table import write_block
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = Path("benchmarks/results/peers.json")
+TAIL_LINES = 40
+"""Output lines kept per driver for the failure reason (the whole output goes to its log)."""
+KEY_PACKAGES = ("stable-baselines3", "sample-factory", "torch", "gymnasium", "numpy", "ale-py")
+
+
+@dataclass(frozen=True)
+class Caps:
+    """How long each system may run, so that the whole run always ends."""
+
+    target: float = 475.0
+    """Mean return over the last 100 training episodes that counts as solved."""
+    cartpole_wall_cap_s: float = 120.0
+    """CartPole: give up this long after launching the system's process."""
+    cartpole_frame_cap: int = 2_000_000
+    """CartPole: give up after this many frames (SB3 stops at the zoo's 1e5 timesteps)."""
+    atari_warmup_s: float = 15.0
+    """Atari: seconds after the first frames that are left out of the rate."""
+    atari_measure_s: float = 30.0
+    """Atari: seconds over which the steady rate is measured."""
+    grace_s: float = 90.0
+    """Atari start-up allowance, and how long past its cap a driver may take to stop."""
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Task:
+    peer: str
+    system: str
+    task: str
+    venv: str | None
+    """The peer's environment in ``venvs.PINS``; None: seedrl's own interpreter."""
+    module: str
+
+
+TASKS = (
+    Task("seedrl", "seedrl V-trace", "cartpole", None, "benchmarks.peers.seedrl_driver"),
+    Task("sb3", "stable-baselines3 PPO", "cartpole", "sb3", "benchmarks.peers.sb3_driver"),
+    Task("sample-factory", "Sample Factory APPO", "cartpole", "sample-factory",
+         "benchmarks.peers.sf_driver"),
+    Task("seedrl", "seedrl V-trace", "atari", None, "benchmarks.peers.seedrl_driver"),
+    Task("sample-factory", "Sample Factory APPO", "atari", "sample-factory",
+         "benchmarks.peers.sf_driver"),
+)  # fmt: skip
+
+
+def driver_args(task: Task, caps: Caps, workdir: Path, launched_at: float) -> list[str]:
+    """The driver's command-line arguments for this task under these caps."""
+    args = [f"--launched-at={launched_at!r}", f"--seed={caps.seed}"]
+    if task.peer == "seedrl":
+        args.append(f"--logdir={workdir}")
+    elif task.peer == "sample-factory":
+        args.append(f"--train-dir={workdir}")
+    if task.task == "cartpole":
+        args += [f"--target={caps.target}", f"--wall-cap-s={caps.cartpole_wall_cap_s}"]
+        if task.peer != "sb3":
+            args.append(f"--frame-cap={caps.cartpole_frame_cap}")
+        return [task.task, *args] if task.peer != "sb3" else args
+    args += [f"--warmup-s={caps.atari_warmup_s}", f"--measure-s={caps.atari_measure_s}",
+             f"--wall-cap-s={wall_cap(task, caps)}"]  # fmt: skip
+    return [task.task, *args]
+
+
+def wall_cap(task: Task, caps: Caps) -> float:
+    """Seconds from launch after which the driver ends training itself (Atari: the
+    measured span plus ``grace_s`` for its start-up)."""
+    if task.task == "cartpole":
+        return caps.cartpole_wall_cap_s
+    return caps.atari_warmup_s + caps.atari_measure_s + caps.grace_s
+
+
+def time_limit(task: Task, caps: Caps) -> float:
+    """Seconds from launch after which the runner stops the driver, whatever it is doing."""
+    return wall_cap(task, caps) + caps.grace_s
+
+
+def run_driver(
+    cmd: list[str], env: dict[str, str], log: Path, limit_s: float, label: str
+) -> tuple[int | None, list[str]]:
+    """Run one driver with its output in ``log``, progress lines echoed; the exit code
+    (None: killed at ``limit_s``) and the last lines of its output."""
+    lines: queue.Queue[str | None] = queue.Queue()
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace", start_new_session=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        stdout = proc.stdout
+
+        def pump() -> None:
+            for line in stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + limit_s
+        tail: list[str] = []
+        killed = False
+        while True:
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                line = ""
+            if line is None:
+                break
+            if line:
+                out.write(line)
+                tail = [*tail[-(TAIL_LINES - 1) :], line.rstrip("\n")]
+                if line.startswith(PROGRESS_PREFIX):
+                    print(f"  {label}: {line[len(PROGRESS_PREFIX) :].rstrip()}", flush=True)
+            if time.monotonic() >= deadline and not killed:
+                _stop_group(proc)
+                killed = True
+        code = proc.wait()
+    return (None if killed else code), tail
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """End the driver and every process it started (its own session)."""
+    for sig, wait_s in ((signal.SIGINT, 15.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def failure_reason(code: int | None, tail: list[str], limit_s: float) -> str:
+    """One line that says why a driver produced no result."""
+    if code is None:
+        return f"stopped after {limit_s:.0f} s without a result"
+    last = next((line.strip() for line in reversed(tail) if line.strip()), "")
+    return f"exited with {code}" + (f": {last[:200]}" if last else " and printed nothing")
+
+
+def run_task(task: Task, caps: Caps, out_dir: Path, venv_root: Path) -> dict[str, Any]:
+    """One system's row: its driver's result, or why there is none."""
+    name = f"{task.peer}-{task.task}"
+    row: dict[str, Any] = {"peer": task.peer, "system": task.system, "task": task.task}
+    log = out_dir / f"{name}.log"
+    row["log"] = str(log)
+    if task.venv is None:
+        python = sys.executable
+        row["versions"] = seedrl_versions()
+    else:
+        started = time.monotonic()
+        try:
+            venv = venvs.ensure(task.venv, venv_root, out_dir / f"{task.venv}-install.log")
+        except (venvs.VenvError, OSError, subprocess.SubprocessError) as exc:
+            return {**row, "status": "failed", "reason": f"install: {exc}"}
+        if time.monotonic() - started > 1.0:
+            print(f"  built {venv.path} in {time.monotonic() - started:.0f} s", flush=True)
+        python = str(venv.python)
+        row["versions"] = {k: v for k, v in venv.versions.items() if k in KEY_PACKAGES}
+    workdir = out_dir / name
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    limit = time_limit(task, caps)
+    launched = time.monotonic()
+    cmd = [python, "-m", task.module, *driver_args(task, caps, workdir, launched)]
+    code, tail = run_driver(cmd, env, log, limit, name)
+    row["command_s"] = time.monotonic() - launched
+    result = parse_result("\n".join(tail))
+    if result is None:
+        return {**row, "status": "failed", "reason": failure_reason(code, tail, limit)}
+    return {**row, **result, "status": "ok", "exit_code": code}
+
+
+def seedrl_versions() -> dict[str, str]:
+    from importlib import metadata
+
+    found = {}
+    for dist in ("seedrl", *KEY_PACKAGES):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def machine() -> dict[str, Any]:
+    from benchmarks.bench.report import machine_info
+
+    return {**machine_info(), "cpus_usable": len(os.sched_getaffinity(0))}
+
+
+def run(args: argparse.Namespace) -> int:
+    caps = Caps(
+        cartpole_wall_cap_s=args.cartpole_wall_cap_s,
+        atari_warmup_s=args.atari_warmup_s,
+        atari_measure_s=args.atari_measure_s,
+        grace_s=args.grace_s,
+        seed=args.seed,
+    )
+    only = {p for p in args.only.split(",") if p}
+    tasks_wanted = {t for t in args.tasks.split(",") if t}
+    tasks = [
+        t for t in TASKS
+        if (not only or t.peer in only) and (not tasks_wanted or t.task in tasks_wanted)
+    ]  # fmt: skip
+    out = Path(args.out)
+    out_dir = Path(args.workdir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    doc: dict[str, Any] = {
+        "schema": report.SCHEMA,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
+        "settings": {**asdict(caps), "note": args.note},
+        "results": [],
+    }
+    for i, task in enumerate(tasks, 1):
+        print(f"[{i}/{len(tasks)}] {task.system}, {task.task}", flush=True)
+        row = run_task(task, caps, out_dir, Path(args.venv_root).expanduser())
+        doc["results"].append(row)
+        doc["wall_time_s"] = time.monotonic() - started
+        out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        print(f"  {task.peer}-{task.task}: {summary(row)}", flush=True)
+    print(f"wrote {out} ({doc.get('wall_time_s', 0) / 60:.1f} min)")
+    return 0
+
+
+def summary(row: dict[str, Any]) -> str:
+    if row["status"] != "ok":
+        return f"failed: {row['reason']}"
+    if row["task"] == "atari":
+        rate = row.get("agent_steps_per_s")
+        return "too short to measure" if rate is None else f"{rate:,.0f} agent steps/s"
+    if row.get("reached"):
+        return (f"target in {row['launch_to_target_s']:.1f} s from launch, "
+                f"{row['frames_to_target']:,} frames")  # fmt: skip
+    return f"not reached ({row.get('stopped_by')}), {row.get('frames', 0):,} frames"
+
+
+def table(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    doc = json.loads(Path(args.peers_json).read_text())
+    try:
+        block = report.render(doc)
+    except ValueError as exc:
+        parser.error(str(exc))
+    write_block(block, args.update, parser, report.BEGIN, report.END)
+    return 0
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run seedrl and the peers, write the JSON")
+    r.add_argument("--out", default=str(DEFAULT_OUT))
+    r.add_argument("--workdir", default="runs/peers", help="logs and run directories")
+    r.add_argument("--venv-root", default=str(venvs.DEFAULT_ROOT))
+    r.add_argument("--only", default="", help="peers to run: seedrl,sb3,sample-factory")
+    r.add_argument("--tasks", default="", help="cartpole,atari (default both)")
+    r.add_argument("--cartpole-wall-cap-s", type=_positive, default=Caps.cartpole_wall_cap_s)
+    r.add_argument("--atari-warmup-s", type=_positive, default=Caps.atari_warmup_s)
+    r.add_argument("--atari-measure-s", type=_positive, default=Caps.atari_measure_s)
+    r.add_argument(
+        "--grace-s",
+        type=_positive,
+        default=Caps.grace_s,
+        help="Atari start-up allowance, and the time a driver gets to stop",
+    )
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--note", default="", help="a line printed above the tables")
+    t = sub.add_parser("table", help="render the JSON as docs/performance.md's peers block")
+    t.add_argument("peers_json")
+    t.add_argument("--update", metavar="PAGE", help="replace the block in this Markdown page")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return run(args)
+    return table(args, parser)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

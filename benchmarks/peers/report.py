@@ -1,0 +1,155 @@
+"""Render a peers run (``peers.json``, schema ``seedrl-peers/1``) as the Markdown block of
+``docs/performance.md`` between ``<!-- peers-results:begin -->`` and
+``<!-- peers-results:end -->``: the machine and date, CartPole time to the target and
+Atari steady throughput, one row per system, failures with their reason. It reads only
+the JSON, so an old run renders with today's code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.results_table import _num
+
+BEGIN = "<!-- peers-results:begin -->"
+END = "<!-- peers-results:end -->"
+SCHEMA = "seedrl-peers/1"
+CARTPOLE_COLUMNS = (
+    "system",
+    "settings",
+    "result",
+    "wall s to target",
+    "training s to target",
+    "frames to target",
+    "frames/s",
+    "episodes",
+    "stopped by",
+)
+ATARI_COLUMNS = (
+    "system",
+    "settings",
+    "result",
+    "agent steps/s",
+    "emulator frames/s",
+    "window s",
+    "start-up s",
+)
+
+
+def _table(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+        *("| " + " | ".join(cells) + " |" for cells in rows),
+    ]
+
+
+def _cell(text: str) -> str:
+    """Table-safe: one line, no column breaks."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _outcome(row: dict[str, Any], target: float) -> str:
+    if row.get("status") != "ok":
+        return _cell(f"failed: {row.get('reason') or 'no reason recorded'}")
+    if row.get("task") == "atari":
+        return "measured" if row.get("agent_steps_per_s") is not None else "too short to measure"
+    if row.get("reached"):
+        return f"reached {target:g}"
+    mean = row.get("return_mean100")
+    return f"not reached (mean {_num(mean, '{:.1f}')} at the end)"
+
+
+def cartpole_row(row: dict[str, Any], target: float) -> list[str]:
+    frames, seconds = row.get("frames_to_target"), row.get("train_to_target_s")
+    rate = frames / seconds if row.get("reached") and frames and seconds else None
+    return [
+        _cell(row.get("system", row.get("peer", "?"))),
+        _cell(row.get("summary", "—")),
+        _outcome(row, target),
+        _num(row.get("launch_to_target_s"), "{:.1f}"),
+        _num(row.get("train_to_target_s"), "{:.1f}"),
+        _num(frames),
+        _num(rate),
+        _num(row.get("episodes")),
+        _cell(row.get("stopped_by") or "—"),
+    ]
+
+
+def atari_row(row: dict[str, Any]) -> list[str]:
+    rate = row.get("agent_steps_per_s")
+    skip = row.get("frame_skip")
+    return [
+        _cell(row.get("system", row.get("peer", "?"))),
+        _cell(row.get("summary", "—")),
+        _outcome(row, 0.0),
+        _num(rate),
+        _num(rate * skip if rate is not None and skip else None),
+        _num(row.get("measured_s"), "{:.0f}"),
+        _num(row.get("startup_s"), "{:.0f}"),
+    ]
+
+
+def _machine_line(report: dict[str, Any]) -> str:
+    m = report.get("machine", {})
+    usable = m.get("cpus_usable")
+    cpus = f"{m.get('cpus', '?')} CPUs"
+    if usable is not None and usable != m.get("cpus"):
+        cpus += f", this run pinned to {usable}"
+    return (
+        f"Measured {report.get('date', '?')} on {m.get('cpu_model') or 'an unknown CPU'} "
+        f"({cpus}, {m.get('platform', '?')}), Python {m.get('python', '?')}; "
+        f"`make bench-peers` took {report.get('wall_time_s', 0) / 60:.1f} min."
+    )
+
+
+def _versions_line(rows: list[dict[str, Any]]) -> str:
+    parts: list[str] = []
+    for row in rows:
+        versions = ", ".join(f"{k} {v}" for k, v in sorted((row.get("versions") or {}).items()))
+        part = f"{row.get('system', row.get('peer', '?'))}: {versions}"
+        if versions and part not in parts:
+            parts.append(part)
+    return "; ".join(parts)
+
+
+def render(report: dict[str, Any]) -> str:
+    """The Markdown block: provenance, the CartPole table, the Atari table, the legend."""
+    if report.get("schema") != SCHEMA:
+        raise ValueError(f"not a {SCHEMA} report (schema {report.get('schema')!r})")
+    s = report.get("settings", {})
+    target = float(s.get("target", 475.0))
+    rows = report.get("results", [])
+    cartpole = [cartpole_row(r, target) for r in rows if r.get("task") == "cartpole"]
+    atari = [atari_row(r) for r in rows if r.get("task") == "atari"]
+    lines = [_machine_line(report)]
+    if s.get("note"):
+        lines += ["", f"Note: {s['note']}"]
+    versions = _versions_line(rows)
+    if versions:
+        lines += ["", f"Versions: {versions}."]
+    if cartpole:
+        lines += [
+            "",
+            f"CartPole-v1 to a mean return of {target:g} over the last 100 training episodes "
+            f"(caps: {_num(s.get('cartpole_wall_cap_s'), '{:.0f}')} s from launch):",
+            "",
+            *_table(CARTPOLE_COLUMNS, cartpole),
+        ]
+    if atari:
+        lines += [
+            "",
+            f"Atari Pong, steady throughput over the window after "
+            f"{_num(s.get('atari_warmup_s'), '{:.0f}')} s of warm-up from the first frames:",
+            "",
+            *_table(ATARI_COLUMNS, atari),
+        ]
+    lines += [
+        "",
+        "Wall s: from launching the system's process (imports and start-up included) to the "
+        "moment the target held; training s: from the start of training. Frames are env "
+        "steps the learner received; on Atari one agent step is 4 emulator frames (frame "
+        "skip 4 in all systems), and Sample Factory's own counter, which counts emulator "
+        "frames, is divided by 4.",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,142 @@
+"""seedrl itself, measured like the peers: CartPole-v1 with ``make demo``'s settings until
+the mean of the last 100 training episodes reaches the target, and Atari Pong with
+``--preset atari`` for a fixed wall time.
+
+Runs in seedrl's own environment as ``python -m benchmarks.peers.seedrl_driver
+cartpole|atari`` through ``learner.train`` (the learner in this process, the actor
+launcher as a child, as ``make demo`` runs them), then reads the run's ``metrics.jsonl``:
+the learner writes a record every log interval, and the first one whose 100-episode
+mean reached the target is where CartPole was solved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.peers.measure import WINDOW, emit_result, say, steady_rate
+
+DEMO = {"num_actors": 2, "envs_per_actor": 32}
+"""What ``python -m learner demo`` starts (with the learner's default config)."""
+ATARI = {"env": "ALE/Pong-v5", "preset": "atari", "num_actors": 2, "envs_per_actor": 16}
+SUMMARY = {
+    "cartpole": f"{DEMO['num_actors']} actors × {DEMO['envs_per_actor']} envs, make demo",
+    "atari": f"{ATARI['num_actors']} actors × {ATARI['envs_per_actor']} envs, --preset atari",
+}
+REPORT_EVERY_S = 5.0
+
+
+def first_solved(records: Sequence[dict[str, Any]], target: float) -> dict[str, Any] | None:
+    """The first metrics record whose mean over the last 100 episodes reached ``target``
+    (with at least 100 episodes finished, as the learner's own stop rule asks)."""
+    for record in records:
+        mean = record.get("episode_return_mean")
+        if mean is not None and record.get("episodes", 0) >= WINDOW and mean >= target:
+            return record
+    return None
+
+
+def frame_samples(records: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
+    """``(elapsed s, frames)`` from the first record with frames on: the time before the
+    actors' first frames is start-up, as a peer's time before its first training step."""
+    samples = [(float(r["elapsed_s"]), float(r["frames"])) for r in records if "frames" in r]
+    first = next((i for i, (_, frames) in enumerate(samples) if frames > 0), len(samples))
+    return samples[max(0, first - 1) :] if first < len(samples) else []
+
+
+def _report_while(logdir: Path, label: str, done: threading.Event) -> None:
+    from seedrl.metrics import read_metrics
+
+    while not done.wait(REPORT_EVERY_S):
+        try:
+            records = read_metrics(logdir)
+        except (OSError, ValueError):
+            continue
+        if records:
+            last = records[-1]
+            mean = last.get("episode_return_mean")
+            say(f"seedrl {label}: {last['frames']:,} frames, mean return "
+                f"{'-' if mean is None else f'{mean:.1f}'}, {last['elapsed_s']:.0f} s")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers.seedrl_driver")
+    parser.add_argument("task", choices=("cartpole", "atari"))
+    parser.add_argument("--launched-at", type=float, required=True, help="time.monotonic()")
+    parser.add_argument("--logdir", required=True)
+    parser.add_argument("--target", type=float, default=475.0)
+    parser.add_argument("--frame-cap", type=int, default=20_000_000)
+    parser.add_argument("--wall-cap-s", type=float, required=True)
+    parser.add_argument("--measure-s", type=float, default=60.0)
+    parser.add_argument("--warmup-s", type=float, default=20.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    import learner
+    from seedrl.metrics import read_metrics
+
+    logdir = Path(args.logdir)
+    if args.task == "cartpole":
+        settings: dict[str, Any] = {"env": "CartPole-v1", **DEMO, "target_return": args.target}
+        kwargs = {"target_return": args.target, "total_frames": args.frame_cap,
+                  "max_seconds": args.wall_cap_s}  # fmt: skip
+    else:
+        settings = dict(ATARI)
+        kwargs = {"max_seconds": args.warmup_s + args.measure_s}
+    settings["seed"] = args.seed
+    done = threading.Event()
+    reporter = threading.Thread(target=_report_while, args=(logdir, args.task, done), daemon=True)
+    reporter.start()
+    called_mono, called_wall = time.monotonic(), time.time()
+    try:
+        result = learner.train(
+            **{k: v for k, v in settings.items() if k != "target_return"},
+            logdir=logdir,
+            tensorboard=True,
+            **kwargs,
+        )
+    finally:
+        done.set()
+    end = time.monotonic()
+    records = read_metrics(logdir)
+    samples = frame_samples(records)
+    out: dict[str, Any] = {
+        "startup_s": (called_mono - args.launched_at) + (samples[0][0] if samples else 0.0),
+        "frames": result.frames,
+        "wall_s": end - args.launched_at,
+        "episodes": result.episodes,
+        "return_mean100": result.episode_return_mean,
+        "frame_skip": 4 if args.task == "atari" else 1,
+        "stopped_by": result.reason,
+        "summary": SUMMARY[args.task],
+        "settings": settings,
+    }
+    if args.task == "cartpole":
+        solved = first_solved(records, args.target)
+        # Records carry the wall clock; the pair taken before train() maps it onto the
+        # monotonic clock of the launch time.
+        to_target = (
+            called_mono - args.launched_at + solved["time"] - called_wall if solved else None
+        )
+        out.update(
+            reached=solved is not None,
+            frames_to_target=solved["frames"] if solved else None,
+            launch_to_target_s=to_target,
+            train_to_target_s=to_target - out["startup_s"] if to_target is not None else None,
+        )
+    else:
+        steady = samples[:-1]  # the last record is written after the shutdown
+        out.update(
+            agent_steps_per_s=steady_rate(steady, args.warmup_s),
+            measured_s=max(0.0, steady[-1][0] - steady[0][0] - args.warmup_s) if steady else 0.0,
+        )
+    emit_result(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

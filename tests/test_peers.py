@@ -1,0 +1,225 @@
+"""The peers benchmark's own logic: the 100-episode rule, steady rates, the driver-to-runner
+result line, the table, and how the runner reports a peer that fails. No peer is
+installed or run here; the drivers' subprocess handling runs on tiny Python scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.peers import __main__ as peers
+from benchmarks.peers import report, venvs
+from benchmarks.peers.measure import (
+    PROGRESS_PREFIX,
+    RESULT_PREFIX,
+    ReturnWindow,
+    parse_result,
+    steady_rate,
+)
+from benchmarks.peers.seedrl_driver import first_solved, frame_samples
+
+
+def test_window_waits_for_100_episodes() -> None:
+    window = ReturnWindow(475.0)
+    assert window.mean is None
+    assert not window.add([500.0] * 99)
+    assert window.add([500.0])
+    assert window.episodes == 100
+
+
+def test_window_holds_only_the_last_100() -> None:
+    window = ReturnWindow(475.0)
+    assert not window.add([0.0] * 50 + [500.0] * 90)  # the last 100: 10 zeros, 90 x 500
+    assert window.mean == pytest.approx(450.0)
+    assert window.add([500.0] * 10)  # the zeros leave the window
+    assert window.mean == 500.0
+    assert not window.add([0.0] * 6)  # 94 x 500 / 100 = 470
+
+
+def test_window_target_is_inclusive() -> None:
+    assert ReturnWindow(475.0).add([475.0] * 100)
+    with pytest.raises(ValueError):
+        ReturnWindow(475.0, size=0)
+
+
+def test_steady_rate_leaves_out_the_warmup() -> None:
+    samples = [(0.0, 0.0), (5.0, 100.0), (10.0, 1100.0), (20.0, 3100.0)]
+    assert steady_rate(samples, 10.0) == pytest.approx(200.0)
+    assert steady_rate(samples, 0.0) == pytest.approx(155.0)
+
+
+def test_steady_rate_needs_two_samples_after_warmup() -> None:
+    assert steady_rate([], 0.0) is None
+    assert steady_rate([(0.0, 0.0), (30.0, 1000.0)], 10.0) is None
+    assert steady_rate([(0.0, 0.0), (1.0, 10.0), (1.0, 20.0)], 0.5) is None
+
+
+def test_result_line_round_trip(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.peers.measure import emit_result
+
+    emit_result({"frames": 5})
+    emit_result({"frames": 7, "reached": True})
+    out = "noise\n" + capsys.readouterr().out + f"{RESULT_PREFIX}{{broken\nmore noise\n"
+    assert parse_result(out) == {"frames": 7, "reached": True}
+    assert parse_result("no result here\n") is None
+    assert parse_result(RESULT_PREFIX + "[1, 2]\n") is None
+
+
+def _record(episodes: int, mean: float | None, frames: int, elapsed: float) -> dict[str, Any]:
+    return {"episodes": episodes, "episode_return_mean": mean, "frames": frames,
+            "elapsed_s": elapsed, "time": 1000.0 + elapsed}  # fmt: skip
+
+
+def test_seedrl_solved_record_needs_100_episodes() -> None:
+    records = [
+        _record(0, None, 0, 2.0),
+        _record(60, 490.0, 1000, 4.0),  # a high mean of too few episodes
+        _record(150, 400.0, 2000, 6.0),
+        _record(200, 476.0, 3000, 8.0),
+        _record(250, 480.0, 4000, 10.0),
+    ]
+    assert first_solved(records, 475.0) == records[3]
+    assert first_solved(records[:3], 475.0) is None
+
+
+def test_seedrl_frame_samples_start_when_frames_do() -> None:
+    records = [_record(0, None, 0, 2.0), _record(0, None, 0, 4.0), _record(3, 9.0, 500, 6.0)]
+    assert frame_samples(records) == [(4.0, 0.0), (6.0, 500.0)]
+    assert frame_samples(records[:2]) == []
+
+
+def _fixture() -> dict[str, Any]:
+    # fmt: off
+    return {
+        "schema": report.SCHEMA,
+        "date": "2030-01-02 03:04 UTC",
+        "wall_time_s": 330.0,
+        "machine": {"cpu_model": "Test CPU", "cpus": 2, "cpus_usable": 1,
+                    "platform": "Linux", "python": "3.11.7"},
+        "settings": {"target": 475.0, "cartpole_wall_cap_s": 120.0, "atari_warmup_s": 15.0,
+                     "note": "a test run"},
+        "results": [
+            {"peer": "seedrl", "system": "seedrl V-trace", "task": "cartpole", "status": "ok",
+             "reached": True, "launch_to_target_s": 12.5, "train_to_target_s": 10.0,
+             "frames_to_target": 400_000, "episodes": 3000, "stopped_by": "target",
+             "summary": "2 actors × 32 envs", "versions": {"seedrl": "0.1.0"}},
+            {"peer": "sb3", "system": "stable-baselines3 PPO", "task": "cartpole",
+             "status": "ok", "reached": False, "return_mean100": 301.26, "frames": 100_000,
+             "stopped_by": "frame cap", "versions": {"stable-baselines3": "2.9.2"}},
+            {"peer": "sample-factory", "system": "Sample Factory APPO", "task": "cartpole",
+             "status": "failed", "reason": "install: pip install exited with 1 | see log"},
+            {"peer": "seedrl", "system": "seedrl V-trace", "task": "atari", "status": "ok",
+             "agent_steps_per_s": 650.0, "frame_skip": 4, "measured_s": 30.2,
+             "startup_s": 6.0, "versions": {"seedrl": "0.1.0"}},
+            {"peer": "sample-factory", "system": "Sample Factory APPO", "task": "atari",
+             "status": "ok", "agent_steps_per_s": None, "frame_skip": 4, "measured_s": 0.0},
+        ],
+    }
+    # fmt: on
+
+
+def _cells(block: str, system: str, heading: str) -> list[str]:
+    section = block[block.index(heading) :]
+    line = next(x for x in section.splitlines() if x.startswith(f"| {system} |"))
+    return [c.strip() for c in line.strip("|").split(" | ")]
+
+
+def test_table_renders_each_outcome() -> None:
+    block = report.render(_fixture())
+    assert "2030-01-02 03:04 UTC" in block and "pinned to 1" in block and "a test run" in block
+    assert "seedrl V-trace: seedrl 0.1.0" in block
+    seedrl = _cells(block, "seedrl V-trace", "CartPole-v1")
+    assert seedrl[2:7] == ["reached 475", "12.5", "10.0", "400,000", "40,000"]
+    sb3 = _cells(block, "stable-baselines3 PPO", "CartPole-v1")
+    assert sb3[2] == "not reached (mean 301.3 at the end)" and sb3[3] == "—"
+    failed = _cells(block, "Sample Factory APPO", "CartPole-v1")
+    assert failed[2] == "failed: install: pip install exited with 1 \\| see log"
+    atari = _cells(block, "seedrl V-trace", "Atari Pong")
+    assert atari[2:7] == ["measured", "650", "2,600", "30", "6"]
+    sf = _cells(block, "Sample Factory APPO", "Atari Pong")
+    assert sf[2:5] == ["too short to measure", "—", "—"]
+
+
+def test_table_refuses_another_schema() -> None:
+    with pytest.raises(ValueError, match="seedrl-peers/1"):
+        report.render({**_fixture(), "schema": "seedrl-bench/1"})
+
+
+def test_table_command_replaces_only_its_block(tmp_path: Path) -> None:
+    fixture = tmp_path / "peers.json"
+    fixture.write_text(json.dumps(_fixture()))
+    page = tmp_path / "page.md"
+    page.write_text(f"# Title\n{report.BEGIN}\nold rows\n{report.END}\nafter\n")
+    assert peers.main(["table", str(fixture), "--update", str(page)]) == 0
+    text = page.read_text()
+    assert "old rows" not in text and text.startswith("# Title\n") and text.endswith("after\n")
+    assert report.render(_fixture()) in text
+
+
+def _task(peer: str, task: str) -> peers.Task:
+    return next(t for t in peers.TASKS if t.peer == peer and t.task == task)
+
+
+def test_driver_arguments() -> None:
+    caps = peers.Caps(cartpole_wall_cap_s=100.0, atari_warmup_s=10.0, atari_measure_s=20.0)
+    sb3 = peers.driver_args(_task("sb3", "cartpole"), caps, Path("w"), 1.5)
+    assert sb3[0].startswith("--launched-at=") and "--wall-cap-s=100.0" in sb3
+    sf = peers.driver_args(_task("sample-factory", "atari"), caps, Path("w"), 1.5)
+    assert sf[0] == "atari" and "--train-dir=w" in sf and "--measure-s=20.0" in sf
+    assert f"--wall-cap-s={10.0 + 20.0 + caps.grace_s}" in sf
+    assert peers.time_limit(_task("seedrl", "cartpole"), caps) == 100.0 + caps.grace_s
+
+
+def test_run_driver_echoes_progress_and_keeps_the_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = (
+        f"print({PROGRESS_PREFIX + 'halfway'!r}); print('library chatter'); "
+        f"print({RESULT_PREFIX + json.dumps({'frames': 3})!r})"
+    )
+    log = tmp_path / "d.log"
+    code, tail = peers.run_driver([sys.executable, "-c", script], {}, log, 60.0, "fake")
+    assert code == 0 and parse_result("\n".join(tail)) == {"frames": 3}
+    assert "fake: halfway" in capsys.readouterr().out
+    assert "library chatter" in log.read_text()
+
+
+def test_run_driver_stops_a_stuck_driver(tmp_path: Path) -> None:
+    script = "import time\nprint('started', flush=True)\ntime.sleep(60)"
+    code, tail = peers.run_driver(
+        [sys.executable, "-c", script], {}, tmp_path / "d.log", 1.0, "stuck"
+    )
+    assert code is None and tail[0] == "started"
+    assert peers.failure_reason(code, tail, 1.0) == "stopped after 1 s without a result"
+
+
+def test_failure_reason_names_the_last_line() -> None:
+    tail = ["Traceback (most recent call last):", "ImportError: no module x", ""]
+    assert peers.failure_reason(1, tail, 9.0) == "exited with 1: ImportError: no module x"
+    assert peers.failure_reason(3, [], 9.0) == "exited with 3 and printed nothing"
+
+
+def test_a_peer_that_cannot_install_is_a_failed_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(name: str, root: Path, log: Path | None = None) -> venvs.Venv:
+        raise venvs.VenvError("pip install exited with 1 (see the log)")
+
+    monkeypatch.setattr(venvs, "ensure", refuse)
+    row = peers.run_task(_task("sb3", "cartpole"), peers.Caps(), tmp_path, tmp_path)
+    assert row["status"] == "failed"
+    assert row["reason"] == "install: pip install exited with 1 (see the log)"
+
+
+def test_venv_dir_follows_the_pins(tmp_path: Path) -> None:
+    a = venvs.venv_dir(tmp_path, "sb3", ("x==1", "y==2"))
+    assert a == venvs.venv_dir(tmp_path, "sb3", ("y==2", "x==1"))
+    assert a != venvs.venv_dir(tmp_path, "sb3", ("x==1", "y==3"))
+    assert venvs.read_stamp(a) is None
+    a.mkdir()
+    (a / venvs.STAMP).write_text(json.dumps({"versions": {"x": "1"}}))
+    assert venvs.read_stamp(a) == {"versions": {"x": "1"}}
