@@ -183,12 +183,15 @@ def run_task(task: Task, caps: Caps, out_dir: Path, venv_root: Path) -> dict[str
         row["versions"] = seedrl_versions()
     else:
         started = time.monotonic()
+        path = venvs.venv_dir(venv_root, task.venv, venvs.PINS[task.venv])
+        if venvs.read_stamp(path) is None:
+            print(f"  building {path} (first run only, a few minutes)", flush=True)
         try:
             venv = venvs.ensure(task.venv, venv_root, out_dir / f"{task.venv}-install.log")
         except (venvs.VenvError, OSError, subprocess.SubprocessError) as exc:
             return {**row, "status": "failed", "reason": f"install: {exc}"}
         if time.monotonic() - started > 1.0:
-            print(f"  built {venv.path} in {time.monotonic() - started:.0f} s", flush=True)
+            print(f"  built it in {time.monotonic() - started:.0f} s", flush=True)
         python = str(venv.python)
         row["versions"] = {k: v for k, v in venv.versions.items() if k in KEY_PACKAGES}
     workdir = out_dir / name

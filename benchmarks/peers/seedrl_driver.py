@@ -12,6 +12,8 @@ mean reached the target is where CartPole was solved.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -28,6 +30,8 @@ SUMMARY = {
     "atari": f"{ATARI['num_actors']} actors × {ATARI['envs_per_actor']} envs, --preset atari",
 }
 REPORT_EVERY_S = 5.0
+POLL_S = 1.0
+"""How often the metrics are read (the learner writes them every 2 s)."""
 
 
 def first_solved(records: Sequence[dict[str, Any]], target: float) -> dict[str, Any] | None:
@@ -48,19 +52,30 @@ def frame_samples(records: Sequence[dict[str, Any]]) -> list[tuple[float, float]
     return samples[max(0, first - 1) :] if first < len(samples) else []
 
 
-def _report_while(logdir: Path, label: str, done: threading.Event) -> None:
+def _watch(logdir: Path, label: str, done: threading.Event, measure_s: float | None) -> None:
+    """Progress lines from the run's metrics; with ``measure_s``, stop the learner (SIGINT,
+    its clean stop) once that long has passed since its first frames, so actors that
+    are slow to start do not shorten the measured window."""
     from seedrl.metrics import read_metrics
 
-    while not done.wait(REPORT_EVERY_S):
+    next_report = 0.0
+    while not done.wait(POLL_S):
         try:
             records = read_metrics(logdir)
         except (OSError, ValueError):
             continue
-        if records:
-            last = records[-1]
+        if not records:
+            continue
+        last = records[-1]
+        samples = frame_samples(records)
+        if measure_s and len(samples) > 1 and samples[-1][0] - samples[0][0] >= measure_s:
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        if time.monotonic() >= next_report:
             mean = last.get("episode_return_mean")
             say(f"seedrl {label}: {last['frames']:,} frames, mean return "
                 f"{'-' if mean is None else f'{mean:.1f}'}, {last['elapsed_s']:.0f} s")  # fmt: skip
+            next_report = time.monotonic() + REPORT_EVERY_S
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,10 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "max_seconds": args.wall_cap_s}  # fmt: skip
     else:
         settings = dict(ATARI)
-        kwargs = {"max_seconds": args.warmup_s + args.measure_s}
+        kwargs = {"max_seconds": args.wall_cap_s}
     settings["seed"] = args.seed
     done = threading.Event()
-    reporter = threading.Thread(target=_report_while, args=(logdir, args.task, done), daemon=True)
+    measure = args.warmup_s + args.measure_s if args.task == "atari" else None
+    reporter = threading.Thread(target=_watch, args=(logdir, args.task, done, measure), daemon=True)
     reporter.start()
     called_mono, called_wall = time.monotonic(), time.time()
     try:

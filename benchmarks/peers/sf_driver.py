@@ -112,10 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             now = time.monotonic()
             samples.append((now, agent_steps(runner)))
             started = samples[0][0]
-            done = "reached_at" in found or now - args.launched_at >= args.wall_cap_s
-            if args.task == "atari":
-                done = done or now - started >= args.warmup_s + args.measure_s
-            if done:
+            if "reached_at" in found:
+                found.setdefault("stopped_by", "target")
+            elif args.task == "atari" and now - started >= args.warmup_s + args.measure_s:
+                found.setdefault("stopped_by", "measured")
+            elif now - args.launched_at >= args.wall_cap_s:
+                found.setdefault("stopped_by", "wall cap")
+            if "stopped_by" in found:
                 runner.cfg.train_for_env_steps = 0  # ends after this iteration
             if now >= self.next_report:
                 mean = "-" if window.mean is None else f"{window.mean:.1f}"
@@ -146,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "num_envs_per_worker": int(cfg.num_envs_per_worker),
                      "batch_size": int(cfg.batch_size), "rollout": int(cfg.rollout)},
     }  # fmt: skip
+    # Sample Factory ends by itself only at its frame cap (or on an error).
+    result["stopped_by"] = found.get("stopped_by", "frame cap" if status == 0 else "error")
     if args.task == "cartpole":
         result.update(
             reached=reached,
