@@ -20,7 +20,7 @@ from benchmarks.peers.measure import (
     parse_result,
     steady_rate,
 )
-from benchmarks.peers.seedrl_driver import first_solved, frame_samples
+from benchmarks.peers.seedrl_driver import first_solved, frame_samples, stopped_by
 
 
 def test_window_waits_for_100_episodes() -> None:
@@ -90,6 +90,15 @@ def test_seedrl_frame_samples_start_when_frames_do() -> None:
     records = [_record(0, None, 0, 2.0), _record(0, None, 0, 4.0), _record(3, 9.0, 500, 6.0)]
     assert frame_samples(records) == [(4.0, 0.0), (6.0, 500.0)]
     assert frame_samples(records[:2]) == []
+
+
+def test_seedrl_stop_reasons_in_common_words() -> None:
+    solved = "mean return of the last 100 episodes reached 475.0"
+    assert stopped_by(solved, True) == "target"
+    assert stopped_by("reached 2000000 frames", False) == "frame cap"
+    assert stopped_by("reached 120 s", False) == "wall cap"
+    assert stopped_by("signal SIGINT", False) == "measured"
+    assert stopped_by("trainer failed", False) == "trainer failed"
 
 
 def _fixture() -> dict[str, Any]:

@@ -87,4 +87,6 @@ def parse_result(output: str) -> dict[str, Any] | None:
 
 def say(message: str) -> None:
     """A progress line (flushed, so the runner shows it as it happens)."""
-    print(PROGRESS_PREFIX + message, file=sys.stdout, flush=True)
+    # One write per line: a peer's worker processes share the pipe and would split it.
+    sys.stdout.write(PROGRESS_PREFIX + message + "\n")
+    sys.stdout.flush()

@@ -44,6 +44,19 @@ def first_solved(records: Sequence[dict[str, Any]], target: float) -> dict[str, 
     return None
 
 
+def stopped_by(reason: str, solved: bool) -> str:
+    """The learner's stop reason in the words the other drivers use."""
+    if solved:
+        return "target"
+    if reason.startswith("signal"):
+        return "measured"  # this driver's own stop once the window was measured
+    if reason.endswith(" frames"):
+        return "frame cap"
+    if reason.endswith(" s"):
+        return "wall cap"
+    return reason
+
+
 def frame_samples(records: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
     """``(elapsed s, frames)`` from the first record with frames on: the time before the
     actors' first frames is start-up, as a peer's time before its first training step."""
@@ -127,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "episodes": result.episodes,
         "return_mean100": result.episode_return_mean,
         "frame_skip": 4 if args.task == "atari" else 1,
-        "stopped_by": result.reason,
+        "stopped_by": stopped_by(result.reason, result.solved),
         "summary": SUMMARY[args.task],
         "settings": settings,
     }

@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "episodes": window.episodes,
         "return_mean100": window.mean,
         "frame_skip": int(cfg.env_frameskip),
-        "summary": f"{cfg.num_workers} workers × {cfg.num_envs_per_worker} envs, "
+        "summary": f"{cfg.num_workers} workers × {cfg.num_envs_per_worker} env(s), "
         f"batch {cfg.batch_size}, {EXAMPLES[args.task]}",
         "settings": {"argv": sf_argv, "num_workers": int(cfg.num_workers),
                      "num_envs_per_worker": int(cfg.num_envs_per_worker),
