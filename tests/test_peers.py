@@ -187,23 +187,23 @@ def test_run_driver_echoes_progress_and_keeps_the_result(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     script = (
-        f"print({PROGRESS_PREFIX + 'halfway'!r}); print('library chatter'); "
-        f"print({RESULT_PREFIX + json.dumps({'frames': 3})!r})"
+        f"print({PROGRESS_PREFIX + 'halfway'!r}); "
+        f"print({RESULT_PREFIX + json.dumps({'frames': 3})!r}); "
+        f"print('library chatter\\n' * {peers.TAIL_LINES + 5})"
     )
     log = tmp_path / "d.log"
-    code, tail = peers.run_driver([sys.executable, "-c", script], {}, log, 60.0, "fake")
-    assert code == 0 and parse_result("\n".join(tail)) == {"frames": 3}
+    run = peers.run_driver([sys.executable, "-c", script], {}, log, 60.0, "fake")
+    assert run.code == 0 and run.result == {"frames": 3}  # though it left the tail
     assert "fake: halfway" in capsys.readouterr().out
     assert "library chatter" in log.read_text()
 
 
 def test_run_driver_stops_a_stuck_driver(tmp_path: Path) -> None:
     script = "import time\nprint('started', flush=True)\ntime.sleep(20)\nprint('finished')"
-    code, tail = peers.run_driver(
-        [sys.executable, "-c", script], {}, tmp_path / "d.log", 1.0, "stuck"
-    )
-    assert code is None and tail[0] == "started" and "finished" not in tail
-    assert peers.failure_reason(code, tail, 1.0) == "stopped after 1 s without a result"
+    run = peers.run_driver([sys.executable, "-c", script], {}, tmp_path / "d.log", 1.0, "stuck")
+    assert run.code is None and run.tail[0] == "started" and "finished" not in run.tail
+    assert run.result is None
+    assert peers.failure_reason(run.code, run.tail, 1.0) == "stopped after 1 s without a result"
 
 
 def test_failure_reason_names_the_last_line() -> None:
@@ -222,6 +222,14 @@ def test_a_peer_that_cannot_install_is_a_failed_row(
     row = peers.run_task(_task("sb3", "cartpole"), peers.Caps(), tmp_path, tmp_path)
     assert row["status"] == "failed"
     assert row["reason"] == "install: pip install exited with 1 (see the log)"
+
+
+def test_each_run_starts_in_an_empty_directory(tmp_path: Path) -> None:
+    old = tmp_path / "seedrl-cartpole"
+    old.mkdir()
+    (old / "metrics.jsonl").write_text('{"frames": 1}\n')
+    assert peers.fresh_dir(old) == old and not old.exists()
+    assert not peers.fresh_dir(tmp_path / "never-made").exists()
 
 
 def test_venv_dir_follows_the_pins(tmp_path: Path) -> None:

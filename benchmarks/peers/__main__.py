@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,13 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers import report, venvs
-from benchmarks.peers.measure import PROGRESS_PREFIX, parse_result
+from benchmarks.peers.measure import PROGRESS_PREFIX, RESULT_PREFIX, parse_result
 from benchmarks.results_table import write_block
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = Path("benchmarks/results/peers.json")
 TAIL_LINES = 40
 """Output lines kept per driver for the failure reason (the whole output goes to its log)."""
+PIPE_CLOSE_S = 30.0
+"""How long after stopping a driver its output may still take to end."""
 KEY_PACKAGES = ("stable-baselines3", "sample-factory", "torch", "gymnasium", "numpy", "ale-py")
 
 
@@ -108,11 +111,21 @@ def time_limit(task: Task, caps: Caps) -> float:
     return wall_cap(task, caps) + caps.grace_s
 
 
+@dataclass
+class DriverRun:
+    code: int | None
+    """The exit code; None when the driver was stopped at its time limit."""
+    tail: list[str]
+    """The last lines of its output (all of it is in the log)."""
+    result: dict[str, Any] | None
+    """Its result line, wherever in the output it came."""
+
+
 def run_driver(
     cmd: list[str], env: dict[str, str], log: Path, limit_s: float, label: str
-) -> tuple[int | None, list[str]]:
-    """Run one driver with its output in ``log``, progress lines echoed; the exit code
-    (None: killed at ``limit_s``) and the last lines of its output."""
+) -> DriverRun:
+    """Run one driver with its output in ``log`` and its progress lines echoed, stopping
+    it (and all it started) at ``limit_s``."""
     lines: queue.Queue[str | None] = queue.Queue()
     with log.open("w") as out:
         proc = subprocess.Popen(
@@ -130,24 +143,33 @@ def run_driver(
         threading.Thread(target=pump, daemon=True).start()
         deadline = time.monotonic() + limit_s
         tail: list[str] = []
+        results: list[str] = []
         killed = False
-        while True:
-            try:
-                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                line = ""
-            if line is None:
-                break
-            if line:
-                out.write(line)
-                tail = [*tail[-(TAIL_LINES - 1) :], line.rstrip("\n")]
-                if line.startswith(PROGRESS_PREFIX):
-                    print(f"  {label}: {line[len(PROGRESS_PREFIX) :].rstrip()}", flush=True)
-            if time.monotonic() >= deadline and not killed:
-                _stop_group(proc)
-                killed = True
+        try:
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+                except queue.Empty:
+                    line = ""
+                if line is None:
+                    break
+                if line:
+                    out.write(line)
+                    tail = [*tail[-(TAIL_LINES - 1) :], line.rstrip("\n")]
+                    if line.startswith(RESULT_PREFIX):
+                        results.append(line)
+                    if line.startswith(PROGRESS_PREFIX):
+                        print(f"  {label}: {line[len(PROGRESS_PREFIX) :].rstrip()}", flush=True)
+                if time.monotonic() >= deadline and not killed:
+                    _stop_group(proc)
+                    killed = True
+                if killed and time.monotonic() >= deadline + PIPE_CLOSE_S:
+                    break  # something outside its session still holds the pipe open
+        except BaseException:  # Ctrl-C or SIGTERM: the driver has its own session
+            _stop_group(proc)
+            raise
         code = proc.wait()
-    return (None if killed else code), tail
+    return DriverRun(None if killed else code, tail, parse_result("".join(results)))
 
 
 def _stop_group(proc: subprocess.Popen[str]) -> None:
@@ -194,17 +216,24 @@ def run_task(task: Task, caps: Caps, out_dir: Path, venv_root: Path) -> dict[str
             print(f"  built it in {time.monotonic() - started:.0f} s", flush=True)
         python = str(venv.python)
         row["versions"] = {k: v for k, v in venv.versions.items() if k in KEY_PACKAGES}
-    workdir = out_dir / name
+    workdir = fresh_dir(out_dir / name)
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     limit = time_limit(task, caps)
     launched = time.monotonic()
     cmd = [python, "-m", task.module, *driver_args(task, caps, workdir, launched)]
-    code, tail = run_driver(cmd, env, log, limit, name)
+    run = run_driver(cmd, env, log, limit, name)
     row["command_s"] = time.monotonic() - launched
-    result = parse_result("\n".join(tail))
-    if result is None:
-        return {**row, "status": "failed", "reason": failure_reason(code, tail, limit)}
-    return {**row, **result, "status": "ok", "exit_code": code}
+    if run.result is None:
+        return {**row, "status": "failed", "reason": failure_reason(run.code, run.tail, limit)}
+    return {**row, **run.result, "status": "ok", "exit_code": run.code}
+
+
+def fresh_dir(path: Path) -> Path:
+    """``path``, emptied: a run directory left by an earlier run would mix its records in
+    (seedrl appends to ``metrics.jsonl``)."""
+    if path.exists():
+        shutil.rmtree(path)
+    return path
 
 
 def seedrl_versions() -> dict[str, str]:
@@ -225,7 +254,12 @@ def machine() -> dict[str, Any]:
     return {**machine_info(), "cpus_usable": len(os.sched_getaffinity(0))}
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)  # so the running driver is stopped too
     caps = Caps(
         cartpole_wall_cap_s=args.cartpole_wall_cap_s,
         atari_warmup_s=args.atari_warmup_s,
