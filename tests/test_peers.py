@@ -20,7 +20,12 @@ from benchmarks.peers.measure import (
     parse_result,
     steady_rate,
 )
-from benchmarks.peers.seedrl_driver import first_solved, frame_samples, stopped_by
+from benchmarks.peers.seedrl_driver import (
+    first_solved,
+    frame_samples,
+    measured_span,
+    stopped_by,
+)
 
 
 def test_window_waits_for_100_episodes() -> None:
@@ -90,6 +95,12 @@ def test_seedrl_frame_samples_start_when_frames_do() -> None:
     records = [_record(0, None, 0, 2.0), _record(0, None, 0, 4.0), _record(3, 9.0, 500, 6.0)]
     assert frame_samples(records) == [(4.0, 0.0), (6.0, 500.0)]
     assert frame_samples(records[:2]) == []
+
+
+def test_seedrl_rate_leaves_out_the_records_of_its_stop() -> None:
+    samples = [(2.0, 0.0), (4.0, 100.0), (6.0, 200.0), (8.0, 200.0), (9.0, 200.0)]
+    assert measured_span(samples, 6.0) == samples[:3]
+    assert measured_span(samples, None) == samples[:-1]
 
 
 def test_seedrl_stop_reasons_in_common_words() -> None:

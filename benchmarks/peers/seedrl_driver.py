@@ -44,6 +44,16 @@ def first_solved(records: Sequence[dict[str, Any]], target: float) -> dict[str, 
     return None
 
 
+def measured_span(
+    samples: list[tuple[float, float]], stop_at: float | None
+) -> list[tuple[float, float]]:
+    """The samples taken while the learner ran: up to the one the stop was asked at, or,
+    when it stopped by itself, all but the record it writes once stopped."""
+    if stop_at is None:
+        return samples[:-1]
+    return [s for s in samples if s[0] <= stop_at]
+
+
 def stopped_by(reason: str, solved: bool) -> str:
     """The learner's stop reason in the words the other drivers use."""
     if solved:
@@ -65,10 +75,13 @@ def frame_samples(records: Sequence[dict[str, Any]]) -> list[tuple[float, float]
     return samples[max(0, first - 1) :] if first < len(samples) else []
 
 
-def _watch(logdir: Path, label: str, done: threading.Event, measure_s: float | None) -> None:
+def _watch(
+    logdir: Path, label: str, done: threading.Event, measure_s: float | None, stop: list[float]
+) -> None:
     """Progress lines from the run's metrics; with ``measure_s``, stop the learner (SIGINT,
     its clean stop) once that long has passed since its first frames, so actors that
-    are slow to start do not shorten the measured window."""
+    are slow to start do not shorten the measured window, and put the last measured
+    record's time in ``stop`` (records written while it stops are not steady)."""
     from seedrl.metrics import read_metrics
 
     next_report = 0.0
@@ -82,6 +95,7 @@ def _watch(logdir: Path, label: str, done: threading.Event, measure_s: float | N
         last = records[-1]
         samples = frame_samples(records)
         if measure_s and len(samples) > 1 and samples[-1][0] - samples[0][0] >= measure_s:
+            stop.append(samples[-1][0])
             os.kill(os.getpid(), signal.SIGINT)
             return
         if time.monotonic() >= next_report:
@@ -118,7 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings["seed"] = args.seed
     done = threading.Event()
     measure = args.warmup_s + args.measure_s if args.task == "atari" else None
-    reporter = threading.Thread(target=_watch, args=(logdir, args.task, done, measure), daemon=True)
+    stop_at: list[float] = []
+    reporter = threading.Thread(
+        target=_watch, args=(logdir, args.task, done, measure, stop_at), daemon=True
+    )
     reporter.start()
     called_mono, called_wall = time.monotonic(), time.time()
     try:
@@ -158,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             train_to_target_s=to_target - out["startup_s"] if to_target is not None else None,
         )
     else:
-        steady = samples[:-1]  # the last record is written after the shutdown
+        steady = measured_span(samples, stop_at[0] if stop_at else None)
         out.update(
             agent_steps_per_s=steady_rate(steady, args.warmup_s),
             measured_s=max(0.0, steady[-1][0] - steady[0][0] - args.warmup_s) if steady else 0.0,
