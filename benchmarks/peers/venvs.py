@@ -26,8 +26,8 @@ PINS: dict[str, tuple[str, ...]] = {
         "gymnasium==1.4.0",
         "numpy==2.4.6",
     ),
-    # torch 2.13 declares no numpy bound and runs with numpy 1.26; ale-py 0.9 is the last
-    # release that registers its ids with gymnasium 0.29 on import (and ships the ROMs).
+    # torch 2.13 declares no numpy bound and runs with numpy 1.26; ale-py 0.9 registers
+    # its ids with gymnasium 0.29 on import (and ships the ROMs).
     "sample-factory": (
         "sample-factory==2.1.1",
         "torch==2.13.0",
