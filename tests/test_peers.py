@@ -136,7 +136,7 @@ def _fixture() -> dict[str, Any]:
              "agent_steps_per_s": 650.0, "frame_skip": 4, "measured_s": 30.2,
              "startup_s": 6.0, "versions": {"seedrl": "0.1.0"}},
             {"peer": "sample-factory", "system": "Sample Factory APPO", "task": "atari",
-             "status": "ok", "agent_steps_per_s": None, "frame_skip": 4, "measured_s": 0.0},
+             "status": "ok", "agent_steps_per_s": None, "frame_skip": 4, "measured_s": 90.0},
         ],
     }
     # fmt: on
@@ -161,7 +161,7 @@ def test_table_renders_each_outcome() -> None:
     atari = _cells(block, "seedrl V-trace", "Atari Pong")
     assert atari[2:7] == ["measured", "650", "2,600", "30", "6"]
     sf = _cells(block, "Sample Factory APPO", "Atari Pong")
-    assert sf[2:5] == ["too short to measure", "—", "—"]
+    assert sf[2:6] == ["too short to measure", "—", "—", "—"]
 
 
 def test_table_refuses_another_schema() -> None:

@@ -85,7 +85,7 @@ def atari_row(row: dict[str, Any]) -> list[str]:
         _outcome(row, 0.0),
         _num(rate),
         _num(rate * skip if rate is not None and skip else None),
-        _num(row.get("measured_s"), "{:.0f}"),
+        _num(row.get("measured_s") if rate is not None else None, "{:.0f}"),
         _num(row.get("startup_s"), "{:.0f}"),
     ]
 
@@ -148,8 +148,8 @@ def render(report: dict[str, Any]) -> str:
         "",
         "Wall s: from launching the system's process (imports and start-up included) to the "
         "moment the target held; training s: from the start of training. Frames are env "
-        "steps the learner received; on Atari one agent step is 4 emulator frames (frame "
-        "skip 4 in all systems), and Sample Factory's own counter, which counts emulator "
-        "frames, is divided by 4.",
+        "steps the learner received; on Atari one agent step is 4 emulator frames (both "
+        "systems skip 4), and Sample Factory's own counter, which counts emulator frames, "
+        "is divided by 4. Window s: the span the Atari rate was measured over.",
     ]
     return "\n".join(lines) + "\n"
