@@ -223,7 +223,7 @@ def lr_schedule_state(config: LearnerConfig) -> dict[str, Any]:
     """What defines the learning rate at each step (saved with checkpoints; the step count
     is saved anyway, so a resumed run with the same flags continues the schedule exactly)."""
     return {
-        "schedule": config.lr_schedule,
+        "schedule": config.effective_lr_schedule,
         "learning_rate": config.learning_rate,
         "total_frames": config.total_frames,
     }

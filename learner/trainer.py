@@ -283,7 +283,7 @@ class Trainer:
     def set_learning_rate(self, step: int) -> float:
         """Set the scheduled learning rate of optimizer step ``step`` (0-based); returns it."""
         lr = scheduled_learning_rate(self.config, step, self.frames_per_step)
-        if self.config.lr_schedule != "constant":
+        if self.config.effective_lr_schedule != "constant":
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         return lr
@@ -354,7 +354,7 @@ def scheduled_learning_rate(config: LearnerConfig, step: int, frames_per_step: i
     to 0 at ``--total-frames``: a function of the step count alone, which checkpoints
     keep, so a resumed run continues the schedule exactly.
     """
-    if config.lr_schedule == "constant":
+    if config.effective_lr_schedule == "constant":
         return config.learning_rate
     trained = step * frames_per_step
     return config.learning_rate * max(0.0, 1.0 - trained / config.total_frames)

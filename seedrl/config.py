@@ -34,7 +34,7 @@ TRAINER_MODES = ("auto", "process", "thread", "device")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
-LR_SCHEDULES = ("constant", "linear")
+LR_SCHEDULES = ("auto", "constant", "linear")
 
 
 def flag_name(field: str) -> str:
@@ -136,9 +136,11 @@ class LearnerConfig:
     """Weight of the value (baseline) loss."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip (losses are per-frame means, so PPO-sized clips fit)."""
-    lr_schedule: str = "constant"
+    lr_schedule: str = "auto"
     """Learning rate over the run: constant, or linear (from --learning-rate down to 0 at
-    --total-frames trained frames, as IMPALA and TorchBeast anneal it)."""
+    --total-frames trained frames, as IMPALA and TorchBeast anneal it); auto is linear for a
+    run planned to --total-frames without --target-return, else constant (a run that keeps
+    its full rate to the end of a budget can lose a solved policy there)."""
     lambda_: float = 1.0
     """V-trace lambda (trace cutting)."""
     clip_rho_threshold: float = 1.0
@@ -281,6 +283,13 @@ class LearnerConfig:
                 f"--max-queue-unrolls ({self.max_queue_unrolls}) must be >= --batch-size "
                 f"({self.batch_size}) or the trainer could never fill a batch"
             )
+
+    @property
+    def effective_lr_schedule(self) -> str:
+        """``lr_schedule`` with ``auto`` resolved: linear only when a frame budget is the plan."""
+        if self.lr_schedule != "auto":
+            return self.lr_schedule
+        return "linear" if self.total_frames and self.target_return is None else "constant"
 
     @property
     def checkpoint_path(self) -> Path:

@@ -37,7 +37,7 @@ LEARNER_CASES = {
     "discount": ("--discount", "-0.1", "--discount must be in [0, 1]"),
     "quorum": ("--inference-quorum", "0", "--inference-quorum must be in (0, 1]"),
     # choices and dependent fields
-    "choice": ("--lr-schedule", "cosine", "--lr-schedule must be constant or linear"),
+    "choice": ("--lr-schedule", "cosine", "--lr-schedule must be auto, constant or linear"),
     "dependent": ("--lr-schedule", "linear", "--lr-schedule linear needs --total-frames"),
     "pair": ("--max-queue-unrolls", "8", "--max-queue-unrolls (8) must be >= --batch-size"),
 }

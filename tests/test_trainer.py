@@ -346,8 +346,24 @@ def test_linear_schedule_reaches_zero_at_total_frames():
     config = LearnerConfig(learning_rate=4e-3, lr_schedule="linear", total_frames=1000)
     lrs = [scheduled_learning_rate(config, step, frames_per_step=100) for step in (0, 5, 9, 10, 12)]
     assert lrs == pytest.approx([4e-3, 2e-3, 4e-4, 0.0, 0.0])
-    constant = LearnerConfig(learning_rate=4e-3, total_frames=1000)
+    constant = LearnerConfig(learning_rate=4e-3, lr_schedule="constant", total_frames=1000)
     assert scheduled_learning_rate(constant, 12, frames_per_step=100) == 4e-3
+
+
+@pytest.mark.parametrize(
+    ("total_frames", "target_return", "expected"),
+    [(1000, None, 2e-3), (0, None, 4e-3), (1000, 475.0, 4e-3)],
+)
+def test_auto_schedule_anneals_only_a_run_planned_to_a_frame_budget(
+    total_frames, target_return, expected
+):
+    """auto: a budget without a target decays linearly; an open-ended run, or one that stops
+    at a target return (the budget is then only a cap), keeps its rate."""
+    config = LearnerConfig(
+        learning_rate=4e-3, total_frames=total_frames, target_return=target_return
+    )
+    assert config.lr_schedule == "auto"
+    assert scheduled_learning_rate(config, 5, frames_per_step=100) == pytest.approx(expected)
 
 
 def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path):
