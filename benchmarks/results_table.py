@@ -30,6 +30,8 @@ COLUMNS = (
     "system/ideal",
     "system/echo",
     "CPU µs/frame e/s",
+    "serving +µs/frame i/s",
+    "train µs/frame",
     "batch",
     "step p50/p99 ms",
     "trainer waits",
@@ -66,6 +68,19 @@ def _extra(extra: dict[str, float] | None) -> str:
     return "/".join(f"{extra[role]:+.0f}" for role in COST_ROLES)
 
 
+def _serving_beyond_echo(med: Any) -> str:
+    """The learner process's CPU per frame beyond the echo server's, inference / system,
+    from the rows (so a file written before the point carried it renders the same)."""
+    echo = med("echo", "serving_cpu_us_per_frame")
+    if echo is None:
+        return "—"
+    cells = []
+    for mode in ("inference", "system"):
+        serving = med(mode, "serving_cpu_us_per_frame")
+        cells.append("—" if serving is None else f"{serving - echo:+.1f}")
+    return " / ".join(cells)
+
+
 def table_rows(report: dict[str, Any]) -> list[list[str]]:
     """One row of cells per point, in the report's order (medians over repeats)."""
     rows = report["results"]
@@ -87,6 +102,8 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
                 _num(p.get("system_over_echo"), "{:.2f}"),
                 f"{_num(med('echo', 'cpu_us_per_frame'))} / "
                 f"{_num(med('system', 'cpu_us_per_frame'))}",
+                _serving_beyond_echo(med),
+                _num(med("ideal_train", "training_us_per_frame"), "{:.2f}"),
                 _batch(med("system", "inference_batch_mean")),
                 f"{_num(med('system', 'rtt_p50_ms'), '{:.1f}')}/"
                 f"{_num(med('system', 'rtt_p99_ms'), '{:.1f}')}",
@@ -150,7 +167,10 @@ def render(report: dict[str, Any]) -> str:
         "N × K: N actors × K envs each (`NxKbB`: the learner trains on B unrolls a step). "
         "CPU µs/frame: the whole machine's, echo / system. Step: an actor's round trip. "
         "+µs a/s/t: what the system spends per frame beyond echo in actors / serving "
-        "(the learner process) / training (its trainer process).",
+        "(the learner process) / training (its trainer process). Serving +µs/frame: the "
+        "learner process's CPU per frame beyond the echo server's, in inference / system "
+        "mode. Train µs/frame: the in-process ideal's training step time / frames per "
+        "batch.",
     ]
     ref = report.get("ideal_reference") or {}
     if ref.get("fps"):

@@ -12,7 +12,7 @@ from support import ROOT
 
 from actors.roundtrip import RoundTripStats, percentiles
 from benchmarks.bench.measure import GRPC_PREFIX_BYTES, wire_bytes_per_step
-from benchmarks.bench.plan import MODES, TARGETS, Point, parse_sweep
+from benchmarks.bench.plan import MODES, Point, parse_sweep, targets_for
 from benchmarks.bench.report import summarize
 from seedrl import codec, envs
 from seedrl.proto import seedrl_pb2 as pb
@@ -80,7 +80,9 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     )
     assert point["system_cpu_efficiency"] > 0
     assert set(point["system_extra_us_per_frame"]) == {"actors", "serving", "training"}
-    assert [t["name"] for t in report["targets"]] == [t.name for t in TARGETS]
+    assert [t["name"] for t in report["targets"]] == [t.name for t in targets_for("CartPole-v1")]
+    assert set(point["serving_beyond_echo_us_per_frame"]) == {"inference", "system"}
+    assert point["training_us_per_frame"] == rows["ideal_train"]["training_us_per_frame"]
     assert "seedrl bench" in done.stdout
 
 
@@ -164,6 +166,61 @@ def test_the_cost_beyond_echo_is_split_by_role():
         {"actors": 6.0, "serving": 10.0, "training": 10.0}
     )
     assert points["1x1"]["system_extra_us_per_frame"] is None  # no echo row to compare
+
+
+def test_the_learners_own_cost_per_frame_is_reported_and_judged():
+    def row(point, mode, repeat=0, batch=0, **extra):
+        n, k = (int(x) for x in point.split("b")[0].split("x"))
+        return {"point": point, "n": n, "k": k, "batch": batch, "mode": mode, "fps": 100.0,
+                "repeat": repeat, **extra}  # fmt: skip
+
+    rows = [
+        row("64x1", "echo", serving_cpu_us_per_frame=24.0),
+        row("64x1", "echo", 1, serving_cpu_us_per_frame=26.0),
+        row("64x1", "inference", serving_cpu_us_per_frame=29.0),
+        row("64x1", "system", serving_cpu_us_per_frame=33.0),
+        row("64x1", "system", 1, serving_cpu_us_per_frame=35.0),
+        row("64x1", "ideal_train", training_us_per_frame=1.2, train_step_ms=1.5),
+        row("4x8", "ideal_train", training_us_per_frame=1.4, train_step_ms=1.8),
+        # Another batch is another training cost: not the default batch's target.
+        row("1x512b128", "ideal_train", batch=128, training_us_per_frame=0.5),
+    ]
+    points, targets = summarize(rows, env="CartPole-v1")
+    by_point = {p["point"]: p for p in points}
+    # The learner process's CPU per frame minus echo's (medians: 25), per mode.
+    assert by_point["64x1"]["serving_beyond_echo_us_per_frame"] == pytest.approx(
+        {"inference": 4.0, "system": 9.0}
+    )
+    assert by_point["4x8"]["serving_beyond_echo_us_per_frame"] is None  # no echo there
+    assert by_point["64x1"]["training_us_per_frame"] == 1.2
+    assert by_point["64x1"]["train_step_ms"] == 1.5
+    checks = {t["name"]: t for t in targets}
+    assert checks["serving_us_per_frame_64x1"]["value"] == pytest.approx(9.0)
+    assert checks["serving_us_per_frame_64x1"]["pass"] is False  # wanted <= 5
+    assert checks["training_us_per_frame"]["value"] == pytest.approx(1.3)  # 1.2 and 1.4
+    assert checks["training_us_per_frame"]["pass"] is True  # wanted <= 1.5
+    assert "system_over_ideal_train" not in checks  # an Atari target
+
+
+def test_atari_benches_are_judged_against_the_ideal_with_training():
+    def row(point, mode, fps):
+        n, k = (int(x) for x in point.split("x"))
+        return {"point": point, "n": n, "k": k, "mode": mode, "fps": fps}
+
+    rows = [
+        row("1x16", "system", 500.0),
+        row("1x16", "ideal_train", 520.0),
+        row("2x16", "system", 600.0),
+        row("2x16", "ideal_train", 700.0),
+    ]
+    _, targets = summarize(rows, env="ALE/Pong-v5")
+    checks = {t["name"]: t for t in targets}
+    assert set(checks) == {t.name for t in targets_for("ALE/Pong-v5")}
+    assert "training_us_per_frame" not in checks  # CartPole's MLP budget
+    atari = checks["system_over_ideal_train"]
+    assert atari["point"] == "2x16"  # the best system point, against its own ideal
+    assert atari["value"] == pytest.approx(600.0 / 700.0)
+    assert atari["pass"] is False
 
 
 def test_targets_carry_each_repeats_value_and_whether_they_agree():

@@ -25,11 +25,14 @@ def _report() -> dict:
               "trainer_wait_share": 0.9, "learner_steps_per_s": 19.0, "actor_processes": 8,
               "actor_rss_mb_max": 49.2}  # fmt: skip
     rows = [
-        _row("64x1", "echo", 0, 36000, 50),
-        _row("64x1", "echo", 1, 35000, 52),
-        _row("64x1", "system", 0, 24000, 68, **system),
-        _row("64x1", "system", 1, 25000, 70, **system),
-        _row("1x1", "echo", 0, 15000, 85),
+        _row("64x1", "echo", 0, 36000, 50, serving_cpu_us_per_frame=24.0),
+        _row("64x1", "echo", 1, 35000, 52, serving_cpu_us_per_frame=26.0),
+        _row("64x1", "inference", 0, 30000, 60, serving_cpu_us_per_frame=29.0),
+        _row("64x1", "system", 0, 24000, 68, serving_cpu_us_per_frame=33.0, **system),
+        _row("64x1", "system", 1, 25000, 70, serving_cpu_us_per_frame=35.0, **system),
+        _row("64x1", "ideal_train", 0, 90000, 11, training_us_per_frame=1.25),
+        _row("64x1", "ideal_train", 1, 80000, 12, training_us_per_frame=1.75),
+        _row("1x1", "echo", 0, 15000, 85, serving_cpu_us_per_frame=30.0),
         {**_row("1x1", "system", 0, 0, 0), "fps": None, "error": "no frames"},
     ]
     return {
@@ -97,8 +100,11 @@ def test_cells_are_medians_over_repeats_in_the_report_order() -> None:
     assert one[4] == "—" and one[7] == "85 / —"  # a failed measurement stays visible
     assert sixty_four[2:7] == ["35,500", "—", "24,500", "—", "0.69"]
     assert sixty_four[7] == "51 / 69"
-    assert sixty_four[8:14] == ["63.4", "2.4/6.7", "90%", "19.0", "8", "49"]
-    assert sixty_four[14] == "+4/+11/+3"
+    # The learner process beyond echo (25 µs, the median of 24 and 26), then training.
+    assert sixty_four[8:10] == ["+4.0 / +9.0", "1.50"]
+    assert one[8:10] == ["— / —", "—"]  # echo, but no learner row; no training measured
+    assert sixty_four[10:16] == ["63.4", "2.4/6.7", "90%", "19.0", "8", "49"]
+    assert sixty_four[16] == "+4/+11/+3"
 
 
 def test_the_block_names_machine_date_settings_and_targets() -> None:

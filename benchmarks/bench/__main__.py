@@ -119,7 +119,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(workdir, ignore_errors=True)
     measured = [x for x in references if x is not None]
     reference = statistics.median(measured) if measured else None
-    table, targets = summarize(rows, reference, references)
+    table, targets = summarize(rows, reference, references, settings.env)
     return {
         "schema": SCHEMA,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),

@@ -55,7 +55,7 @@ K=1 echo: 12k and 24k frames/s within minutes on 2026-11-25, same build), so
 each pair back to back, and the sweep's best point beside a fresh one-process ideal."""
 FOCUS_MODES = ("echo", "system")
 DEFAULT_FOCUS_REPEATS = 2
-FOCUS_TARGETS = frozenset({"system_256x1_over_64x1"})
+FOCUS_TARGETS = frozenset({"system_256x1_over_64x1", "serving_us_per_frame_64x1"})
 """The targets every focus round judges; it judges the best configuration too when it
 re-measured the sweep's best point (the others need the whole sweep)."""
 QUICK_SWEEP = (Point(1, 4), Point(2, 8))
@@ -70,6 +70,12 @@ class Target:
     description: str
     threshold: float
     higher_is_better: bool = True
+    env_prefix: str = ""
+    """The target judges only benches of envs whose id starts with this (all when empty):
+    a per-frame budget set for CartPole's MLP means nothing for Atari's CNN."""
+
+    def applies_to(self, env: str | None) -> bool:
+        return env is None or env.startswith(self.env_prefix)
 
 
 BEST_TARGET = "best_system_over_ideal"
@@ -89,7 +95,34 @@ TARGETS = (
         higher_is_better=False,
     ),
     Target("system_256x1_over_64x1", "system fps at 256x1 / at 64x1 (no collapse)", 0.8),
+    # The learner's own CPU per frame: what serving adds to the echo server's handling of
+    # the same frames, and what training costs per frame it trains on.
+    Target(
+        "serving_us_per_frame_64x1",
+        "learner process CPU per frame beyond echo at 64x1, system (µs)",
+        5.0,
+        higher_is_better=False,
+        env_prefix="CartPole",
+    ),
+    Target(
+        "training_us_per_frame",
+        "training step time / frames per batch, the learner's default batch (µs)",
+        1.5,
+        higher_is_better=False,
+        env_prefix="CartPole",
+    ),
+    Target(
+        "system_over_ideal_train",
+        "best system fps / in-process ideal with training at the same point",
+        0.9,
+        env_prefix="ALE/",
+    ),
 )
+
+
+def targets_for(env: str | None) -> tuple[Target, ...]:
+    """The targets a bench of ``env`` judges (every one when None)."""
+    return tuple(t for t in TARGETS if t.applies_to(env))
 
 
 def parse_sweep(text: str) -> tuple[Point, ...]:

@@ -21,8 +21,8 @@ from benchmarks.bench.plan import (
     FOCUS_TARGETS,
     IDEAL_REFERENCE_ENVS,
     MODES,
-    TARGETS,
     Point,
+    targets_for,
 )
 
 # ---------------------------------------------------------------------- summary
@@ -32,6 +32,7 @@ def summarize(
     rows: list[dict[str, Any]],
     ideal_reference_fps: float | None = None,
     reference_runs: Sequence[float | None] = (),
+    env: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Per-point medians over repeats (with the ratios) and the target checks.
 
@@ -42,9 +43,10 @@ def summarize(
     with the verdict (``steady``): one short window at 64 x K=1 can swing by a third.
     Rows marked ``focus`` (the extra rounds, :func:`focus_plan`) add to their points'
     medians; a focus round judges :data:`FOCUS_TARGETS`, and the best configuration
-    only when its own best point is the sweep's.
+    only when its own best point is the sweep's. ``env`` (the bench's env) picks the
+    targets that judge it (:func:`~benchmarks.bench.plan.targets_for`; all when None).
     """
-    table, targets = _summarize_once(rows, ideal_reference_fps)
+    table, targets = _summarize_once(rows, ideal_reference_fps, env)
     repeats = sorted({int(r.get("repeat", 0)) for r in rows})
     if len(repeats) < 2:
         return table, targets
@@ -55,7 +57,7 @@ def summarize(
         reference = reference_runs[repeat] if repeat < len(reference_runs) else None
         reference = reference if reference is not None else ideal_reference_fps
         subset = [r for r in rows if int(r.get("repeat", 0)) == repeat]
-        checks = _summarize_once(subset, reference)[1]
+        checks = _summarize_once(subset, reference, env)[1]
         values = {t["name"]: t["value"] for t in checks}
         if repeat in in_focus:
             in_round = set(FOCUS_TARGETS)
@@ -78,7 +80,7 @@ def summarize(
 
 
 def _summarize_once(
-    rows: list[dict[str, Any]], ideal_reference_fps: float | None
+    rows: list[dict[str, Any]], ideal_reference_fps: float | None, env: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     points: dict[str, dict[str, Any]] = {}
     for row in rows:
@@ -104,6 +106,9 @@ def _summarize_once(
             _median_field(rows, point["point"], "system", "cpu_us_per_frame"),
         )
         point["system_extra_us_per_frame"] = _extra_cost(rows, point["point"])
+        point["serving_beyond_echo_us_per_frame"] = _serving_beyond_echo(rows, point["point"])
+        for key in ("train_step_ms", "training_us_per_frame"):
+            point[key] = _median_field(rows, point["point"], "ideal_train", key)
     table = sorted(points.values(), key=lambda p: (p["batch"], p["n"], p["k"]))
 
     def fps(label: str, mode: str) -> float | None:
@@ -125,9 +130,25 @@ def _summarize_once(
         ),
         "system_256x1_over_64x1": _ratio(fps("256x1", "system"), fps("64x1", "system")),
     }
+    serving_64 = points.get("64x1", {}).get("serving_beyond_echo_us_per_frame") or {}
+    values["serving_us_per_frame_64x1"] = serving_64.get("system")
+    # Training cost per frame hardly depends on N x K (the ideal only feeds the batches),
+    # so every point at the learner's default batch measures it: their median.
+    default_batch = [
+        r["training_us_per_frame"] for r in rows
+        if r["mode"] == "ideal_train" and not r.get("batch") and not r.get("error")
+        and r.get("training_us_per_frame") is not None
+    ]  # fmt: skip
+    values["training_us_per_frame"] = statistics.median(default_batch) if default_batch else None
+    trained = [(p["system_fps"], p) for p in table if p["system_over_ideal_train"] is not None]
     where = {BEST_TARGET: best_point}
+    values["system_over_ideal_train"] = None
+    if trained:  # the best configuration against the trainer-bound limit
+        best_trained = max(trained, key=lambda x: x[0])[1]
+        values["system_over_ideal_train"] = best_trained["system_over_ideal_train"]
+        where["system_over_ideal_train"] = best_trained["point"]
     targets = []
-    for t in TARGETS:
+    for t in targets_for(env):
         value = values[t.name]
         passed = None
         if value is not None:
@@ -167,6 +188,29 @@ def _extra_cost(rows: list[dict[str, Any]], label: str) -> dict[str, float] | No
             return None
         extra[role] = system - echo
     return extra
+
+
+SERVING_MODES = ("inference", "system")
+
+
+def _serving_beyond_echo(rows: list[dict[str, Any]], label: str) -> dict[str, float] | None:
+    """The learner process's CPU per frame beyond the echo server's, per mode (µs, medians).
+
+    Echo runs the same handler, batcher and gRPC server with no model, so the difference
+    is the learner's own serving: decoding into batches, the forward pass, the unroll
+    store, the weights refresh and the hand-off to the trainer process (whose own CPU
+    is training, counted apart). CPU time from /proc holds up on a loaded machine where
+    wall time does not.
+    """
+    echo = _median_field(rows, label, "echo", "serving_cpu_us_per_frame")
+    if echo is None:
+        return None
+    beyond = {}
+    for mode in SERVING_MODES:
+        serving = _median_field(rows, label, mode, "serving_cpu_us_per_frame")
+        if serving is not None:
+            beyond[mode] = serving - echo
+    return beyond or None
 
 
 def _label(row: dict[str, Any]) -> str:
@@ -232,6 +276,14 @@ def _format_extra(extra: dict[str, float] | None) -> str:
     return "/".join(f"{extra[role]:+.0f}" for role in COST_ROLES)
 
 
+def _format_serving(beyond: dict[str, float] | None) -> str:
+    if not beyond:
+        return "-"
+    return "/".join(
+        f"{beyond[mode]:+.1f}" if mode in beyond else "-" for mode in SERVING_MODES
+    )
+
+
 def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], targets: list) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -246,6 +298,7 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
     t = Table(title="seedrl bench: frames/s (medians over repeats)")
     for col in ("NxK[bB]", "ideal", "ideal+train", "echo", "inference", "system", "sys/ideal",
                 "sys/ideal+train", "sys/echo", "train ms/step", "train µs/frame",
+                "serve +µs i/s",
                 "cpu µs/frame i/e/s", "batch", "rtt p50/p99 ms", "learner cpu", "steps/s",
                 "trainer wait", "inf wait", "RSS learner/actor MB", "actor procs",
                 "wire B/step", "wire MB/s", "+µs a/s/t"):  # fmt: skip
@@ -259,6 +312,7 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
             f(p["system_over_ideal_train"], "{:.2f}"), f(p["system_over_echo"], "{:.2f}"),
             f(med(pt, "ideal_train", "train_step_ms"), "{:.1f}"),
             f(med(pt, "ideal_train", "training_us_per_frame"), "{:.1f}"),
+            _format_serving(p.get("serving_beyond_echo_us_per_frame")),
             "/".join(f(med(pt, m, "cpu_us_per_frame")) for m in ("ideal", "echo", "system")),
             f(med(pt, "system", "inference_batch_mean"),
             "{:.1f}"), f"{f(p50, '{:.1f}')}/{f(p99, '{:.1f}')}",
@@ -277,7 +331,9 @@ def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], target
     console.print(
         "NxK: N actors (one stream each) x K envs, in the launcher's actor processes "
         "(actor procs); bB: B unrolls per training step; wire: gRPC message bytes per agent "
-        "step (frame + reply) and per second, system; +µs: machine CPU per frame the "
+        "step (frame + reply) and per second, system; train µs/frame: the in-process ideal's "
+        "training step time / frames per batch; serve +µs i/s: the learner process's CPU "
+        "per frame beyond the echo server's, inference / system; +µs: machine CPU per frame the "
         "system spends beyond echo, in actors / serving (learner process) / training "
         "(trainer process)"
     )
