@@ -10,10 +10,13 @@ it, e.g. ``taskset -c 1``, and compare builds interleaved: a shared machine drif
   from its ideal-with-training mode.
 - ``serve``: the servicer's ``Act`` handler driven in-process by N streams of K envs
   (instant actors: each stream's next frame is there as soon as its reply is written),
-  through the real batcher, once with the learner's inference engine and trajectory
-  store (finished unrolls drained as the trainer feeder does) and once with the echo
-  engine. Reports CPU µs per frame of each and the difference: serving beyond echo
-  without gRPC, whose cost both share.
+  through the real batcher, once with the echo engine and once with the learner's
+  inference engine and trajectory store, as ``make bench``'s modes run it: ``system``
+  with the trainer process the learner starts on the CPU (its feeder, weight refresh and
+  result threads in this process, the training step in the child), ``inference`` as
+  with ``--no-train``. Reports this process's CPU µs per frame (the child's is not
+  counted: it is training) for each, and the difference: serving beyond echo without
+  gRPC, whose cost both share.
 
 Prints one JSON line per measurement.
 """
@@ -25,7 +28,6 @@ import asyncio
 import json
 import statistics
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -164,42 +166,29 @@ def _frames(env_spec: pb.EnvSpec, num_envs: int, seed: int) -> tuple[bytes, byte
     return hello.SerializeToString(), message.SerializeToString()
 
 
-def _drain(queue: Any, empty: Any, stop: threading.Event, batch_size: int) -> None:
-    """What the trainer process's feeder does in the learner: batch -> shared slot copy."""
-    from learner.trainer_process import copy_unrolls
-
-    while not stop.is_set():
-        batch = queue.get(batch_size, timeout=0.05)
-        if batch is not None:
-            copy_unrolls(empty, batch)
-
-
 async def _serve_once(
     engine_kind: str, config: LearnerConfig, streams: int, num_envs: int, frames: int
 ) -> dict[str, Any]:
     from benchmarks.echo import echo_servicer
-    from learner.parts import build_learner, make_trainer
-    from learner.run import make_batcher, make_engine
+    from learner.parts import build_learner
+    from learner.run import choose_trainer, make_batcher, make_engine
     from learner.server import LearnerServicer
 
-    stop = threading.Event()
-    drainer = None
+    trainer = None
     if engine_kind == "echo":
         servicer, batcher, _ = echo_servicer(config)
         env_spec = servicer.env_spec
     else:
         learner = build_learner(config)
-        engine = make_engine(learner, make_trainer(learner))
+        trainer = choose_trainer(learner)
+        if config.train:
+            trainer.start()
+        engine = make_engine(learner, trainer)
         batcher = make_batcher(config, engine.process)
         env_spec = learner.env_spec
         servicer = LearnerServicer(
             config, env_spec, batcher, engine, learner.builder, learner.stats
         )
-        empty = learner.builder.empty_unrolls(config.batch_size)
-        drainer = threading.Thread(
-            target=_drain, args=(learner.queue, empty, stop, config.batch_size), daemon=True
-        )
-        drainer.start()
     batching = asyncio.create_task(batcher.run())
     contexts = []
     for i in range(streams):
@@ -210,9 +199,8 @@ async def _serve_once(
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     batcher.close()
     batching.cancel()
-    stop.set()
-    if drainer is not None:
-        drainer.join(5.0)
+    if trainer is not None and config.train:
+        trainer.stop()
     served = streams * num_envs * frames
     return {
         "cpu_us_per_frame": cpu / served * 1e6,
@@ -222,14 +210,16 @@ async def _serve_once(
 
 
 def measure_serve(
-    learner_args: Sequence[str], streams: int, num_envs: int, frames: int, uvloop: bool
+    learner_args: Sequence[str], mode: str, streams: int, num_envs: int, frames: int,
+    uvloop: bool,
 ) -> dict[str, Any]:
     from seedrl.transport import run_event_loop
 
-    config = _config(["--max-actors", str(max(streams, 1)), *learner_args])
+    no_train = ["--no-train"] if mode == "inference" else []
+    config = _config(["--max-actors", str(max(streams, 1)), *no_train, *learner_args])
     result: dict[str, Any] = {
-        "bench": "serve", "env": config.env, "streams": streams, "envs_per_stream": num_envs,
-        "frames_per_stream": frames,
+        "bench": "serve", "mode": mode, "env": config.env, "streams": streams,
+        "envs_per_stream": num_envs, "frames_per_stream": frames,
     }  # fmt: skip
     for kind in ("echo", "learner"):
         # A short first run warms the caches and the policy's first call.
@@ -252,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     train.add_argument("--steps", type=int, default=200)
     train.add_argument("--warmup", type=int, default=20)
     serve = sub.add_parser("serve", help="Act path CPU per frame, learner and echo")
+    serve.add_argument("--mode", choices=("system", "inference"), default="system")
     serve.add_argument("--streams", type=int, default=64)
     serve.add_argument("--envs", type=int, default=1, help="envs per stream (K)")
     serve.add_argument("--frames", type=int, default=2000, help="frames per stream")
@@ -263,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.bench == "train":
         result = measure_train(learner_args, args.steps, args.warmup)
     else:
-        result = measure_serve(learner_args, args.streams, args.envs, args.frames,
+        result = measure_serve(learner_args, args.mode, args.streams, args.envs, args.frames,
                                not args.no_uvloop)  # fmt: skip
     print(json.dumps(result))
     return 0

@@ -183,7 +183,7 @@ class Trainer:
         # V-trace and the loss terms in fp32 whatever the forward pass ran in.
         params_T1BP, values_T1B = params_T1BP.float(), values_T1B.float()
         action_TB = batch["action"][:t]
-        target_logp_TB = self.head.log_prob(params_T1BP[:t], action_TB)
+        target_logp_TB, entropy_TB = self.head.log_prob_and_entropy(params_T1BP[:t], action_TB)
         behaviour_logp_TB = self.head.log_prob(batch["behaviour_params"][:t], action_TB)
 
         valid_TB = ~(batch["terminated"][:t] | batch["truncated"][:t])
@@ -221,7 +221,7 @@ class Trainer:
             pg_adv_TB = (pg_adv_TB - mean) / (std + 1e-8)
         policy_loss = -(target_logp_TB * pg_adv_TB * weight_TB).sum() / count
         baseline_loss = 0.5 * ((vs_TB - values_T1B[:t]).pow(2) * weight_TB).sum() / count
-        entropy = (self.head.entropy(params_T1BP[:t]) * weight_TB).sum() / count
+        entropy = (entropy_TB * weight_TB).sum() / count
         total = policy_loss + cfg.baseline_cost * baseline_loss - cfg.entropy_cost * entropy
         with torch.no_grad():
             rho_mean = (log_rhos_TB.clamp(min=-20).exp() * weight_TB).sum() / count

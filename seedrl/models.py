@@ -54,6 +54,16 @@ class CategoricalHead:
         logp = log_softmax_last(params)
         return -(logp.exp() * logp).sum(-1)
 
+    def log_prob_and_entropy(
+        self, params: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``log_prob`` and ``entropy`` of the same parameters over one log-softmax: the
+        loss needs both of the learner's policy, and the second pass (forward and
+        backward) was a training step's largest op after the matmuls and tanh."""
+        logp = log_softmax_last(params)
+        chosen = logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        return chosen, -(logp.exp() * logp).sum(-1)
+
 
 class GaussianHead:
     """Continuous actions: diagonal Gaussian, parameters ``[..., 2A]`` = mean, log-std.
@@ -102,6 +112,12 @@ class GaussianHead:
     def entropy(self, params: torch.Tensor) -> torch.Tensor:
         _, log_std = self._split(params)
         return (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+
+    def log_prob_and_entropy(
+        self, params: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``log_prob`` and ``entropy`` together (nothing to share for a Gaussian)."""
+        return self.log_prob(params, actions), self.entropy(params)
 
 
 ActionHead = CategoricalHead | GaussianHead

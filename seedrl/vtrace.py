@@ -63,11 +63,9 @@ def _check_inputs(
                 f"{name} [T, B] must agree with values: got {name} shape {tensor.shape} and "
                 f"values shape {values.shape}"
             )
-        try:
-            broadcast = torch.broadcast_shapes(tensor.shape, values.shape)
-        except RuntimeError:
-            broadcast = None
-        if broadcast != values.shape:
+        # Same rank: it broadcasts to values' shape iff each dim matches or is 1 (plain
+        # ints; torch.broadcast_shapes runs symbolic-shape machinery on every call).
+        if any(t != v and t != 1 for t, v in zip(tensor.shape, values.shape, strict=True)):
             raise ValueError(
                 f"{name} shape {tensor.shape} must broadcast to values shape {values.shape}"
             )
