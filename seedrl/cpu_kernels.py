@@ -181,3 +181,85 @@ class Linear(nn.Linear):
         ):
             return _WideLinear.apply(x, self.weight, self.bias)
         return super().forward(x)
+
+
+class _NumpyTanhMLP(torch.autograd.Function):
+    """A stack of Linear -> tanh layers as one autograd node, computed with numpy.
+
+    Inputs: ``x``, then each layer's weight and bias. Forward keeps every layer's
+    output; backward runs the chain rule over them layer by layer (tanh' = 1 - y^2).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        layers = [
+            (w.detach().numpy(), b.detach().numpy()) for w, b in zip(params[::2], params[1::2])
+        ]
+        outputs = [x.detach().numpy()]
+        for weight, bias in layers:
+            y = outputs[-1] @ weight.T
+            y += bias
+            np.tanh(y, out=y)
+            outputs.append(y)
+        ctx.layers, ctx.outputs = layers, outputs
+        return torch.from_numpy(outputs[-1])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: torch.Tensor):
+        layers, outputs = ctx.layers, ctx.outputs
+        grad = grad_out.numpy()
+        grads: list[torch.Tensor | None] = []
+        for i in range(len(layers) - 1, -1, -1):
+            weight, _ = layers[i]
+            x, y = outputs[i], outputs[i + 1]
+            slope = y * y  # tanh' = 1 - y^2, formed in place: no temporaries per layer
+            np.subtract(1.0, slope, out=slope)
+            slope *= grad
+            grad = slope
+            # The [out, in] weight gradient as (x.T @ grad).T: for a layer with few
+            # inputs BLAS runs the thin product this way round much faster.
+            grads += [torch.from_numpy(grad.sum(0)), torch.from_numpy((x.T @ grad).T)]
+            if i > 0 or ctx.needs_input_grad[0]:
+                grad = grad @ weight
+        grad_x = torch.from_numpy(grad) if ctx.needs_input_grad[0] else None
+        return (grad_x, *grads[::-1])
+
+
+class TanhMLP(nn.Sequential):
+    """``nn.Sequential`` of (Linear, Tanh) pairs whose training pass is one numpy node.
+
+    Why: a CartPole-sized MLP trains on a thousand-odd rows, where each layer's matmul
+    and tanh take tens of microseconds and torch's per-module, per-op and per-node
+    overhead as much again; computed in numpy as one autograd node, forward and backward
+    cost about their arithmetic. Taken on the CPU in float32 with gradients on; anything
+    else (inference, autocast, other devices) runs the layers one by one. Same modules
+    and parameters: checkpoints and ``nn.Sequential`` MLPs load into each other.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (
+            x.dim() == 2
+            and x.device.type == "cpu"
+            and x.dtype == torch.float32
+            and torch.is_grad_enabled()
+            and not torch.is_autocast_enabled("cpu")
+        ):
+            params = self._layer_params()
+            if params is not None:
+                return _NumpyTanhMLP.apply(x.contiguous(), *params)
+        return super().forward(x)
+
+    def _layer_params(self) -> list[torch.Tensor] | None:
+        """Weight and bias of each (Linear, Tanh) pair, or None if it is not such a stack."""
+        modules = list(self)
+        params: list[torch.Tensor] = []
+        for linear, activation in zip(modules[::2], modules[1::2], strict=False):
+            if not isinstance(linear, nn.Linear) or linear.bias is None:
+                return None
+            if not isinstance(activation, nn.Tanh):
+                return None
+            if linear.weight.dtype != torch.float32 or linear.weight.device.type != "cpu":
+                return None
+            params += [linear.weight, linear.bias]
+        return params if params and len(modules) == len(params) else None

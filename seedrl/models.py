@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from seedrl import codec
-from seedrl.cpu_kernels import Linear, Tanh, conv_input_layout, log_softmax_last
+from seedrl.cpu_kernels import Linear, Tanh, TanhMLP, conv_input_layout, log_softmax_last
 from seedrl.proto import seedrl_pb2 as pb
 
 CoreState = tuple[torch.Tensor, ...]
@@ -206,14 +206,14 @@ class SmallCNN(nn.Module):
         return self.fc(self.conv(x))
 
 
-def mlp(in_size: int, hidden_sizes: tuple[int, ...]) -> tuple[nn.Sequential, int]:
+def mlp(in_size: int, hidden_sizes: tuple[int, ...]) -> tuple[TanhMLP, int]:
     """Tanh MLP and its output width."""
     layers: list[nn.Module] = []
     size = in_size
     for width in hidden_sizes:
         layers += [Linear(size, width), Tanh()]
         size = width
-    return nn.Sequential(*layers), size
+    return TanhMLP(*layers), size
 
 
 class ActorCritic(nn.Module):

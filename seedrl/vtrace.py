@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 
@@ -114,6 +115,28 @@ def from_importance_weights(
         ValueError: if ranks or shapes are inconsistent.
     """
     _check_inputs(log_rhos, discounts, rewards, values, bootstrap_value)
+    inputs = (log_rhos, discounts, rewards, values, bootstrap_value)
+    if all(t.device.type == "cpu" and t.dtype in NUMPY_DTYPES for t in inputs):
+        return _from_importance_weights_numpy(
+            *(t.detach().numpy() for t in inputs),
+            clip_rho_threshold, clip_pg_rho_threshold, lambda_,
+        )  # fmt: skip
+    return _from_importance_weights_torch(
+        *inputs, clip_rho_threshold, clip_pg_rho_threshold, lambda_
+    )
+
+
+def _from_importance_weights_torch(
+    log_rhos: torch.Tensor,
+    discounts: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_value: torch.Tensor,
+    clip_rho_threshold: float | None,
+    clip_pg_rho_threshold: float | None,
+    lambda_: float,
+) -> VTraceReturns:
+    """:func:`from_importance_weights` in torch ops, on any device (checked inputs)."""
     with torch.no_grad():
         rhos_TB = torch.exp(log_rhos)
         if clip_rho_threshold is not None:
@@ -145,3 +168,42 @@ def from_importance_weights(
         pg_advantages_TB = clipped_pg_rhos_TB * (rewards + discounts * vs_t_plus_1_TB - values)
 
     return VTraceReturns(vs=vs_TB.detach(), pg_advantages=pg_advantages_TB.detach())
+
+
+NUMPY_DTYPES = (torch.float32, torch.float64)
+
+
+def _from_importance_weights_numpy(
+    log_rhos: np.ndarray,
+    discounts: np.ndarray,
+    rewards: np.ndarray,
+    values: np.ndarray,
+    bootstrap_value: np.ndarray,
+    clip_rho_threshold: float | None,
+    clip_pg_rho_threshold: float | None,
+    lambda_: float,
+) -> VTraceReturns:
+    """:func:`from_importance_weights` for CPU tensors, computed in numpy on their memory.
+
+    Why: at a learner's batch the arrays are a few thousand numbers, and the torch
+    version's cost is its per-op dispatch (one op per time step in the recursion), not
+    arithmetic; numpy's per-op cost is a fraction of it. Same operations, same dtypes.
+    """
+    rhos = np.exp(log_rhos)
+    clipped_rhos = rhos if clip_rho_threshold is None else np.minimum(rhos, clip_rho_threshold)
+    cs = lambda_ * np.minimum(rhos, 1.0)
+    values_t_plus_1 = np.concatenate([values[1:], bootstrap_value[None]], axis=0)
+    deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
+    deltas, decay = np.broadcast_arrays(deltas, discounts * cs)
+    # acc_t = delta_t + gamma_t * c_t * acc_{t+1}, acc_T = 0, written in place row by row.
+    accs = np.empty(deltas.shape, deltas.dtype)
+    acc = np.zeros(deltas.shape[1:], deltas.dtype)
+    for t in range(len(deltas) - 1, -1, -1):
+        np.multiply(decay[t], acc, out=acc)
+        np.add(deltas[t], acc, out=acc)
+        accs[t] = acc
+    vs = values + accs
+    vs_t_plus_1 = np.concatenate([vs[1:], bootstrap_value[None]], axis=0)
+    pg_rhos = rhos if clip_pg_rho_threshold is None else np.minimum(rhos, clip_pg_rho_threshold)
+    pg_advantages = pg_rhos * (rewards + discounts * vs_t_plus_1 - values)
+    return VTraceReturns(vs=torch.from_numpy(vs), pg_advantages=torch.from_numpy(pg_advantages))

@@ -285,6 +285,43 @@ def test_mlp_and_a_plain_nn_mlp_load_each_others_checkpoints():
         torch.testing.assert_close(ours(x), theirs(x), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("input_grad", [False, True])
+def test_tanh_mlp_trains_as_its_layers_do(monkeypatch, input_grad):
+    """The one-node numpy pass gives the layer-by-layer outputs and every gradient."""
+    calls: list[torch.Tensor] = []
+    real_apply = cpu_kernels._NumpyTanhMLP.apply
+    monkeypatch.setattr(
+        cpu_kernels._NumpyTanhMLP, "apply", lambda x, *p: calls.append(x) or real_apply(x, *p)
+    )
+    torch.manual_seed(0)
+    ours, _ = models.mlp(4, (16, 8))
+    plain = torch.nn.Sequential(
+        torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8), torch.nn.Tanh()
+    )
+    plain.load_state_dict(ours.state_dict())
+    x = torch.randn(50, 4)
+    grad_out = torch.randn(50, 8)
+    results = []
+    for net in (ours, plain):
+        xi = x.clone().requires_grad_(input_grad)
+        y = net(xi)
+        y.backward(grad_out)
+        grads = [p.grad.clone() for p in net.parameters()]
+        results.append((y.detach(), grads, xi.grad))
+    assert len(calls) == 1  # ours took the fused pass, once
+    (y_ours, g_ours, x_ours), (y_plain, g_plain, x_plain) = results
+    torch.testing.assert_close(y_ours, y_plain, atol=1e-6, rtol=1e-5)
+    for a, b in zip(g_ours, g_plain, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    if input_grad:
+        torch.testing.assert_close(x_ours, x_plain, atol=1e-5, rtol=1e-5)
+    else:
+        assert x_ours is None and x_plain is None
+    with torch.no_grad():  # inference runs the layers one by one
+        torch.testing.assert_close(ours(x), y_plain, atol=1e-6, rtol=1e-5)
+    assert len(calls) == 1
+
+
 # ---------------------------------------------------------------------- Linear
 
 

@@ -325,3 +325,20 @@ def test_trailing_dim_mismatch_raises() -> None:
 def test_empty_time_raises() -> None:
     with pytest.raises(ValueError, match="at least one time step"):
         _call(_good_tensors((0, 3)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_numpy_path_for_cpu_tensors_matches_the_torch_path(dtype: torch.dtype) -> None:
+    """CPU tensors take numpy; every other device takes the torch ops: the same results."""
+    rng = np.random.default_rng(7)
+    log_rhos, discounts, rewards, values, bootstrap = (
+        torch.from_numpy(x).to(dtype) for x in _random_inputs(rng, (20, 8, 3))
+    )
+    log_rhos[3, 2] = -math.inf  # a masked step
+    inputs = (log_rhos, discounts, rewards, values, bootstrap)
+    for clip in (1.0, None):
+        fast = vtrace.from_importance_weights(*inputs, clip, clip, 0.95)
+        slow = vtrace._from_importance_weights_torch(*inputs, clip, clip, 0.95)
+        for a, b in zip(fast, slow, strict=True):
+            assert a.dtype == b.dtype == dtype
+            torch.testing.assert_close(a, b)
