@@ -210,7 +210,11 @@ async def _serve_once(
 
 
 def measure_serve(
-    learner_args: Sequence[str], mode: str, streams: int, num_envs: int, frames: int,
+    learner_args: Sequence[str],
+    mode: str,
+    streams: int,
+    num_envs: int,
+    frames: int,
     uvloop: bool,
 ) -> dict[str, Any]:
     from seedrl.transport import run_event_loop

@@ -193,7 +193,8 @@ class _NumpyTanhMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
         layers = [
-            (w.detach().numpy(), b.detach().numpy()) for w, b in zip(params[::2], params[1::2])
+            (w.detach().numpy(), b.detach().numpy())
+            for w, b in zip(params[::2], params[1::2], strict=True)
         ]
         outputs = [x.detach().numpy()]
         for weight, bias in layers:

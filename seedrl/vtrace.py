@@ -117,8 +117,9 @@ def from_importance_weights(
     _check_inputs(log_rhos, discounts, rewards, values, bootstrap_value)
     inputs = (log_rhos, discounts, rewards, values, bootstrap_value)
     if all(t.device.type == "cpu" and t.dtype in NUMPY_DTYPES for t in inputs):
+        arrays = [t.detach().numpy() for t in inputs]
         return _from_importance_weights_numpy(
-            *(t.detach().numpy() for t in inputs),
+            arrays[0], arrays[1], arrays[2], arrays[3], arrays[4],
             clip_rho_threshold, clip_pg_rho_threshold, lambda_,
         )  # fmt: skip
     return _from_importance_weights_torch(

@@ -279,9 +279,7 @@ def _format_extra(extra: dict[str, float] | None) -> str:
 def _format_serving(beyond: dict[str, float] | None) -> str:
     if not beyond:
         return "-"
-    return "/".join(
-        f"{beyond[mode]:+.1f}" if mode in beyond else "-" for mode in SERVING_MODES
-    )
+    return "/".join(f"{beyond[mode]:+.1f}" if mode in beyond else "-" for mode in SERVING_MODES)
 
 
 def print_report(table: list[dict[str, Any]], rows: list[dict[str, Any]], targets: list) -> None:
