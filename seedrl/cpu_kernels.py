@@ -219,7 +219,7 @@ class _NumpyTanhMLP(torch.autograd.Function):
             slope *= grad
             grad = slope
             # The [out, in] weight gradient as (x.T @ grad).T: for a layer with few
-            # inputs BLAS runs the thin product this way round much faster.
+            # inputs BLAS runs the thin product much faster in this order.
             grads += [torch.from_numpy(grad.sum(0)), torch.from_numpy((x.T @ grad).T)]
             if i > 0 or ctx.needs_input_grad[0]:
                 grad = grad @ weight
