@@ -17,7 +17,7 @@ from support import ROOT
 
 from benchmarks.learning import report
 from benchmarks.learning.__main__ import parse_overrides
-from benchmarks.learning.runner import RUN_FILE, finished_run
+from benchmarks.learning.runner import RUN_FILE, find_env, finished_run, run_overrides
 from benchmarks.learning.suites import SUITES
 from seedrl import envs
 
@@ -79,6 +79,23 @@ def test_overrides_are_learner_config_fields():
     assert parse_overrides(["lambda=0.95", "batch-size=16"]) == {"lambda_": 0.95, "batch_size": 16}
     with pytest.raises(ValueError, match="LearnerConfig"):
         parse_overrides(["no_such_field=1"])
+
+
+def test_a_run_trains_to_its_budget_whatever_the_presets_target():
+    """Pendulum's preset stops at a target return; a benchmark run must not (it would be
+    left unfinished), unless the command line asks for a target itself."""
+    pendulum = find_env(SUITES["classic"], "Pendulum-v1")
+    config = learner_config_for(pendulum, run_overrides(pendulum, None))
+    assert config.target_return is None
+    asked = run_overrides(pendulum, {"target_return": -200.0})
+    assert learner_config_for(pendulum, asked).target_return == -200.0
+
+
+def learner_config_for(spec, overrides):
+    """The LearnerConfig the run would train with: its preset, then the run's fields."""
+    from seedrl.config import LearnerConfig, build_config, load_preset
+
+    return build_config(LearnerConfig, overrides, load_preset(spec.preset))
 
 
 def run_bench(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
