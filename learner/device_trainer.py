@@ -147,14 +147,15 @@ class DeviceTrainer(Trainer):
 
     # ------------------------------------------------------------------ the trainer side
 
-    def train_step(self, unrolls: Unrolls) -> dict[str, float] | None:
+    def train_batch(
+        self, unrolls: Unrolls, updates: int | None = None
+    ) -> list[dict[str, float] | None]:
         staged = self._staging[self._next_staging]
         self._next_staging = (self._next_staging + 1) % len(self._staging)
         staged.fill(unrolls)
-        step = self.step_counter.value  # the weights this gradient is computed with
         with self._on_stream():
             batch, core_state = staged.to_device(self.device, self.stream)
-            return self.step_on(batch, core_state, unrolls, step)
+            return self.steps_on(batch, core_state, unrolls, updates)
 
     def apply_update(self) -> None:
         with self.handoff_lock:

@@ -305,21 +305,41 @@ class DistributedTrainer(Trainer):
             with self.stats.timer("trainer_wait_data"):
                 unrolls = self.queue.get(batch_size, timeout=WAIT_FOR_BATCH_S)
             with self.stats.timer("trainer_step"):
-                scalars, stop = self.lockstep(unrolls)
-            if scalars is not None:
-                self.stats.on_train_step(scalars)
+                stop = self.lockstep_batch(unrolls)
             if stop:
                 return
 
-    def lockstep(self, unrolls: Unrolls | None) -> tuple[dict[str, float] | None, bool]:
-        """Local backward (if this rank has a batch), then the shared averaged update."""
+    def lockstep_batch(self, unrolls: Unrolls | None) -> bool:
+        """``--updates-per-batch`` lockstep updates on this rank's batch (one without a
+        batch); True once the ranks decided to stop. Every update is one round of the
+        collectives, so a rank on its k-th update of a batch meets a peer's k-th, or the
+        single update of a peer that had no batch, and all leave at the same stop."""
+        device_batch = None
+        if unrolls is not None:
+            device_batch = (
+                to_time_major(unrolls, self.device),
+                tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state),
+            )
+        for _ in range(self.config.updates_per_batch if unrolls is not None else 1):
+            scalars, stop = self.lockstep(unrolls, device_batch)
+            if scalars is not None:
+                self.stats.on_train_step(scalars)
+            if stop:
+                return True
+        return False
+
+    def lockstep(
+        self,
+        unrolls: Unrolls | None,
+        device_batch: tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]] | None,
+    ) -> tuple[dict[str, float] | None, bool]:
+        """Local backward (if this rank has a batch), then the shared averaged update;
+        ``device_batch``: ``unrolls`` on the device (batch and core state), or None."""
         parts: dict[str, torch.Tensor] | None = None
         step = self.step_counter.value  # the weights this gradient is computed with
         self.grads.zero()
-        if unrolls is not None:
-            batch = to_time_major(unrolls, self.device)
-            core_state = tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state)
-            total, parts = self.loss(batch, core_state)
+        if device_batch is not None:
+            total, parts = self.loss(*device_batch)
             if torch.isfinite(total):
                 total.backward()
             else:

@@ -165,8 +165,9 @@ class Trainer:
         self.step_counter = step_counter
         self.precision = resolve_precision(config.precision, device)
         self.grads = GradientBuffer(model.parameters(), device)
-        self.frames_per_step = config.batch_size * config.unroll_length
-        """Transitions one optimizer step trains on (the linear schedule's clock)."""
+        self.frames_per_step = config.batch_size * config.unroll_length / config.updates_per_batch
+        """New transitions per optimizer step (the linear schedule's clock): a batch reused
+        for K steps advances the clock by its frames once, not K times."""
         self.return_normalizer = ReturnNormalizer() if config.normalize_returns else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -240,10 +241,31 @@ class Trainer:
 
     def train_step(self, unrolls: Unrolls) -> dict[str, float] | None:
         """One optimizer step on ``unrolls``; None when skipped for a non-finite loss/gradient."""
-        step = self.step_counter.value  # the weights this gradient is computed with
+        return self.train_batch(unrolls, updates=1)[0]
+
+    def train_batch(
+        self, unrolls: Unrolls, updates: int | None = None
+    ) -> list[dict[str, float] | None]:
+        """``updates`` optimizer steps on ``unrolls`` (default ``--updates-per-batch``),
+        the batch sent to the device once; one entry per step as ``train_step`` returns."""
         batch = to_time_major(unrolls, self.device)
         core_state = tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state)
-        return self.step_on(batch, core_state, unrolls, step)
+        return self.steps_on(batch, core_state, unrolls, updates)
+
+    def steps_on(
+        self,
+        batch: dict[str, torch.Tensor],
+        core_state: tuple[torch.Tensor, ...],
+        unrolls: Unrolls,
+        updates: int | None = None,
+    ) -> list[dict[str, float] | None]:
+        """``updates`` steps on one device batch, each with the loss recomputed from the
+        weights the previous step left (so V-trace sees how far the policy has moved)."""
+        count = self.config.updates_per_batch if updates is None else updates
+        return [
+            self.step_on(batch, core_state, unrolls, self.step_counter.value)
+            for _ in range(count)
+        ]
 
     def step_on(
         self,
@@ -307,9 +329,10 @@ class Trainer:
             if unrolls is None:
                 continue
             with self.stats.timer("trainer_step"):
-                scalars = self.train_step(unrolls)
-            if scalars is not None:
-                self.stats.on_train_step(scalars)
+                results = self.train_batch(unrolls)
+            for scalars in results:
+                if scalars is not None:
+                    self.stats.on_train_step(scalars)
 
     def _run_guarded(self) -> None:
         try:
@@ -347,7 +370,7 @@ def policy_lag(step: int, unrolls: Unrolls) -> float:
     return float(step - unrolls.acted_step[:, :t].mean())
 
 
-def scheduled_learning_rate(config: LearnerConfig, step: int, frames_per_step: int) -> float:
+def scheduled_learning_rate(config: LearnerConfig, step: int, frames_per_step: float) -> float:
     """The learning rate of optimizer step ``step`` (0-based) under ``--lr-schedule``.
 
     Linear decays with the frames trained before the step, ``step * frames_per_step``,

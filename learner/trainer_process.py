@@ -11,13 +11,15 @@ the weights for inference. Three channels connect them:
   copies a batch from the :class:`UnrollQueue` into a free slot and sends the slot's
   index; the child trains on the slot in place and hands the index back, so the next
   batch is copied while the current one trains (double buffering).
-* **weights**: after every step the child copies its parameters into one shared set,
-  under a cross-process lock held only for that copy, and publishes the step number.
-  Before a batch, inference compares the published step with its own and, when newer,
-  copies the shared set into its model the same way. No lock spans a forward pass.
-* **results** (a pipe): per step the loss scalars and timings, checkpoint state on
-  request (``torch.save`` bytes) and a traceback if the child fails. A child that dies
-  closes the pipe, which the receiver thread turns into :attr:`TrainerProcess.error`.
+* **weights**: after every batch (its ``--updates-per-batch`` steps) the child copies
+  its parameters into one shared set, under a cross-process lock held only for that
+  copy, and publishes the step number. Before a batch, inference compares the published
+  step with its own and, when newer, copies the shared set into its model the same way.
+  No lock spans a forward pass.
+* **results** (a pipe): per batch each step's loss scalars and the timings, checkpoint
+  state on request (``torch.save`` bytes) and a traceback if the child fails. A child
+  that dies closes the pipe, which the receiver thread turns into
+  :attr:`TrainerProcess.error`.
 """
 
 from __future__ import annotations
@@ -315,14 +317,15 @@ class TrainerProcess:
                 if kind == "waited":
                     stats.timer.add("trainer_wait_data", message[1])
                 elif kind == "trained":
-                    _, slot, scalars, wait_s, step_s = message
+                    _, slot, results_of_steps, wait_s, step_s = message
                     self._free_slots.put(slot)
                     stats.timer.add("trainer_wait_data", wait_s)
                     stats.timer.add("trainer_step", step_s)
-                    if scalars is None:
-                        stats.nonfinite_skipped += 1
-                    else:
-                        stats.on_train_step(scalars)
+                    for scalars in results_of_steps:
+                        if scalars is None:
+                            stats.nonfinite_skipped += 1
+                        else:
+                            stats.on_train_step(scalars)
                 elif kind == "ready":
                     self._ready.set()
                 elif kind == "state":
@@ -422,13 +425,15 @@ def _train_until_stopped(args: _ChildArgs, commands: Connection, results: Connec
         kind = message[0]
         if kind == "train":
             slot = message[1]
-            scalars = trainer.train_step(views[slot])
-            if scalars is not None:
+            # All --updates-per-batch steps on the slot, then one publication of the
+            # weights: inference needs the newest, not every one in between.
+            trained = trainer.train_batch(views[slot])
+            if any(scalars is not None for scalars in trained):
                 with args.weights_lock, torch.no_grad():
                     for dst, src in zip(args.weights, params, strict=True):
                         dst.copy_(src)
                     args.published_step.value = steps.value
-            results.send(("trained", slot, scalars, began - waited, time.perf_counter() - began))
+            results.send(("trained", slot, trained, began - waited, time.perf_counter() - began))
         elif kind == "state":
             results.send(("state", state_bytes()))
         elif kind == "stop":

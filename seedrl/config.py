@@ -123,6 +123,10 @@ class LearnerConfig:
     batch_size: int = 64
     """Unrolls per learner step. A small model's step is mostly per-op overhead, so a
     larger batch costs less CPU per frame and leaves more to the actors."""
+    updates_per_batch: int = 1
+    """Optimizer steps on each batch (K): every step recomputes the loss with the current
+    weights and V-trace corrects for the policy having moved since acting, so a batch
+    teaches more before it is dropped, at K times the training compute per frame."""
     learning_rate: float = 4e-3
     """Adam learning rate, scaled with the batch (1e-3 suits 16 unrolls), so a larger
     batch learns as fast per frame (docs/performance.md)."""
@@ -243,7 +247,7 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         _require_range(
             self,
-            ("unroll_length", "batch_size", "inference_batch_size", "max_queue_unrolls",
+            ("unroll_length", "batch_size", "updates_per_batch", "inference_batch_size", "max_queue_unrolls",
              "max_actors", "max_envs", "max_message_bytes", "lstm_size", "hidden_sizes"),
             low=1,
         )  # fmt: skip

@@ -19,6 +19,7 @@ LEARNER_CASES = {
     # family: counts and sizes that must be >= 1
     "count": ("--unroll-length", "0", "--unroll-length must be >= 1"),
     "layer widths": ("--hidden-sizes", "64,0", "--hidden-sizes must be >= 1"),
+    "updates per batch": ("--updates-per-batch", "0", "--updates-per-batch must be >= 1"),
     # ports
     "port": ("--port", "70000", "--port must be in [0, 65535]"),
     # non-negative amounts (costs, limits, seeds)

@@ -246,3 +246,22 @@ def test_cuda_cartpole_run_auto_picks_the_device_trainer(tmp_path):
     output, result = _train_cartpole(tmp_path, "--device", "cuda")
     assert "trainer device, fp32" in output  # fp32 is the default precision on every device
     assert result["learner_steps"] > 0
+
+
+def test_device_trainer_takes_updates_per_batch_steps_per_batch(tmp_path):
+    """K steps per queued batch, each as the thread trainer takes it, counted K times."""
+    k = 2
+    learner = _learner(tmp_path / "device", updates_per_batch=k)
+    thread = make_trainer(_learner(tmp_path / "thread", trainer="thread"))
+    for _ in range(k):
+        assert thread.train_step(random_unrolls(B, T, seed=0)) is not None
+    trainer = _device_trainer(learner)
+    trainer.start()
+    try:
+        learner.queue.put(random_unrolls(B, T, seed=0))
+        wait_until(lambda: learner.stats.learner_steps == k, 60.0, interval=0.01)
+    finally:
+        trainer.stop()
+    assert trainer.error is None
+    assert trainer.step_counter.value == learner.step_counter.value == k
+    assert _same(_weights(learner.model), _weights(thread.model))

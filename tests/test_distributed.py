@@ -8,10 +8,10 @@ import sys
 
 import pytest
 import torch
-from support import read_records, running
+from support import random_unrolls, read_records, running
 from torch import distributed as dist
 
-from learner.distributed import DistributedTrainer, RankEnv, RankSync, rank_config
+from learner.distributed import Control, DistributedTrainer, RankEnv, RankSync, rank_config
 from learner.parts import build_learner
 from seedrl.config import LearnerConfig
 from seedrl.transport import learner_targets, pick_rank, rank_target
@@ -121,6 +121,34 @@ def test_ranks_refuse_observation_normalization(monkeypatch, tmp_path):
     sync = _sync_without_a_group(monkeypatch, tmp_path, normalize_observations=True)
     with pytest.raises(ValueError, match="--normalize-observations is not supported"):
         sync.attach(build_learner(sync.config))
+
+
+def test_a_rank_takes_updates_per_batch_lockstep_updates_and_stops_with_its_peers(
+    monkeypatch, tmp_path
+):
+    """Each of the K updates on a batch is one round of the collectives (so ranks pair
+    round by round); a rank without a batch joins one round; a stop decided in any round
+    ends the batch there on every rank."""
+    sync = _sync_without_a_group(monkeypatch, tmp_path, updates_per_batch=3)
+    learner = build_learner(sync.config)
+    trainer = sync.make_trainer(learner)
+    rounds: list[bool] = []
+    stop_at = {5}
+
+    def exchange(has_batch: bool, stop_vote: bool, frames: int, episodes: int) -> Control:
+        rounds.append(has_batch)
+        return Control(1, len(rounds) in stop_at, frames, episodes)  # a peer has a batch
+
+    monkeypatch.setattr(sync, "exchange_control", exchange)
+    monkeypatch.setattr(sync, "average_gradients", lambda flat, contributed, count: None)
+    unrolls = random_unrolls(2, sync.config.unroll_length, seed=0)
+    assert trainer.lockstep_batch(unrolls) is False
+    assert rounds == [True] * 3 and learner.step_counter.value == 3
+    assert learner.stats.learner_steps == 3
+    assert trainer.lockstep_batch(None) is False  # no batch here: one round, the peer's update
+    assert rounds == [True] * 3 + [False] and learner.step_counter.value == 4
+    assert trainer.lockstep_batch(unrolls) is True  # stop decided in its first round
+    assert rounds == [True] * 3 + [False, True] and learner.step_counter.value == 5
 
 
 def test_actor_picks_rank_by_index():

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from support import random_unrolls
+from support import random_unrolls, wait_until
 
 from learner import checkpoint
 from learner.batcher import PendingRequest
@@ -394,3 +394,64 @@ def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path):
     assert again["learning_rate"] == uninterrupted["learning_rate"] == pytest.approx(7e-3)
     for a, b in zip(trainer.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_linear_schedule_counts_a_reused_batch_once(tmp_path):
+    """K updates per batch: the schedule's clock advances by the batch's frames per batch,
+    so the rate still reaches 0 at --total-frames of new frames, not at 1/K of them."""
+    config = dict(lr_schedule="linear", total_frames=10 * B * T, learning_rate=1e-2)
+    trainer = _trainer(tmp_path, updates_per_batch=4, **config)
+    lrs = [s["learning_rate"] for s in trainer.train_batch(_unrolls()) if s is not None]
+    assert lrs == pytest.approx([1e-2, 9.75e-3, 9.5e-3, 9.25e-3])
+
+
+# ---------------------------------------------------------------------- updates per batch
+
+
+def _weights_of(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [t.detach().clone() for t in model.state_dict().values()]
+
+
+def test_each_batch_is_trained_updates_per_batch_times_from_the_current_weights(tmp_path):
+    """The running thread trainer takes K optimizer steps per batch from the queue, each
+    with the loss recomputed on the weights the previous step left: the same weights as K
+    single steps on that batch, and K steps counted everywhere (steps, Adam, stats)."""
+    k = 3
+    reference = _trainer(tmp_path / "single")
+    for _ in range(k):
+        assert reference.train_step(_unrolls(0)) is not None
+
+    learner = build_learner(
+        LearnerConfig(
+            logdir=str(tmp_path / "k"), unroll_length=T, batch_size=B, max_queue_unrolls=B,
+            updates_per_batch=k,
+        )
+    )  # fmt: skip
+    trainer = make_trainer(learner)
+    trainer.start()
+    try:
+        learner.queue.put(_unrolls(0))
+        wait_until(lambda: learner.stats.learner_steps == k, 30.0, interval=0.01)
+    finally:
+        trainer.stop()
+    assert trainer.error is None
+    assert learner.step_counter.value == k
+    adam_steps = {float(s["step"]) for s in learner.optimizer.state_dict()["state"].values()}
+    assert adam_steps == {float(k)}
+    for got, want in zip(_weights_of(learner.model), _weights_of(reference.model), strict=True):
+        assert torch.equal(got, want)
+    record = learner.stats.snapshot()
+    # Acted on at step 0, trained at steps 0, 1, 2: the reused batch grows more off-policy.
+    assert record["policy_lag"] == pytest.approx(1.0)
+
+
+def test_reusing_a_batch_moves_the_policy_off_the_behaviour_one(tmp_path):
+    """Every pass recomputes the target policy: after the first step the importance
+    ratios of the same batch are no longer the first pass's (V-trace has work to do)."""
+    trainer = _trainer(tmp_path, updates_per_batch=3, learning_rate=0.05)
+    unrolls = _unrolls(0)
+    results = trainer.train_batch(unrolls)
+    assert all(r is not None for r in results) and len(results) == 3
+    rhos = [r["rho_mean"] for r in results if r is not None]
+    losses = [r["loss_total"] for r in results if r is not None]
+    assert len(set(rhos)) == 3 and len(set(losses)) == 3

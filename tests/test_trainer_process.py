@@ -180,3 +180,22 @@ def test_trainer_mode_is_checked(tmp_path):
         LearnerConfig(logdir=str(tmp_path), trainer="gpu")
     thread = choose_trainer(_learner(tmp_path, trainer="thread"))
     assert not isinstance(thread, TrainerProcess)
+
+
+def test_the_child_takes_updates_per_batch_steps_on_each_batch(tmp_path):
+    """K steps per batch in the child: K steps counted, published and equal to K thread
+    steps on the same batch (a child taking one step, or K on stale weights, differs)."""
+    k = 3
+    thread = make_trainer(_learner(tmp_path / "t"))
+    for _ in range(k):
+        assert thread.train_step(_unrolls(0)) is not None
+    learner = _learner(tmp_path / "p", updates_per_batch=k)
+    with _running(learner) as trainer:
+        _train(learner, _unrolls(0), steps_after=k)
+        trainer.refresh_weights()
+        assert learner.step_counter.value == k
+        for got, want in zip(_weights(learner.model), _weights(thread.model), strict=True):
+            assert torch.equal(got, want)
+    assert trainer.error is None
+    final = trainer.training_state()
+    assert final is not None and final.learner_steps == k
