@@ -263,8 +263,7 @@ class Trainer:
         weights the previous step left (so V-trace sees how far the policy has moved)."""
         count = self.config.updates_per_batch if updates is None else updates
         return [
-            self.step_on(batch, core_state, unrolls, self.step_counter.value)
-            for _ in range(count)
+            self.step_on(batch, core_state, unrolls, self.step_counter.value) for _ in range(count)
         ]
 
     def step_on(

@@ -247,8 +247,9 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         _require_range(
             self,
-            ("unroll_length", "batch_size", "updates_per_batch", "inference_batch_size", "max_queue_unrolls",
-             "max_actors", "max_envs", "max_message_bytes", "lstm_size", "hidden_sizes"),
+            ("unroll_length", "batch_size", "updates_per_batch", "inference_batch_size",
+             "max_queue_unrolls", "max_actors", "max_envs", "max_message_bytes", "lstm_size",
+             "hidden_sizes"),
             low=1,
         )  # fmt: skip
         _require_range(self, ("port", "metrics_port"), low=0, high=65535)
