@@ -311,7 +311,7 @@ class DistributedTrainer(Trainer):
 
     def lockstep_batch(self, unrolls: Unrolls | None) -> bool:
         """``--updates-per-batch`` lockstep updates on this rank's batch (one without a
-        batch); True once the ranks decided to stop. Every update is one round of the
+        batch); True once the ranks decided to stop. Every update is one exchange of the
         collectives, so a rank on its k-th update of a batch meets a peer's k-th, or the
         single update of a peer that had no batch, and all leave at the same stop."""
         device_batch = None

@@ -126,29 +126,29 @@ def test_ranks_refuse_observation_normalization(monkeypatch, tmp_path):
 def test_a_rank_takes_updates_per_batch_lockstep_updates_and_stops_with_its_peers(
     monkeypatch, tmp_path
 ):
-    """Each of the K updates on a batch is one round of the collectives (so ranks pair
-    round by round); a rank without a batch joins one round; a stop decided in any round
-    ends the batch there on every rank."""
+    """Each of the K updates on a batch is one exchange of the collectives (so ranks pair
+    exchange by exchange); a rank without a batch joins one; a stop decided in any
+    exchange ends the batch there on every rank."""
     sync = _sync_without_a_group(monkeypatch, tmp_path, updates_per_batch=3)
     learner = build_learner(sync.config)
     trainer = sync.make_trainer(learner)
-    rounds: list[bool] = []
+    exchanges: list[bool] = []
     stop_at = {5}
 
     def exchange(has_batch: bool, stop_vote: bool, frames: int, episodes: int) -> Control:
-        rounds.append(has_batch)
-        return Control(1, len(rounds) in stop_at, frames, episodes)  # a peer has a batch
+        exchanges.append(has_batch)
+        return Control(1, len(exchanges) in stop_at, frames, episodes)  # a peer has a batch
 
     monkeypatch.setattr(sync, "exchange_control", exchange)
     monkeypatch.setattr(sync, "average_gradients", lambda flat, contributed, count: None)
     unrolls = random_unrolls(2, sync.config.unroll_length, seed=0)
     assert trainer.lockstep_batch(unrolls) is False
-    assert rounds == [True] * 3 and learner.step_counter.value == 3
+    assert exchanges == [True] * 3 and learner.step_counter.value == 3
     assert learner.stats.learner_steps == 3
-    assert trainer.lockstep_batch(None) is False  # no batch here: one round, the peer's update
-    assert rounds == [True] * 3 + [False] and learner.step_counter.value == 4
-    assert trainer.lockstep_batch(unrolls) is True  # stop decided in its first round
-    assert rounds == [True] * 3 + [False, True] and learner.step_counter.value == 5
+    assert trainer.lockstep_batch(None) is False  # no batch here: one exchange, the peer's update
+    assert exchanges == [True] * 3 + [False] and learner.step_counter.value == 4
+    assert trainer.lockstep_batch(unrolls) is True  # stop decided in its first exchange
+    assert exchanges == [True] * 3 + [False, True] and learner.step_counter.value == 5
 
 
 def test_actor_picks_rank_by_index():
