@@ -2,7 +2,8 @@
 
 Starts the learner (live progress on this terminal) and an actor launcher as two OS
 processes on loopback, waits until the mean return of the last 100 episodes reaches the
-target, lets both stop cleanly, then renders the learning curve.
+target, lets both stop cleanly, then renders the learning curve. The learner trains with
+the ``cartpole`` preset: raw rewards and the values tuned to solve CartPole in few updates.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     port = free_port()
     extra = [a for a in args.learner_args if a != "--"]
     learner_cmd = [
-        sys.executable, "-m", "learner", "--env", args.env, "--port", str(port),
+        sys.executable, "-m", "learner", "--preset", "cartpole", "--env", args.env,
+        "--port", str(port),
         "--logdir", str(logdir), "--target-return", str(args.target_return),
         "--max-seconds", str(args.max_seconds), "--seed", str(args.seed), *extra,
     ]  # fmt: skip

@@ -18,6 +18,7 @@ parameters.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterable
 
@@ -130,6 +131,8 @@ class ReturnNormalizer:
             return
         mean = float((raw_returns * weight).sum()) / n
         var = float(((raw_returns - mean).pow(2) * weight).sum()) / n
+        if not math.isfinite(mean + var):
+            return  # a non-finite batch is skipped by the step; it must not poison the scale
         total = self.count + n
         delta = mean - self.mean
         m2 = self.var * self.count + var * n + delta * delta * self.count * n / total

@@ -162,10 +162,11 @@ class LearnerConfig:
     """Normalize observations by the running mean and variance of every frame the learner
     serves (kept on the learner, saved in checkpoints, applied by evaluate); each unroll
     keeps the normalized frames it was acted on, so training sees what inference saw."""
-    normalize_returns: bool = False
+    normalize_returns: bool = True
     """Divide training rewards (after scale and clip) by a running std of the discounted
-    return, clipped to [-10, 10], as PPO's VecNormalize does: for an env whose reward
-    scale is unknown. Off by default: the CartPole defaults were tuned on raw rewards."""
+    return, clipped to [-10, 10], as PPO's VecNormalize does: a new env's reward scale is
+    unknown, and on raw rewards the defaults lost a solved policy or never learned on some
+    seeds. Presets of known reward scale turn it off."""
     train: bool = True
     """Train the policy (off: inference only, for benchmarks)."""
     trainer: str = "auto"

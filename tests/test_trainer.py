@@ -19,6 +19,7 @@ from learner.parts import build_learner, make_trainer, save_checkpoint
 from learner.stats import LearnerStats
 from learner.trainer import (
     GradientBuffer,
+    ReturnNormalizer,
     Trainer,
     make_optimizer,
     scheduled_learning_rate,
@@ -34,8 +35,11 @@ T, B = 6, 3
 
 
 def _trainer(tmp_path, **overrides) -> Trainer:
+    """A small trainer on raw rewards (the loss tests pin raw-reward arithmetic; return
+    normalisation, on by default, has its own tests)."""
+    fields = {"normalize_returns": False, **overrides}
     config = LearnerConfig(
-        logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=B, **overrides
+        logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=B, **fields
     )
     return make_trainer(build_learner(config))
 
@@ -368,10 +372,12 @@ def test_auto_schedule_anneals_only_a_run_planned_to_a_frame_budget(
 
 def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path):
     """Three steps, a checkpoint, a fourth step; then resume from the checkpoint and take
-    the fourth step again: the same learning rate and bit-identical weights."""
+    the fourth step again: the same learning rate and bit-identical weights (on raw
+    rewards: the return normaliser's statistics restart with the trainer)."""
     config = LearnerConfig(
         logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=B,
         lr_schedule="linear", total_frames=10 * B * T, learning_rate=1e-2,
+        normalize_returns=False,
     )  # fmt: skip
     first = build_learner(config)
     trainer = make_trainer(first)
@@ -424,7 +430,7 @@ def test_each_batch_is_trained_updates_per_batch_times_from_the_current_weights(
     learner = build_learner(
         LearnerConfig(
             logdir=str(tmp_path / "k"), unroll_length=T, batch_size=B, max_queue_unrolls=B,
-            updates_per_batch=k,
+            updates_per_batch=k, normalize_returns=False,
         )
     )  # fmt: skip
     trainer = make_trainer(learner)
@@ -455,3 +461,15 @@ def test_reusing_a_batch_moves_the_policy_off_the_behaviour_one(tmp_path):
     rhos = [r["rho_mean"] for r in results if r is not None]
     losses = [r["loss_total"] for r in results if r is not None]
     assert len(set(rhos)) == 3 and len(set(losses)) == 3
+
+
+def test_a_non_finite_batch_leaves_the_return_scale_as_it_was():
+    """The step skips a batch with NaN rewards; its return estimates must not reach the
+    running statistics either, or every later batch would be scaled by NaN and skipped."""
+    norm = ReturnNormalizer()
+    weight = torch.ones(4)
+    norm.update(torch.tensor([1.0, 2.0, 3.0, 4.0]), weight)
+    before = (norm.count, norm.mean, norm.var, norm.scale)
+    norm.update(torch.tensor([1.0, float("nan"), 3.0, 4.0]), weight)
+    norm.update(torch.tensor([float("inf"), 2.0, 3.0, 4.0]), weight)
+    assert (norm.count, norm.mean, norm.var, norm.scale) == before

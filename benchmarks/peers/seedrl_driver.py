@@ -22,8 +22,8 @@ from typing import Any
 
 from benchmarks.peers.measure import WINDOW, emit_result, say, steady_rate
 
-DEMO = {"num_actors": 2, "envs_per_actor": 32}
-"""What ``python -m learner demo`` starts (with the learner's default config)."""
+DEMO = {"preset": "cartpole", "num_actors": 2, "envs_per_actor": 32}
+"""What ``python -m learner demo`` starts."""
 ATARI = {"env": "ALE/Pong-v5", "preset": "atari", "num_actors": 2, "envs_per_actor": 16}
 SUMMARY = {
     "cartpole": f"{DEMO['num_actors']} actors × {DEMO['envs_per_actor']} envs, make demo",
