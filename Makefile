@@ -170,9 +170,13 @@ deploy/seedrl.env deploy/k8s/seedrl.env:
 
 ## Render a bench.json as the results table of docs/performance.md: `make bench-table BENCH_JSON=bench.json`
 BENCH_JSON ?= bench.json
-.PHONY: bench-table
+.PHONY: bench-table bench-pixels-table
 bench-table: $(STAMP)
 	$(PY) benchmarks/results_table.py $(BENCH_JSON) --update docs/performance.md
+
+## The Atari pixel rows (bench-atari.json from `make bench-pixels`) as their own block.
+bench-pixels-table: $(STAMP)
+	$(PY) benchmarks/results_table.py bench-atari.json --update docs/performance.md --block bench-atari
 
 ## The GPU check's JSONs (benchmarks/results/*-$(GPU_TAG)-*) as the GPU block of docs/performance.md
 GPU_TAG ?= h200

@@ -216,11 +216,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("bench_json", help="the file make bench wrote (default name bench.json)")
     parser.add_argument("--update", metavar="PAGE", help="replace the table in this Markdown page")
+    parser.add_argument(
+        "--block",
+        default="bench-results",
+        help="the page's markers to write between (one block per benchmark, e.g. bench-atari)",
+    )
     args = parser.parse_args(argv)
     report = json.loads(Path(args.bench_json).read_text())
     block = render(report)
-    write_block(block, args.update, parser)
+    write_block(block, args.update, parser, *block_markers(args.block))
     return 0
+
+
+def block_markers(name: str) -> tuple[str, str]:
+    """Begin and end markers of a named block (``bench-results``: :data:`BEGIN`, :data:`END`)."""
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
 
 
 if __name__ == "__main__":

@@ -138,3 +138,18 @@ def test_command_updates_a_page(tmp_path: Path) -> None:
 def test_the_performance_page_has_the_markers() -> None:
     text = (ROOT / "docs" / "performance.md").read_text()
     assert text.count(BEGIN) == 1 and text.count(END) == 1 and text.index(BEGIN) < text.index(END)
+
+
+def test_a_named_block_is_written_between_its_own_markers(tmp_path: Path) -> None:
+    """One table per benchmark: the Atari bench's block leaves the CartPole one alone."""
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(_report()))
+    page = tmp_path / "performance.md"
+    atari = ("<!-- bench-atari:begin -->", "<!-- bench-atari:end -->")
+    page.write_text(f"{BEGIN}\nkept\n{END}\n{atari[0]}\n{atari[1]}\n")
+    subprocess.run(
+        [sys.executable, "benchmarks/results_table.py", str(bench), "--update", str(page),
+         "--block", "bench-atari"],
+        cwd=ROOT, check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert page.read_text() == f"{BEGIN}\nkept\n{END}\n{atari[0]}\n{render(_report())}{atari[1]}\n"
