@@ -10,6 +10,7 @@ finished training episodes, counted only once 100 have finished. ``steady_rate``
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
 import sys
@@ -90,3 +91,25 @@ def say(message: str) -> None:
     # One write per line: a peer's worker processes share the pipe and would split it.
     sys.stdout.write(PROGRESS_PREFIX + message + "\n")
     sys.stdout.flush()
+
+
+def driver_parser(prog: str) -> argparse.ArgumentParser:
+    """The flags every driver takes from the runner (``__main__.driver_args`` writes them)."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--launched-at", type=float, required=True, help="time.monotonic()")
+    parser.add_argument("--target", type=float, default=475.0)
+    parser.add_argument("--wall-cap-s", type=float, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def task_driver_parser(prog: str, run_dir_flag: str, frame_cap: int) -> argparse.ArgumentParser:
+    """:func:`driver_parser` plus what a driver of both tasks takes: the task, its run
+    directory (under the peer's own flag name), the CartPole frame cap, the Atari window."""
+    parser = driver_parser(prog)
+    parser.add_argument("task", choices=("cartpole", "atari"))
+    parser.add_argument(run_dir_flag, required=True)
+    parser.add_argument("--frame-cap", type=int, default=frame_cap)
+    parser.add_argument("--measure-s", type=float, default=60.0)
+    parser.add_argument("--warmup-s", type=float, default=20.0)
+    return parser

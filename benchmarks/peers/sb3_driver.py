@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from benchmarks.peers.measure import ReturnWindow, emit_result, say
+from benchmarks.peers.measure import ReturnWindow, driver_parser, emit_result, say
 
 ZOO_CARTPOLE: dict[str, Any] = {
     "n_envs": 8,
@@ -50,11 +50,7 @@ def zoo_value(value: Any) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers.sb3_driver")
-    parser.add_argument("--launched-at", type=float, required=True, help="time.monotonic()")
-    parser.add_argument("--target", type=float, default=475.0)
-    parser.add_argument("--wall-cap-s", type=float, required=True)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = driver_parser("python -m benchmarks.peers.sb3_driver")
     args = parser.parse_args(argv)
 
     from stable_baselines3 import PPO

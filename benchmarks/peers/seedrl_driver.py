@@ -11,7 +11,6 @@ mean reached the target is where CartPole was solved.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import threading
@@ -20,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peers.measure import WINDOW, emit_result, say, steady_rate
+from benchmarks.peers.measure import WINDOW, emit_result, say, steady_rate, task_driver_parser
 
 DEMO = {"preset": "cartpole", "num_actors": 2, "envs_per_actor": 32}
 """What ``python -m learner demo`` starts."""
@@ -106,16 +105,9 @@ def _watch(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers.seedrl_driver")
-    parser.add_argument("task", choices=("cartpole", "atari"))
-    parser.add_argument("--launched-at", type=float, required=True, help="time.monotonic()")
-    parser.add_argument("--logdir", required=True)
-    parser.add_argument("--target", type=float, default=475.0)
-    parser.add_argument("--frame-cap", type=int, default=20_000_000)
-    parser.add_argument("--wall-cap-s", type=float, required=True)
-    parser.add_argument("--measure-s", type=float, default=60.0)
-    parser.add_argument("--warmup-s", type=float, default=20.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = task_driver_parser(
+        "python -m benchmarks.peers.seedrl_driver", "--logdir", frame_cap=20_000_000
+    )
     args = parser.parse_args(argv)
 
     import learner

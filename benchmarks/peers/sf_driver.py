@@ -16,12 +16,11 @@ training iteration and ends training by lowering ``train_for_env_steps``.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.peers.measure import ReturnWindow, emit_result, say, steady_rate
+from benchmarks.peers.measure import ReturnWindow, emit_result, say, steady_rate, task_driver_parser
 
 CARTPOLE_ARGS = [
     "--algo=APPO", "--use_rnn=False", "--num_envs_per_worker=20",
@@ -48,16 +47,9 @@ def make_pong(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers.sf_driver")
-    parser.add_argument("task", choices=("cartpole", "atari"))
-    parser.add_argument("--launched-at", type=float, required=True, help="time.monotonic()")
-    parser.add_argument("--train-dir", required=True)
-    parser.add_argument("--target", type=float, default=475.0)
-    parser.add_argument("--frame-cap", type=int, default=2_000_000)
-    parser.add_argument("--wall-cap-s", type=float, required=True)
-    parser.add_argument("--measure-s", type=float, default=60.0)
-    parser.add_argument("--warmup-s", type=float, default=20.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = task_driver_parser(
+        "python -m benchmarks.peers.sf_driver", "--train-dir", frame_cap=2_000_000
+    )
     args = parser.parse_args(argv)
 
     from sample_factory.algo.runners.runner import AlgoObserver, Runner
