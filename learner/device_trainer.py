@@ -29,7 +29,7 @@ import torch
 from learner import checkpoint
 from learner.inference import StepCounter
 from learner.stats import LearnerStats
-from learner.trainer import Trainer
+from learner.trainer import Trainer, stack_frames
 from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
 from seedrl.config import LearnerConfig
 from seedrl.models import ActionHead, ActorCritic
@@ -46,9 +46,15 @@ def copy_for_inference(model: ActorCritic) -> ActorCritic:
 
 
 class _StagedBatch:
-    """A batch of unrolls in host memory the device can read directly (pinned on CUDA)."""
+    """A batch of unrolls in host memory the device can read directly (pinned on CUDA).
+
+    Unrolls stored as single frames travel as frames; their stacks are rebuilt on the
+    device, as the other trainers do.
+    """
 
     def __init__(self, empty: Unrolls, pinned: bool) -> None:
+        self.frame_stack = empty.frame_stack
+
         def host(array: Any) -> torch.Tensor:
             return torch.empty(array.shape, dtype=torch.from_numpy(array).dtype, pin_memory=pinned)
 
@@ -85,10 +91,9 @@ class _StagedBatch:
         self, device: torch.device, stream: torch.cuda.Stream | None
     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
         """Time-major device tensors ``[T+1, B, ...]`` (asynchronous from pinned memory)."""
-        batch = {
-            name: t.to(device, non_blocking=True).transpose(0, 1)
-            for name, t in self.tensors.items()
-        }
+        sent = {name: t.to(device, non_blocking=True) for name, t in self.tensors.items()}
+        sent["obs"] = stack_frames(sent["obs"], self.tensors["first"].numpy(), self.frame_stack)
+        batch = {name: t.transpose(0, 1) for name, t in sent.items()}
         core = tuple(s.to(device, non_blocking=True) for s in self.core_state)
         if stream is not None:
             self.copied = torch.cuda.Event()

@@ -22,6 +22,7 @@ import math
 import threading
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 
 from learner import checkpoint
@@ -45,8 +46,9 @@ def to_time_major(unrolls: Unrolls, device: torch.device) -> dict[str, torch.Ten
     def tm(array) -> torch.Tensor:
         return torch.from_numpy(array).to(device, non_blocking=True).transpose(0, 1)
 
+    frames = torch.from_numpy(unrolls.obs).to(device, non_blocking=True)
     return {
-        "obs": _stacked(unrolls, device).transpose(0, 1),
+        "obs": stack_frames(frames, unrolls.first, unrolls.frame_stack).transpose(0, 1),
         "first": tm(unrolls.first),
         "reward": tm(unrolls.reward),
         "terminated": tm(unrolls.terminated),
@@ -56,17 +58,20 @@ def to_time_major(unrolls: Unrolls, device: torch.device) -> dict[str, torch.Ten
     }
 
 
-def _stacked(unrolls: Unrolls, device: torch.device) -> torch.Tensor:
-    """The observations ``[B, T+1, *O]`` on ``device``, as
-    :func:`~learner.trajectories.stack_unroll_frames` rebuilds them from frames."""
-    frames = torch.from_numpy(unrolls.obs).to(device, non_blocking=True)
-    depth = unrolls.frame_stack
+def stack_frames(frames: torch.Tensor, first: np.ndarray, depth: int) -> torch.Tensor:
+    """Batch-major observations ``[B, T+1, *O]`` from stored frames ``[B, T+D, *F]`` (already
+    on their device), as :func:`~learner.trajectories.stack_unroll_frames` rebuilds them;
+    ``first`` is the unrolls' ``[B, T+1]`` episode starts. Depth 1: the frames as they are.
+
+    Every trainer rebuilds stacks with this one function, so what it trains on cannot
+    depend on which trainer the device picked.
+    """
     if depth == 1:
         return frames
-    keep_BRD = torch.from_numpy(stacked_plane_mask(unrolls.first, depth)).to(device)
+    keep_BRD = torch.from_numpy(stacked_plane_mask(first, depth)).to(frames.device)
     windows = frames.unfold(1, depth, 1).movedim(-1, 2)  # [B, T+1, D, *F]
     keep = keep_BRD.view(*keep_BRD.shape, *(1,) * (frames.dim() - 2))
-    return torch.where(keep, windows, torch.zeros((), dtype=frames.dtype, device=device))
+    return torch.where(keep, windows, torch.zeros((), dtype=frames.dtype, device=frames.device))
 
 
 class GradientBuffer:

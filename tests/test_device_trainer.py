@@ -25,6 +25,7 @@ from learner.device_trainer import DeviceTrainer
 from learner.parts import Learner, make_trainer, trainer_mode
 from learner.run import choose_trainer, make_engine
 from learner.trainer_process import TrainerProcess
+from learner.trajectories import Unrolls
 from seedrl.config import LearnerConfig
 from seedrl.models import resolve_precision
 from seedrl.policy import NumpyMLPPolicy, TorchPolicy, inference_policy
@@ -114,6 +115,39 @@ def test_device_trainer_steps_exactly_as_the_thread_trainer(tmp_path):
         b = thread.train_step(random_unrolls(B, T, seed))
         assert a == b
     assert _same(_weights(device_learner.model), _weights(thread_learner.model))
+
+
+def _frame_unrolls(learner: Learner, seed: int) -> Unrolls:
+    """Unrolls as a frame-once Atari learner stores them: single frames, episodes starting
+    inside the unroll (so some stacked planes are the zeros of a fresh stack)."""
+    rng = np.random.default_rng(seed)
+    unrolls = learner.builder.empty_unrolls(B)
+    unrolls.obs[...] = rng.integers(0, 256, unrolls.obs.shape, dtype=np.uint8)
+    unrolls.first[:, [2, T - 1]] = True
+    unrolls.reward[...] = rng.normal(size=unrolls.reward.shape)
+    unrolls.action[...] = rng.integers(0, 6, unrolls.action.shape)
+    unrolls.policy_params[...] = rng.normal(size=unrolls.policy_params.shape)
+    return unrolls
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda_only)])
+def test_device_trainer_rebuilds_frame_stacks_as_the_thread_trainer(tmp_path, device):
+    """A frame-once Atari learner stages single frames: the device trainer must train on
+    the rebuilt stacks, as the thread trainer does (it once fed the frames to the CNN)."""
+    pytest.importorskip("ale_py")
+    atari = {"env": "ALE/Pong-v5", "model": "cnn", "device": device, "precision": "fp32"}
+    device_learner = _learner(tmp_path / "device", **atari)
+    thread_learner = _learner(tmp_path / "thread", trainer="thread", **atari)
+    assert device_learner.builder.frame_stack == 4
+    trainer, thread = _device_trainer(device_learner), make_trainer(thread_learner)
+    for seed in range(3):  # more batches than staging buffers: each is reused
+        a = trainer.train_step(_frame_unrolls(device_learner, seed))
+        b = thread.train_step(_frame_unrolls(thread_learner, seed))
+        assert a is not None and b is not None
+        assert a.keys() == b.keys()
+        np.testing.assert_allclose(list(a.values()), list(b.values()), rtol=1e-4, atol=1e-6)
+    for x, y in zip(_weights(device_learner.model), _weights(thread_learner.model), strict=True):
+        torch.testing.assert_close(x, y)
 
 
 def test_running_device_trainer_trains_from_the_queue_and_checkpoints(tmp_path):
