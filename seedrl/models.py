@@ -170,7 +170,14 @@ def choose_torso(obs_spec: pb.SpaceSpec, requested: str) -> str:
 
 
 class NatureCNN(nn.Module):
-    """The Nature-DQN encoder (Mnih et al. 2015); input ``[N, C, H, W]`` scaled to [0, 1]."""
+    """The Nature-DQN encoder (Mnih et al. 2015); input ``[N, C, H, W]`` scaled to [0, 1].
+
+    Initialised orthogonally with the ReLU gain and zero biases, as the Atari agents of
+    OpenAI Baselines, SB3 and CleanRL are: under PyTorch's default init each of its four
+    layers shrinks the signal, and on Atari frames (mostly the same background) the
+    features barely differ between observations, so the policy can only learn a
+    state-independent action preference at first.
+    """
 
     def __init__(self, in_channels: int, height: int, width: int, out_size: int = 512) -> None:
         super().__init__()
@@ -187,6 +194,10 @@ class NatureCNN(nn.Module):
             flat = self.conv(torch.zeros(1, in_channels, height, width)).shape[-1]
         self.fc = nn.Sequential(nn.Linear(flat, out_size), nn.ReLU())
         self.out_size = out_size
+        for layer in self.modules():
+            if isinstance(layer, nn.Conv2d | nn.Linear):
+                nn.init.orthogonal_(layer.weight, gain=nn.init.calculate_gain("relu"))
+                nn.init.zeros_(layer.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.conv(x))

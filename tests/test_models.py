@@ -16,6 +16,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from learner.batcher import PendingRequest
 from learner.inference import Connection, FramePayload, InferenceEngine, StepCounter
@@ -23,7 +24,14 @@ from learner.stats import LearnerStats
 from learner.trainer import to_time_major
 from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
 from seedrl import cpu_kernels, models
-from seedrl.models import ActorCritic, ModelSpec, action_head, build_model, choose_torso
+from seedrl.models import (
+    ActorCritic,
+    ModelSpec,
+    NatureCNN,
+    action_head,
+    build_model,
+    choose_torso,
+)
 from seedrl.proto import seedrl_pb2 as pb
 
 T = 6
@@ -574,3 +582,29 @@ def test_cnn_forward_is_the_same_in_either_input_layout(monkeypatch):
     torch.testing.assert_close(v1, v2, rtol=1e-4, atol=1e-5)
     for a, b in zip(g1, g2, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_nature_cnn_starts_orthogonal_so_atari_frames_give_distinct_features():
+    """Each layer of the Atari encoder is orthogonal with the ReLU gain and has zero biases;
+    under PyTorch's default init its features on near-identical frames were almost equal."""
+    torch.manual_seed(0)
+    cnn = NatureCNN(4, 84, 84)
+    gain_sq = nn.init.calculate_gain("relu") ** 2
+    layers = [m for m in cnn.modules() if isinstance(m, nn.Conv2d | nn.Linear)]
+    assert len(layers) == 4
+    for layer in layers:
+        w = layer.weight.detach().flatten(1)
+        small = w if w.shape[0] <= w.shape[1] else w.T
+        torch.testing.assert_close(
+            small @ small.T, gain_sq * torch.eye(len(small)), atol=1e-4, rtol=0
+        )
+        assert not layer.bias.any()
+    # A dark background with one small bright object moved around: the features must
+    # tell the frames apart by far more than float noise.
+    frames = torch.full((8, 4, 84, 84), 0.34)
+    for i in range(8):
+        frames[i, :, 8 * i : 8 * i + 8, 30:38] = 0.9
+    with torch.no_grad():
+        features = cnn(frames)
+    spread = features.std(0).mean().item()
+    assert spread > 0.01, spread  # the default init gave about 0.001
