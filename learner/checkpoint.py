@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from learner.normalize import ReturnNormalizer
 from seedrl import codec
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -35,6 +36,8 @@ class TrainingState:
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any]
     learner_steps: int
+    return_normalizer: dict[str, torch.Tensor] | None = None
+    """The running return statistics (``--normalize-returns``), else None."""
 
 
 def capture(
@@ -42,6 +45,7 @@ def capture(
     optimizer: torch.optim.Optimizer,
     weights_lock: AbstractContextManager[Any],
     learner_steps: Callable[[], int],
+    return_normalizer: ReturnNormalizer | None = None,
 ) -> TrainingState:
     """A consistent CPU copy of the training state, taken under the weights lock (fast copies)."""
     with weights_lock:
@@ -49,12 +53,13 @@ def capture(
             model={k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
             optimizer=_to_cpu(optimizer.state_dict()),
             learner_steps=learner_steps(),
+            return_normalizer=None if return_normalizer is None else return_normalizer.state_dict(),
         )
 
 
 def snapshot(training: TrainingState, **extra: Any) -> dict[str, Any]:
     """The checkpoint dict: the training state, this process's torch RNG, and ``extra``."""
-    return {
+    state = {
         "format": FORMAT,
         "version": VERSION,
         "model": training.model,
@@ -63,6 +68,9 @@ def snapshot(training: TrainingState, **extra: Any) -> dict[str, Any]:
         "torch_rng": torch.get_rng_state(),
         **extra,
     }
+    if training.return_normalizer is not None:
+        state["return_normalizer"] = training.return_normalizer
+    return state
 
 
 def _to_cpu(obj: Any) -> Any:

@@ -28,6 +28,7 @@ import torch
 
 from learner import checkpoint
 from learner.inference import StepCounter
+from learner.normalize import ReturnNormalizer
 from learner.stats import LearnerStats
 from learner.trainer import Trainer, stack_frames
 from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
@@ -123,10 +124,11 @@ class DeviceTrainer(Trainer):
         inference_step: StepCounter,
         inference_model: ActorCritic,
         builder: TrajectoryBuilder,
+        return_normalizer: ReturnNormalizer | None = None,
     ) -> None:
         super().__init__(
             config, model, head, optimizer, device, queue, stats,
-            threading.Lock(), StepCounter(inference_step.value),
+            threading.Lock(), StepCounter(inference_step.value), return_normalizer,
         )  # fmt: skip
         # ``self.weights_lock`` (the base class's) now orders only this trainer's own
         # update against checkpoints; ``handoff_lock`` orders it against inference's copy.
@@ -185,8 +187,9 @@ class DeviceTrainer(Trainer):
                 self.stream.synchronize()  # the last issued step has landed in the weights
             steps = self.step_counter.value
             return checkpoint.capture(
-                self.model, self.optimizer, contextlib.nullcontext(), lambda: steps
-            )
+                self.model, self.optimizer, contextlib.nullcontext(), lambda: steps,
+                self.return_normalizer,
+            )  # fmt: skip
 
     # ------------------------------------------------------------------ the inference side
 

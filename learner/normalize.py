@@ -1,4 +1,5 @@
-"""Observation normalisation (``--normalize-observations``): running statistics on the learner.
+"""Running statistics on the learner: observations (``--normalize-observations``) and
+the return scale that training rewards are divided by (``--normalize-returns``).
 
 The learner sees every frame it serves, so it keeps the per-element mean and variance of
 the observations there (the actors stay as they are) and feeds the network
@@ -13,6 +14,7 @@ Shape suffixes: B frames in a batch, O observation dims.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -106,3 +108,58 @@ class ObservationNormalizer:
                 f"observation statistics of shape {tuple(mean.shape)}, expected {self.obs_shape}"
             )
         self._state = (int(state["count"]), mean, m2)
+
+
+class ReturnNormalizer:
+    """Running scale of the discounted return, to divide training rewards by.
+
+    A new env's reward scale is unknown: rewards of thousands swamp the value loss and
+    the clipped gradient, rewards of 1e-3 vanish under the entropy bonus. Like PPO's
+    VecNormalize, rewards are divided by a running std of the discounted return (no
+    mean subtracted, so signs stay), and the result is clipped to +-``clip``. The
+    return estimates are the V-trace targets of each batch, brought back to raw reward
+    units, so no per-env state is needed. The statistics are checkpointed with the
+    weights: a resumed run goes on with the scale it trained at.
+    """
+
+    def __init__(self, clip: float = 10.0, epsilon: float = 1e-8) -> None:
+        self.clip = clip
+        self.epsilon = epsilon
+        self.count = 0.0
+        self.mean = 0.0
+        self.var = 1.0
+        self.scale = 1.0
+        """Current multiplier of raw rewards (1 until the first update)."""
+
+    def normalize(self, reward: torch.Tensor) -> torch.Tensor:
+        if not self.count:
+            return reward  # no statistics yet: a clip now would hide the scale from them
+        return (reward * self.scale).clamp(-self.clip, self.clip)
+
+    def update(self, raw_returns: torch.Tensor, weight: torch.Tensor) -> None:
+        """Fold a batch of raw-unit return estimates (``weight`` 1 where valid) in."""
+        n = float(weight.sum())
+        if n < 1:
+            return
+        mean = float((raw_returns * weight).sum()) / n
+        var = float(((raw_returns - mean).pow(2) * weight).sum()) / n
+        if not math.isfinite(mean + var):
+            return  # a non-finite batch is skipped by the step; it must not poison the scale
+        total = self.count + n
+        delta = mean - self.mean
+        m2 = self.var * self.count + var * n + delta * delta * self.count * n / total
+        self.mean += delta * n / total
+        self.var = m2 / total
+        self.count = total
+        self.scale = 1.0 / (self.var + self.epsilon) ** 0.5
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The statistics as tensors, for a checkpoint (``torch.load(weights_only=True)``)."""
+        return {
+            name: torch.tensor(value, dtype=torch.float64)
+            for name, value in (("count", self.count), ("mean", self.mean), ("var", self.var))
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.count, self.mean, self.var = (float(state[k]) for k in ("count", "mean", "var"))
+        self.scale = 1.0 / (self.var + self.epsilon) ** 0.5 if self.count else 1.0

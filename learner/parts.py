@@ -23,7 +23,7 @@ import torch
 from learner import checkpoint
 from learner.allocator import keep_freed_memory
 from learner.inference import StepCounter
-from learner.normalize import ObservationNormalizer, normalized_space
+from learner.normalize import ObservationNormalizer, ReturnNormalizer, normalized_space
 from learner.stats import LearnerStats
 from learner.trainer import Trainer, apply_optimizer_settings, make_optimizer
 from learner.trajectories import TrajectoryBuilder, UnrollQueue, stored_frame_stack
@@ -58,6 +58,7 @@ class Learner:
     step_counter: StepCounter
     weights_lock: threading.Lock
     normalizer: ObservationNormalizer | None = None
+    return_normalizer: ReturnNormalizer | None = None
     learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -82,10 +83,13 @@ def build_learner(config: LearnerConfig) -> Learner:
     optimizer = make_optimizer(model, config)
     stats = LearnerStats()
     step_counter = StepCounter()
+    return_normalizer = ReturnNormalizer() if config.normalize_returns else None
     if config.resume and config.checkpoint_path.exists():
         saved = restore(
             config.checkpoint_path, model, optimizer, stats, step_counter, env_spec, normalizer
         )
+        if return_normalizer is not None and "return_normalizer" in saved:
+            return_normalizer.load_state_dict(saved["return_normalizer"])
         apply_optimizer_settings(optimizer, config)
         lr_state = lr_schedule_state(config)
         saved_lr_state = saved.get("lr_schedule", lr_state)
@@ -117,6 +121,7 @@ def build_learner(config: LearnerConfig) -> Learner:
         step_counter=step_counter,
         weights_lock=threading.Lock(),
         normalizer=normalizer,
+        return_normalizer=return_normalizer,
     )
 
 
@@ -125,6 +130,7 @@ def make_trainer(learner: Learner, trainer_cls: Callable[..., Trainer] = Trainer
     return trainer_cls(
         learner.config, learner.model, learner.head, learner.optimizer, learner.device,
         learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
+        learner.return_normalizer,
     )  # fmt: skip
 
 
@@ -201,6 +207,7 @@ def save_checkpoint(
             learner.optimizer,
             learner.weights_lock,
             lambda: learner.step_counter.value,
+            learner.return_normalizer,
         )
     frames, episodes = counters or (stats.frames, stats.episodes)
     extra: dict[str, Any] = {"lr_schedule": lr_schedule_state(learner.config)}

@@ -114,7 +114,7 @@ def choose_trainer(learner: Learner) -> AnyTrainer:
         return DeviceTrainer(
             learner.config, learner.model, learner.head, learner.optimizer, learner.device,
             learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
-            copy_for_inference(learner.model), learner.builder,
+            copy_for_inference(learner.model), learner.builder, learner.return_normalizer,
         )  # fmt: skip
     return TrainerProcess(learner)
 

@@ -18,7 +18,6 @@ parameters.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Iterable
 
@@ -27,6 +26,7 @@ import torch
 
 from learner import checkpoint
 from learner.inference import StepCounter
+from learner.normalize import ReturnNormalizer
 from learner.stats import LearnerStats
 from learner.trajectories import UnrollQueue, Unrolls, stacked_plane_mask
 from seedrl import vtrace
@@ -104,49 +104,6 @@ class GradientBuffer:
         return total
 
 
-class ReturnNormalizer:
-    """Running scale of the discounted return, to divide training rewards by.
-
-    A new env's reward scale is unknown: rewards of thousands swamp the value loss and
-    the clipped gradient, rewards of 1e-3 vanish under the entropy bonus. Like PPO's
-    VecNormalize, rewards are divided by a running std of the discounted return (no
-    mean subtracted, so signs stay), and the result is clipped to +-``clip``. The
-    return estimates are the V-trace targets of each batch, brought back to raw reward
-    units, so no per-env state is needed; the statistics restart with the trainer.
-    """
-
-    def __init__(self, clip: float = 10.0, epsilon: float = 1e-8) -> None:
-        self.clip = clip
-        self.epsilon = epsilon
-        self.count = 0.0
-        self.mean = 0.0
-        self.var = 1.0
-        self.scale = 1.0
-        """Current multiplier of raw rewards (1 until the first update)."""
-
-    def normalize(self, reward: torch.Tensor) -> torch.Tensor:
-        if not self.count:
-            return reward  # no statistics yet: a clip now would hide the scale from them
-        return (reward * self.scale).clamp(-self.clip, self.clip)
-
-    def update(self, raw_returns: torch.Tensor, weight: torch.Tensor) -> None:
-        """Fold a batch of raw-unit return estimates (``weight`` 1 where valid) in."""
-        n = float(weight.sum())
-        if n < 1:
-            return
-        mean = float((raw_returns * weight).sum()) / n
-        var = float(((raw_returns - mean).pow(2) * weight).sum()) / n
-        if not math.isfinite(mean + var):
-            return  # a non-finite batch is skipped by the step; it must not poison the scale
-        total = self.count + n
-        delta = mean - self.mean
-        m2 = self.var * self.count + var * n + delta * delta * self.count * n / total
-        self.mean += delta * n / total
-        self.var = m2 / total
-        self.count = total
-        self.scale = 1.0 / (self.var + self.epsilon) ** 0.5
-
-
 class Trainer:
     """V-trace actor-critic learner over the shared model."""
 
@@ -161,7 +118,10 @@ class Trainer:
         stats: LearnerStats,
         weights_lock: threading.Lock,
         step_counter: StepCounter,
+        return_normalizer: ReturnNormalizer | None = None,
     ) -> None:
+        """``return_normalizer``: the statistics to go on with (a resumed learner's); fresh
+        ones when None and ``--normalize-returns`` is on."""
         self.config = config
         self.model = model
         self.head = head
@@ -176,7 +136,9 @@ class Trainer:
         self.frames_per_step = config.batch_size * config.unroll_length / config.updates_per_batch
         """New transitions per optimizer step (the linear schedule's clock): a batch reused
         for K steps advances the clock by its frames once, not K times."""
-        self.return_normalizer = ReturnNormalizer() if config.normalize_returns else None
+        if return_normalizer is None and config.normalize_returns:
+            return_normalizer = ReturnNormalizer()
+        self.return_normalizer = return_normalizer
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
@@ -365,8 +327,9 @@ class Trainer:
     def training_state(self) -> checkpoint.TrainingState:
         """Weights, optimizer state and step count as of the last whole step."""
         return checkpoint.capture(
-            self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value
-        )
+            self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value,
+            self.return_normalizer,
+        )  # fmt: skip
 
 
 def policy_lag(step: int, unrolls: Unrolls) -> float:

@@ -47,6 +47,7 @@ import torch.multiprocessing as mp
 from learner import checkpoint
 from learner.allocator import keep_freed_memory
 from learner.inference import StepCounter
+from learner.normalize import ReturnNormalizer
 from learner.stats import LearnerStats
 from learner.trainer import Trainer, make_optimizer
 from learner.trajectories import UnrollQueue, Unrolls
@@ -155,6 +156,8 @@ class TrainerProcess:
         self.stats = learner.stats
         self.weights_lock = learner.weights_lock
         self.step_counter = step_counter
+        self.return_normalizer = learner.return_normalizer
+        """The statistics the child starts from; it trains on (and checkpoints) its own."""
         self.error: BaseException | None = None
         self._ctx = mp.get_context("spawn")
         empty = learner.builder.empty_unrolls(config.batch_size)
@@ -185,8 +188,9 @@ class TrainerProcess:
     def start(self) -> None:
         """Spawn the child and the feeder and receiver threads."""
         initial = checkpoint.capture(
-            self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value
-        )
+            self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value,
+            self.return_normalizer,
+        )  # fmt: skip
         args = _ChildArgs(
             config=self.config,
             model_spec=self.model.spec,
@@ -270,8 +274,9 @@ class TrainerProcess:
             return self._final_state
         if self._process is None:  # never started: the state it would start from
             return checkpoint.capture(
-                self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value
-            )
+                self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value,
+                self.return_normalizer,
+            )  # fmt: skip
         with self._state_lock:
             if not self.alive or self._stopping.is_set():
                 return self._final_state
@@ -399,12 +404,16 @@ def _train_until_stopped(args: _ChildArgs, commands: Connection, results: Connec
     model.load_state_dict(initial.model)
     optimizer.load_state_dict(initial.optimizer)
     steps = StepCounter(initial.learner_steps)
+    return_normalizer = None
+    if initial.return_normalizer is not None:
+        return_normalizer = ReturnNormalizer()
+        return_normalizer.load_state_dict(initial.return_normalizer)
     # The child's only thread needs no real lock, and batches come from the slots, not
     # from the Trainer's own queue: both arguments are there for the thread's sake.
     lock = threading.Lock()
     trainer = Trainer(
         config, model, args.head, optimizer, device,
-        UnrollQueue(1), LearnerStats(), lock, steps,
+        UnrollQueue(1), LearnerStats(), lock, steps, return_normalizer,
     )  # fmt: skip
     views = [slot.view() for slot in args.slots]
     params = list(model.state_dict().values())

@@ -197,7 +197,8 @@ class NatureCNN(nn.Module):
         for layer in self.modules():
             if isinstance(layer, nn.Conv2d | nn.Linear):
                 nn.init.orthogonal_(layer.weight, gain=nn.init.calculate_gain("relu"))
-                nn.init.zeros_(layer.bias)
+                if layer.bias is not None:
+                    nn.init.zeros_(layer.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.conv(x))

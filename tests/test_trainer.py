@@ -15,11 +15,11 @@ from support import random_unrolls, wait_until
 from learner import checkpoint
 from learner.batcher import PendingRequest
 from learner.inference import Connection, FramePayload, InferenceEngine, StepCounter
+from learner.normalize import ReturnNormalizer
 from learner.parts import build_learner, make_trainer, save_checkpoint
 from learner.stats import LearnerStats
 from learner.trainer import (
     GradientBuffer,
-    ReturnNormalizer,
     Trainer,
     make_optimizer,
     scheduled_learning_rate,
@@ -370,14 +370,15 @@ def test_auto_schedule_anneals_only_a_run_planned_to_a_frame_budget(
     assert scheduled_learning_rate(config, 5, frames_per_step=100) == pytest.approx(expected)
 
 
-def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path):
+@pytest.mark.parametrize("normalize_returns", [False, True])
+def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path, normalize_returns):
     """Three steps, a checkpoint, a fourth step; then resume from the checkpoint and take
-    the fourth step again: the same learning rate and bit-identical weights (on raw
-    rewards: the return normaliser's statistics restart with the trainer)."""
+    the fourth step again: the same learning rate and bit-identical weights (with
+    normalised returns only if the return statistics came back with the weights)."""
     config = LearnerConfig(
         logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=B,
         lr_schedule="linear", total_frames=10 * B * T, learning_rate=1e-2,
-        normalize_returns=False,
+        normalize_returns=normalize_returns,
     )  # fmt: skip
     first = build_learner(config)
     trainer = make_trainer(first)
@@ -395,6 +396,9 @@ def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path):
     uninterrupted = trainer.train_step(_unrolls(3))
 
     resumed = make_trainer(build_learner(dataclasses.replace(config, resume=True)))
+    if normalize_returns:
+        assert trainer.return_normalizer is not None and resumed.return_normalizer is not None
+        assert resumed.return_normalizer.count == 3 * B * T  # every row of three batches
     again = resumed.train_step(_unrolls(3))
     assert uninterrupted is not None and again is not None
     assert again["learning_rate"] == uninterrupted["learning_rate"] == pytest.approx(7e-3)

@@ -13,6 +13,7 @@ import pytest
 import torch
 from support import random_unrolls, small_learner, wait_until
 
+from learner import checkpoint
 from learner.parts import Learner, make_trainer
 from learner.run import choose_trainer, write_checkpoint
 from learner.trainer_process import TrainerProcess
@@ -173,6 +174,26 @@ def test_resume_starts_the_child_from_the_checkpoint(tmp_path):
         _train(resumed, _unrolls(1), steps_after=2)
         state = again.training_state()
         assert state is not None and state.learner_steps == 2
+
+
+def test_the_childs_return_statistics_are_checkpointed_and_resumed(tmp_path):
+    """The child keeps the running return scale: a checkpoint takes the child's, and a
+    resumed child goes on from it rather than from nothing."""
+    learner = _learner(tmp_path, normalize_returns=True)
+    with _running(learner) as trainer:
+        _train(learner, _unrolls(0), steps_after=1)
+    write_checkpoint(learner, trainer, None)
+    saved = checkpoint.load(learner.config.checkpoint_path)["return_normalizer"]
+    assert float(saved["count"]) == B * T and float(saved["var"]) > 0
+
+    resumed = _learner(tmp_path, normalize_returns=True, resume=True)
+    assert resumed.return_normalizer is not None
+    assert resumed.return_normalizer.count == B * T
+    with _running(resumed) as again:
+        _train(resumed, _unrolls(1), steps_after=2)
+        state = again.training_state()
+    assert state is not None and state.return_normalizer is not None
+    assert float(state.return_normalizer["count"]) == 2 * B * T
 
 
 def test_trainer_mode_is_checked(tmp_path):
