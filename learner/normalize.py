@@ -128,8 +128,11 @@ class ReturnNormalizer:
         self.count = 0.0
         self.mean = 0.0
         self.var = 1.0
-        self.scale = 1.0
+
+    @property
+    def scale(self) -> float:
         """Current multiplier of raw rewards (1 until the first update)."""
+        return 1.0 / (self.var + self.epsilon) ** 0.5 if self.count else 1.0
 
     def normalize(self, reward: torch.Tensor) -> torch.Tensor:
         if not self.count:
@@ -151,7 +154,6 @@ class ReturnNormalizer:
         self.mean += delta * n / total
         self.var = m2 / total
         self.count = total
-        self.scale = 1.0 / (self.var + self.epsilon) ** 0.5
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The statistics as tensors, for a checkpoint (``torch.load(weights_only=True)``)."""
@@ -162,4 +164,3 @@ class ReturnNormalizer:
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.count, self.mean, self.var = (float(state[k]) for k in ("count", "mean", "var"))
-        self.scale = 1.0 / (self.var + self.epsilon) ** 0.5 if self.count else 1.0
