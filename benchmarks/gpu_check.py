@@ -406,11 +406,7 @@ def _time_one(preset: str, device: str, precision: str, cap: float) -> dict[str,
     row["train_step_thread_ms"], row["train_steps_timed"] = ms, n
     if device == "cuda":
         twin = copy_for_inference(learner.model)
-        resident = DeviceTrainer(
-            config, learner.model, head, learner.optimizer, learner.device,
-            learner.queue, learner.stats, learner.weights_lock,
-            learner.step_counter, twin, builder,
-        )  # fmt: skip
+        resident = DeviceTrainer(learner.trainer_parts(), twin, builder)
         row["train_step_device_ms"], _ = _median_time(
             lambda: resident.train_step(unrolls), sync, 50, cap
         )

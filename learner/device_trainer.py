@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import threading
 from typing import Any
 
@@ -28,12 +29,9 @@ import torch
 
 from learner import checkpoint
 from learner.inference import StepCounter
-from learner.normalize import ReturnNormalizer
-from learner.stats import LearnerStats
-from learner.trainer import Trainer, stack_frames
-from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
-from seedrl.config import LearnerConfig
-from seedrl.models import ActionHead, ActorCritic
+from learner.trainer import Trainer, TrainerParts, stack_frames
+from learner.trajectories import TrajectoryBuilder, Unrolls
+from seedrl.models import ActorCritic
 
 STAGING_BUFFERS = 2
 """Pinned batches in turn: one is filled while the other's copy to the device runs."""
@@ -112,29 +110,22 @@ class DeviceTrainer(Trainer):
     """
 
     def __init__(
-        self,
-        config: LearnerConfig,
-        model: ActorCritic,
-        head: ActionHead,
-        optimizer: torch.optim.Optimizer,
-        device: torch.device,
-        queue: UnrollQueue,
-        stats: LearnerStats,
-        weights_lock: threading.Lock,
-        inference_step: StepCounter,
-        inference_model: ActorCritic,
-        builder: TrajectoryBuilder,
-        return_normalizer: ReturnNormalizer | None = None,
+        self, parts: TrainerParts, inference_model: ActorCritic, builder: TrajectoryBuilder
     ) -> None:
+        """``parts.weights_lock`` and ``parts.step_counter`` are the ones inference holds;
+        the trainer keeps its own lock and counter and hands finished steps over."""
+        inference_step = parts.step_counter
         super().__init__(
-            config, model, head, optimizer, device, queue, stats,
-            threading.Lock(), StepCounter(inference_step.value), return_normalizer,
-        )  # fmt: skip
+            dataclasses.replace(
+                parts, weights_lock=threading.Lock(), step_counter=StepCounter(inference_step.value)
+            )
+        )
         # ``self.weights_lock`` (the base class's) now orders only this trainer's own
         # update against checkpoints; ``handoff_lock`` orders it against inference's copy.
-        self.handoff_lock = weights_lock
+        self.handoff_lock = parts.weights_lock
         self.inference_model = inference_model
         self.inference_step = inference_step
+        config, device, model = parts.config, parts.device, parts.model
         cuda = device.type == "cuda"
         self.stream: torch.cuda.Stream | None = torch.cuda.Stream(device) if cuda else None
         self._stepped = torch.cuda.Event() if cuda else None

@@ -164,3 +164,12 @@ class ReturnNormalizer:
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.count, self.mean, self.var = (float(state[k]) for k in ("count", "mean", "var"))
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, torch.Tensor] | None) -> ReturnNormalizer | None:
+        """The normaliser a checkpoint's ``state`` describes; None for a run without one."""
+        if state is None:
+            return None
+        normalizer = cls()
+        normalizer.load_state_dict(state)
+        return normalizer

@@ -25,7 +25,7 @@ from learner.allocator import keep_freed_memory
 from learner.inference import StepCounter
 from learner.normalize import ObservationNormalizer, ReturnNormalizer, normalized_space
 from learner.stats import LearnerStats
-from learner.trainer import Trainer, apply_optimizer_settings, make_optimizer
+from learner.trainer import Trainer, TrainerParts, apply_optimizer_settings, make_optimizer
 from learner.trajectories import TrajectoryBuilder, UnrollQueue, stored_frame_stack
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, to_json_dict
@@ -60,6 +60,21 @@ class Learner:
     normalizer: ObservationNormalizer | None = None
     return_normalizer: ReturnNormalizer | None = None
     learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def trainer_parts(self) -> TrainerParts:
+        """What a trainer of this learner's shared model is built from."""
+        return TrainerParts(
+            config=self.config,
+            model=self.model,
+            head=self.head,
+            optimizer=self.optimizer,
+            device=self.device,
+            queue=self.queue,
+            stats=self.stats,
+            weights_lock=self.weights_lock,
+            step_counter=self.step_counter,
+            return_normalizer=self.return_normalizer,
+        )
 
 
 def build_learner(config: LearnerConfig) -> Learner:
@@ -127,11 +142,7 @@ def build_learner(config: LearnerConfig) -> Learner:
 
 def make_trainer(learner: Learner, trainer_cls: Callable[..., Trainer] = Trainer) -> Trainer:
     """The trainer over a learner's shared model, queue and counters."""
-    return trainer_cls(
-        learner.config, learner.model, learner.head, learner.optimizer, learner.device,
-        learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
-        learner.return_normalizer,
-    )  # fmt: skip
+    return trainer_cls(learner.trainer_parts())
 
 
 def trainer_mode(config: LearnerConfig, device: torch.device, ranked: bool = False) -> str:

@@ -112,10 +112,8 @@ def choose_trainer(learner: Learner) -> AnyTrainer:
         return make_trainer(learner)
     if mode == "device":
         return DeviceTrainer(
-            learner.config, learner.model, learner.head, learner.optimizer, learner.device,
-            learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
-            copy_for_inference(learner.model), learner.builder, learner.return_normalizer,
-        )  # fmt: skip
+            learner.trainer_parts(), copy_for_inference(learner.model), learner.builder
+        )
     return TrainerProcess(learner)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -104,38 +105,47 @@ class GradientBuffer:
         return total
 
 
+@dataclass(frozen=True)
+class TrainerParts:
+    """What a trainer is built from: the model and optimizer it steps, where its batches
+    come from, and what it shares with inference (the lock around a weight update and the
+    step counter). One value, so the thread, device, ranked and child-process trainers
+    are all built the same way and none depends on an argument order."""
+
+    config: LearnerConfig
+    model: ActorCritic
+    head: ActionHead
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    queue: UnrollQueue
+    stats: LearnerStats
+    weights_lock: threading.Lock
+    step_counter: StepCounter
+    return_normalizer: ReturnNormalizer | None = None
+    """The statistics to go on with (a resumed learner's); the trainer starts fresh ones
+    when None and ``--normalize-returns`` is on."""
+
+
 class Trainer:
     """V-trace actor-critic learner over the shared model."""
 
-    def __init__(
-        self,
-        config: LearnerConfig,
-        model: ActorCritic,
-        head: ActionHead,
-        optimizer: torch.optim.Optimizer,
-        device: torch.device,
-        queue: UnrollQueue,
-        stats: LearnerStats,
-        weights_lock: threading.Lock,
-        step_counter: StepCounter,
-        return_normalizer: ReturnNormalizer | None = None,
-    ) -> None:
-        """``return_normalizer``: the statistics to go on with (a resumed learner's); fresh
-        ones when None and ``--normalize-returns`` is on."""
+    def __init__(self, parts: TrainerParts) -> None:
+        config, model, device = parts.config, parts.model, parts.device
         self.config = config
         self.model = model
-        self.head = head
-        self.optimizer = optimizer
+        self.head = parts.head
+        self.optimizer = parts.optimizer
         self.device = device
-        self.queue = queue
-        self.stats = stats
-        self.weights_lock = weights_lock
-        self.step_counter = step_counter
+        self.queue = parts.queue
+        self.stats = parts.stats
+        self.weights_lock = parts.weights_lock
+        self.step_counter = parts.step_counter
         self.precision = resolve_precision(config.precision, device)
         self.grads = GradientBuffer(model.parameters(), device)
         self.frames_per_step = config.batch_size * config.unroll_length / config.updates_per_batch
         """New transitions per optimizer step (the linear schedule's clock): a batch reused
         for K steps advances the clock by its frames once, not K times."""
+        return_normalizer = parts.return_normalizer
         if return_normalizer is None and config.normalize_returns:
             return_normalizer = ReturnNormalizer()
         self.return_normalizer = return_normalizer

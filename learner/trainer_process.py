@@ -49,7 +49,7 @@ from learner.allocator import keep_freed_memory
 from learner.inference import StepCounter
 from learner.normalize import ReturnNormalizer
 from learner.stats import LearnerStats
-from learner.trainer import Trainer, make_optimizer
+from learner.trainer import Trainer, TrainerParts, make_optimizer
 from learner.trajectories import UnrollQueue, Unrolls
 from seedrl.config import LearnerConfig
 from seedrl.models import ActionHead, ActorCritic, ModelSpec, resolve_device
@@ -404,17 +404,22 @@ def _train_until_stopped(args: _ChildArgs, commands: Connection, results: Connec
     model.load_state_dict(initial.model)
     optimizer.load_state_dict(initial.optimizer)
     steps = StepCounter(initial.learner_steps)
-    return_normalizer = None
-    if initial.return_normalizer is not None:
-        return_normalizer = ReturnNormalizer()
-        return_normalizer.load_state_dict(initial.return_normalizer)
     # The child's only thread needs no real lock, and batches come from the slots, not
-    # from the Trainer's own queue: both arguments are there for the thread's sake.
-    lock = threading.Lock()
+    # from the Trainer's own queue: both are there for the thread's sake.
     trainer = Trainer(
-        config, model, args.head, optimizer, device,
-        UnrollQueue(1), LearnerStats(), lock, steps, return_normalizer,
-    )  # fmt: skip
+        TrainerParts(
+            config=config,
+            model=model,
+            head=args.head,
+            optimizer=optimizer,
+            device=device,
+            queue=UnrollQueue(1),
+            stats=LearnerStats(),
+            weights_lock=threading.Lock(),
+            step_counter=steps,
+            return_normalizer=ReturnNormalizer.from_state_dict(initial.return_normalizer),
+        )
+    )
     views = [slot.view() for slot in args.slots]
     params = list(model.state_dict().values())
 

@@ -29,7 +29,7 @@ from torch import nn
 
 from learner.inference import StepCounter
 from learner.stats import LearnerStats
-from learner.trainer import Trainer, to_time_major
+from learner.trainer import Trainer, TrainerParts, to_time_major
 from learner.trajectories import UnrollQueue, Unrolls
 from seedrl import vtrace
 from seedrl.config import LearnerConfig
@@ -155,9 +155,18 @@ def table_trainer(**overrides) -> Trainer:
     model = TableModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     return Trainer(
-        config, model, CategoricalHead(A), optimizer, CPU,  # type: ignore[arg-type]
-        UnrollQueue(B), LearnerStats(), threading.Lock(), StepCounter(),
-    )  # fmt: skip
+        TrainerParts(
+            config=config,
+            model=model,  # type: ignore[arg-type]
+            head=CategoricalHead(A),
+            optimizer=optimizer,
+            device=CPU,
+            queue=UnrollQueue(B),
+            stats=LearnerStats(),
+            weights_lock=threading.Lock(),
+            step_counter=StepCounter(),
+        )
+    )
 
 
 def run_loss(trainer: Trainer, unrolls: Unrolls, monkeypatch) -> tuple[torch.Tensor, dict]:
@@ -303,9 +312,18 @@ def test_only_the_baseline_term_reaches_the_real_value_head():
     def grads(**costs) -> dict[int, torch.Tensor]:
         config = LearnerConfig(unroll_length=T, batch_size=B, max_queue_unrolls=B, **costs)
         trainer = Trainer(
-            config, model, head, torch.optim.SGD(model.parameters(), lr=0.1), CPU,
-            UnrollQueue(B), LearnerStats(), threading.Lock(), StepCounter(),
-        )  # fmt: skip
+            TrainerParts(
+                config=config,
+                model=model,
+                head=head,
+                optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                device=CPU,
+                queue=UnrollQueue(B),
+                stats=LearnerStats(),
+                weights_lock=threading.Lock(),
+                step_counter=StepCounter(),
+            )
+        )
         trainer.grads.zero()
         total, _ = trainer.loss(to_time_major(unrolls, CPU), ())
         total.backward()

@@ -21,6 +21,7 @@ from learner.stats import LearnerStats
 from learner.trainer import (
     GradientBuffer,
     Trainer,
+    TrainerParts,
     make_optimizer,
     scheduled_learning_rate,
     to_time_major,
@@ -305,9 +306,18 @@ def _gaussian_trainer(log_std: float) -> Trainer:
         unroll_length=T, batch_size=B, max_queue_unrolls=B, entropy_cost=0.0, learning_rate=0.05
     )
     return Trainer(
-        config, model, head, make_optimizer(model, config), torch.device("cpu"),
-        UnrollQueue(B), LearnerStats(), threading.Lock(), StepCounter(),
-    )  # fmt: skip
+        TrainerParts(
+            config=config,
+            model=model,
+            head=head,
+            optimizer=make_optimizer(model, config),
+            device=torch.device("cpu"),
+            queue=UnrollQueue(B),
+            stats=LearnerStats(),
+            weights_lock=threading.Lock(),
+            step_counter=StepCounter(),
+        )
+    )
 
 
 def _gaussian_unrolls(behaviour_log_std: float) -> Unrolls:
