@@ -125,7 +125,7 @@ class DeviceTrainer(Trainer):
         self.handoff_lock = parts.weights_lock
         self.inference_model = inference_model
         self.inference_step = inference_step
-        config, device, model = parts.config, parts.device, parts.model
+        config, device, model = self.config, self.device, self.model
         cuda = device.type == "cuda"
         self.stream: torch.cuda.Stream | None = torch.cuda.Stream(device) if cuda else None
         self._stepped = torch.cuda.Event() if cuda else None

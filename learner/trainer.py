@@ -125,6 +125,32 @@ class TrainerParts:
     """The statistics to go on with (a resumed learner's); the trainer starts fresh ones
     when None and ``--normalize-returns`` is on."""
 
+    @classmethod
+    def unshared(
+        cls,
+        config: LearnerConfig,
+        model: ActorCritic,
+        head: ActionHead,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        step_counter: StepCounter | None = None,
+        return_normalizer: ReturnNormalizer | None = None,
+    ) -> TrainerParts:
+        """Parts for a trainer that is handed its batches (``train_batch``) and shares
+        nothing with inference: the queue, stats and lock are its own, unused by others."""
+        return cls(
+            config=config,
+            model=model,
+            head=head,
+            optimizer=optimizer,
+            device=device,
+            queue=UnrollQueue(1),
+            stats=LearnerStats(),
+            weights_lock=threading.Lock(),
+            step_counter=StepCounter() if step_counter is None else step_counter,
+            return_normalizer=return_normalizer,
+        )
+
 
 class Trainer:
     """V-trace actor-critic learner over the shared model."""

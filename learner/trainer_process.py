@@ -48,9 +48,8 @@ from learner import checkpoint
 from learner.allocator import keep_freed_memory
 from learner.inference import StepCounter
 from learner.normalize import ReturnNormalizer
-from learner.stats import LearnerStats
 from learner.trainer import Trainer, TrainerParts, make_optimizer
-from learner.trajectories import UnrollQueue, Unrolls
+from learner.trajectories import Unrolls
 from seedrl.config import LearnerConfig
 from seedrl.models import ActionHead, ActorCritic, ModelSpec, resolve_device
 from seedrl.policy import set_compute_threads
@@ -404,22 +403,10 @@ def _train_until_stopped(args: _ChildArgs, commands: Connection, results: Connec
     model.load_state_dict(initial.model)
     optimizer.load_state_dict(initial.optimizer)
     steps = StepCounter(initial.learner_steps)
-    # The child's only thread needs no real lock, and batches come from the slots, not
-    # from the Trainer's own queue: both are there for the thread's sake.
-    trainer = Trainer(
-        TrainerParts(
-            config=config,
-            model=model,
-            head=args.head,
-            optimizer=optimizer,
-            device=device,
-            queue=UnrollQueue(1),
-            stats=LearnerStats(),
-            weights_lock=threading.Lock(),
-            step_counter=steps,
-            return_normalizer=ReturnNormalizer.from_state_dict(initial.return_normalizer),
-        )
-    )
+    # The child's batches come from the slots and its only thread shares no weights.
+    normalizer = ReturnNormalizer.from_state_dict(initial.return_normalizer)
+    parts = TrainerParts.unshared(config, model, args.head, optimizer, device, steps, normalizer)
+    trainer = Trainer(parts)
     views = [slot.view() for slot in args.slots]
     params = list(model.state_dict().values())
 

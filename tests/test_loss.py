@@ -20,17 +20,14 @@ that came with it, the action taken there):
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from learner.inference import StepCounter
-from learner.stats import LearnerStats
 from learner.trainer import Trainer, TrainerParts, to_time_major
-from learner.trajectories import UnrollQueue, Unrolls
+from learner.trajectories import Unrolls
 from seedrl import vtrace
 from seedrl.config import LearnerConfig
 from seedrl.models import CategoricalHead, action_head, build_model
@@ -155,17 +152,7 @@ def table_trainer(**overrides) -> Trainer:
     model = TableModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     return Trainer(
-        TrainerParts(
-            config=config,
-            model=model,  # type: ignore[arg-type]
-            head=CategoricalHead(A),
-            optimizer=optimizer,
-            device=CPU,
-            queue=UnrollQueue(B),
-            stats=LearnerStats(),
-            weights_lock=threading.Lock(),
-            step_counter=StepCounter(),
-        )
+        TrainerParts.unshared(config, model, CategoricalHead(A), optimizer, CPU)  # type: ignore[arg-type]
     )
 
 
@@ -312,16 +299,8 @@ def test_only_the_baseline_term_reaches_the_real_value_head():
     def grads(**costs) -> dict[int, torch.Tensor]:
         config = LearnerConfig(unroll_length=T, batch_size=B, max_queue_unrolls=B, **costs)
         trainer = Trainer(
-            TrainerParts(
-                config=config,
-                model=model,
-                head=head,
-                optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-                device=CPU,
-                queue=UnrollQueue(B),
-                stats=LearnerStats(),
-                weights_lock=threading.Lock(),
-                step_counter=StepCounter(),
+            TrainerParts.unshared(
+                config, model, head, torch.optim.SGD(model.parameters(), lr=0.1), CPU
             )
         )
         trainer.grads.zero()

@@ -306,16 +306,8 @@ def _gaussian_trainer(log_std: float) -> Trainer:
         unroll_length=T, batch_size=B, max_queue_unrolls=B, entropy_cost=0.0, learning_rate=0.05
     )
     return Trainer(
-        TrainerParts(
-            config=config,
-            model=model,
-            head=head,
-            optimizer=make_optimizer(model, config),
-            device=torch.device("cpu"),
-            queue=UnrollQueue(B),
-            stats=LearnerStats(),
-            weights_lock=threading.Lock(),
-            step_counter=StepCounter(),
+        TrainerParts.unshared(
+            config, model, head, make_optimizer(model, config), torch.device("cpu")
         )
     )
 
