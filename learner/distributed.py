@@ -339,7 +339,7 @@ class DistributedTrainer(Trainer):
         step = self.step_counter.value  # the weights this gradient is computed with
         self.grads.zero()
         if device_batch is not None:
-            total, parts = self.loss(*device_batch)
+            total, parts = self.loss(*device_batch, step)
             if torch.isfinite(total):
                 total.backward()
             else:

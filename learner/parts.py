@@ -106,13 +106,13 @@ def build_learner(config: LearnerConfig) -> Learner:
         if return_normalizer is not None and "return_normalizer" in saved:
             return_normalizer.load_state_dict(saved["return_normalizer"])
         apply_optimizer_settings(optimizer, config)
-        lr_state = lr_schedule_state(config)
-        saved_lr_state = saved.get("lr_schedule", lr_state)
-        if saved_lr_state != lr_state:
-            log.warning(
-                "the checkpoint's learning-rate schedule was %s; this run's flags say %s",
-                saved_lr_state, lr_state,
-            )  # fmt: skip
+        for key, state in schedule_states(config).items():
+            saved_state = saved.get(key, state)  # older checkpoints: assume unchanged
+            if saved_state != state:
+                log.warning(
+                    "the checkpoint's %s was %s; this run's flags say %s",
+                    key.replace("_", " "), saved_state, state,
+                )  # fmt: skip
     builder = TrajectoryBuilder(
         unroll_length=config.unroll_length,
         obs_shape=obs_shape,
@@ -221,7 +221,7 @@ def save_checkpoint(
             learner.return_normalizer,
         )
     frames, episodes = counters or (stats.frames, stats.episodes)
-    extra: dict[str, Any] = {"lr_schedule": lr_schedule_state(learner.config)}
+    extra: dict[str, Any] = schedule_states(learner.config)
     if learner.normalizer is not None:
         extra["obs_normalizer"] = learner.normalizer.state_dict()
     state = checkpoint.snapshot(
@@ -237,11 +237,21 @@ def save_checkpoint(
     checkpoint.save(learner.config.checkpoint_path, state)
 
 
-def lr_schedule_state(config: LearnerConfig) -> dict[str, Any]:
-    """What defines the learning rate at each step (saved with checkpoints; the step count
-    is saved anyway, so a resumed run with the same flags continues the schedule exactly)."""
+def schedule_states(config: LearnerConfig) -> dict[str, dict[str, Any]]:
+    """What defines the learning rate and the entropy bonus at each step, by checkpoint key
+    (the step count is saved anyway, so a resumed run with the same flags continues both
+    schedules exactly)."""
     return {
-        "schedule": config.effective_lr_schedule,
-        "learning_rate": config.learning_rate,
-        "total_frames": config.total_frames,
+        "lr_schedule": {
+            "schedule": config.effective_lr_schedule,
+            "learning_rate": config.learning_rate,
+            "total_frames": config.total_frames,
+        },
+        "entropy_schedule": {
+            "entropy_cost": config.entropy_cost,
+            "final_entropy_cost": config.final_entropy_cost,
+            # A constant bonus does not depend on the budget: a run extended to more frames
+            # keeps the same schedule.
+            "total_frames": config.total_frames if config.final_entropy_cost is not None else 0,
+        },
     }

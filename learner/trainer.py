@@ -181,9 +181,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loss
 
-    def loss(self, batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...]):
-        """Total loss and its parts for one time-major batch."""
+    def loss(
+        self, batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...], step: int = 0
+    ):
+        """Total loss and its parts for one time-major batch, as optimizer step ``step``
+        (0-based) weighs them under the entropy schedule."""
         cfg = self.config
+        entropy_cost = scheduled_entropy_cost(cfg, step, self.frames_per_step)
         t = cfg.unroll_length
         with autocast(self.device, self.precision):
             params_T1BP, values_T1B, _ = self.model(batch["obs"], batch["first"], core_state)
@@ -229,7 +233,7 @@ class Trainer:
         policy_loss = -(target_logp_TB * pg_adv_TB * weight_TB).sum() / count
         baseline_loss = 0.5 * ((vs_TB - values_T1B[:t]).pow(2) * weight_TB).sum() / count
         entropy = (entropy_TB * weight_TB).sum() / count
-        total = policy_loss + cfg.baseline_cost * baseline_loss - cfg.entropy_cost * entropy
+        total = policy_loss + cfg.baseline_cost * baseline_loss - entropy_cost * entropy
         with torch.no_grad():
             rho_mean = (log_rhos_TB.clamp(min=-20).exp() * weight_TB).sum() / count
         parts = {
@@ -243,6 +247,8 @@ class Trainer:
         }
         if norm is not None:
             parts["reward_norm_scale"] = torch.tensor(scale)
+        if cfg.final_entropy_cost is not None:
+            parts["entropy_cost"] = torch.tensor(entropy_cost)
         return total, parts
 
     def train_step(self, unrolls: Unrolls) -> dict[str, float] | None:
@@ -281,7 +287,7 @@ class Trainer:
     ) -> dict[str, float] | None:
         """``train_step`` on ``unrolls`` already on the device as ``batch`` (see
         ``to_time_major``); ``step`` is the optimizer step the gradient is computed at."""
-        total, parts = self.loss(batch, core_state)
+        total, parts = self.loss(batch, core_state, step)
         if not torch.isfinite(total):
             self._skip("loss")
             return None
@@ -385,8 +391,23 @@ def scheduled_learning_rate(config: LearnerConfig, step: int, frames_per_step: f
     """
     if config.effective_lr_schedule == "constant":
         return config.learning_rate
-    trained = step * frames_per_step
-    return config.learning_rate * max(0.0, 1.0 - trained / config.total_frames)
+    return config.learning_rate * (1.0 - trained_fraction(config, step, frames_per_step))
+
+
+def scheduled_entropy_cost(config: LearnerConfig, step: int, frames_per_step: float) -> float:
+    """The entropy-bonus weight of optimizer step ``step``: ``--entropy-cost``, or with
+    ``--final-entropy-cost`` the line from one to the other over ``--total-frames``, on the
+    learning rate's clock (so a resumed run continues it exactly)."""
+    if config.final_entropy_cost is None:
+        return config.entropy_cost
+    done = trained_fraction(config, step, frames_per_step)
+    return config.entropy_cost + (config.final_entropy_cost - config.entropy_cost) * done
+
+
+def trained_fraction(config: LearnerConfig, step: int, frames_per_step: float) -> float:
+    """Share of ``--total-frames`` trained before step ``step``, capped at 1 (the clock of
+    the linear schedules)."""
+    return min(1.0, step * frames_per_step / config.total_frames)
 
 
 def apply_optimizer_settings(optimizer: torch.optim.Optimizer, config: LearnerConfig) -> None:

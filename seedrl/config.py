@@ -136,6 +136,10 @@ class LearnerConfig:
     """Discount factor gamma."""
     entropy_cost: float = 0.003
     """Weight of the entropy bonus."""
+    final_entropy_cost: float | None = None
+    """Entropy bonus at --total-frames trained frames: when set, the weight moves linearly
+    from --entropy-cost to this over the run, so a bonus large enough to explore early
+    does not hold back the policy late (Pong: docs/learning.md); unset keeps it constant."""
     baseline_cost: float = 0.5
     """Weight of the value (baseline) loss."""
     max_grad_norm: float = 0.5
@@ -257,7 +261,7 @@ class LearnerConfig:
         _require_range(
             self,
             ("seed", "torch_threads", "total_frames", "max_seconds", "inference_timeout_ms",
-             "entropy_cost", "baseline_cost"),
+             "entropy_cost", "final_entropy_cost", "baseline_cost"),
             low=0,
         )  # fmt: skip
         _require_range(
@@ -280,6 +284,8 @@ class LearnerConfig:
         _require_choice(self, "lr_schedule", LR_SCHEDULES)
         if self.lr_schedule == "linear" and not self.total_frames:
             raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
+        if self.final_entropy_cost is not None and not self.total_frames:
+            raise ValueError("--final-entropy-cost needs --total-frames (it is reached there)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together")
         if self.tls_client_ca is not None and self.tls_cert is None:

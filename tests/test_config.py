@@ -40,6 +40,8 @@ LEARNER_CASES = {
     # choices and dependent fields
     "choice": ("--lr-schedule", "cosine", "--lr-schedule must be auto, constant or linear"),
     "dependent": ("--lr-schedule", "linear", "--lr-schedule linear needs --total-frames"),
+    "final cost": ("--final-entropy-cost", "-0.1", "--final-entropy-cost must be >= 0"),
+    "final needs budget": ("--final-entropy-cost", "1e-3", "--final-entropy-cost needs --total"),
     "pair": ("--max-queue-unrolls", "8", "--max-queue-unrolls (8) must be >= --batch-size"),
 }
 ACTOR_CASES = {

@@ -23,6 +23,7 @@ from learner.trainer import (
     Trainer,
     TrainerParts,
     make_optimizer,
+    scheduled_entropy_cost,
     scheduled_learning_rate,
     to_time_major,
 )
@@ -415,6 +416,50 @@ def test_a_linear_schedule_counts_a_reused_batch_once(tmp_path):
     trainer = _trainer(tmp_path, updates_per_batch=4, **config)
     lrs = [s["learning_rate"] for s in trainer.train_batch(_unrolls()) if s is not None]
     assert lrs == pytest.approx([1e-2, 9.75e-3, 9.5e-3, 9.25e-3])
+
+
+# ---------------------------------------------------------------------- entropy bonus
+
+
+def test_the_entropy_cost_moves_linearly_to_its_final_value_at_total_frames():
+    config = LearnerConfig(entropy_cost=0.01, final_entropy_cost=0.001, total_frames=1000)
+    costs = [scheduled_entropy_cost(config, step, frames_per_step=100) for step in (0, 5, 10, 12)]
+    assert costs == pytest.approx([0.01, 0.0055, 0.001, 0.001])
+    constant = LearnerConfig(entropy_cost=0.01, total_frames=1000)
+    assert scheduled_entropy_cost(constant, 12, frames_per_step=100) == 0.01
+
+
+def test_each_step_weighs_the_entropy_with_its_scheduled_cost(tmp_path):
+    """The loss of step s subtracts the step's scheduled cost times the entropy: halfway
+    through the budget, halfway from --entropy-cost to --final-entropy-cost."""
+    trainer = _trainer(tmp_path, entropy_cost=0.5, final_entropy_cost=0.1, total_frames=4 * B * T)
+    batch = to_time_major(_unrolls(), torch.device("cpu"))
+    for step, cost in ((0, 0.5), (2, 0.3), (4, 0.1), (9, 0.1)):
+        total, parts = trainer.loss(batch, (), step)
+        assert float(parts["entropy_cost"]) == pytest.approx(cost)
+        expected = parts["loss_policy"] + 0.5 * parts["loss_baseline"] - cost * parts["entropy"]
+        assert float(total.detach()) == pytest.approx(float(expected), rel=1e-6)
+    reports = [trainer.train_step(_unrolls(seed)) for seed in range(3)]
+    assert [r["entropy_cost"] for r in reports if r] == pytest.approx([0.5, 0.4, 0.3])
+
+
+def test_a_resumed_run_continues_the_entropy_schedule(tmp_path):
+    config = LearnerConfig(
+        logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=B,
+        entropy_cost=0.5, final_entropy_cost=0.1, total_frames=4 * B * T,
+        normalize_returns=False,
+    )  # fmt: skip
+    first = build_learner(config)
+    trainer = make_trainer(first)
+    for seed in range(2):
+        trainer.train_step(_unrolls(seed))
+    save_checkpoint(first)
+    assert checkpoint.load(config.checkpoint_path)["entropy_schedule"] == {
+        "entropy_cost": 0.5, "final_entropy_cost": 0.1, "total_frames": 4 * B * T,
+    }  # fmt: skip
+    resumed = make_trainer(build_learner(dataclasses.replace(config, resume=True)))
+    again = resumed.train_step(_unrolls(2))
+    assert again is not None and again["entropy_cost"] == pytest.approx(0.3)
 
 
 # ---------------------------------------------------------------------- updates per batch
