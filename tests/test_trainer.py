@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import threading
 
 import numpy as np
@@ -443,7 +444,7 @@ def test_each_step_weighs_the_entropy_with_its_scheduled_cost(tmp_path):
     assert [r["entropy_cost"] for r in reports if r] == pytest.approx([0.5, 0.4, 0.3])
 
 
-def test_a_resumed_run_continues_the_entropy_schedule(tmp_path):
+def test_a_resumed_run_continues_the_entropy_schedule(tmp_path, caplog):
     config = LearnerConfig(
         logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=B,
         entropy_cost=0.5, final_entropy_cost=0.1, total_frames=4 * B * T,
@@ -457,9 +458,14 @@ def test_a_resumed_run_continues_the_entropy_schedule(tmp_path):
     assert checkpoint.load(config.checkpoint_path)["entropy_schedule"] == {
         "entropy_cost": 0.5, "final_entropy_cost": 0.1, "total_frames": 4 * B * T,
     }  # fmt: skip
-    resumed = make_trainer(build_learner(dataclasses.replace(config, resume=True)))
+    with caplog.at_level(logging.WARNING):
+        resumed = make_trainer(build_learner(dataclasses.replace(config, resume=True)))
+    assert "schedule" not in caplog.text  # the same flags: nothing to warn about
     again = resumed.train_step(_unrolls(2))
     assert again is not None and again["entropy_cost"] == pytest.approx(0.3)
+    with caplog.at_level(logging.WARNING):
+        build_learner(dataclasses.replace(config, resume=True, final_entropy_cost=0.2))
+    assert "the checkpoint's entropy schedule was" in caplog.text  # a changed plan is named
 
 
 # ---------------------------------------------------------------------- updates per batch
