@@ -59,7 +59,7 @@ class TrainResult(RunResult):
 def train(
     env: str = "CartPole-v1",
     *,
-    total_frames: int = 0,
+    total_frames: int | None = None,
     num_actors: int = 2,
     envs_per_actor: int = 8,
     preset: str | None = None,
@@ -71,26 +71,11 @@ def train(
 
     ``learner_overrides`` are :class:`~seedrl.config.LearnerConfig` fields
     (``target_return=475``, ``max_seconds=120``, ``lstm=True``, ``env_kwargs={...}``);
-    a ``preset`` supplies defaults below them. Stops at ``total_frames``, the target
-    return or ``max_seconds``, whichever comes first; set at least one.
+    a ``preset`` supplies defaults below them. Stops at ``total_frames`` (by default the
+    preset's budget, if it plans one), the target return or ``max_seconds``, whichever
+    comes first; at least one must be set.
     """
-    base = load_preset(preset) if preset else {}
-    fields: dict[str, Any] = {
-        "env": env,
-        "total_frames": total_frames,
-        "port": 0,
-        "progress": "off",
-        **learner_overrides,
-    }
-    if preset and env == "CartPole-v1" and "env" in base:
-        fields["env"] = base["env"]  # the preset's env unless one was asked for
-    if logdir is None:
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(fields["env"])).strip("-")
-        logdir = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    fields["logdir"] = str(logdir)
-    config = build_config(LearnerConfig, fields, base)
-    if not (config.total_frames or config.target_return is not None or config.max_seconds):
-        raise ValueError("set total_frames, target_return or max_seconds, or training never stops")
+    config = train_config(env, total_frames, preset, logdir, learner_overrides)
 
     from seedrl.transport import run_event_loop
 
@@ -113,6 +98,31 @@ def train(
         checkpoint=checkpoint,
         policy=Policy.load(checkpoint, greedy=greedy),
     )
+
+
+def train_config(
+    env: str,
+    total_frames: int | None,
+    preset: str | None,
+    logdir: str | os.PathLike[str] | None,
+    overrides: dict[str, Any],
+) -> LearnerConfig:
+    """The learner config ``train`` runs: the preset, then these arguments; a fresh
+    ``runs/ENV-TIME`` logdir unless one is given."""
+    base = load_preset(preset) if preset else {}
+    fields: dict[str, Any] = {"env": env, "port": 0, "progress": "off", **overrides}
+    if total_frames is not None:  # else the preset's budget (a schedule may be planned to it)
+        fields["total_frames"] = total_frames
+    if preset and env == "CartPole-v1" and "env" in base:
+        fields["env"] = base["env"]  # the preset's env unless one was asked for
+    if logdir is None:
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(fields["env"])).strip("-")
+        logdir = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    fields["logdir"] = str(logdir)
+    config = build_config(LearnerConfig, fields, base)
+    if not (config.total_frames or config.target_return is not None or config.max_seconds):
+        raise ValueError("set total_frames, target_return or max_seconds, or training never stops")
+    return config
 
 
 def _run_in_thread(run: Callable[[], Any]) -> Any:

@@ -315,6 +315,21 @@ def test_python_api_trains_and_returns_a_policy(tmp_path):
     env.close()
 
 
+def test_python_api_keeps_a_presets_budget_unless_given(tmp_path):
+    """The atari preset plans its entropy schedule to its own budget: ``learner.train``
+    without ``total_frames`` must not replace that budget with 0 (no limit)."""
+    from learner.api import train_config
+
+    config = train_config("CartPole-v1", None, "atari", tmp_path, {"max_seconds": 5})
+    assert config.env == "ALE/Pong-v5"
+    assert config.total_frames == load_preset("atari")["total_frames"] > 0
+    assert config.final_entropy_cost == load_preset("atari")["final_entropy_cost"]
+    assert train_config("CartPole-v1", 5000, "atari", tmp_path, {}).total_frames == 5000
+    assert train_config("CartPole-v1", None, None, tmp_path, {"max_seconds": 5}).total_frames == 0
+    with pytest.raises(ValueError, match="training never stops"):
+        train_config("CartPole-v1", None, None, tmp_path, {})
+
+
 @pytest.mark.parametrize("uvloop", [True, False])
 def test_python_api_from_a_running_event_loop(tmp_path, uvloop):
     """A notebook already runs a loop: the learner then serves from a thread of its own,
