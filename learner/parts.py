@@ -246,6 +246,7 @@ def schedule_states(config: LearnerConfig) -> dict[str, dict[str, Any]]:
             "schedule": config.effective_lr_schedule,
             "learning_rate": config.learning_rate,
             "total_frames": config.total_frames,
+            "decay_start": config.lr_decay_start,
         },
         "entropy_schedule": {
             "entropy_cost": config.entropy_cost,

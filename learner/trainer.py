@@ -386,12 +386,13 @@ def scheduled_learning_rate(config: LearnerConfig, step: int, frames_per_step: f
     """The learning rate of optimizer step ``step`` (0-based) under ``--lr-schedule``.
 
     Linear decays with the frames trained before the step, ``step * frames_per_step``,
-    to 0 at ``--total-frames``: a function of the step count alone, which checkpoints
-    keep, so a resumed run continues the schedule exactly.
+    to 0 at ``--total-frames``, from ``--lr-decay-start`` of them on: a function of the
+    step count alone, which checkpoints keep, so a resumed run continues it exactly.
     """
     if config.effective_lr_schedule == "constant":
         return config.learning_rate
-    return config.learning_rate * (1.0 - trained_fraction(config, step, frames_per_step))
+    done, start = trained_fraction(config, step, frames_per_step), config.lr_decay_start
+    return config.learning_rate * min(1.0, (1.0 - done) / (1.0 - start))
 
 
 def scheduled_entropy_cost(config: LearnerConfig, step: int, frames_per_step: float) -> float:

@@ -149,6 +149,10 @@ class LearnerConfig:
     --total-frames trained frames, as IMPALA and TorchBeast anneal it); auto is linear for a
     run planned to --total-frames without --target-return, else constant (a run that keeps
     its full rate to the end of a budget can lose a solved policy there)."""
+    lr_decay_start: float = 0.0
+    """Share of --total-frames a linear --lr-schedule holds --learning-rate before it starts
+    to fall (still to 0 at --total-frames), so the rate stays up through the climb and
+    anneals only at the end (Pong: docs/learning.md); 0 falls from the start."""
     lambda_: float = 1.0
     """V-trace lambda (trace cutting)."""
     clip_rho_threshold: float = 1.0
@@ -284,6 +288,10 @@ class LearnerConfig:
         _require_choice(self, "lr_schedule", LR_SCHEDULES)
         if self.lr_schedule == "linear" and not self.total_frames:
             raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
+        if not 0 <= self.lr_decay_start < 1:
+            raise ValueError(f"--lr-decay-start must be in [0, 1), got {self.lr_decay_start!r}")
+        if self.lr_decay_start and self.effective_lr_schedule == "constant":
+            raise ValueError("--lr-decay-start shapes a linear schedule; this run's is constant")
         if self.final_entropy_cost is not None and not self.total_frames:
             raise ValueError("--final-entropy-cost needs --total-frames (it is reached there)")
         if (self.tls_cert is None) != (self.tls_key is None):

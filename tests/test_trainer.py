@@ -358,6 +358,19 @@ def test_linear_schedule_reaches_zero_at_total_frames():
     assert scheduled_learning_rate(constant, 12, frames_per_step=100) == 4e-3
 
 
+def test_linear_schedule_can_hold_the_rate_before_it_falls():
+    """From --lr-decay-start of the budget on, the rate falls on a line to 0 at the budget."""
+    config = LearnerConfig(
+        learning_rate=4e-3, lr_schedule="linear", total_frames=1000, lr_decay_start=0.6
+    )
+    lrs = [scheduled_learning_rate(config, step, frames_per_step=100) for step in (0, 6, 8, 10)]
+    assert lrs == pytest.approx([4e-3, 4e-3, 2e-3, 0.0])
+    with pytest.raises(ValueError, match="--lr-decay-start must be in"):
+        LearnerConfig(lr_schedule="linear", total_frames=1000, lr_decay_start=1.0)
+    with pytest.raises(ValueError, match="linear schedule; this run's is constant"):
+        LearnerConfig(lr_schedule="constant", lr_decay_start=0.5)
+
+
 @pytest.mark.parametrize(
     ("total_frames", "target_return", "expected"),
     [(1000, None, 2e-3), (0, None, 4e-3), (1000, 475.0, 4e-3)],
@@ -396,6 +409,7 @@ def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path, normalize
     save_checkpoint(first)
     assert checkpoint.load(config.checkpoint_path)["lr_schedule"] == {
         "schedule": "linear", "learning_rate": 1e-2, "total_frames": 10 * B * T,
+        "decay_start": 0.0,
     }  # fmt: skip
     uninterrupted = trainer.train_step(_unrolls(3))
 
