@@ -56,6 +56,7 @@ def _require_range(
     low: float | None = None,
     high: float | None = None,
     low_open: bool = False,
+    high_open: bool = False,
 ) -> None:
     """ValueError naming the flag unless each ``config.<name>`` lies in the range (None
     passes: optional fields are off). A wrong value must stop the run before anything
@@ -67,14 +68,16 @@ def _require_range(
         values = value if isinstance(value, tuple) else (value,)
         for v in values:
             too_low = low is not None and (v <= low if low_open else v < low)
-            too_high = high is not None and v > high
+            too_high = high is not None and (v >= high if high_open else v > high)
             if too_low or too_high or v != v:  # v != v: NaN
                 if low is not None and high is not None:
-                    bound = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+                    bound = (
+                        f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+                    )
                 elif low is not None:
                     bound = f"{'>' if low_open else '>='} {low:g}"
                 else:
-                    bound = f"<= {high:g}"
+                    bound = f"{'<' if high_open else '<='} {high:g}"
                 raise ValueError(f"{flag_name(name)} must be {bound}, got {value!r}")
 
 
@@ -288,8 +291,7 @@ class LearnerConfig:
         _require_choice(self, "lr_schedule", LR_SCHEDULES)
         if self.lr_schedule == "linear" and not self.total_frames:
             raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
-        if not 0 <= self.lr_decay_start < 1:
-            raise ValueError(f"--lr-decay-start must be in [0, 1), got {self.lr_decay_start!r}")
+        _require_range(self, ("lr_decay_start",), low=0, high=1, high_open=True)
         if self.lr_decay_start and self.effective_lr_schedule == "constant":
             raise ValueError("--lr-decay-start shapes a linear schedule; this run's is constant")
         if self.final_entropy_cost is not None and not self.total_frames:
