@@ -106,8 +106,11 @@ def build_learner(config: LearnerConfig) -> Learner:
         if return_normalizer is not None and "return_normalizer" in saved:
             return_normalizer.load_state_dict(saved["return_normalizer"])
         apply_optimizer_settings(optimizer, config)
+        defaults = schedule_states(LearnerConfig())
         for key, state in schedule_states(config).items():
-            saved_state = saved.get(key, state)  # older checkpoints: assume unchanged
+            # Older checkpoints: a missing schedule is assumed unchanged, and a setting
+            # added since reads as its default, the behaviour it was trained under.
+            saved_state = {**defaults[key], **saved[key]} if key in saved else state
             if saved_state != state:
                 log.warning(
                     "the checkpoint's %s was %s; this run's flags say %s",

@@ -424,6 +424,30 @@ def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path, normalize
         assert torch.equal(a, b)
 
 
+def test_a_checkpoint_from_before_a_schedule_setting_existed_reads_it_as_its_default(
+    tmp_path, caplog
+):
+    """A checkpoint saved before --lr-decay-start existed has no ``decay_start``: it was
+    trained as the default (decay from the start), so resuming with the default is the same
+    plan and warns of nothing, while a new decay start is named as a change."""
+    config = LearnerConfig(
+        logdir=str(tmp_path), unroll_length=T, batch_size=B, max_queue_unrolls=B,
+        lr_schedule="linear", total_frames=10 * B * T, normalize_returns=False,
+    )  # fmt: skip
+    learner = build_learner(config)
+    make_trainer(learner).train_step(_unrolls(0))
+    save_checkpoint(learner)
+    state = checkpoint.load(config.checkpoint_path)
+    del state["lr_schedule"]["decay_start"]
+    checkpoint.save(config.checkpoint_path, state)
+    with caplog.at_level(logging.WARNING):
+        build_learner(dataclasses.replace(config, resume=True))
+    assert "schedule" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        build_learner(dataclasses.replace(config, resume=True, lr_decay_start=0.5))
+    assert "the checkpoint's lr schedule was" in caplog.text
+
+
 def test_a_linear_schedule_counts_a_reused_batch_once(tmp_path):
     """K updates per batch: the schedule's clock advances by the batch's frames per batch,
     so the rate still reaches 0 at --total-frames of new frames, not at 1/K of them."""
