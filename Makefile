@@ -84,21 +84,25 @@ bench-quick: $(STAMP)
 	$(PY) -m learner bench --quick $(ARGS)
 
 ## Learning benchmark: `make bench-learning SUITE=classic|minatar|atari [FRAMES=N] [SEEDS=2]
-## [ENVS=Breakout,Pong]`: every env x seed trained to FRAMES (0: the suite's budget), then
-## docs/learning.md's table for the suite. Interrupted, it resumes from the finished runs.
+## [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env x seed trained to FRAMES (0: the suite's
+## budget); the finished runs are archived (thinned, no checkpoints) in BENCH_RESULTS to be
+## committed, and docs/learning.md's table is rebuilt from there. Interrupted, it resumes.
 SUITE ?= classic
 FRAMES ?= 0
 SEEDS ?= 2
+FIRST_SEED ?= 0
 ENVS ?=
 BENCH_OUT ?= runs/bench-learning/$(SUITE)
+BENCH_RESULTS ?= benchmarks/results/learning/$(SUITE)
 bench-learning: $(STAMP)
 	$(PY) -m benchmarks.learning run --suite $(SUITE) --frames $(FRAMES) --seeds $(SEEDS) \
-		--envs '$(ENVS)' --out $(BENCH_OUT) $(ARGS)
-	$(MAKE) --no-print-directory bench-learning-table SUITE=$(SUITE) BENCH_OUT=$(BENCH_OUT)
+		--first-seed $(FIRST_SEED) --envs '$(ENVS)' --out $(BENCH_OUT) $(ARGS)
+	$(PY) -m benchmarks.learning archive --out $(BENCH_OUT) --results $(BENCH_RESULTS)
+	$(MAKE) --no-print-directory bench-learning-table SUITE=$(SUITE) BENCH_RESULTS=$(BENCH_RESULTS)
 
-## The suite's summary, curves and table in docs/learning.md, from its run directories.
+## The suite's summary, curves and table in docs/learning.md, from its archived runs.
 bench-learning-table: $(STAMP)
-	$(PY) -m benchmarks.learning table --out $(BENCH_OUT) --doc docs/learning.md
+	$(PY) -m benchmarks.learning table --out $(BENCH_RESULTS) --doc docs/learning.md
 
 ## Pixel rows: MinAtar and ALE Atari with their presets' model and batch, a sweep sized for
 ## 2 cores (needs `make install EXTRAS=atari,minatar`); writes bench-minatar/atari.json.

@@ -16,7 +16,7 @@ import pytest
 from support import ROOT
 
 from benchmarks.learning import report
-from benchmarks.learning.__main__ import parse_overrides
+from benchmarks.learning.__main__ import main, parse_overrides, run_plan
 from benchmarks.learning.runner import RUN_FILE, find_env, finished_run, run_overrides
 from benchmarks.learning.suites import SUITES
 from seedrl import envs
@@ -61,6 +61,67 @@ def test_run_summary_records_the_first_crossing_of_each_threshold(tmp_path):
     assert summary["frames_per_s"] == pytest.approx(4000 / 17.0, abs=0.1)
     assert finished_run(tmp_path, 4000) is not None
     assert finished_run(tmp_path, 5000) is None  # a bigger budget extends the run
+
+
+def _finished_run(logdir: Path, seed: int, records: list[dict]) -> None:
+    write_metrics(logdir, records)
+    run = {"seed": seed, "frames": records[-1]["frames"], "budget_frames": records[-1]["frames"],
+           "train_return_mean100": records[-1]["episode_return_mean"],
+           "eval": {"mean": 9.0, "std": 1.0, "episodes": 2, "greedy": False, "truncated": 0,
+                    "returns": [8.0, 10.0], "lengths": [5, 5]}}  # fmt: skip
+    (logdir / RUN_FILE).write_text(json.dumps(run))
+    (logdir / "config.json").write_text(json.dumps({"env": "MinAtar/Breakout-v1", "seed": seed}))
+    (logdir / "checkpoint.pt").write_bytes(b"weights")
+
+
+def test_archived_runs_are_small_and_summarise_as_the_runs_themselves(tmp_path):
+    """``archive`` keeps a finished run's summary (thresholds, wall time over resumed
+    segments, final return) from a few hundred records and no checkpoint; an unfinished run
+    stays behind; runs archived from two directories add up to one summary."""
+    suite, spec = SUITES["minatar"], SUITES["minatar"].envs[1]  # Breakout: 8.8 and 17.5
+    first, second, results = tmp_path / "host-a", tmp_path / "host-b", tmp_path / "results"
+    segment = [{"elapsed_s": 0.5 * i, "frames": 100 * i, "episode_return_mean": 10.0 * i / 3000}
+               for i in range(1, 3001)]  # fmt: skip
+    resumed = [{**r, "elapsed_s": r["elapsed_s"] - 1000.0} for r in segment[2000:]]
+    _finished_run(first / spec.name / "seed0", 0, segment[:2000] + resumed)
+    write_metrics(first / spec.name / "seed1", segment[:10])  # unfinished
+    (first / spec.name / "random.json").write_text(json.dumps({"mean": 0.5, "std": 0.1}))
+    report.write_summary(suite, first)
+    _finished_run(second / spec.name / "seed2", 2, segment)
+
+    assert report.archive(suite, first, results) == [results / spec.name / "seed0"]
+    report.archive(suite, second, results)
+
+    kept = results / spec.name / "seed0"
+    assert sorted(p.name for p in kept.iterdir()) == ["config.json", "metrics.jsonl", "run.json"]
+    assert len(report.read_metrics(kept)) <= report.ARCHIVE_POINTS + 10
+    assert report.run_summary(spec, kept) == report.run_summary(spec, first / spec.name / "seed0")
+    summary = json.loads((results / report.SUMMARY_FILE).read_text())
+    breakout = summary["envs"][1]
+    assert [r["seed"] for r in breakout["runs"]] == [0, 2]
+    assert breakout["random"] == {"mean": 0.5, "std": 0.1}
+    assert breakout["runs"][0]["thresholds"]["8.8"] == {"frames": 264_000, "wall_time_s": 1320.0}
+
+    sweep = tmp_path / "sweep"
+    _finished_run(sweep / spec.name / "seed3", 3, segment[:10])
+    run = json.loads((sweep / spec.name / "seed3" / RUN_FILE).read_text())
+    (sweep / spec.name / "seed3" / RUN_FILE).write_text(json.dumps({**run, "overrides": {"lr": 1}}))
+    with pytest.raises(ValueError, match="its own --results"):
+        report.archive(suite, sweep, results)
+
+    doc = tmp_path / "docs" / "learning.md"
+    assert main(["table", "--out", str(results), "--doc", str(doc)]) == 0
+    assert "| MinAtar/Breakout-v1 | 2 |" in doc.read_text()
+    assert (doc.parent / "learning" / f"{spec.name}.png").exists()
+    assert not (results / "curves").exists()  # the committed archive holds no PNG copies
+
+
+def test_a_later_host_runs_the_seeds_after_the_first_ones():
+    breakout = SUITES["minatar"].envs[1]
+    assert [seed for _, seed in run_plan([breakout], 2, 3)] == [2, 3, 4]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--suite", "minatar", "--first-seed", "-1"])
+    assert exit_info.value.code == 2
 
 
 def test_the_doc_keeps_its_prose_and_one_block_per_suite(tmp_path):

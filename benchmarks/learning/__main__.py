@@ -2,12 +2,16 @@
 frame budget, then summarise, plot and tabulate the runs against published references.
 
     python -m benchmarks.learning run --suite minatar [--frames N] [--seeds N] [--envs A,B]
-    python -m benchmarks.learning table --out runs/bench-learning/minatar --doc docs/learning.md
+        [--first-seed S]
+    python -m benchmarks.learning archive --out runs/bench-learning/minatar
+    python -m benchmarks.learning table --out benchmarks/results/learning/minatar \
+        --doc docs/learning.md
 
 ``run`` is resumable: finished runs (``run.json``) are kept, an interrupted one resumes
 from its checkpoint, and a larger ``--frames`` extends finished runs. The summary, the
 curves and ``table.md`` are rewritten after every run, so a partial suite reports what
-it has.
+it has. ``archive`` keeps the finished runs small enough to commit, so that the tables
+in the docs regenerate from a clone and runs of several hosts add up to one suite.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from benchmarks.learning.suites import SUITES, EnvSpec, Suite
 POLL_S = 10.0
 """How often the progress line is refreshed from the running learner's metrics."""
 RANDOM_EPISODES = 20
+RESULTS_DIR = "benchmarks/results/learning"
+"""Where ``archive`` keeps runs for committing, one directory per suite; the tables in
+docs/learning.md are generated from there."""
 STOP_GRACE_S = 90.0
 """How long an interrupted run gets to checkpoint and stop before it is killed."""
 
@@ -134,6 +141,11 @@ def selected_envs(suite: Suite, names: str) -> list[EnvSpec]:
     return chosen
 
 
+def run_plan(specs: Sequence[EnvSpec], first_seed: int, seeds: int) -> list[tuple[EnvSpec, int]]:
+    """Every env with seeds ``first_seed`` onwards, env by env."""
+    return [(spec, seed) for spec in specs for seed in range(first_seed, first_seed + seeds)]
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -149,7 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.num_actors = args.num_actors or suite.num_actors
     args.envs_per_actor = args.envs_per_actor or suite.envs_per_actor
     specs = selected_envs(suite, args.envs)
-    plan = [(spec, seed) for spec in specs for seed in range(args.seeds)]
+    plan = run_plan(specs, args.first_seed, args.seeds)
     failed = 0
     print(f"seedrl bench-learning: suite {suite.name}, {len(plan)} runs, results in {out}")
     for index, (spec, seed) in enumerate(plan, 1):
@@ -208,18 +220,35 @@ def cmd_table(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {path} does not exist; run the suite first")
     suite = report.suite_of(json.loads(path.read_text()))
     summary = report.write_summary(suite, out)
-    pngs = report.plot_curves(suite, out)
     if args.doc:
         doc = Path(args.doc)
         curves = Path(args.curves_dir) if args.curves_dir else doc.parent / "learning"
-        curves.mkdir(parents=True, exist_ok=True)
-        for png in pngs:
-            (curves / png.name).write_bytes(png.read_bytes())
+        report.plot_curves(suite, out, curves)  # straight there: no copies beside the runs
         rel = os.path.relpath(curves, doc.parent)
         report.update_doc(doc, suite.name, report.markdown_table(summary, rel))
         print(f"{doc}: suite {suite.name} table updated, curves in {curves}")
     else:
+        report.plot_curves(suite, out)
         print(report.markdown_table(summary, "curves"), end="")
+    return 0
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    """Keep the finished runs' results (not their checkpoints) where they can be committed."""
+    out = Path(args.out)
+    path = out / report.SUMMARY_FILE
+    if not path.exists():
+        raise SystemExit(f"error: {path} does not exist; run the suite first")
+    suite = report.suite_of(json.loads(path.read_text()))
+    results = Path(args.results or f"{RESULTS_DIR}/{suite.name}")
+    try:
+        copied = report.archive(suite, out, results)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for target in copied:
+        print(f"archived {target}")
+    print(f"{len(copied)} finished runs archived; summary: {results / report.SUMMARY_FILE}")
     return 0
 
 
@@ -234,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--suite", required=True, choices=sorted(SUITES))
     run.add_argument("--frames", type=int, default=0, help="frames per run (0: the suite's)")
     run.add_argument("--seeds", type=int, default=2, help="seeds per env (0, 1, ...)")
+    run.add_argument("--first-seed", type=int, default=0,
+                     help="the first seed, so that another host can run later ones")  # fmt: skip
     run.add_argument("--envs", default="", help="comma-separated subset of the suite's envs")
     run.add_argument("--out", default="", help="default: runs/bench-learning/SUITE")
     run.add_argument("--eval-episodes", type=int, default=0, help="0: the suite's")
@@ -246,8 +277,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     table.add_argument("--out", required=True, help="the suite's results directory")
     table.add_argument("--doc", default="", help="write the table into this markdown file")
     table.add_argument(
-        "--curves-dir", default="", help="PNG copies (default: learning/ beside DOC)"
+        "--curves-dir", default="", help="where the PNGs go (default: learning/ beside DOC)"
     )
+    keep = sub.add_parser(
+        "archive", help="copy finished runs, thinned and without checkpoints, to be committed"
+    )
+    keep.add_argument("--out", required=True, help="the suite's results directory")
+    keep.add_argument("--results", default="", help=f"default: {RESULTS_DIR}/SUITE")
     args = parser.parse_args(argv)
     if args.command == "run":
         try:
@@ -256,10 +292,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--set: {exc}")
         if args.seeds < 1:
             parser.error("--seeds must be >= 1")
+        if args.first_seed < 0:
+            parser.error("--first-seed must be >= 0")
         for name in ("frames", "eval_episodes", "num_actors", "envs_per_actor"):
             if getattr(args, name) < 0:
                 parser.error(f"--{name.replace('_', '-')} must be >= 0")
-    return cmd_run(args) if args.command == "run" else cmd_table(args)
+    commands = {"run": cmd_run, "table": cmd_table, "archive": cmd_archive}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

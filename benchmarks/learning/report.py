@@ -4,6 +4,7 @@ markdown table that ``docs/learning.md`` carries."""
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import math
 import re
@@ -14,9 +15,14 @@ from typing import Any
 
 from benchmarks.learning.runner import RANDOM_FILE, RUN_FILE
 from benchmarks.learning.suites import SUITES, EnvSpec, Suite
-from seedrl.metrics import read_metrics
+from seedrl.metrics import METRICS_FILE, read_metrics
 
 SUMMARY_FILE = "summary.json"
+CONFIG_FILE = "config.json"
+ARCHIVE_POINTS = 500
+"""Curve points an archived run keeps: enough for the plot, small enough to commit."""
+ARCHIVE_FIELDS = ("frames", "elapsed_s", "episode_return_mean", "entropy", "learning_rate")
+"""What an archived metrics record keeps: the curve, and what explains its shape."""
 
 
 def _timed_records(logdir: Path) -> Iterator[tuple[dict[str, Any], float]]:
@@ -72,6 +78,72 @@ def run_summary(spec: EnvSpec, logdir: Path) -> dict[str, Any] | None:
     }
 
 
+def compact_records(spec: EnvSpec, logdir: Path, points: int = ARCHIVE_POINTS) -> list[dict]:
+    """A run's metrics thinned to about ``points`` records for committing, keeping the
+    first and last and each threshold's first crossing, so that the summary and curve
+    read off the archive are the run's own. Wall time is summed over resumed segments
+    into one ``elapsed_s`` clock."""
+    timed = [
+        (record, wall)
+        for record, wall in _timed_records(logdir)
+        if record.get("episode_return_mean") is not None
+    ]
+    if not timed:
+        return []
+    keep = {0, len(timed) - 1}
+    keep.update(range(0, len(timed), max(1, len(timed) // points)))
+    for threshold in spec.thresholds:
+        crossing = (i for i, (r, _) in enumerate(timed) if r["episode_return_mean"] >= threshold)
+        keep.update(itertools.islice(crossing, 1))
+    compact = []
+    for i in sorted(keep):
+        record, wall = timed[i]
+        kept = {k: record[k] for k in ARCHIVE_FIELDS if k in record}
+        compact.append({**kept, "elapsed_s": round(wall, 3)})
+    return compact
+
+
+def _check_same_settings(run_dir: Path, env_results: Path) -> None:
+    """Seeds tabled together must be one configuration: a sweep's run (other ``--set``
+    overrides) is not archived beside the preset's."""
+    overrides = json.loads((run_dir / RUN_FILE).read_text()).get("overrides", {})
+    for other in sorted(env_results.glob(f"seed*/{RUN_FILE}")):
+        if other.parent.name == run_dir.name:
+            continue  # the same seed is replaced
+        theirs = json.loads(other.read_text()).get("overrides", {})
+        if theirs != overrides:
+            raise ValueError(
+                f"{run_dir} was run with --set {overrides} but {other.parent} with {theirs}; "
+                "archive a sweep in its own --results"
+            )
+
+
+def archive(suite: Suite, out: Path, results: Path) -> list[Path]:
+    """Copy the finished runs of ``out`` into ``results`` without checkpoints or logs
+    (``run.json``, ``config.json``, thinned metrics, the env's ``random.json``), replacing
+    runs of the same env and seed there, and rewrite the summary and curves from
+    everything ``results`` holds: runs from several hosts or sessions add up to one table."""
+    copied = []
+    for spec in suite.envs:
+        random_path = out / spec.name / RANDOM_FILE
+        for seed_dir in sorted((out / spec.name).glob("seed*")):
+            if not (seed_dir / RUN_FILE).exists():
+                continue  # unfinished: its curve would stop short of the budget
+            target = results / spec.name / seed_dir.name
+            _check_same_settings(seed_dir, results / spec.name)
+            target.mkdir(parents=True, exist_ok=True)
+            for name in (RUN_FILE, CONFIG_FILE):
+                if (seed_dir / name).exists():
+                    (target / name).write_text((seed_dir / name).read_text())
+            records = compact_records(spec, seed_dir)
+            (target / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
+            if random_path.exists():
+                (results / spec.name / RANDOM_FILE).write_text(random_path.read_text())
+            copied.append(target)
+    write_summary(suite, results)
+    return copied
+
+
 def env_summary(suite: Suite, spec: EnvSpec, out: Path) -> dict[str, Any]:
     runs = []
     for seed_dir in sorted((out / spec.name).glob("seed*")):
@@ -117,8 +189,9 @@ def write_summary(suite: Suite, out: Path) -> dict[str, Any]:
     return summary
 
 
-def plot_curves(suite: Suite, out: Path) -> list[Path]:
-    """One PNG per env: return vs frames for every seed, the reference and random as lines."""
+def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Path]:
+    """One PNG per env in ``folder`` (default ``out/curves``): return vs frames for every
+    seed, the reference and random as lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,7 +199,7 @@ def plot_curves(suite: Suite, out: Path) -> list[Path]:
     from matplotlib.ticker import EngFormatter
 
     written = []
-    folder = out / "curves"
+    folder = folder or out / "curves"
     folder.mkdir(parents=True, exist_ok=True)
     for spec in suite.envs:
         seed_dirs = sorted((out / spec.name).glob("seed*"))
