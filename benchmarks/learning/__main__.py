@@ -212,13 +212,18 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return overrides
 
 
-def cmd_table(args: argparse.Namespace) -> int:
-    """Rebuild summary and curves from the run directories; write the table into a doc."""
-    out = Path(args.out)
+def suite_in(out: Path) -> Suite:
+    """The suite whose results ``out`` holds, named by its summary."""
     path = out / report.SUMMARY_FILE
     if not path.exists():
         raise SystemExit(f"error: {path} does not exist; run the suite first")
-    suite = report.suite_of(json.loads(path.read_text()))
+    return report.suite_of(json.loads(path.read_text()))
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    """Rebuild summary and curves from the run directories; write the table into a doc."""
+    out = Path(args.out)
+    suite = suite_in(out)
     summary = report.write_summary(suite, out)
     if args.doc:
         doc = Path(args.doc)
@@ -236,10 +241,7 @@ def cmd_table(args: argparse.Namespace) -> int:
 def cmd_archive(args: argparse.Namespace) -> int:
     """Keep the finished runs' results (not their checkpoints) where they can be committed."""
     out = Path(args.out)
-    path = out / report.SUMMARY_FILE
-    if not path.exists():
-        raise SystemExit(f"error: {path} does not exist; run the suite first")
-    suite = report.suite_of(json.loads(path.read_text()))
+    suite = suite_in(out)
     results = Path(args.results or f"{RESULTS_DIR}/{suite.name}")
     try:
         copied = report.archive(suite, out, results)
