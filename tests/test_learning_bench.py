@@ -124,6 +124,22 @@ def test_a_later_host_runs_the_seeds_after_the_first_ones():
     assert exit_info.value.code == 2
 
 
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["run", "--suite", "minatar", "--envs", "Pacman"], "--envs 'Pacman'"),
+        (["table", "--out", "no-such-dir"], "--out no-such-dir"),
+        (["archive", "--out", "no-such-dir"], "--out no-such-dir"),
+    ],
+)
+def test_a_bad_flag_value_exits_2_with_one_line_naming_it(args, named, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], lines
+
+
 def test_the_doc_keeps_its_prose_and_one_block_per_suite(tmp_path):
     doc = tmp_path / "learning.md"
     doc.write_text("# Learning\n\nProse that stays.\n")

@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from benchmarks.learning import report
 from benchmarks.learning.runner import INTERRUPTED, RANDOM_FILE, finished_run, random_return
@@ -130,6 +130,12 @@ def run_one(
     return True
 
 
+def flag_error(message: str) -> NoReturn:
+    """A bad flag value ends the command as argparse would: one line, exit status 2."""
+    print(f"python -m benchmarks.learning: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def selected_envs(suite: Suite, names: str) -> list[EnvSpec]:
     if not names:
         return list(suite.envs)
@@ -137,7 +143,7 @@ def selected_envs(suite: Suite, names: str) -> list[EnvSpec]:
     chosen = [s for s in suite.envs if any(w.lower() in s.env.lower() for w in wanted)]
     if not chosen:
         known = ", ".join(s.env for s in suite.envs)
-        raise SystemExit(f"error: --envs {names!r} matches none of {known}")
+        flag_error(f"--envs {names!r} matches none of {known}")
     return chosen
 
 
@@ -216,7 +222,7 @@ def suite_in(out: Path) -> Suite:
     """The suite whose results ``out`` holds, named by its summary."""
     path = out / report.SUMMARY_FILE
     if not path.exists():
-        raise SystemExit(f"error: {path} does not exist; run the suite first")
+        flag_error(f"--out {out}: no {report.SUMMARY_FILE} there; run the suite first")
     return report.suite_of(json.loads(path.read_text()))
 
 
