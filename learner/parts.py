@@ -10,6 +10,8 @@ each; :func:`trainer_mode` says which trainer a config asks for.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
 import uuid
 from collections.abc import Callable
@@ -238,6 +240,15 @@ def save_checkpoint(
         **extra,
     )
     checkpoint.save(learner.config.checkpoint_path, state)
+    kept = learner.config.history_checkpoint_path(frames)
+    if kept is not None and not kept.exists():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        try:  # a link is atomic and free; the next save replaces checkpoint.pt, not it
+            os.link(learner.config.checkpoint_path, kept)
+        except OSError:  # a filesystem without hard links: copy, then rename into place
+            partial = kept.with_name(f".{kept.name}.tmp-{os.getpid()}")
+            shutil.copyfile(learner.config.checkpoint_path, partial)
+            os.replace(partial, kept)
 
 
 def schedule_states(config: LearnerConfig) -> dict[str, dict[str, Any]]:

@@ -245,6 +245,10 @@ class LearnerConfig:
     """Stop after this much wall time (0: no limit)."""
     checkpoint_interval_s: float = 60.0
     """Seconds between checkpoints (one is also written at the end and on SIGTERM/SIGINT)."""
+    checkpoint_history_frames: int = 0
+    """Also keep the first checkpoint past each multiple of this many frames, as
+    logdir/checkpoints/frames-N.pt (0: only the latest), to evaluate or resume a run's
+    earlier policies, e.g. from before a collapse."""
     resume: bool = False
     """Continue from logdir/checkpoint.pt when it exists."""
     log_interval_s: float = 2.0
@@ -268,7 +272,7 @@ class LearnerConfig:
         _require_range(
             self,
             ("seed", "torch_threads", "total_frames", "max_seconds", "inference_timeout_ms",
-             "entropy_cost", "final_entropy_cost", "baseline_cost"),
+             "entropy_cost", "final_entropy_cost", "baseline_cost", "checkpoint_history_frames"),
             low=0,
         )  # fmt: skip
         _require_range(
@@ -316,6 +320,14 @@ class LearnerConfig:
     @property
     def checkpoint_path(self) -> Path:
         return Path(self.logdir) / "checkpoint.pt"
+
+    def history_checkpoint_path(self, frames: int) -> Path | None:
+        """Where the checkpoint at ``frames`` is kept for good: the multiple of
+        --checkpoint-history-frames it is the first past; None when history is off."""
+        every = self.checkpoint_history_frames
+        if not every:
+            return None
+        return Path(self.logdir) / "checkpoints" / f"frames-{frames // every * every}.pt"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -287,6 +287,24 @@ def test_crash_mid_checkpoint_write_keeps_previous(tmp_path, monkeypatch):
     assert not torn.exists()
 
 
+def test_the_first_checkpoint_past_each_history_mark_is_kept_for_good(tmp_path):
+    """--checkpoint-history-frames: the latest checkpoint moves on, and the first one past
+    each multiple stays as it was written (a later save replaces checkpoint.pt, not it)."""
+    learner = build_learner(_small_config(tmp_path, checkpoint_history_frames=1000))
+    kept = {}
+    for frames in (400, 1234, 1500, 2100, 2600):
+        learner.stats.frames = frames
+        save_checkpoint(learner)
+        kept = {p.name: checkpoint.load(p)["frames"] for p in (tmp_path / "checkpoints").glob("*")}
+    assert kept == {"frames-0.pt": 400, "frames-1000.pt": 1234, "frames-2000.pt": 2100}
+    assert checkpoint.load(learner.config.checkpoint_path)["frames"] == 2600
+    off = tmp_path / "off"
+    save_checkpoint(build_learner(_small_config(off)))
+    assert sorted(p.name for p in off.iterdir()) == ["checkpoint.pt"]
+    with pytest.raises(ValueError, match="--checkpoint-history-frames must be >= 0"):
+        _small_config(tmp_path, checkpoint_history_frames=-1)
+
+
 def _write_checkpoint_for(tmp_path: Path, **kw: object) -> None:
     save_checkpoint(build_learner(_small_config(tmp_path, **kw)))
 
