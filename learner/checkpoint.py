@@ -109,6 +109,14 @@ def save(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
         stale.unlink(missing_ok=True)
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one line of at most ``limit`` characters: torch's load errors run to
+    a page, and a bad input gets one line."""
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    text = f"{type(exc).__name__}: {text}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a checkpoint, raising :class:`CheckpointError` that names the file on any problem."""
     p = Path(path)
@@ -117,9 +125,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         state = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise CheckpointError(
-            f"{p}: not a readable checkpoint ({type(exc).__name__}: {exc})"
-        ) from exc
+        raise CheckpointError(f"{p}: not a readable checkpoint ({one_line(exc)})") from exc
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{p}: not a seedrl checkpoint")
     if state.get("version") != VERSION:

@@ -198,7 +198,7 @@ def restore(
         episodes, returns = int(state["episodes"]), list(state.get("returns", []))
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise checkpoint.CheckpointError(
-            f"{path}: does not fit this model/config ({type(exc).__name__}: {exc}); "
+            f"{path}: does not fit this model/config ({checkpoint.one_line(exc)}); "
             "use another --logdir or drop --resume"
         ) from exc
     stats.restore(frames=frames, steps=steps, episodes=episodes, returns=returns)
