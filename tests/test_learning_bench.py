@@ -89,6 +89,7 @@ def test_archived_runs_are_small_and_summarise_as_the_runs_themselves(tmp_path):
     report.write_summary(suite, first)
     _finished_run(second / spec.name / "seed2", 2, segment)
 
+    assert report.archive(suite, tmp_path / "nothing-finished", results) == []
     assert report.archive(suite, first, results) == [results / spec.name / "seed0"]
     report.archive(suite, second, results)
 

@@ -140,6 +140,7 @@ def archive(suite: Suite, out: Path, results: Path) -> list[Path]:
             if random_path.exists():
                 (results / spec.name / RANDOM_FILE).write_text(random_path.read_text())
             copied.append(target)
+    results.mkdir(parents=True, exist_ok=True)
     write_summary(suite, results)
     return copied
 
@@ -262,8 +263,8 @@ def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
         runs = env["runs"]
         if not runs:
             lines.append(
-                f"| {env['env']} | 0 | not run | - | - | - | {env['reference']['value']:g} | - "
-                "| - | - |"
+                f"| {env['env']} | 0 | no finished run here | - | - | - "
+                f"| {env['reference']['value']:g} | - | - | - |"
             )
             continue
         per_seed = ", ".join(_num(r["final_return_mean100"]) for r in runs)
