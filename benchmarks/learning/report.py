@@ -121,8 +121,8 @@ def _check_same_settings(run_dir: Path, env_results: Path) -> None:
 def archive(suite: Suite, out: Path, results: Path) -> list[Path]:
     """Copy the finished runs of ``out`` into ``results`` without checkpoints or logs
     (``run.json``, ``config.json``, thinned metrics, the env's ``random.json``), replacing
-    runs of the same env and seed there, and rewrite the summary and curves from
-    everything ``results`` holds: runs from several hosts or sessions add up to one table."""
+    runs of the same env and seed there, and rewrite the summary from everything
+    ``results`` holds: runs from several hosts or sessions add up to one table."""
     copied = []
     for spec in suite.envs:
         random_path = out / spec.name / RANDOM_FILE
