@@ -104,11 +104,13 @@ def test_archived_runs_are_small_and_summarise_as_the_runs_themselves(tmp_path):
     assert breakout["runs"][0]["thresholds"]["8.8"] == {"frames": 264_000, "wall_time_s": 1320.0}
 
     sweep = tmp_path / "sweep"
+    _finished_run(sweep / spec.name / "seed1", 1, segment[:10])  # fits, but goes with seed3
     _finished_run(sweep / spec.name / "seed3", 3, segment[:10])
     run = json.loads((sweep / spec.name / "seed3" / RUN_FILE).read_text())
     (sweep / spec.name / "seed3" / RUN_FILE).write_text(json.dumps({**run, "overrides": {"lr": 1}}))
     with pytest.raises(ValueError, match="its own --results"):
         report.archive(suite, sweep, results)
+    assert not (results / spec.name / "seed1").exists()  # refused: nothing was copied
 
     doc = tmp_path / "docs" / "learning.md"
     assert main(["table", "--out", str(results), "--doc", str(doc)]) == 0

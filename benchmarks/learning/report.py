@@ -122,24 +122,31 @@ def archive(suite: Suite, out: Path, results: Path) -> list[Path]:
     """Copy the finished runs of ``out`` into ``results`` without checkpoints or logs
     (``run.json``, ``config.json``, thinned metrics, the env's ``random.json``), replacing
     runs of the same env and seed there, and rewrite the summary from everything
-    ``results`` holds: runs from several hosts or sessions add up to one table."""
+    ``results`` holds: runs from several hosts or sessions add up to one table.
+
+    Every run is checked before any is copied, so a refused archive changes nothing."""
+    finished = [
+        (spec, seed_dir)
+        for spec in suite.envs
+        for seed_dir in sorted((out / spec.name).glob("seed*"))
+        if (seed_dir / RUN_FILE).exists()  # unfinished: its curve would stop short
+    ]
+    for spec, seed_dir in finished:
+        _check_same_settings(seed_dir, results / spec.name)
     copied = []
-    for spec in suite.envs:
-        random_path = out / spec.name / RANDOM_FILE
-        for seed_dir in sorted((out / spec.name).glob("seed*")):
-            if not (seed_dir / RUN_FILE).exists():
-                continue  # unfinished: its curve would stop short of the budget
-            target = results / spec.name / seed_dir.name
-            _check_same_settings(seed_dir, results / spec.name)
-            target.mkdir(parents=True, exist_ok=True)
-            for name in (RUN_FILE, CONFIG_FILE):
-                if (seed_dir / name).exists():
-                    (target / name).write_text((seed_dir / name).read_text())
-            records = compact_records(spec, seed_dir)
-            (target / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
-            if random_path.exists():
-                (results / spec.name / RANDOM_FILE).write_text(random_path.read_text())
-            copied.append(target)
+    for spec, seed_dir in finished:
+        target = results / spec.name / seed_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        for name in (RUN_FILE, CONFIG_FILE):
+            if (seed_dir / name).exists():
+                (target / name).write_text((seed_dir / name).read_text())
+        records = compact_records(spec, seed_dir)
+        (target / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
+        copied.append(target)
+    for name in {spec.name for spec, _ in finished}:
+        random_path = out / name / RANDOM_FILE
+        if random_path.exists():
+            (results / name / RANDOM_FILE).write_text(random_path.read_text())
     results.mkdir(parents=True, exist_ok=True)
     write_summary(suite, results)
     return copied
