@@ -2,7 +2,7 @@
 
 A unit (a channel of a conv layer, a neuron of a dense one) that never fires on the states
 its own policy visits is dead weight: it gets no gradient and adds nothing to the policy
-(the "dormant neuron" capacity loss of Sokar et al. 2023). A network whose first conv
+(the "dormant neuron" capacity loss that Sokar et al. describe). A network whose first conv
 layer has lost most of its channels learns from fewer features, which may cap how far a
 run climbs; comparing checkpoints of a run (``--checkpoint-history-frames``) shows when
 units die.
