@@ -117,6 +117,10 @@ def test_archived_runs_are_small_and_summarise_as_the_runs_themselves(tmp_path):
     assert "| MinAtar/Breakout-v1 | 2 |" in doc.read_text()
     assert (doc.parent / "learning" / f"{spec.name}.png").exists()
     assert not (results / "curves").exists()  # the committed archive holds no PNG copies
+    elsewhere = tmp_path / "curves-elsewhere"
+    assert main(["table", "--out", str(results), "--curves-dir", str(elsewhere)]) == 0
+    assert (elsewhere / f"{spec.name}.png").exists()
+    assert not (results / "curves").exists()  # --curves-dir holds without --doc too
 
 
 def test_a_later_host_runs_the_seeds_after_the_first_ones():

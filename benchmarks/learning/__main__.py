@@ -239,8 +239,9 @@ def cmd_table(args: argparse.Namespace) -> int:
         report.update_doc(doc, suite.name, report.markdown_table(summary, rel))
         print(f"{doc}: suite {suite.name} table updated, curves in {curves}")
     else:
-        report.plot_curves(suite, out)
-        print(report.markdown_table(summary, "curves"), end="")
+        curves = Path(args.curves_dir) if args.curves_dir else out / "curves"
+        report.plot_curves(suite, out, curves)
+        print(report.markdown_table(summary, os.path.relpath(curves, out)), end="")
     return 0
 
 
@@ -285,7 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     table.add_argument("--out", required=True, help="the suite's results directory")
     table.add_argument("--doc", default="", help="write the table into this markdown file")
     table.add_argument(
-        "--curves-dir", default="", help="where the PNGs go (default: learning/ beside DOC)"
+        "--curves-dir",
+        default="",
+        help="where the PNGs go (default: learning/ beside DOC, else curves/ in OUT)",
     )
     keep = sub.add_parser(
         "archive", help="copy finished runs, thinned and without checkpoints, to be committed"
