@@ -3,6 +3,7 @@ markdown table that ``docs/learning.md`` carries."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import json
@@ -172,13 +173,8 @@ def env_summary(suite: Suite, spec: EnvSpec, out: Path) -> dict[str, Any]:
         "final_return_mean100": mean_final,
         "eval_mean": mean_eval,
         "random": json.loads(random_path.read_text()) if random_path.exists() else None,
-        "reference": {
-            "value": ref.value,
-            "source": ref.source,
-            "budget": ref.budget,
-            "setting": ref.setting,
-            "url": ref.url,
-        },
+        "reference": dataclasses.asdict(ref),
+        "same_setting": [dataclasses.asdict(r) for r in spec.same_setting],
         # the final score is evaluate's (mean of seeds), as published scores are
         "meets_reference": None if mean_eval is None else mean_eval >= ref.value,
         "runs": runs,
@@ -222,6 +218,9 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
         ref = spec.reference
         ax.axhline(ref.value, color="black", linestyle="--",
                    label=f"reference {ref.value:g} ({ref.budget})")  # fmt: skip
+        for other, color in zip(spec.same_setting, itertools.cycle(("tab:olive", "tab:cyan"))):
+            ax.axhline(other.value, color=color, linestyle="-.", linewidth=1,
+                       label=f"{other.label} {other.value:g}, same setting")  # fmt: skip
         random_path = out / spec.name / RANDOM_FILE
         if random_path.exists():
             rnd = json.loads(random_path.read_text())["mean"]
@@ -307,11 +306,14 @@ def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
         "|---|---|---|---|---|",
     ]
     for env in summary["envs"]:
-        ref = env["reference"]
-        source = f"[{ref['source']}]({ref['url']})" if ref["url"] else ref["source"]
-        lines.append(
-            f"| {env['env']} | {ref['value']:g} | {source} | {ref['budget']} | {ref['setting']} |"
-        )
+        for ref, note in [(env["reference"], "")] + [
+            (r, " (same setting as ours, for scale)") for r in env["same_setting"]
+        ]:
+            source = f"[{ref['source']}]({ref['url']})" if ref["url"] else ref["source"]
+            lines.append(
+                f"| {env['env']}{note} | {ref['value']:g} | {source} | {ref['budget']} "
+                f"| {ref['setting']} |"
+            )
     if curves_dir:
         lines.append("")
         for env in summary["envs"]:

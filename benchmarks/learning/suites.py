@@ -24,6 +24,8 @@ class Reference:
     setting: str
     """Env version and conventions of the source (sticky actions, action set, lives)."""
     url: str = ""
+    label: str = ""
+    """A few words naming it in a plot's legend (the source is too long for one)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,10 @@ class EnvSpec:
     reference: Reference
     thresholds: tuple[float, ...]
     """Returns whose first crossing (frames, wall time) the summary records."""
+    same_setting: tuple[Reference, ...] = ()
+    """Published figures under this env's own conventions, where ``reference``'s were
+    easier (no sticky actions, a life lost ends the episode): they show what the setting
+    allows; the verdict is against ``reference`` alone, as the target was set."""
     frames_per_step: int = 1
     """Emulator frames per seedrl frame (Atari's frame skip)."""
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -81,6 +87,22 @@ def _minatar(game: str, reference: float) -> EnvSpec:
 _ZOO = "SB3 RL Zoo benchmark.md, PPO (one trained agent, deterministic eval)"
 _ZOO_URL = "https://github.com/DLR-RM/rl-baselines3-zoo/blob/master/benchmark.md"
 _ZOO_ATARI = "SB3 RL Zoo benchmark.md, PPO (one trained agent, stochastic eval)"
+_DOPAMINE_URL = "https://github.com/google/dopamine/tree/master/baselines/atari"
+_DOPAMINE_BUDGET = "40 M frames = 10 M steps (its 40th iteration of 1 M frames)"
+
+
+def _dopamine(value: float, agent: str, game: str) -> Reference:
+    """A figure from Dopamine's baseline data: the mean training return of its 5 seeds in
+    the iteration that ends at 40 M frames, with sticky actions and full games as ours."""
+    return Reference(
+        value,
+        f"Dopamine baselines, {agent}, mean training return of 5 seeds (data/{game.lower()}.json)",
+        _DOPAMINE_BUDGET,
+        f"{game}NoFrameskip-v0: sticky actions 0.25, full games, 108 k-frame cap",
+        _DOPAMINE_URL,
+        label=f"Dopamine {agent.split(' ')[0]}",
+    )
+
 
 SUITES: dict[str, Suite] = {
     "classic": Suite(
@@ -142,6 +164,10 @@ SUITES: dict[str, Suite] = {
                     _ZOO_URL,
                 ),
                 thresholds=(0.0, 18.0),
+                same_setting=(
+                    _dopamine(10.0, "DQN (Nature CNN)", "Pong"),
+                    _dopamine(19.3, "Rainbow", "Pong"),
+                ),
                 frames_per_step=4,
             ),
             EnvSpec(
@@ -156,6 +182,10 @@ SUITES: dict[str, Suite] = {
                     _ZOO_URL,
                 ),
                 thresholds=(30.0, 100.0),
+                same_setting=(
+                    _dopamine(81.7, "DQN (Nature CNN)", "Breakout"),
+                    _dopamine(47.7, "Rainbow", "Breakout"),
+                ),
                 frames_per_step=4,
             ),
         ),
