@@ -231,17 +231,17 @@ def cmd_table(args: argparse.Namespace) -> int:
     out = Path(args.out)
     suite = suite_in(out)
     summary = report.write_summary(suite, out)
-    if args.doc:
-        doc = Path(args.doc)
-        curves = Path(args.curves_dir) if args.curves_dir else doc.parent / "learning"
-        report.plot_curves(suite, out, curves)  # straight there: no copies beside the runs
-        rel = os.path.relpath(curves, doc.parent)
-        report.update_doc(doc, suite.name, report.markdown_table(summary, rel))
+    doc = Path(args.doc) if args.doc else None
+    home = doc.parent if doc else out  # the table's image links are relative to it
+    default = home / "learning" if doc else out / "curves"
+    curves = Path(args.curves_dir) if args.curves_dir else default
+    report.plot_curves(suite, out, curves)  # straight there: no copies beside the runs
+    table = report.markdown_table(summary, os.path.relpath(curves, home))
+    if doc:
+        report.update_doc(doc, suite.name, table)
         print(f"{doc}: suite {suite.name} table updated, curves in {curves}")
     else:
-        curves = Path(args.curves_dir) if args.curves_dir else out / "curves"
-        report.plot_curves(suite, out, curves)
-        print(report.markdown_table(summary, os.path.relpath(curves, out)), end="")
+        print(table, end="")
     return 0
 
 
