@@ -112,7 +112,8 @@ class LearnerConfig:
 
     # model
     model: str = "auto"
-    """Torso: auto (cnn for image observations, else mlp), mlp or cnn."""
+    """Torso: auto (cnn for image observations, else mlp), mlp, cnn (Nature CNN; a small
+    one for small grids) or resnet (IMPALA's deep encoder: larger and slower, for a GPU)."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """MLP hidden layer widths."""
     lstm: bool = False
@@ -288,7 +289,7 @@ class LearnerConfig:
         if not self.hidden_sizes:
             raise ValueError("--hidden-sizes needs at least one layer width")
         _require_choice(self, "inference_backend", INFERENCE_BACKENDS)
-        _require_choice(self, "model", ("auto", "mlp", "cnn"))
+        _require_choice(self, "model", ("auto", "mlp", "cnn", "resnet"))
         _require_choice(self, "trainer", TRAINER_MODES)
         _require_choice(self, "precision", PRECISIONS)
         _require_choice(self, "progress", ("auto", "bar", "plain", "off"))

@@ -39,6 +39,7 @@ LEARNER_CASES = {
     "quorum": ("--inference-quorum", "0", "--inference-quorum must be in (0, 1]"),
     # choices and dependent fields
     "choice": ("--lr-schedule", "cosine", "--lr-schedule must be auto, constant or linear"),
+    "model": ("--model", "vit", "--model must be auto, mlp, cnn or resnet"),
     "dependent": ("--lr-schedule", "linear", "--lr-schedule linear needs --total-frames"),
     "final cost": ("--final-entropy-cost", "-0.1", "--final-entropy-cost must be >= 0"),
     "final needs budget": ("--final-entropy-cost", "1e-3", "--final-entropy-cost needs --total"),

@@ -26,8 +26,10 @@ from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
 from seedrl import cpu_kernels, models
 from seedrl.models import (
     ActorCritic,
+    ImpalaResNet,
     ModelSpec,
     NatureCNN,
+    ResidualBlock,
     action_head,
     build_model,
     choose_torso,
@@ -101,6 +103,7 @@ def replay(model: ActorCritic, unrolls: Unrolls) -> tuple[torch.Tensor, torch.Te
         ((4,), "float32", "mlp", "discrete"),
         ((3,), "float32", "mlp", "box"),
         ((4, 10, 10), "bool", "cnn", "discrete"),
+        ((4, 10, 10), "bool", "resnet", "discrete"),
     ],
 )
 def test_lstm_training_replays_the_params_inference_produced(obs_shape, obs_dtype, torso, action):
@@ -209,6 +212,7 @@ def codec_roundtrip(spec: ModelSpec) -> dict:
         ((3,), "mlp", "box", 0),  # Gaussian: params carry the learned log-std
         ((4,), "mlp", "discrete", 8),
         ((4, 10, 10), "cnn", "discrete", 0),
+        ((4, 10, 10), "resnet", "discrete", 0),
     ],
 )
 def test_act_gives_the_policy_params_and_core_state_of_forward(obs_shape, torso, action, lstm_size):
@@ -608,3 +612,49 @@ def test_nature_cnn_starts_orthogonal_so_atari_frames_give_distinct_features():
         features = cnn(frames)
     spread = features.std(0).mean().item()
     assert spread > 0.01, spread  # far above what the default init gives
+
+
+@pytest.mark.parametrize(
+    ("shape", "flat"), [((4, 84, 84), 32 * 11 * 11), ((10, 10, 4), 32 * 2 * 2)]
+)
+def test_resnet_is_impalas_three_sections_of_pool_and_two_residual_blocks(shape, flat):
+    """``--model resnet``: three sections halve the image each (84 -> 42 -> 21 -> 11), with
+    16, 32 and 32 channels and two residual blocks apiece, into one 256-unit layer; a
+    checkpoint's ModelSpec rebuilds it."""
+    torch.manual_seed(0)
+    model = build_model(box_spec(shape, "uint8"), action_head(pb.SpaceSpec(kind="discrete", n=6)),
+                        "resnet")  # fmt: skip
+    assert isinstance(model.torso, ImpalaResNet)
+    convs = [m for m in model.torso.conv if isinstance(m, nn.Conv2d)]
+    assert [c.out_channels for c in convs] == [16, 32, 32]
+    blocks = [m for m in model.torso.modules() if isinstance(m, ResidualBlock)]
+    assert len(blocks) == 6
+    assert model.torso.fc[0].in_features == flat and model.torso.out_size == 256
+    clone = ActorCritic(ModelSpec(**codec_roundtrip(model.spec)))
+    clone.load_state_dict(model.state_dict())
+    obs = torch.randint(0, 255, (2, 3, *shape), dtype=torch.uint8)
+    first = torch.zeros(2, 3, dtype=torch.bool)
+    with torch.no_grad():
+        params, values, _ = model(obs, first)
+        torch.testing.assert_close(clone(obs, first)[0], params)
+    assert params.shape == (2, 3, 6) and values.shape == (2, 3)
+
+
+def test_a_residual_block_adds_its_input_to_what_its_convolutions_make():
+    """The skip connection: with the second conv zeroed the block is the identity, and
+    otherwise it is the input plus conv1(relu(conv0(relu(x))))."""
+    torch.manual_seed(0)
+    block = ResidualBlock(8)
+    x = torch.randn(2, 8, 5, 5)
+    with torch.no_grad():
+        expected = x + block.conv1(torch.relu(block.conv0(torch.relu(x))))
+        torch.testing.assert_close(block(x), expected)
+        block.conv1.weight.zero_()
+        block.conv1.bias.zero_()
+        torch.testing.assert_close(block(x), x)
+
+
+def test_resnet_on_a_vector_observation_says_what_it_needs():
+    head = action_head(pb.SpaceSpec(kind="discrete", n=2))
+    with pytest.raises(ValueError, match="resnet needs a rank-2 or rank-3 observation"):
+        build_model(box_spec((4,)), head, "resnet")
