@@ -8,11 +8,15 @@ whatever the others did, against an overall budget (later steps shrink or skip t
 2. ``tests``: the pytest tests that take CUDA (device trainer, bf16, pinned staging);
 3. ``train``: short Atari (ALE/Pong-v5) and CartPole trainings with local actors: the
    device-resident trainer on CUDA, the process trainer on CUDA, and the process trainer
-   on the CPU (the speed-up's baseline), GPU utilisation sampled with nvidia-smi;
-4. ``timings``: forward-pass and training-step times of the CartPole MLP and the Atari
-   CNN, on the GPU (fp32, bf16; the thread trainer from pageable memory and the device
-   trainer from pinned buffers) and on the CPU, and the weight hand-off of either mode;
-5. ``bench``: ``benchmarks.bench --quick`` for one Atari and one CartPole point, device shown.
+   on the CPU (the speed-up's baseline), plus Pong with IMPALA's ResNet on the
+   device-resident trainer (the network a GPU learner is for); GPU utilisation sampled
+   with nvidia-smi;
+4. ``timings``: forward-pass and training-step times of the CartPole MLP, the Atari CNN
+   and the Atari ResNet, on the GPU (fp32, bf16; the thread trainer from pageable memory
+   and the device trainer from pinned buffers) and on the CPU, and the weight hand-off of
+   either mode;
+5. ``bench``: ``benchmarks.bench --quick`` for one Atari and one CartPole point in the
+   modes a GPU changes (inference alone, the whole system), device shown.
 
 Without CUDA the CUDA-only parts skip with a line saying so; the rest runs (a dry run).
 Writes ``summary.json`` (every step's result), ``check.log``, ``timings.jsonl`` and the
@@ -40,6 +44,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_TESTS = ["tests/test_device_trainer.py"]
+BENCH_MODES = ["--modes", "inference,system"]
+"""The bench modes a GPU changes; the env-only ones (ideal, echo) would not fit the budget."""
 
 
 class Budget:
@@ -75,9 +81,9 @@ def run(cmd: list[str], timeout: float, log: Log, cwd: Path = ROOT) -> tuple[int
             cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
         )
         return done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        return 124, out
+    except subprocess.TimeoutExpired as exc:  # what it printed so far says how far it got
+        parts = (exc.stdout or "", exc.stderr or "")
+        return 124, "".join(p.decode() if isinstance(p, bytes) else p for p in parts)
 
 
 def free_port() -> int:
@@ -205,7 +211,7 @@ def step_timings(log: Log, timeout: float, short: bool, rows: Path) -> dict[str,
 
 def train_run(
     name: str, preset: str, device: str, trainer: str, seconds: float, actors: tuple[int, int],
-    log: Log,
+    log: Log, model: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """A learner with local actors, stopped ``seconds`` after its first frames arrived.
 
@@ -219,6 +225,7 @@ def train_run(
         "--trainer", trainer, "--port", str(port), "--bind", "127.0.0.1",
         "--logdir", str(logdir), "--progress", "off", "--no-tensorboard",
         "--log-interval-s", "1", "--checkpoint-interval-s", "1e9", "--torch-threads", "4",
+        *(["--model", model] if model else []),
     ]  # fmt: skip
     actor_cmd = [
         sys.executable, "-m", "actors", "--learner", f"127.0.0.1:{port}",
@@ -227,7 +234,7 @@ def train_run(
     log(f"train {name}: {' '.join(learner_cmd[3:])}; actors {actors[0]} x {actors[1]}")
     result: dict[str, Any] = {
         "preset": preset, "device": device, "trainer": trainer,
-        "actors": f"{actors[0]}x{actors[1]}", "window_s": seconds,
+        "actors": f"{actors[0]}x{actors[1]}", "window_s": seconds, "model": model or "preset",
     }  # fmt: skip
     learner_log = logdir.with_suffix(".learner.log")
     metrics = logdir / "metrics.jsonl"
@@ -358,20 +365,23 @@ def timings_main(rows_path: Path, short: bool) -> None:
     torch.set_num_threads(4)
     cap = 0.5 if short else 1.0
     devices = ["cuda", "cpu"] if torch.cuda.is_available() else ["cpu"]
-    for preset in ("cartpole", "atari"):
+    for preset, model in (("cartpole", None), ("atari", None), ("atari", "resnet")):
         for device in devices:
             for precision in ("fp32", "bf16") if device == "cuda" else ("fp32",):
                 try:
-                    row = _time_one(preset, device, precision, cap)
+                    row = _time_one(preset, device, precision, cap, model)
                 except Exception as exc:  # the other rows still count
-                    row = {"preset": preset, "device": device, "precision": precision,
+                    row = {"preset": preset, "model": model, "device": device,
+                           "precision": precision,
                            "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
                 with rows_path.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 print(json.dumps(row), flush=True)
 
 
-def _time_one(preset: str, device: str, precision: str, cap: float) -> dict[str, Any]:
+def _time_one(
+    preset: str, device: str, precision: str, cap: float, model: str | None = None
+) -> dict[str, Any]:
     import numpy as np
     import torch
 
@@ -383,11 +393,16 @@ def _time_one(preset: str, device: str, precision: str, cap: float) -> dict[str,
     sync: Callable[[], None] = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     logdir = tempfile.mkdtemp(prefix="seedrl-gpu-timings-")
     settings = {**load_preset(preset), "device": device, "precision": precision}
+    if model:
+        settings["model"] = model
     config = LearnerConfig(**{**settings, "logdir": logdir, "trainer": "thread"})
     learner = build_learner(config)
     builder, head = learner.builder, learner.head
     rng = np.random.default_rng(0)
-    row: dict[str, Any] = {"preset": preset, "device": device, "precision": precision}
+    row: dict[str, Any] = {
+        "preset": preset, "model": learner.model.spec.torso, "device": device,
+        "precision": precision,
+    }  # fmt: skip
     policy = inference_policy(learner.model, head, learner.device, "auto", 0, precision)
     for b in (64, 256):
         obs = rng.integers(0, 255, (b, *builder.obs_shape)).astype(builder.obs_dtype)
@@ -447,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-check-out")
-    parser.add_argument("--budget-s", type=float, default=330.0, help="whole run, seconds")
+    parser.add_argument("--budget-s", type=float, default=470.0, help="whole run, seconds")
     parser.add_argument("--short", action="store_true", help="dry run: every step much shorter")
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -474,42 +489,48 @@ def main(argv: list[str] | None = None) -> int:
     guarded("info", lambda: step_info(log))
     if not cuda:
         log("no CUDA: the CUDA-only steps (GPU timings, cuda training rows) skip; CPU rows run")
-    guarded("tests", lambda: step_tests(log, budget.allow(45, 270)))
+    guarded("tests", lambda: step_tests(log, budget.allow(45, 370)))
 
     cpus = os.cpu_count() or 2
     atari_actors = (max(1, min(12, cpus - 4)), 8)
     cartpole_actors = (max(1, min(8, cpus - 4)), 16)
     rows = ("device", "cuda"), ("process", "cuda"), ("process", "cpu")
-    runs = [(f"atari-{t}-{d}", "atari", d, t, 15 * scale, atari_actors) for t, d in rows]
-    runs += [(f"cartpole-{t}-{d}", "cartpole", d, t, 6 * scale, cartpole_actors) for t, d in rows]
+    # (name, preset, device, trainer, window s, actors x envs, model other than the preset's)
+    runs: list[tuple[str, str, str, str, float, tuple[int, int], str | None]]
+    runs = [(f"atari-{t}-{d}", "atari", d, t, 15 * scale, atari_actors, None) for t, d in rows]
+    runs.append(("atari-resnet-device-cuda", "atari", "cuda", "device", 15 * scale,
+                 atari_actors, "resnet"))  # fmt: skip
+    runs += [
+        (f"cartpole-{t}-{d}", "cartpole", d, t, 6 * scale, cartpole_actors, None) for t, d in rows
+    ]
     train: dict[str, Any] = {}
     summary["train"] = train
-    for name, preset, device, trainer, seconds, actors in runs:
+    for name, preset, device, trainer, seconds, actors, model in runs:
         if device == "cuda" and not cuda:
             log(f"train {name}: skipped: no CUDA device")
             train[name] = {"skipped": "no CUDA device"}
             continue
-        if budget.allow(seconds + 30, 100) < seconds + 30:
+        if budget.allow(seconds + 30, 190) < seconds + 30:
             log(f"train {name}: skipped: not enough of the budget left")
             train[name] = {"skipped": "budget"}
             continue
 
         def one(name=name, preset=preset, device=device, trainer=trainer,
-                seconds=seconds, actors=actors) -> dict[str, Any]:  # fmt: skip
-            return train_run(name, preset, device, trainer, seconds, actors, log)
+                seconds=seconds, actors=actors, model=model) -> dict[str, Any]:  # fmt: skip
+            return train_run(name, preset, device, trainer, seconds, actors, log, model)
 
         guarded(f"train.{name}", one)
         train[name] = summary.pop(f"train.{name}")
         save()
 
     timings = out / "timings.jsonl"
-    guarded("timings", lambda: step_timings(log, budget.allow(50, 100), args.short, timings))
+    guarded("timings", lambda: step_timings(log, budget.allow(100, 90), args.short, timings))
     guarded("bench_atari", lambda: step_bench(
-        log, ["--device", "auto", "--preset", "atari", "--sweep", "4x8"],
-        out / "bench_atari.json", budget.allow(55, 45)))  # fmt: skip
+        log, ["--device", "auto", "--preset", "atari", "--sweep", "4x8", *BENCH_MODES],
+        out / "bench_atari.json", budget.allow(60, 45)))  # fmt: skip
     guarded("bench_cartpole", lambda: step_bench(
-        log, ["--device", "auto", "--sweep", "2x8"], out / "bench_cartpole.json",
-        budget.allow(50, 0)))  # fmt: skip
+        log, ["--device", "auto", "--sweep", "2x8", *BENCH_MODES], out / "bench_cartpole.json",
+        budget.allow(45, 0)))  # fmt: skip
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     save()
     log(f"wrote {out}/summary.json")

@@ -25,13 +25,17 @@ from benchmarks.results_table import _num, table_rows, write_block
 
 BEGIN = "<!-- gpu-results:begin -->"
 END = "<!-- gpu-results:end -->"
-MODELS = {"cartpole": "CartPole MLP", "atari": "Atari CNN"}
+PRESET_NAMES = {"cartpole": "CartPole", "atari": "Atari"}
+TORSO_NAMES = {"mlp": "MLP", "cnn": "CNN", "resnet": "ResNet"}
+PRESET_TORSO = {"cartpole": "mlp", "atari": "cnn"}
+"""The torso a preset's own model resolves to: rows written before they named it."""
 LISTENING = re.compile(
     r"\(env (?P<env>\S+), device (?P<device>[^,]+), trainer (?P<trainer>[^,]+), "
     r"(?P<precision>\w+)\)"
 )
 TRAIN_COLUMNS = (
     "env",
+    "model",
     "actors",
     "trainer",
     "device",
@@ -69,6 +73,13 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     ]
 
 
+def model_label(preset: str, model: str | None) -> str:
+    """ "Atari ResNet": the preset's name and the torso that ran (the preset's own when the
+    row names none)."""
+    torso = model if model not in (None, "preset") else PRESET_TORSO.get(preset, "")
+    return f"{PRESET_NAMES.get(preset, preset)} {TORSO_NAMES.get(torso, torso)}".strip()
+
+
 def _ms(value: float | None) -> str:
     return _num(value, "{:.3f}" if value is not None and value < 1 else "{:.2f}")
 
@@ -86,6 +97,7 @@ def train_facts(name: str, run: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": name,
         "env": found.get("env") or run.get("preset") or name,
+        "model": model_label(run.get("preset", ""), run.get("model")).split(" ")[-1],
         "actors": run.get("actors", "—"),
         "trainer": found.get("trainer") or run.get("trainer", "—"),
         "device": run.get("device") or found.get("device", "—"),
@@ -127,6 +139,7 @@ def train_rows(summary: dict[str, Any]) -> list[list[str]]:
         rows.append(
             [
                 f["env"],
+                f["model"],
                 f["actors"],
                 f["trainer"],
                 f["device"],
@@ -152,7 +165,7 @@ def step_rows(timings: list[dict[str, Any]]) -> list[list[str]]:
         params = t.get("params")
         rows.append(
             [
-                MODELS.get(t.get("preset", ""), t.get("preset", "?")),
+                model_label(t.get("preset", "?"), t.get("model")),
                 t.get("device", "?"),
                 t.get("precision", "?"),
                 _num(params),
@@ -173,20 +186,25 @@ def derived_lines(summary: dict[str, Any], timings: list[dict[str, Any]]) -> lis
     per env, and GPU over CPU forward time per model."""
     lines = []
     facts = [train_facts(k, v) for k, v in (summary.get("train") or {}).items()]
-    by = {(f["env"], f["trainer"], f["device"]): f for f in facts if f["fps"]}
-    for env in dict.fromkeys(f["env"] for f in facts):
-        dev, proc = by.get((env, "device", "cuda")), by.get((env, "process", "cuda"))
+    by = {(f["env"], f["model"], f["trainer"], f["device"]): f for f in facts if f["fps"]}
+    for env, model in dict.fromkeys((f["env"], f["model"]) for f in facts):
+        dev = by.get((env, model, "device", "cuda"))
+        proc = by.get((env, model, "process", "cuda"))
         if dev and proc:
             lines.append(
                 f"- {env} on CUDA, device-resident over process trainer: "
                 f"{dev['fps'] / proc['fps']:.2f}× frames/s, "
                 f"{dev['steps'] / proc['steps']:.2f}× learner steps/s."
             )
-    cpu = {t["preset"]: t for t in timings if t.get("device") == "cpu" and not t.get("error")}
-    for preset in dict.fromkeys(t.get("preset", "?") for t in timings):
+
+    def label(t: dict[str, Any]) -> str:
+        return model_label(t.get("preset", "?"), t.get("model"))
+
+    cpu = {label(t): t for t in timings if t.get("device") == "cpu" and not t.get("error")}
+    for name in dict.fromkeys(label(t) for t in timings):
         parts = []
-        gpu = [t for t in timings if t.get("preset") == preset and t.get("device") == "cuda"]
-        c = cpu.get(preset) or {}
+        gpu = [t for t in timings if label(t) == name and t.get("device") == "cuda"]
+        c = cpu.get(name) or {}
         forward = [
             f"{t['precision']} {t['forward_b64_ms'] / c['forward_b64_ms']:.1f}× / "
             f"{t['forward_b256_ms'] / c['forward_b256_ms']:.1f}×"
@@ -206,7 +224,7 @@ def derived_lines(summary: dict[str, Any], timings: list[dict[str, Any]]) -> lis
         if handoff:
             parts.append("hand-off via host over device-to-device " + ", ".join(handoff))
         if parts:
-            lines.append(f"- {MODELS.get(preset, preset)}: " + "; ".join(parts) + ".")
+            lines.append(f"- {name}: " + "; ".join(parts) + ".")
     return lines
 
 
@@ -270,7 +288,7 @@ def render(
         _steps_line(summary),
         "",
         "Short trainings with local actors (frames/s over the window after the first frames; "
-        "× CPU: over the same env's CPU row on this host):",
+        "× CPU: over the same env's CPU row on this host, which runs the preset's model):",
         "",
         *_table(TRAIN_COLUMNS, train_rows(summary)),
         "",

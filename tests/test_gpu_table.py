@@ -44,6 +44,7 @@ def _summary() -> dict:
             "atari-device-cuda": {**_run("device", "cuda", "bf16", 4000.0), "trainer": "auto"},
             "atari-process-cuda": _run("process", "cuda", "bf16", 3000.0),
             "atari-process-cpu": _run("process", "cpu", "fp32", 1000.0, error="exited"),
+            "atari-resnet-device-cuda": _run("device", "cuda", "fp32", 2000.0, model="resnet"),
             "cartpole-device-cuda": {"skipped": "budget"},
         },
         "timings": {"rc": 124, "rows": []},
@@ -59,31 +60,44 @@ def _timings() -> list[dict]:
         {"preset": "atari", "device": "cpu", "precision": "fp32", "params": 1234567,
          "batch": "32x21", "forward_b64_ms": 4.0, "forward_b256_ms": 12.0,
          "train_step_thread_ms": 80.0},
+        {"preset": "atari", "model": "resnet", "device": "cuda", "precision": "fp32",
+         "params": 1000, "batch": "32x21", "forward_b64_ms": 3.0, "forward_b256_ms": 6.0,
+         "train_step_thread_ms": 16.0},
+        {"preset": "atari", "model": "resnet", "device": "cpu", "precision": "fp32",
+         "params": 1000, "batch": "32x21", "forward_b64_ms": 30.0, "forward_b256_ms": 120.0,
+         "train_step_thread_ms": 800.0},
     ]  # fmt: skip
 
 
 def test_training_rows_read_the_resolved_settings_and_the_speed_up_over_cpu() -> None:
-    device, process, cpu, skipped = train_rows(_summary())
-    assert device[:5] == ["ALE/Pong-v5", "4x8", "device", "cuda", "bf16"]
-    assert device[5:11] == ["4,000", "4.00×", "40.0", "12% / 40%", "50%", "31.5"]
-    assert process[5:7] == ["3,000", "3.00×"]
-    assert cpu[4:7] == ["fp32", "1,000", "1.00×"] and cpu[8] == "—"  # no GPU util on CPU
+    device, process, cpu, resnet, skipped = train_rows(_summary())
+    assert device[:6] == ["ALE/Pong-v5", "CNN", "4x8", "device", "cuda", "bf16"]
+    assert device[6:12] == ["4,000", "4.00×", "40.0", "12% / 40%", "50%", "31.5"]
+    assert process[6:8] == ["3,000", "3.00×"]
+    assert cpu[5:8] == ["fp32", "1,000", "1.00×"] and cpu[9] == "—"  # no GPU util on CPU
     assert cpu[-2:] == ["-20.5", "exited"]
-    assert skipped[0] == "cartpole-device-cuda" and skipped[5] == "—"
+    # a model the preset does not ship is named, and its speed-up is over the preset's CPU row
+    assert resnet[:2] == ["ALE/Pong-v5", "ResNet"] and resnet[6:8] == ["2,000", "2.00×"]
+    assert skipped[0] == "cartpole-device-cuda" and skipped[6] == "—"
     assert skipped[-1] == "skipped: budget"
 
 
 def test_step_rows_and_the_ratios_read_off_them() -> None:
-    gpu, cpu = step_rows(_timings())
+    gpu, cpu, resnet_gpu, _ = step_rows(_timings())
     assert gpu == ["Atari CNN", "cuda", "fp32", "1,234,567", "32x21", "2.00", "3.00",
                    "8.00", "9.50", "0.050", "2.00"]  # fmt: skip
     assert cpu[5:] == ["4.00", "12.00", "80.00", "—", "—", "—"]
+    assert resnet_gpu[:3] == ["Atari ResNet", "cuda", "fp32"]
     lines = derived_lines(_summary(), _timings())
+    # the ResNet's device-resident row is not compared with the CNN's process row
     assert lines[0] == (
         "- ALE/Pong-v5 on CUDA, device-resident over process trainer: "
         "1.33× frames/s, 1.33× learner steps/s."
     )
+    assert lines[1].startswith("- Atari CNN: ")
     assert "fp32 0.5× / 0.2×" in lines[1] and "fp32 40×" in lines[1]
+    assert lines[2].startswith("- Atari ResNet: ") and "fp32 0.1× / 0.1×" in lines[2]
+    assert len(lines) == 3
 
 
 def test_the_block_names_the_card_the_tests_and_the_steps_that_ran_out() -> None:
