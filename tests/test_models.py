@@ -658,3 +658,34 @@ def test_resnet_on_a_vector_observation_says_what_it_needs():
     head = action_head(pb.SpaceSpec(kind="discrete", n=2))
     with pytest.raises(ValueError, match="resnet needs a rank-2 or rank-3 observation"):
         build_model(box_spec((4,)), head, "resnet")
+
+
+def test_resnet_starts_with_identity_blocks_and_distinct_bounded_features():
+    """Each residual block starts as the identity (its second conv zeroed), the other layers
+    orthogonal with the ReLU gain: features of near-identical frames differ clearly (under
+    PyTorch's default init they barely did) and do not grow through the blocks (with the
+    ReLU gain on every conv they came out about ten times larger)."""
+    torch.manual_seed(0)
+    net = ImpalaResNet(4, 84, 84)
+    gain_sq = nn.init.calculate_gain("relu") ** 2
+    blocks = [m for m in net.modules() if isinstance(m, ResidualBlock)]
+    for block in blocks:
+        assert not block.conv1.weight.any() and not block.conv1.bias.any()
+    zeroed = {id(b.conv1) for b in blocks}
+    others = [m for m in net.modules() if isinstance(m, nn.Conv2d | nn.Linear)]
+    others = [m for m in others if id(m) not in zeroed]
+    assert len(others) == 3 + 6 + 1  # section convs, first conv of each block, the layer
+    for layer in others:
+        w = layer.weight.detach().flatten(1)
+        small = w if w.shape[0] <= w.shape[1] else w.T
+        torch.testing.assert_close(
+            small @ small.T, gain_sq * torch.eye(len(small)), atol=1e-4, rtol=0
+        )
+        assert not layer.bias.any()
+    frames = torch.full((8, 4, 84, 84), 0.34)
+    for i in range(8):
+        frames[i, :, 8 * i : 8 * i + 8, 30:38] = 0.9
+    with torch.no_grad():
+        features = net(frames)
+    assert features.std(0).mean().item() > 0.03  # default init: about 0.003
+    assert features.mean().item() < 1.0  # every conv at the ReLU gain: about 5
