@@ -206,8 +206,8 @@ def derived_lines(summary: dict[str, Any], timings: list[dict[str, Any]]) -> lis
         gpu = [t for t in timings if label(t) == name and t.get("device") == "cuda"]
         c = cpu.get(name) or {}
         forward = [
-            f"{t['precision']} {t['forward_b64_ms'] / c['forward_b64_ms']:.1f}× / "
-            f"{t['forward_b256_ms'] / c['forward_b256_ms']:.1f}×"
+            f"{t['precision']} {t['forward_b64_ms'] / c['forward_b64_ms']:.2g}× / "
+            f"{t['forward_b256_ms'] / c['forward_b256_ms']:.2g}×"
             for t in gpu
             if all(x.get(k) for x in (t, c) for k in ("forward_b64_ms", "forward_b256_ms"))
         ]

@@ -95,8 +95,8 @@ def test_step_rows_and_the_ratios_read_off_them() -> None:
         "1.33× frames/s, 1.33× learner steps/s."
     )
     assert lines[1].startswith("- Atari CNN: ")
-    assert "fp32 0.5× / 0.2×" in lines[1] and "fp32 40×" in lines[1]
-    assert lines[2].startswith("- Atari ResNet: ") and "fp32 0.1× / 0.1×" in lines[2]
+    assert "fp32 0.5× / 0.25×" in lines[1] and "fp32 40×" in lines[1]
+    assert lines[2].startswith("- Atari ResNet: ") and "fp32 0.1× / 0.05×" in lines[2]
     assert len(lines) == 3
 
 
