@@ -234,7 +234,7 @@ class ImpalaResNet(nn.Module):
     """IMPALA's deep encoder (Espeholt et al. 2018, fig. 3): three sections of conv, 3x3 max
     pool with stride 2 and two residual blocks, with (16, 32, 32) channels, then a 256-unit
     layer. About six times the Nature CNN's arithmetic per 84x84 frame: the larger network
-    IMPALA, SEED RL and TorchBeast report their best Atari scores with.
+    IMPALA reports its best Atari scores with (TorchBeast ships it too).
 
     Initialised orthogonally with the ReLU gain, as the Nature CNN is, except that each
     residual block's second conv starts at zero (Goyal et al. 2017; Fixup), so every block
