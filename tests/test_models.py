@@ -588,14 +588,9 @@ def test_cnn_forward_is_the_same_in_either_input_layout(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
 
 
-def test_nature_cnn_starts_orthogonal_so_atari_frames_give_distinct_features():
-    """Each layer of the Atari encoder is orthogonal with the ReLU gain and has zero biases;
-    under PyTorch's default init its features on near-identical frames were almost equal."""
-    torch.manual_seed(0)
-    cnn = NatureCNN(4, 84, 84)
+def assert_orthogonal_relu_gain(layers: list[nn.Module]) -> None:
+    """Each layer's weight is orthogonal with the ReLU gain, and its bias zero."""
     gain_sq = nn.init.calculate_gain("relu") ** 2
-    layers = [m for m in cnn.modules() if isinstance(m, nn.Conv2d | nn.Linear)]
-    assert len(layers) == 4
     for layer in layers:
         w = layer.weight.detach().flatten(1)
         small = w if w.shape[0] <= w.shape[1] else w.T
@@ -603,14 +598,28 @@ def test_nature_cnn_starts_orthogonal_so_atari_frames_give_distinct_features():
             small @ small.T, gain_sq * torch.eye(len(small)), atol=1e-4, rtol=0
         )
         assert not layer.bias.any()
-    # A dark background with one small bright object moved around: the features must
-    # tell the frames apart by far more than float noise.
+
+
+def features_of_near_identical_frames(encoder: nn.Module) -> torch.Tensor:
+    """A dark background with one small bright object moved around, as on Pong: the
+    features ``[8, F]`` an encoder gives those eight frames."""
     frames = torch.full((8, 4, 84, 84), 0.34)
     for i in range(8):
         frames[i, :, 8 * i : 8 * i + 8, 30:38] = 0.9
     with torch.no_grad():
-        features = cnn(frames)
-    spread = features.std(0).mean().item()
+        return encoder(frames)
+
+
+def test_nature_cnn_starts_orthogonal_so_atari_frames_give_distinct_features():
+    """Each layer of the Atari encoder is orthogonal with the ReLU gain and has zero biases;
+    under PyTorch's default init its features on near-identical frames were almost equal."""
+    torch.manual_seed(0)
+    cnn = NatureCNN(4, 84, 84)
+    layers = [m for m in cnn.modules() if isinstance(m, nn.Conv2d | nn.Linear)]
+    assert len(layers) == 4
+    assert_orthogonal_relu_gain(layers)
+    # The features must tell the frames apart by far more than float noise.
+    spread = features_of_near_identical_frames(cnn).std(0).mean().item()
     assert spread > 0.01, spread  # far above what the default init gives
 
 
@@ -667,7 +676,6 @@ def test_resnet_starts_with_identity_blocks_and_distinct_bounded_features():
     ReLU gain on every conv they came out about ten times larger)."""
     torch.manual_seed(0)
     net = ImpalaResNet(4, 84, 84)
-    gain_sq = nn.init.calculate_gain("relu") ** 2
     blocks = [m for m in net.modules() if isinstance(m, ResidualBlock)]
     for block in blocks:
         assert not block.conv1.weight.any() and not block.conv1.bias.any()
@@ -675,17 +683,7 @@ def test_resnet_starts_with_identity_blocks_and_distinct_bounded_features():
     others = [m for m in net.modules() if isinstance(m, nn.Conv2d | nn.Linear)]
     others = [m for m in others if id(m) not in zeroed]
     assert len(others) == 3 + 6 + 1  # section convs, first conv of each block, the layer
-    for layer in others:
-        w = layer.weight.detach().flatten(1)
-        small = w if w.shape[0] <= w.shape[1] else w.T
-        torch.testing.assert_close(
-            small @ small.T, gain_sq * torch.eye(len(small)), atol=1e-4, rtol=0
-        )
-        assert not layer.bias.any()
-    frames = torch.full((8, 4, 84, 84), 0.34)
-    for i in range(8):
-        frames[i, :, 8 * i : 8 * i + 8, 30:38] = 0.9
-    with torch.no_grad():
-        features = net(frames)
+    assert_orthogonal_relu_gain(others)
+    features = features_of_near_identical_frames(net)
     assert features.std(0).mean().item() > 0.03  # default init: about 0.003
     assert features.mean().item() < 1.0  # every conv at the ReLU gain: about 5
