@@ -267,7 +267,8 @@ class ImpalaResNet(nn.Module):
         for layer in self.modules():
             if isinstance(layer, nn.Conv2d | nn.Linear):
                 nn.init.orthogonal_(layer.weight, gain=nn.init.calculate_gain("relu"))
-                nn.init.zeros_(layer.bias)
+                if layer.bias is not None:
+                    nn.init.zeros_(layer.bias)
         for block in self.modules():
             if isinstance(block, ResidualBlock):
                 nn.init.zeros_(block.conv1.weight)
