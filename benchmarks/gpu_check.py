@@ -74,16 +74,34 @@ class Log:
 
 
 def run(cmd: list[str], timeout: float, log: Log, cwd: Path = ROOT) -> tuple[int, str]:
-    """Run ``cmd`` within ``timeout`` s; (exit code or 124 on timeout, combined output)."""
+    """Run ``cmd`` within ``timeout`` s; (exit code or 124 on timeout, combined output).
+
+    The command gets its own process group, and a timeout ends the whole group: a bench
+    killed alone left its learner and actors running, and loading the host, long after.
+    """
     log(f"$ {' '.join(cmd)}  (<= {timeout:.0f} s)")
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=os.environ.copy(), start_new_session=True,
+    )  # fmt: skip
     try:
-        done = subprocess.run(
-            cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
-        )
-        return done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as exc:  # what it printed so far says how far it got
-        parts = (exc.stdout or "", exc.stderr or "")
-        return 124, "".join(p.decode() if isinstance(p, bytes) else p for p in parts)
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out + err
+    except subprocess.TimeoutExpired:
+        end_group(proc)
+        out, err = proc.communicate()  # what it printed so far says how far it got
+        return 124, out + err
+
+
+def end_group(proc: subprocess.Popen[str], grace_s: float = 5.0) -> None:
+    """SIGTERM to ``proc``'s process group (learners checkpoint and stop), SIGKILL to
+    whatever of it is left after ``grace_s``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def free_port() -> int:
