@@ -169,6 +169,16 @@ def choose_torso(obs_spec: pb.SpaceSpec, requested: str) -> str:
     return "cnn" if is_image else "mlp"
 
 
+def init_orthogonal_relu(encoder: nn.Module) -> None:
+    """Every conv and linear layer of ``encoder`` orthogonal with the ReLU gain, biases zero:
+    the init under which an Atari encoder's features tell near-identical frames apart."""
+    for layer in encoder.modules():
+        if isinstance(layer, nn.Conv2d | nn.Linear):
+            nn.init.orthogonal_(layer.weight, gain=nn.init.calculate_gain("relu"))
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+
+
 class NatureCNN(nn.Module):
     """The Nature-DQN encoder (Mnih et al. 2015); input ``[N, C, H, W]`` scaled to [0, 1].
 
@@ -194,11 +204,7 @@ class NatureCNN(nn.Module):
             flat = self.conv(torch.zeros(1, in_channels, height, width)).shape[-1]
         self.fc = nn.Sequential(nn.Linear(flat, out_size), nn.ReLU())
         self.out_size = out_size
-        for layer in self.modules():
-            if isinstance(layer, nn.Conv2d | nn.Linear):
-                nn.init.orthogonal_(layer.weight, gain=nn.init.calculate_gain("relu"))
-                if layer.bias is not None:
-                    nn.init.zeros_(layer.bias)
+        init_orthogonal_relu(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.conv(x))
@@ -264,11 +270,7 @@ class ImpalaResNet(nn.Module):
             flat = self.conv(probe).shape[-1]
         self.fc = nn.Sequential(nn.Linear(flat, out_size), nn.ReLU())
         self.out_size = out_size
-        for layer in self.modules():
-            if isinstance(layer, nn.Conv2d | nn.Linear):
-                nn.init.orthogonal_(layer.weight, gain=nn.init.calculate_gain("relu"))
-                if layer.bias is not None:
-                    nn.init.zeros_(layer.bias)
+        init_orthogonal_relu(self)
         for block in self.modules():
             if isinstance(block, ResidualBlock):
                 nn.init.zeros_(block.conv1.weight)
