@@ -73,11 +73,15 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     ]
 
 
-def model_label(preset: str, model: str | None) -> str:
-    """ "Atari ResNet": the preset's name and the torso that ran (the preset's own when the
-    row names none)."""
+def torso_name(preset: str, model: str | None) -> str:
+    """ "ResNet": the torso that ran (the preset's own when the row names none)."""
     torso = model if model not in (None, "preset") else PRESET_TORSO.get(preset, "")
-    return f"{PRESET_NAMES.get(preset, preset)} {TORSO_NAMES.get(torso, torso)}".strip()
+    return TORSO_NAMES.get(torso, torso)
+
+
+def model_label(preset: str, model: str | None) -> str:
+    """ "Atari ResNet": the preset's name and the torso that ran."""
+    return f"{PRESET_NAMES.get(preset, preset)} {torso_name(preset, model)}".strip()
 
 
 def _ms(value: float | None) -> str:
@@ -97,7 +101,7 @@ def train_facts(name: str, run: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": name,
         "env": found.get("env") or run.get("preset") or name,
-        "model": model_label(run.get("preset", ""), run.get("model")).split(" ")[-1],
+        "model": torso_name(run.get("preset", ""), run.get("model")),
         "actors": run.get("actors", "—"),
         "trainer": found.get("trainer") or run.get("trainer", "—"),
         "device": run.get("device") or found.get("device", "—"),
