@@ -1,4 +1,5 @@
-"""Helpers for tests that run real learner/actor OS processes on loopback.
+"""Helpers for tests that run real learner/actor OS processes on loopback, and one that
+trains the learner's parts synchronously in this process.
 
 Every process started here is ended by the context manager that started it, and every
 wait is bounded.
@@ -182,3 +183,69 @@ def small_learner(tmp_path: Path, length: int, batch: int, **overrides: Any) -> 
         max_queue_unrolls=4 * batch, **overrides,
     )  # fmt: skip
     return build_learner(config)
+
+
+def train_synchronously(config: Any, num_envs: int, frames: int) -> list[tuple[int, float]]:
+    """Train ``config``'s env for ``frames`` with the learner's own parts in one process:
+    its inference engine, trajectory builder, queue and trainer, fed by a gymnasium
+    vector env stepped as an actor steps it (Box actions clipped for the env only).
+
+    Frames, unrolls and updates come in a fixed order, so a seeded run gives the same
+    numbers every time: a learning claim without the scheduling noise of real processes.
+    Returns ``(frames, mean-100 return)`` after every training batch that has one.
+    """
+    import asyncio
+
+    import torch
+
+    from learner.batcher import PendingRequest
+    from learner.inference import Connection, FramePayload, InferenceEngine
+    from learner.parts import build_learner, make_trainer
+    from seedrl import envs
+
+    learner = build_learner(config)
+    engine = InferenceEngine(
+        learner.model, learner.head, learner.device, learner.builder, learner.queue,
+        learner.stats, learner.weights_lock, learner.step_counter, config.inference_backend,
+        seed=config.seed,
+    )  # fmt: skip
+    trainer = make_trainer(learner)
+    slots = learner.builder.allocate(num_envs)
+    conn = Connection("synchronous", "run", "in-process", num_envs, slots)
+    vec_env = envs.make_vector_env(config.env, config.env_kwargs, num_envs)
+    space = vec_env.single_action_space
+    low, high = (space.low, space.high) if hasattr(space, "low") else (None, None)
+    curve: list[tuple[int, float]] = []
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        obs, _ = vec_env.reset(seed=config.seed)
+        reward = np.zeros(num_envs, np.float32)
+        terminated = truncated = np.zeros(num_envs, np.bool_)
+        while learner.stats.frames < frames:
+            payload = FramePayload(
+                conn, np.ascontiguousarray(obs, learner.builder.obs_dtype).tobytes(),
+                reward.tobytes(), terminated.tobytes(), truncated.tobytes(),
+            )  # fmt: skip
+            request = PendingRequest(payload, num_envs, loop.create_future())
+            await engine.process([request])
+            actions = request.future.result()
+            if low is not None:
+                actions = np.clip(actions, low, high)
+            obs, raw_reward, raw_terminated, raw_truncated, _ = vec_env.step(actions)
+            reward = np.asarray(raw_reward, np.float32)
+            terminated = np.asarray(raw_terminated, np.bool_)
+            truncated = np.asarray(raw_truncated, np.bool_)
+            while len(learner.queue) >= config.batch_size:
+                unrolls = learner.queue.get(config.batch_size, timeout=0)
+                assert unrolls is not None
+                trainer.train_batch(unrolls)
+                if learner.stats.return_mean is not None:
+                    curve.append((learner.stats.frames, learner.stats.return_mean))
+
+    try:
+        with torch.random.fork_rng():
+            asyncio.run(run())
+    finally:
+        vec_env.close()
+    return curve

@@ -202,25 +202,6 @@ def test_pendulum_continuous_actions_train_and_evaluate(tmp_path):
     env.close()
 
 
-def test_pendulum_improves_over_its_start(tmp_path):
-    """Continuous control learns: the pendulum preset lifts the mean return within 300k frames.
-
-    On an otherwise idle 2-core machine, seeds 3-5 went from -1626/-1179/-1257 to
-    -336/-466/-692 in ~30 s; the bar here is a generous fraction of that.
-    """
-    extra = ["--preset", "pendulum", "--seed", "3", "--total-frames", "300000"]
-    extra += ["--target-return", "0", "--max-seconds", "240"]
-    with learner_process(tmp_path, *extra) as (learner, port):
-        with running(actor_args(port, 2, 16, "--seed", "3")) as actors:
-            assert learner.wait(timeout=300) == 0, learner.output()
-            assert actors.wait(timeout=30) == 0, actors.output()
-    returns = [r["episode_return_mean"] for r in read_records(tmp_path)]
-    returns = [r for r in returns if r is not None]
-    start, end = returns[0], returns[-1]
-    assert start < -900, f"a fresh policy should score like random, got {start}"
-    assert end > start + 200, f"no learning: {start:.0f} -> {end:.0f}"
-
-
 # ---------------------------------------------------------------- watching and using a run
 
 
