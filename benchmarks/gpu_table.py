@@ -187,7 +187,8 @@ def step_rows(timings: list[dict[str, Any]]) -> list[list[str]]:
 
 def derived_lines(summary: dict[str, Any], timings: list[dict[str, Any]]) -> list[str]:
     """Ratios worth reading off the tables: device-resident over process trainer on CUDA
-    per env, and GPU over CPU forward time per model."""
+    per env, GPU over CPU (fp32, its default) forward time per model, and what bf16 does
+    to the CPU's training step."""
     lines = []
     facts = [train_facts(k, v) for k, v in (summary.get("train") or {}).items()]
     by = {(f["env"], f["model"], f["trainer"], f["device"]): f for f in facts if f["fps"]}
@@ -204,11 +205,15 @@ def derived_lines(summary: dict[str, Any], timings: list[dict[str, Any]]) -> lis
     def label(t: dict[str, Any]) -> str:
         return model_label(t.get("preset", "?"), t.get("model"))
 
-    cpu = {label(t): t for t in timings if t.get("device") == "cpu" and not t.get("error")}
+    cpu = {
+        (label(t), t.get("precision")): t
+        for t in timings
+        if t.get("device") == "cpu" and not t.get("error")
+    }
     for name in dict.fromkeys(label(t) for t in timings):
         parts = []
         gpu = [t for t in timings if label(t) == name and t.get("device") == "cuda"]
-        c = cpu.get(name) or {}
+        c = cpu.get((name, "fp32")) or {}  # the CPU as it runs by default
         forward = [
             f"{t['precision']} {t['forward_b64_ms'] / c['forward_b64_ms']:.2g}× / "
             f"{t['forward_b256_ms'] / c['forward_b256_ms']:.2g}×"
@@ -227,6 +232,9 @@ def derived_lines(summary: dict[str, Any], timings: list[dict[str, Any]]) -> lis
         ]
         if handoff:
             parts.append("hand-off via host over device-to-device " + ", ".join(handoff))
+        fp32, bf16 = (cpu.get((name, p), {}).get("train_step_thread_ms") for p in ("fp32", "bf16"))
+        if fp32 and bf16:
+            parts.append(f"CPU training step in bf16 over fp32 {bf16 / fp32:.2g}×")
         if parts:
             lines.append(f"- {name}: " + "; ".join(parts) + ".")
     return lines

@@ -66,6 +66,12 @@ def _timings() -> list[dict]:
         {"preset": "atari", "model": "resnet", "device": "cpu", "precision": "fp32",
          "params": 1000, "batch": "32x21", "forward_b64_ms": 30.0, "forward_b256_ms": 120.0,
          "train_step_thread_ms": 800.0},
+        {"preset": "atari", "device": "cuda", "precision": "bf16", "params": 1234567,
+         "batch": "32x21", "forward_b64_ms": 2.5, "forward_b256_ms": 3.5,
+         "train_step_thread_ms": 9.0},
+        {"preset": "atari", "device": "cpu", "precision": "bf16", "params": 1234567,
+         "batch": "32x21", "forward_b64_ms": 2.5, "forward_b256_ms": 7.0,
+         "train_step_thread_ms": 40.0},
     ]  # fmt: skip
 
 
@@ -83,11 +89,12 @@ def test_training_rows_read_the_resolved_settings_and_the_speed_up_over_cpu() ->
 
 
 def test_step_rows_and_the_ratios_read_off_them() -> None:
-    gpu, cpu, resnet_gpu, _ = step_rows(_timings())
+    gpu, cpu, resnet_gpu, _, _, cpu_bf16 = step_rows(_timings())
     assert gpu == ["Atari CNN", "cuda", "fp32", "1,234,567", "32x21", "2.00", "3.00",
                    "8.00", "9.50", "0.050", "2.00"]  # fmt: skip
     assert cpu[5:] == ["4.00", "12.00", "80.00", "—", "—", "—"]
     assert resnet_gpu[:3] == ["Atari ResNet", "cuda", "fp32"]
+    assert cpu_bf16[1:3] == ["cpu", "bf16"]
     lines = derived_lines(_summary(), _timings())
     # the ResNet's device-resident row is not compared with the CNN's process row
     assert lines[0] == (
@@ -95,7 +102,9 @@ def test_step_rows_and_the_ratios_read_off_them() -> None:
         "1.33× frames/s, 1.33× learner steps/s."
     )
     assert lines[1].startswith("- Atari CNN: ")
-    assert "fp32 0.5× / 0.25×" in lines[1] and "fp32 40×" in lines[1]
+    # each GPU precision against the CPU's default (fp32), not the CPU's bf16 row
+    assert "fp32 0.5× / 0.25×, bf16 0.62× / 0.29×" in lines[1] and "fp32 40×" in lines[1]
+    assert lines[1].endswith("CPU training step in bf16 over fp32 0.5×.")
     assert lines[2].startswith("- Atari ResNet: ") and "fp32 0.1× / 0.05×" in lines[2]
     assert len(lines) == 3
 
