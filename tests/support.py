@@ -201,7 +201,7 @@ def train_synchronously(config: Any, num_envs: int, frames: int) -> list[tuple[i
     from learner.batcher import PendingRequest
     from learner.inference import Connection, FramePayload, InferenceEngine
     from learner.parts import build_learner, make_trainer
-    from seedrl import envs
+    from seedrl import codec, envs
 
     learner = build_learner(config)
     engine = InferenceEngine(
@@ -213,8 +213,7 @@ def train_synchronously(config: Any, num_envs: int, frames: int) -> list[tuple[i
     slots = learner.builder.allocate(num_envs)
     conn = Connection("synchronous", "run", "in-process", num_envs, slots)
     vec_env = envs.make_vector_env(config.env, config.env_kwargs, num_envs)
-    space = vec_env.single_action_space
-    low, high = (space.low, space.high) if hasattr(space, "low") else (None, None)
+    low, high = codec.action_bounds(learner.env_spec.action_space)  # what actors clip to
     curve: list[tuple[int, float]] = []
 
     async def run() -> None:
