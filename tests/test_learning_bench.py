@@ -157,6 +157,12 @@ def test_a_later_host_runs_the_seeds_after_the_first_ones():
     assert exit_info.value.code == 2
 
 
+def test_a_negative_stop_after_exits_2():
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--suite", "minatar", "--stop-after", "-1"])
+    assert exit_info.value.code == 2
+
+
 @pytest.mark.parametrize(
     ("args", "named"),
     [
@@ -257,6 +263,61 @@ def test_minatar_breakout_learns_well_above_a_random_policy(tmp_path):
     text = doc.read_text()
     assert "| MinAtar/Breakout-v1 | 1 |" in text and "Young & Tian 2019" in text
     assert (doc.parent / "learning" / "MinAtar-Breakout-v1.png").exists()
+
+
+def run_leg(
+    results: Path, seconds: float, out: Path, flags: list[str]
+) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/gpu_leg.sh`` as a lent host runs it, with the packages installed here."""
+    (out / "no-wheels").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out),
+           "WHEELS": str(out / "no-wheels")}  # fmt: skip
+    proc = subprocess.Popen(
+        ["bash", "benchmarks/gpu_leg.sh", str(results), str(seconds), *flags], cwd=ROOT,
+        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+    )  # fmt: skip
+    try:
+        stdout, _ = proc.communicate(timeout=seconds + 150)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "")
+
+
+def unpack_relay(out: Path, results: Path) -> None:
+    """What the next lease is carried: the parts a leg left under $OUT, put back together."""
+    parts = sorted(out.glob("relay.tar.*"))
+    assert parts, sorted(out.iterdir())
+    results.mkdir(parents=True)
+    data = b"".join(part.read_bytes() for part in parts)
+    subprocess.run(["tar", "-xf", "-", "-C", str(results)], input=data, check=True)
+
+
+def test_a_run_goes_on_over_several_leases_of_a_host(tmp_path):
+    """A run longer than a lease: ``--stop-after`` checkpoints it and exits 130, the
+    results directory travels out and back in, and the next leg resumes where it stopped."""
+    pytest.importorskip("minatar")
+    flags = ["--suite", "minatar", "--envs", "Breakout", "--seeds", "1", "--eval-episodes", "3",
+             "--set", "checkpoint_interval_s=600"]  # fmt: skip
+    first = run_leg(tmp_path / "lease1", 25, tmp_path / "out1", [*flags, "--frames", "50000000"])
+    assert first.returncode == 130 and "--stop-after reached" in first.stdout, first.stdout
+    carried = tmp_path / "carried"
+    unpack_relay(tmp_path / "out1", carried)
+    seed0 = carried / "MinAtar-Breakout-v1" / "seed0"
+    assert (seed0 / "checkpoint.pt").exists() and not (seed0 / RUN_FILE).exists()
+    stopped_at = int(json.loads((seed0 / "metrics.jsonl").read_text().splitlines()[-1])["frames"])
+    assert stopped_at > 0
+
+    budget = stopped_at + 20_000
+    second = run_leg(carried, 120, tmp_path / "out2", [*flags, "--frames", str(budget)])
+    assert second.returncode == 0, second.stdout
+    records = [json.loads(line) for line in (seed0 / "metrics.jsonl").read_text().splitlines()]
+    resumed = next(i for i in range(1, len(records))
+                   if records[i]["elapsed_s"] < records[i - 1]["elapsed_s"])  # fmt: skip
+    assert records[resumed]["frames"] >= stopped_at, records[resumed - 1 : resumed + 1]
+    assert json.loads((seed0 / RUN_FILE).read_text())["frames"] >= budget
 
 
 class FirePolicy:

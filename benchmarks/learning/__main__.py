@@ -8,10 +8,12 @@ frame budget, then summarise, plot and tabulate the runs against published refer
         --doc docs/learning.md
 
 ``run`` is resumable: finished runs (``run.json``) are kept, an interrupted one resumes
-from its checkpoint, and a larger ``--frames`` extends finished runs. The summary, the
-curves and ``table.md`` are rewritten after every run, so a partial suite reports what
-it has. ``archive`` keeps the finished runs small enough to commit, so that the tables
-in the docs regenerate from a clone and runs of several hosts add up to one suite.
+from its checkpoint, and a larger ``--frames`` extends finished runs. ``--stop-after``
+interrupts it on time, so that a run longer than one lease of a host goes on over
+several. The summary, the curves and ``table.md`` are rewritten after every run, so a
+partial suite reports what it has. ``archive`` keeps the finished runs small enough to
+commit, so that the tables in the docs regenerate from a clone and runs of several hosts
+add up to one suite.
 """
 
 from __future__ import annotations
@@ -97,20 +99,18 @@ def run_one(
     with open(logdir / "run.log", "ab") as log:
         child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
-            while child.poll() is None:
+            while child.poll() is None and time.monotonic() < args.deadline:
                 try:
-                    child.wait(timeout=POLL_S)
+                    child.wait(timeout=min(POLL_S, max(0.0, args.deadline - time.monotonic())))
                 except subprocess.TimeoutExpired:
                     print(progress_line(label, _last_record(logdir), frames, started), flush=True)
         except KeyboardInterrupt:
             print(f"{label}: interrupted; checkpointing (rerun to resume)", flush=True)
-            child.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reached it already; kill didn't
-            try:
-                child.wait(timeout=STOP_GRACE_S)  # it got the same SIGINT and stops cleanly
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+            _stop(child)
             raise
+        if child.poll() is None:
+            print(f"{label}: --stop-after reached; checkpointing (rerun to resume)", flush=True)
+            _stop(child)
     if child.returncode == INTERRUPTED:
         print(f"{label}: stopped by a signal before its budget; rerun to resume", flush=True)
         raise KeyboardInterrupt
@@ -128,6 +128,16 @@ def run_one(
         flush=True,
     )
     return True
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """Stop a run as Ctrl-C does: it checkpoints on SIGINT; killed only if it hangs."""
+    child.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reached it already; kill didn't
+    try:
+        child.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def flag_error(message: str) -> NoReturn:
@@ -166,6 +176,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.eval_episodes = args.eval_episodes or suite.eval_episodes
     args.num_actors = args.num_actors or suite.num_actors
     args.envs_per_actor = args.envs_per_actor or suite.envs_per_actor
+    # A host lent for less time than the suite needs: past the deadline the running run
+    # checkpoints and the command exits as interrupted, to be resumed on the next host.
+    args.deadline = time.monotonic() + args.stop_after if args.stop_after else float("inf")
     specs = selected_envs(suite, args.envs)
     plan = run_plan(specs, args.first_seed, args.seeds)
     failed = 0
@@ -182,6 +195,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if finished_run(logdir, frames) is not None:
             print(f"{label}: already finished, kept")
             continue
+        if time.monotonic() >= args.deadline:
+            print(f"{label}: --stop-after reached before it started; rerun to go on")
+            report.write_summary(suite, out)
+            return INTERRUPTED
         try:
             ok = run_one(suite, spec, seed, frames, logdir, args, label)
         except KeyboardInterrupt:
@@ -279,6 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--eval-episodes", type=int, default=0, help="0: the suite's")
     run.add_argument("--num-actors", type=int, default=0, help="0: the suite's")
     run.add_argument("--envs-per-actor", type=int, default=0, help="0: the suite's")
+    run.add_argument("--stop-after", type=float, default=0.0, metavar="SECONDS",
+                     help="end this command after SECONDS (0: never); the running run "
+                     "checkpoints and resumes next time, exit status 130")  # fmt: skip
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                      help="a learner config field on top of the preset (repeatable); "
                      "use a separate --out, finished runs are not redone")  # fmt: skip
@@ -305,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--seeds must be >= 1")
         if args.first_seed < 0:
             parser.error("--first-seed must be >= 0")
-        for name in ("frames", "eval_episodes", "num_actors", "envs_per_actor"):
+        for name in ("frames", "eval_episodes", "num_actors", "envs_per_actor", "stop_after"):
             if getattr(args, name) < 0:
                 parser.error(f"--{name.replace('_', '-')} must be >= 0")
     commands = {"run": cmd_run, "table": cmd_table, "archive": cmd_archive}
