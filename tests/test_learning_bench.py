@@ -20,6 +20,7 @@ from benchmarks.learning.__main__ import main, parse_overrides, run_plan
 from benchmarks.learning.runner import RUN_FILE, find_env, finished_run, run_overrides
 from benchmarks.learning.suites import SUITES
 from seedrl import envs
+from seedrl.metrics import read_metrics
 
 
 def write_metrics(logdir: Path, records: list[dict]) -> None:
@@ -215,12 +216,19 @@ def learner_config_for(spec, overrides):
 
 
 def run_bench(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """The harness as users run it, in its own session so that every process it started
-    (runner, learner, actors) ends with the test even on a timeout."""
+    """The harness as users run it."""
+    cmd = [sys.executable, "-m", "benchmarks.learning", *args]
+    return run_in_own_session(cmd, timeout, {**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def run_in_own_session(
+    cmd: list[str], timeout: float, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``cmd`` in its own session, so that every process it started (runner, learner,
+    actors) ends with the test even on a timeout."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.learning", *args], cwd=ROOT, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, env=env,
     )  # fmt: skip
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -272,18 +280,8 @@ def run_leg(
     (out / "no-wheels").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out),
            "WHEELS": str(out / "no-wheels")}  # fmt: skip
-    proc = subprocess.Popen(
-        ["bash", "benchmarks/gpu_leg.sh", str(results), str(seconds), *flags], cwd=ROOT,
-        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        env=env,
-    )  # fmt: skip
-    try:
-        stdout, _ = proc.communicate(timeout=seconds + 150)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "")
+    cmd = ["bash", "benchmarks/gpu_leg.sh", str(results), str(seconds), *flags]
+    return run_in_own_session(cmd, seconds + 150, env)
 
 
 def unpack_relay(out: Path, results: Path) -> None:
@@ -307,13 +305,13 @@ def test_a_run_goes_on_over_several_leases_of_a_host(tmp_path):
     unpack_relay(tmp_path / "out1", carried)
     seed0 = carried / "MinAtar-Breakout-v1" / "seed0"
     assert (seed0 / "checkpoint.pt").exists() and not (seed0 / RUN_FILE).exists()
-    stopped_at = int(json.loads((seed0 / "metrics.jsonl").read_text().splitlines()[-1])["frames"])
+    stopped_at = int(read_metrics(seed0)[-1]["frames"])
     assert stopped_at > 0
 
     budget = stopped_at + 20_000
     second = run_leg(carried, 120, tmp_path / "out2", [*flags, "--frames", str(budget)])
     assert second.returncode == 0, second.stdout
-    records = [json.loads(line) for line in (seed0 / "metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(seed0)
     resumed = next(i for i in range(1, len(records))
                    if records[i]["elapsed_s"] < records[i - 1]["elapsed_s"])  # fmt: skip
     assert records[resumed]["frames"] >= stopped_at, records[resumed - 1 : resumed + 1]
