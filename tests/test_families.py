@@ -137,6 +137,10 @@ def test_scalar_envs_take_discrete_observations_and_refuse_others():
         envs.ScalarEnvs([lambda: envs.gym.make("Blackjack-v1")])
 
 
+# MinAtar renders floats with no declared fps, which gymnasium's checker warns of: that
+# float render is the case this test exists for.
+@pytest.mark.filterwarnings("ignore:.*render fps:UserWarning")
+@pytest.mark.filterwarnings("ignore:.*RGB-array rendering should return:UserWarning")
 def test_renders_become_video_frames():
     """Atari renders what the agent sees; MinAtar's float 10x10 render becomes uint8, upscaled."""
     pytest.importorskip("ale_py")
