@@ -233,17 +233,14 @@ class Cluster:
 
     def print_diagnostics(self) -> None:
         """What a failed run on a CI host leaves to read: the learner's log and last records."""
-        done = subprocess.run(
-            [*self.compose, "logs", "--no-color", "--tail", "60", "learner"],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        print(f"cluster test: learner log (last 60 lines)\n{done.stdout}{done.stderr}")
+        try:
+            log = self.run("logs", "--no-color", "--tail", "60", "learner")
+        except AssertionError as exc:  # the failure being diagnosed must still be raised
+            log = str(exc)
+        print(f"cluster test: learner log (last 60 lines)\n{log}")
+        keys = ("elapsed_s", "frames", "learner_steps", "actors_connected", "queue_unrolls")
         with contextlib.suppress(Exception):
             for record in self.records()[-3:]:
-                keys = ("elapsed_s", "frames", "learner_steps", "actors_connected", "queue_unrolls")
                 print("cluster test: record", {k: record.get(k) for k in keys})
 
     def records(self) -> list[dict[str, Any]]:
