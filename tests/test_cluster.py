@@ -235,7 +235,8 @@ class Cluster:
         """What a failed run on a CI host leaves to read: the learner's log and last records."""
         try:
             log = self.run("logs", "--no-color", "--tail", "60", "learner")
-        except AssertionError as exc:  # the failure being diagnosed must still be raised
+        # A failing or hung compose must not replace the failure being diagnosed.
+        except (AssertionError, subprocess.TimeoutExpired) as exc:
             log = str(exc)
         print(f"cluster test: learner log (last 60 lines)\n{log}")
         keys = ("elapsed_s", "frames", "learner_steps", "actors_connected", "queue_unrolls")
