@@ -8,5 +8,5 @@ product carries no benchmark hooks.
 
 ``benchmarks.learning`` is the learning benchmark (``make bench-learning``): named suites
 of envs trained through ``learner.train`` to frame budgets over several seeds, scored
-with ``learner.evaluate`` and set against published returns.
+with ``learner.tools.evaluate`` and set against published returns.
 """

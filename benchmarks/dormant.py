@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from learner.checkpoint import CheckpointError
-from learner.evaluate import evaluation_env
-from learner.trained_policy import Policy
+from learner.state.checkpoint import CheckpointError
+from learner.tools.evaluate import evaluation_env
+from learner.tools.trained_policy import Policy
 
 
 def visited_states_activity(policy: Policy, steps: int, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -1,7 +1,7 @@
 """An echo learner for benchmarks: the learner's own ``Act`` handler with the model replaced.
 
 ``python -m benchmarks.echo --port P --logdir D`` (it takes the learner's flags) serves
-the real :class:`~learner.server.LearnerServicer` behind the real dynamic batcher, with
+the real :class:`~learner.serving.server.LearnerServicer` behind the real dynamic batcher, with
 the same server options, local socket, auth and shutdown handshake, but its engine
 answers every frame with zero actions and records nothing: no forward pass, no
 trajectories, no training. What actors reach against it is the transport limit of a
@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from learner.batcher import DynamicBatcher, PendingRequest
-from learner.inference import Connection
+from learner.metrics import MetricsWriter
 from learner.run import Serving, StopRequest, make_batcher
-from learner.server import LearnerServicer, build_server
-from learner.stats import LearnerStats
+from learner.serving.batcher import DynamicBatcher, PendingRequest
+from learner.serving.inference import Connection
+from learner.serving.server import LearnerServicer, build_server
+from learner.state.stats import LearnerStats
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, parse_config, resolve_auth_token
-from seedrl.metrics import MetricsWriter
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.transport import listen_address, offered_local_socket, run_event_loop
 

@@ -405,10 +405,10 @@ def _time_one(
     import numpy as np
     import torch
 
-    from learner.device_trainer import DeviceTrainer, copy_for_inference
+    from learner.agents.policy import inference_policy
     from learner.parts import build_learner, make_trainer
+    from learner.training.device_host import DeviceTrainer, copy_for_inference
     from seedrl.config import LearnerConfig, load_preset
-    from seedrl.policy import inference_policy
 
     sync: Callable[[], None] = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     logdir = tempfile.mkdtemp(prefix="seedrl-gpu-timings-")

@@ -3,7 +3,7 @@
 Two microbenchmarks for cutting the learner's cost, each a few seconds on one core (pin
 it, e.g. ``taskset -c 1``, and compare builds interleaved: a shared machine drifts):
 
-- ``train``: optimizer steps of the learner's :class:`~learner.trainer.Trainer` on one
+- ``train``: optimizer steps of the learner's :class:`~learner.training.trainer.Trainer` on one
   fixed batch of real unrolls (stepped from the env with the learner's own policy), for
   the learner's flags (default: CartPole-v1 and its defaults). Reports the step time and
   training µs per frame (step time / frames in a batch), the figure ``make bench`` reports
@@ -51,8 +51,8 @@ def _config(learner_args: Sequence[str]) -> LearnerConfig:
 
 def fixed_batch(config: LearnerConfig, learner: Any) -> Any:
     """``batch_size`` unrolls stepped from the env with the learner's policy (seeded)."""
+    from learner.agents.policy import inference_policy
     from seedrl import envs
-    from seedrl.policy import inference_policy
 
     builder = learner.builder
     policy = inference_policy(learner.model, learner.head, learner.device, "auto", config.seed)
@@ -172,7 +172,7 @@ async def _serve_once(
     from benchmarks.echo import echo_servicer
     from learner.parts import build_learner
     from learner.run import choose_trainer, make_batcher, make_engine
-    from learner.server import LearnerServicer
+    from learner.serving.server import LearnerServicer
 
     trainer = None
     if engine_kind == "echo":

@@ -2,8 +2,8 @@
 
 Run it with ``python -m learner``, or from Python with ``learner.train(...)``
 (:mod:`learner.api`). The hot loop (batch -> forward -> reply) is
-``learner.inference.InferenceEngine.process``; the training loop is
-``learner.trainer.Trainer.run``.
+``learner.serving.inference.InferenceEngine.process``; the training loop is
+``learner.training.trainer.Trainer.run``.
 """
 
 import seedrl  # noqa: F401  (first: sets gRPC core defaults before grpc loads)

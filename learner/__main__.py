@@ -52,13 +52,13 @@ def train_main(argv: Sequence[str]) -> int:
         print(f"python -m learner: error: {exc}", file=sys.stderr)
         return 2
 
-    from learner.checkpoint import CheckpointError
     from learner.run import serve
+    from learner.state.checkpoint import CheckpointError
     from seedrl.transport import run_event_loop
 
     try:
         if ranked:
-            from learner.distributed import run_rank
+            from learner.training.distributed import run_rank
 
             run_event_loop(run_rank(config), config.uvloop)
         else:
@@ -113,10 +113,10 @@ def _module_main(module: str) -> Callable[[Sequence[str]], int]:
 
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "train": train_main,
-    "demo": _module_main("learner.demo"),
-    "evaluate": _module_main("learner.evaluate"),
-    "plot": _module_main("learner.plot"),
-    "healthcheck": _module_main("learner.healthcheck"),
+    "demo": _module_main("learner.tools.demo"),
+    "evaluate": _module_main("learner.tools.evaluate"),
+    "plot": _module_main("learner.tools.plot"),
+    "healthcheck": _module_main("learner.serving.healthcheck"),
     "bench": bench_main,
 }
 """Subcommand -> what runs it with the remaining arguments."""

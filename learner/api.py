@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from learner.local_actors import start_local_actors, stop_local_actors
+from learner.tools.local_actors import start_local_actors, stop_local_actors
 from seedrl.config import ActorConfig, LearnerConfig, build_config, load_preset
 from seedrl.metrics import RunResult
 
 if TYPE_CHECKING:  # the real import loads torch, so it waits until train() has trained
-    from learner.trained_policy import Policy
+    from learner.tools.trained_policy import Policy
 
 
 @dataclass
@@ -89,7 +89,7 @@ def train(
     else:
         run = _run_in_thread(run_learner)  # a notebook: its event loop is already running
 
-    from learner.trained_policy import Policy
+    from learner.tools.trained_policy import Policy
 
     checkpoint = config.checkpoint_path
     return TrainResult(

@@ -22,16 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from learner import checkpoint
-from learner.allocator import keep_freed_memory
-from learner.inference import StepCounter
-from learner.normalize import ObservationNormalizer, ReturnNormalizer, normalized_space
-from learner.stats import LearnerStats
-from learner.trainer import Trainer, TrainerParts, apply_optimizer_settings, make_optimizer
-from learner.trajectories import TrajectoryBuilder, UnrollQueue, stored_frame_stack
-from seedrl import codec, envs
-from seedrl.config import LearnerConfig, to_json_dict
-from seedrl.models import (
+from learner.agents.models import (
     ActionHead,
     ActorCritic,
     action_head,
@@ -39,7 +30,16 @@ from seedrl.models import (
     choose_torso,
     resolve_device,
 )
-from seedrl.policy import set_compute_threads
+from learner.agents.policy import set_compute_threads
+from learner.serving.inference import StepCounter
+from learner.state import checkpoint
+from learner.state.normalize import ObservationNormalizer, ReturnNormalizer, normalized_space
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, stored_frame_stack
+from learner.training.allocator import keep_freed_memory
+from learner.training.trainer import Trainer, TrainerParts, apply_optimizer_settings, make_optimizer
+from seedrl import codec, envs
+from seedrl.config import LearnerConfig, to_json_dict
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """Wires the learner together and runs it until a stop condition or a signal.
 
 ``serve`` reads top to bottom: build the parts (``learner.parts``), the trainer (by
-default a child process on the CPU, ``learner.trainer_process``, and the device trainer on
-CUDA, ``learner.device_trainer``; a thread for torchrun ranks) and the serving side
+default a child process on the CPU, ``learner.training.process_host``, and the device trainer on
+CUDA, ``learner.training.device_host``; a thread for torchrun ranks) and the serving side
 (inference engine -> dynamic batcher -> gRPC servicer and server, :func:`build_serving`),
 then supervise: every ``log_interval_s`` write metrics, update
 progress, checkpoint, and decide when to stop. What differs between a lone learner and
 one torchrun rank of several is a strategy passed in (:class:`RankMode`:
-:class:`SingleRank` here, ``learner.distributed.RankSync``), not branches in the loop.
+:class:`SingleRank` here, ``learner.training.distributed.RankSync``), not branches in the loop.
 """
 
 from __future__ import annotations
@@ -24,18 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from learner.batcher import DynamicBatcher, ProcessFn
-from learner.device_trainer import DeviceTrainer, copy_for_inference
-from learner.inference import InferenceEngine
+from learner.agents.models import resolve_precision
+from learner.metrics import MetricsWriter
 from learner.parts import Learner, build_learner, make_trainer, save_checkpoint, trainer_mode
 from learner.progress import Progress
-from learner.server import LearnerServicer, build_server, set_serving
-from learner.stats import LearnerStats
-from learner.trainer import Trainer
-from learner.trainer_process import TrainerProcess
+from learner.serving.batcher import DynamicBatcher, ProcessFn
+from learner.serving.inference import InferenceEngine
+from learner.serving.server import LearnerServicer, build_server, set_serving
+from learner.state.stats import LearnerStats
+from learner.training.device_host import DeviceTrainer, copy_for_inference
+from learner.training.process_host import TrainerProcess
+from learner.training.trainer import Trainer
 from seedrl.config import LearnerConfig, check_bind_protected, resolve_auth_token, to_json_dict
-from seedrl.metrics import MetricsWriter, RunResult
-from seedrl.models import resolve_precision
+from seedrl.metrics import RunResult
 from seedrl.timing import process_rss_mb
 from seedrl.transport import offered_local_socket
 
@@ -51,7 +52,7 @@ AnyTrainer = Trainer | TrainerProcess | DeviceTrainer
 class RankMode(Protocol):
     """What one learner process is among its peers: the strategy ``serve`` is given.
 
-    :class:`SingleRank` is a learner alone; ``learner.distributed.RankSync`` is one of
+    :class:`SingleRank` is a learner alone; ``learner.training.distributed.RankSync`` is one of
     several data-parallel torchrun ranks (shared initial state, lockstep trainer,
     totals over all ranks, rank 0 writes the checkpoint).
     """

@@ -208,7 +208,7 @@ class LearnerConfig:
     inference_backend: str = "auto"
     """Inference's forward pass: auto (numpy for a feed-forward MLP on the CPU, which skips
     torch's per-op dispatch, which dominates a small batch; torch
-    otherwise), torch, or numpy (an error for models it cannot run). See seedrl.policy."""
+    otherwise), torch, or numpy (an error for models it cannot run). See learner.agents.policy."""
     max_queue_unrolls: int = 256
     """Finished unrolls waiting for the trainer; when full, inference waits (back-pressure)."""
     frame_once: bool = True

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from learner.trajectories import Unrolls
+from learner.state.trajectories import Unrolls
 from seedrl.commands import actors_command
 from seedrl.config import ActorConfig
 from seedrl.transport import free_port
@@ -198,9 +198,9 @@ def train_synchronously(config: Any, num_envs: int, frames: int) -> list[tuple[i
 
     import torch
 
-    from learner.batcher import PendingRequest
-    from learner.inference import Connection, FramePayload, InferenceEngine
     from learner.parts import build_learner, make_trainer
+    from learner.serving.batcher import PendingRequest
+    from learner.serving.inference import Connection, FramePayload, InferenceEngine
     from seedrl import codec, envs
 
     learner = build_learner(config)

@@ -1,4 +1,4 @@
-"""learner.allocator: freed blocks of training size are reused without page faults."""
+"""learner.training.allocator: freed blocks of training size are reused without page faults."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from learner import allocator
+from learner.training import allocator
 
 REUSE_PROBE = """
 import resource
 import numpy as np
-from learner.allocator import keep_freed_memory
+from learner.training.allocator import keep_freed_memory
 
 assert keep_freed_memory()
 for _ in range(3):  # the heap grows once to hold the blocks

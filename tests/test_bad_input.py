@@ -21,16 +21,16 @@ from hypothesis import strategies as st
 from support import actor_args, learner_process, running, wait_until
 from wire_clients import act, child_pids, frame, get_info, hello, lockstep
 
-from learner.batcher import PendingRequest
-from learner.inference import (
+from learner.parts import build_learner
+from learner.serving.batcher import PendingRequest
+from learner.serving.inference import (
     Connection,
     FramePayload,
     InferenceEngine,
     gather_frames,
     nonfinite_problem,
 )
-from learner.parts import build_learner
-from learner.server import LearnerServicer
+from learner.serving.server import LearnerServicer
 from seedrl import PROTOCOL_VERSION, codec
 from seedrl.config import LearnerConfig
 from seedrl.envs import describe_env

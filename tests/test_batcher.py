@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from learner.batcher import BatcherClosed, DynamicBatcher, PendingRequest
+from learner.serving.batcher import BatcherClosed, DynamicBatcher, PendingRequest
 
 TEST_BOUND_S = 1.8  # every test's event loop finishes within this
 

@@ -35,7 +35,7 @@ import pytest
 from docker_engine import EngineUnavailable, compose_command, docker_engine
 from support import ROOT, free_port, wait_until
 
-from learner import checkpoint
+from learner.state import checkpoint
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(2400)]
 

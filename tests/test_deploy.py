@@ -23,8 +23,8 @@ import pytest
 from docker_engine import EngineUnavailable, compose_command
 from support import ROOT, learner_process, running
 
-from learner.healthcheck import build_parser as healthcheck_parser
-from learner.server import SERVICE_NAME
+from learner.serving.healthcheck import build_parser as healthcheck_parser
+from learner.serving.server import SERVICE_NAME
 from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, LearnerConfig, parse_config
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is in the dev extra")

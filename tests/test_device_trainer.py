@@ -21,14 +21,14 @@ from support import (
     wait_until,
 )
 
-from learner.device_trainer import DeviceTrainer
+from learner.agents.models import resolve_precision
+from learner.agents.policy import NumpyMLPPolicy, TorchPolicy, inference_policy
 from learner.parts import Learner, make_trainer, trainer_mode
 from learner.run import choose_trainer, make_engine
-from learner.trainer_process import TrainerProcess
-from learner.trajectories import Unrolls
+from learner.state.trajectories import Unrolls
+from learner.training.device_host import DeviceTrainer
+from learner.training.process_host import TrainerProcess
 from seedrl.config import LearnerConfig
-from seedrl.models import resolve_precision
-from seedrl.policy import NumpyMLPPolicy, TorchPolicy, inference_policy
 
 T, B = 6, 3
 CUDA = torch.cuda.is_available()

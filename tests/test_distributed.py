@@ -11,8 +11,8 @@ import torch
 from support import random_unrolls, read_records, running
 from torch import distributed as dist
 
-from learner.distributed import Control, DistributedTrainer, RankEnv, RankSync, rank_config
 from learner.parts import build_learner
+from learner.training.distributed import Control, DistributedTrainer, RankEnv, RankSync, rank_config
 from seedrl.config import LearnerConfig
 from seedrl.transport import learner_targets, pick_rank, rank_target
 

@@ -145,7 +145,7 @@ def test_renders_become_video_frames():
     """Atari renders what the agent sees; MinAtar's float 10x10 render becomes uint8, upscaled."""
     pytest.importorskip("ale_py")
     pytest.importorskip("minatar")
-    from learner.evaluate import MIN_VIDEO_SIDE, video_frame
+    from learner.tools.evaluate import MIN_VIDEO_SIDE, video_frame
 
     atari = envs.make_env("ALE/Pong-v5", {}, render_mode="rgb_array")
     try:
@@ -193,7 +193,7 @@ def test_pendulum_continuous_actions_train_and_evaluate(tmp_path):
     """The Gaussian path end to end: trains, checkpoints, acts inside the Box bounds."""
     extra = ["--preset", "pendulum", "--total-frames", "3000", "--unroll-length", "10"]
     train_briefly(tmp_path, extra, actors=1, envs_per_actor=4)
-    from learner.trained_policy import Policy
+    from learner.tools.trained_policy import Policy
 
     policy = Policy.load(tmp_path / "checkpoint.pt")
     env = policy.make_env()

@@ -25,10 +25,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support import actor_args, free_port, learner_args, read_records, running, wait_until
 from wire_clients import HeldStream, LockstepClient, act, child_pids, get_info, hello, lockstep
 
-from learner import checkpoint
 from learner.__main__ import main as learner_main
 from learner.parts import build_learner, make_trainer, save_checkpoint
-from learner.trajectories import Unrolls
+from learner.state import checkpoint
+from learner.state.trajectories import Unrolls
 from seedrl.config import LearnerConfig
 
 UNROLL = 20  # the default --unroll-length

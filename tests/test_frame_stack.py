@@ -11,21 +11,21 @@ import pytest
 import torch
 
 from actors.actor import Actor, StreamEnd
-from learner.batcher import PendingRequest
-from learner.inference import Connection, FramePayload, InferenceEngine, StepCounter
-from learner.server import LearnerServicer
-from learner.stats import LearnerStats
-from learner.trainer import to_time_major
-from learner.trajectories import (
+from learner.agents.models import action_head, build_model
+from learner.serving.batcher import PendingRequest
+from learner.serving.inference import Connection, FramePayload, InferenceEngine, StepCounter
+from learner.serving.server import LearnerServicer
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import (
     TrajectoryBuilder,
     UnrollQueue,
     Unrolls,
     stack_unroll_frames,
     stored_frame_stack,
 )
+from learner.training.trainer import to_time_major
 from seedrl import codec, envs
 from seedrl.config import ActorConfig, LearnerConfig
-from seedrl.models import action_head, build_model
 from seedrl.proto import seedrl_pb2 as pb
 
 pytest.importorskip("ale_py")

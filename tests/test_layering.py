@@ -17,7 +17,7 @@ from support import ROOT
 
 PACKAGES = ("seedrl", "learner", "actors", "benchmarks")
 FORBIDDEN = {
-    "seedrl": ("learner", "actors", "benchmarks"),
+    "seedrl": ("learner", "actors", "benchmarks", "torch"),
     "actors": ("learner", "torch", "benchmarks"),
     "learner": ("benchmarks",),
 }

@@ -335,7 +335,7 @@ class FirePolicy:
 def test_evaluate_scores_atari_over_full_games_not_lives():
     """A policy trained with episodic_life still gets scored over all five Breakout lives."""
     pytest.importorskip("ale_py")
-    from learner.evaluate import evaluate
+    from learner.tools.evaluate import evaluate
 
     kwargs = {"episodic_life": True, "noop_max": 0}
     full = evaluate(FirePolicy("ALE/Breakout-v5", kwargs), episodes=2, seed=3)  # type: ignore[arg-type]

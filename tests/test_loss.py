@@ -1,6 +1,6 @@
 """The learner's loss against a slow reference written from the IMPALA paper.
 
-Every number expected here is computed independently of ``learner.trainer``: V-trace
+Every number expected here is computed independently of ``learner.training.trainer``: V-trace
 as the double sum of eq. 1, the policy gradient and entropy of a softmax in closed
 form. The network is a table (policy logits and value read straight from the
 observation, plus one learnable logit vector ``z`` and one learnable value offset
@@ -26,11 +26,11 @@ import pytest
 import torch
 from torch import nn
 
-from learner.trainer import Trainer, TrainerParts, to_time_major
-from learner.trajectories import Unrolls
-from seedrl import vtrace
+from learner.agents.models import CategoricalHead, action_head, build_model
+from learner.agents.vtrace import targets as vtrace
+from learner.state.trajectories import Unrolls
+from learner.training.trainer import Trainer, TrainerParts, to_time_major
 from seedrl.config import LearnerConfig
-from seedrl.models import CategoricalHead, action_head, build_model
 from seedrl.proto import seedrl_pb2 as pb
 
 T, B, A = 5, 2, 3

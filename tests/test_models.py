@@ -18,13 +18,8 @@ import pytest
 import torch
 from torch import nn
 
-from learner.batcher import PendingRequest
-from learner.inference import Connection, FramePayload, InferenceEngine, StepCounter
-from learner.stats import LearnerStats
-from learner.trainer import to_time_major
-from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
-from seedrl import cpu_kernels, models
-from seedrl.models import (
+from learner.agents import cpu_kernels, models
+from learner.agents.models import (
     ActorCritic,
     ImpalaResNet,
     ModelSpec,
@@ -34,6 +29,11 @@ from seedrl.models import (
     build_model,
     choose_torso,
 )
+from learner.serving.batcher import PendingRequest
+from learner.serving.inference import Connection, FramePayload, InferenceEngine, StepCounter
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
+from learner.training.trainer import to_time_major
 from seedrl.proto import seedrl_pb2 as pb
 
 T = 6

@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-from learner import checkpoint
-from learner.batcher import PendingRequest
-from learner.inference import Connection, FramePayload, InferenceEngine, StepCounter
-from learner.normalize import CLIP, EPSILON, ObservationNormalizer
+from learner.agents.models import action_head, build_model
 from learner.parts import build_learner, save_checkpoint
-from learner.stats import LearnerStats
-from learner.trained_policy import Policy
-from learner.trainer import to_time_major
-from learner.trajectories import TrajectoryBuilder, UnrollQueue
+from learner.serving.batcher import PendingRequest
+from learner.serving.inference import Connection, FramePayload, InferenceEngine, StepCounter
+from learner.state import checkpoint
+from learner.state.normalize import CLIP, EPSILON, ObservationNormalizer
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import TrajectoryBuilder, UnrollQueue
+from learner.tools.trained_policy import Policy
+from learner.training.trainer import to_time_major
 from seedrl.config import LearnerConfig
-from seedrl.models import action_head, build_model
 from seedrl.proto import seedrl_pb2 as pb
 
 

@@ -1,6 +1,6 @@
 """Inference's forward pass: the numpy twin of a feed-forward MLP must be the torch model.
 
-Inference runs :class:`~seedrl.policy.NumpyMLPPolicy` for feed-forward MLPs on the CPU
+Inference runs :class:`~learner.agents.policy.NumpyMLPPolicy` for feed-forward MLPs on the CPU
 and training runs the torch model, so the policy parameters they compute for the same
 observations must agree, also after the weights change in place. Sampling uses numpy's
 random stream, so it is checked as a distribution.
@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 import torch
 
-from learner.batcher import PendingRequest
-from learner.inference import Connection, FramePayload, InferenceEngine, StepCounter
-from learner.stats import LearnerStats
-from learner.trajectories import TrajectoryBuilder, UnrollQueue
+from learner.agents.models import ActorCritic, CategoricalHead, action_head, build_model
+from learner.agents.policy import NumpyMLPPolicy, TorchPolicy, _sampler, inference_policy
+from learner.serving.batcher import PendingRequest
+from learner.serving.inference import Connection, FramePayload, InferenceEngine, StepCounter
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl import codec
 from seedrl.config import LearnerConfig
-from seedrl.models import ActorCritic, CategoricalHead, action_head, build_model
-from seedrl.policy import NumpyMLPPolicy, TorchPolicy, _sampler, inference_policy
 from seedrl.proto import seedrl_pb2 as pb
 
 CPU = torch.device("cpu")

@@ -13,13 +13,16 @@ import pytest
 import torch
 from support import random_unrolls, wait_until
 
-from learner import checkpoint
-from learner.batcher import PendingRequest
-from learner.inference import Connection, FramePayload, InferenceEngine, StepCounter
-from learner.normalize import ReturnNormalizer
+from learner.agents.models import LOG_STD_MAX, LOG_STD_MIN, action_head, build_model
+from learner.agents.vtrace import targets as vtrace
 from learner.parts import build_learner, make_trainer, save_checkpoint
-from learner.stats import LearnerStats
-from learner.trainer import (
+from learner.serving.batcher import PendingRequest
+from learner.serving.inference import Connection, FramePayload, InferenceEngine, StepCounter
+from learner.state import checkpoint
+from learner.state.normalize import ReturnNormalizer
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
+from learner.training.trainer import (
     GradientBuffer,
     Trainer,
     TrainerParts,
@@ -28,10 +31,7 @@ from learner.trainer import (
     scheduled_learning_rate,
     to_time_major,
 )
-from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
-from seedrl import vtrace
 from seedrl.config import LearnerConfig
-from seedrl.models import LOG_STD_MAX, LOG_STD_MIN, action_head, build_model
 from seedrl.proto import seedrl_pb2 as pb
 
 T, B = 6, 3

@@ -13,11 +13,11 @@ import pytest
 import torch
 from support import random_unrolls, small_learner, wait_until
 
-from learner import checkpoint
 from learner.parts import Learner, make_trainer
 from learner.run import choose_trainer, write_checkpoint
-from learner.trainer_process import TrainerProcess
-from learner.trajectories import Unrolls
+from learner.state import checkpoint
+from learner.state.trajectories import Unrolls
+from learner.training.process_host import TrainerProcess
 from seedrl.config import LearnerConfig
 
 T, B = 6, 3

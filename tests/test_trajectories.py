@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from learner.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
+from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
 
 T = 5
 H = 3  # core state size when a core is used

@@ -1,4 +1,4 @@
-"""Tests for seedrl.vtrace against a slow numpy ground truth written from the IMPALA paper."""
+"""Tests for learner.agents.vtrace.targets against a slow numpy ground truth from the paper."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from seedrl import vtrace
+from learner.agents.vtrace import targets as vtrace
 
 
 def _ground_truth(

@@ -59,11 +59,11 @@ def run_ideal(
     """
     import numpy as np
 
+    from learner.agents.models import resolve_precision
+    from learner.agents.policy import inference_policy
     from learner.run import build_learner, make_trainer
     from seedrl import envs
     from seedrl.config import LearnerConfig, parse_config
-    from seedrl.models import resolve_precision
-    from seedrl.policy import inference_policy
 
     argv = [
         "--env", env_id, "--torch-threads", str(threads), "--device", device_name,

@@ -42,7 +42,7 @@ DEFAULT_SWEEP = (
 IDEAL_REFERENCE_ENVS = 64
 """The machine's limit the best-configuration target compares against: ONE process
 stepping a 64-env vector env with the learner's batched forward pass and sampling
-(``seedrl.policy.inference_policy``, default backend). The issue measured ~63 k
+(``learner.agents.policy.inference_policy``, default backend). The issue measured ~63 k
 frames/s with torch; since inference runs the MLP in numpy, so does the ideal, and on
 this VM it went from ~315 k to ~870 k frames/s, bound by the env's own step.
 Per point, system/ideal compares with the same N*K envs instead; with hundreds of envs

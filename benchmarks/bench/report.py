@@ -253,7 +253,7 @@ def device_info(name: str) -> dict[str, Any]:
     """The torch device the learner and the ideal run on, with the GPU's name if any."""
     import torch
 
-    from seedrl.models import resolve_device
+    from learner.agents.models import resolve_device
 
     device = resolve_device(name)
     info: dict[str, Any] = {"name": str(device)}

@@ -1,5 +1,5 @@
 """One benchmark run: the project's own ``learner.train`` (learner + actor processes) to a
-frame budget, then the final score from ``learner.evaluate``.
+frame budget, then the final score from ``learner.tools.evaluate``.
 
 Run as ``python -m benchmarks.learning.runner`` by the suite driver, one process per run,
 so a run's torch threads, frozen heap and child actors end with it. A run whose
@@ -73,8 +73,8 @@ def train_and_evaluate(
     import torch
 
     import learner
-    from learner.evaluate import evaluate
-    from learner.trained_policy import Policy
+    from learner.tools.evaluate import evaluate
+    from learner.tools.trained_policy import Policy
 
     result = learner.train(
         spec.env,

@@ -17,8 +17,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from learner.local_actors import start_local_actors, stop_local_actors
-from learner.plot import plot_run
+from learner.tools.local_actors import start_local_actors, stop_local_actors
+from learner.tools.plot import plot_run
 from seedrl.config import ActorConfig
 from seedrl.transport import free_port
 

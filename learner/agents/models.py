@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from learner.agents.cpu_kernels import Linear, Tanh, TanhMLP, conv_input_layout, log_softmax_last
 from seedrl import codec
-from seedrl.cpu_kernels import Linear, Tanh, TanhMLP, conv_input_layout, log_softmax_last
 from seedrl.proto import seedrl_pb2 as pb
 
 CoreState = tuple[torch.Tensor, ...]

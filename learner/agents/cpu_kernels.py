@@ -1,4 +1,4 @@
-"""CPU kernel workarounds behind the plain layers of ``seedrl.models``.
+"""CPU kernel workarounds behind the plain layers of ``learner.agents.models``.
 
 Why this module exists: on small CPU hosts the learner's training step is a handful of
 small dense layers, and there a few of torch's CPU kernels are far slower than they
@@ -7,7 +7,7 @@ log-softmax over a short last dim, a conv input in the slower memory layout). Ea
 or function here is a drop-in for the torch op it replaces (same parameters, same results
 within float rounding, checkpoints interchangeable), takes the faster path only where it
 measured faster, and falls back to torch's own everywhere else (accelerators, other
-shapes, no gradient). The networks in ``seedrl.models`` read as plain torch; the kernel
+shapes, no gradient). The networks in ``learner.agents.models`` read as plain torch; the kernel
 choices live here.
 """
 

@@ -28,9 +28,9 @@ import torch
 from threadpoolctl import threadpool_limits
 from torch import nn
 
+from learner.agents.cpu_kernels import Linear, Tanh
+from learner.agents.models import ActionHead, ActorCritic, CategoricalHead, autocast
 from seedrl.config import INFERENCE_BACKENDS
-from seedrl.cpu_kernels import Linear, Tanh
-from seedrl.models import ActionHead, ActorCritic, CategoricalHead, autocast
 
 CoreStateArrays = tuple[np.ndarray, ...]
 """Recurrent state as numpy rows ``[B, H]``; empty for feed-forward models."""

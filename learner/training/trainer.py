@@ -25,14 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from learner import checkpoint
-from learner.inference import StepCounter
-from learner.normalize import ReturnNormalizer
-from learner.stats import LearnerStats
-from learner.trajectories import UnrollQueue, Unrolls, stacked_plane_mask
-from seedrl import vtrace
+from learner.agents.models import ActionHead, ActorCritic, autocast, resolve_precision
+from learner.agents.vtrace import targets as vtrace
+from learner.serving.inference import StepCounter
+from learner.state import checkpoint
+from learner.state.normalize import ReturnNormalizer
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import UnrollQueue, Unrolls, stacked_plane_mask
 from seedrl.config import LearnerConfig
-from seedrl.models import ActionHead, ActorCritic, autocast, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def to_time_major(unrolls: Unrolls, device: torch.device) -> dict[str, torch.Ten
 
 def stack_frames(frames: torch.Tensor, first: np.ndarray, depth: int) -> torch.Tensor:
     """Batch-major observations ``[B, T+1, *O]`` from stored frames ``[B, T+D, *F]`` (already
-    on their device), as :func:`~learner.trajectories.stack_unroll_frames` rebuilds them;
+    on their device), as :func:`~learner.state.trajectories.stack_unroll_frames` rebuilds them;
     ``first`` is the unrolls' ``[B, T+1]`` episode starts. Depth 1: the frames as they are.
 
     Every trainer rebuilds stacks with this one function, so what it trains on cannot

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from learner import checkpoint
-from learner.normalize import ObservationNormalizer
+from learner.agents.models import ActionHead, ActorCritic, CoreState, ModelSpec, action_head
+from learner.state import checkpoint
+from learner.state.normalize import ObservationNormalizer
 from seedrl import codec, envs
-from seedrl.models import ActionHead, ActorCritic, CoreState, ModelSpec, action_head
 from seedrl.proto import seedrl_pb2 as pb
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from learner.normalize import ReturnNormalizer
+from learner.state.normalize import ReturnNormalizer
 from seedrl import codec
 from seedrl.proto import seedrl_pb2 as pb
 

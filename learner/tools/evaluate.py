@@ -2,7 +2,7 @@
 
 A checkpoint carries the env spec (id, kwargs, spaces) and the model spec, so the
 network and the env are rebuilt exactly as they were trained, with no other flags
-(:class:`learner.trained_policy.Policy`, the same object notebooks use).
+(:class:`learner.tools.trained_policy.Policy`, the same object notebooks use).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from learner import checkpoint
-from learner.trained_policy import Policy
+from learner.state import checkpoint
+from learner.tools.trained_policy import Policy
 from seedrl import envs
 
 

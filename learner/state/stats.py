@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from learner.trajectories import FinishedEpisodes
+from learner.state.trajectories import FinishedEpisodes
 from seedrl.timing import PhaseTimer, process_rss_mb
 
 RETURN_WINDOW = 100

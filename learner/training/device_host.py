@@ -27,11 +27,11 @@ from typing import Any
 
 import torch
 
-from learner import checkpoint
-from learner.inference import StepCounter
-from learner.trainer import Trainer, TrainerParts, stack_frames
-from learner.trajectories import TrajectoryBuilder, Unrolls
-from seedrl.models import ActorCritic
+from learner.agents.models import ActorCritic
+from learner.serving.inference import StepCounter
+from learner.state import checkpoint
+from learner.state.trajectories import TrajectoryBuilder, Unrolls
+from learner.training.trainer import Trainer, TrainerParts, stack_frames
 
 STAGING_BUFFERS = 2
 """Pinned batches in turn: one is filled while the other's copy to the device runs."""

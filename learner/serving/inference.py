@@ -1,9 +1,9 @@
 """The learner's hot loop: one closed batch -> one forward pass -> actions back.
 
 ``InferenceEngine.process`` runs on the event loop for every batch the
-:class:`~learner.batcher.DynamicBatcher` closes: gather the K frames of each pending
+:class:`~learner.serving.batcher.DynamicBatcher` closes: gather the K frames of each pending
 stream into one array, read each slot's recurrent state, run the policy once
-(:mod:`seedrl.policy`: numpy for a feed-forward MLP on the CPU, torch otherwise) to get
+(:mod:`learner.agents.policy`: numpy for a feed-forward MLP on the CPU, torch otherwise) to get
 actions (with frame stacking, on each slot's stack with the new frame pushed on),
 record the frames into the trajectory builder, answer every stream, and hand
 finished unrolls to the trainer (waiting when its queue is full: back-pressure).
@@ -22,13 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from learner.batcher import PendingRequest
-from learner.normalize import ObservationNormalizer
-from learner.stats import LearnerStats
-from learner.trajectories import TrajectoryBuilder, UnrollQueue
+from learner.agents.models import ActionHead, ActorCritic
+from learner.agents.policy import inference_policy
+from learner.serving.batcher import PendingRequest
+from learner.state.normalize import ObservationNormalizer
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import TrajectoryBuilder, UnrollQueue
 from seedrl.codec import WireError, all_finite
-from seedrl.models import ActionHead, ActorCritic
-from seedrl.policy import inference_policy
 
 
 @dataclass(eq=False)

@@ -45,13 +45,13 @@ import torch
 import torch.distributed as dist
 
 from learner.parts import make_trainer, trainer_mode
-from learner.trainer import Trainer, policy_lag, to_time_major
+from learner.training.trainer import Trainer, policy_lag, to_time_major
 from seedrl.config import LearnerConfig
 from seedrl.transport import listen_address
 
 if TYPE_CHECKING:
     from learner.parts import Learner
-    from learner.trajectories import Unrolls
+    from learner.state.trajectories import Unrolls
     from seedrl.metrics import RunResult
 
 log = logging.getLogger(__name__)

@@ -24,10 +24,10 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from learner.batcher import BatcherClosed, DynamicBatcher
-from learner.inference import Connection, FramePayload
-from learner.stats import LearnerStats
-from learner.trajectories import stored_frame_stack
+from learner.serving.batcher import BatcherClosed, DynamicBatcher
+from learner.serving.inference import Connection, FramePayload
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import stored_frame_stack
 from seedrl import PROTOCOL_VERSION, codec
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
@@ -56,7 +56,7 @@ class SlotPool(Protocol):
 
 
 class StreamEnds(Protocol):
-    """Who frees a closed stream's slots (:class:`~learner.inference.InferenceEngine`)."""
+    """Who frees a closed stream's slots (:class:`~learner.serving.inference.InferenceEngine`)."""
 
     def release_later(self, conn: Connection) -> None: ...
 

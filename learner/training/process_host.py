@@ -4,7 +4,7 @@ In one process the trainer thread and the event loop that serves actors take tur
 the GIL: a learner step then takes much longer than alone, and a core sits idle while
 one waits for the other. Here a spawned child (no fork
 after gRPC has started threads) owns the training model and optimizer and runs the
-same :class:`~learner.trainer.Trainer` step; the learner process keeps its own copy of
+same :class:`~learner.training.trainer.Trainer` step; the learner process keeps its own copy of
 the weights for inference. Three channels connect them:
 
 * **unrolls**: ``SLOTS`` batch-sized sets of shared-memory tensors. The feeder thread
@@ -44,15 +44,15 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from learner import checkpoint
-from learner.allocator import keep_freed_memory
-from learner.inference import StepCounter
-from learner.normalize import ReturnNormalizer
-from learner.trainer import Trainer, TrainerParts, make_optimizer
-from learner.trajectories import Unrolls
+from learner.agents.models import ActionHead, ActorCritic, ModelSpec, resolve_device
+from learner.agents.policy import set_compute_threads
+from learner.serving.inference import StepCounter
+from learner.state import checkpoint
+from learner.state.normalize import ReturnNormalizer
+from learner.state.trajectories import Unrolls
+from learner.training.allocator import keep_freed_memory
+from learner.training.trainer import Trainer, TrainerParts, make_optimizer
 from seedrl.config import LearnerConfig
-from seedrl.models import ActionHead, ActorCritic, ModelSpec, resolve_device
-from seedrl.policy import set_compute_threads
 
 if TYPE_CHECKING:  # the spawned child imports this module; it needs no Learner
     from learner.parts import Learner
@@ -141,7 +141,7 @@ class TrainerProcess:
     """The trainer in a child process, with the trainer thread's surface.
 
     ``start``, ``stop``, ``alive``, ``error`` and ``training_state`` behave as on
-    :class:`~learner.trainer.Trainer`; ``refresh_weights`` is the inference side's
+    :class:`~learner.training.trainer.Trainer`; ``refresh_weights`` is the inference side's
     half of the weight exchange (call it before a forward pass).
     """
 

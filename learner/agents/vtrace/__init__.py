@@ -1,0 +1,1 @@
+"""The V-trace actor-critic agent (IMPALA): its off-policy targets and its loss."""

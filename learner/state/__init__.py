@@ -1,0 +1,1 @@
+"""What the learner keeps: trajectory slots and unrolls, checkpoints, normalisers, statistics."""
