@@ -34,9 +34,10 @@ from google.protobuf.message import DecodeError
 from actors.roundtrip import RoundTripStats
 from actors.stream import ActorStream, StreamError, open_stream
 from seedrl import PROTOCOL_VERSION, codec, envs
-from seedrl.config import ActorConfig, resolve_auth_token
+from seedrl.config import ActorConfig
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
+from seedrl.security import resolve_auth_token
 from seedrl.transport import (
     ACT_METHOD,
     auth_metadata,

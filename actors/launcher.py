@@ -2,7 +2,7 @@
 
 Up to ``PROCESSES_PER_CPU`` processes per CPU each run one actor; beyond that, actors
 share processes, one thread and one stream each (``--actors-per-process``,
-:func:`seedrl.config.actor_process_sizes`). Hundreds of processes on a few cores make
+:func:`actors.placement.actor_process_sizes`). Hundreds of processes on a few cores make
 every round trip slower (each brings its own pages to the caches and the TLB), and an
 actor thread spends its round trip in gRPC with the GIL released. The launcher
 restarts a process that dies with an error (with backoff); inside a process, a
@@ -33,15 +33,11 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
+from actors.placement import actor_cpus, actor_process_sizes, usable_cpu_count
 from actors.restarts import CrashRestarts
+from seedrl.cli import parse_config
 from seedrl.commands import actors_command, secret_env
-from seedrl.config import (
-    ActorConfig,
-    actor_cpus,
-    actor_process_sizes,
-    parse_config,
-    usable_cpu_count,
-)
+from seedrl.config import ActorConfig
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ from types import FrameType
 
 from actors.actor import Actor
 from actors.restarts import CrashRestarts
-from seedrl.config import ActorConfig, parse_config
+from seedrl.cli import parse_config
+from seedrl.config import ActorConfig
 from seedrl.timing import process_rss_mb
 
 log = logging.getLogger(__name__)

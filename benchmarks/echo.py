@@ -1,7 +1,7 @@
 """An echo learner for benchmarks: the learner's own ``Act`` handler with the model replaced.
 
 ``python -m benchmarks.echo --port P --logdir D`` (it takes the learner's flags) serves
-the real :class:`~learner.serving.server.LearnerServicer` behind the real dynamic batcher, with
+the real :class:`~learner.serving.servicer.LearnerServicer` behind the real dynamic batcher, with
 the same server options, local socket, auth and shutdown handshake, but its engine
 answers every frame with zero actions and records nothing: no forward pass, no
 trajectories, no training. What actors reach against it is the transport limit of a
@@ -25,11 +25,14 @@ from learner.metrics import MetricsWriter
 from learner.run import Serving, StopRequest, make_batcher
 from learner.serving.batcher import DynamicBatcher, PendingRequest
 from learner.serving.inference import Connection
-from learner.serving.server import LearnerServicer, build_server
+from learner.serving.server import build_server
+from learner.serving.servicer import LearnerServicer
 from learner.state.stats import LearnerStats
 from seedrl import codec, envs
-from seedrl.config import LearnerConfig, parse_config, resolve_auth_token
+from seedrl.cli import parse_config
+from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
+from seedrl.security import resolve_auth_token
 from seedrl.transport import listen_address, offered_local_socket, run_event_loop
 
 ECHO_RUN_ID = "echo"

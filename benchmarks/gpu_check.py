@@ -407,8 +407,9 @@ def _time_one(
 
     from learner.agents.policy import inference_policy
     from learner.parts import build_learner, make_trainer
-    from learner.training.device_host import DeviceTrainer, copy_for_inference
-    from seedrl.config import LearnerConfig, load_preset
+    from learner.training.device_host import DeviceHost
+    from seedrl.config import LearnerConfig
+    from seedrl.presets import load_preset
 
     sync: Callable[[], None] = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     logdir = tempfile.mkdtemp(prefix="seedrl-gpu-timings-")
@@ -440,10 +441,10 @@ def _time_one(
     ms, n = _median_time(lambda: trainer.train_step(unrolls), sync, 50, cap)
     row["train_step_thread_ms"], row["train_steps_timed"] = ms, n
     if device == "cuda":
-        twin = copy_for_inference(learner.model)
-        resident = DeviceTrainer(learner.trainer_parts(), twin, builder)
+        resident = DeviceHost(learner.trainer_parts(), learner.queue, builder)
+        twin = resident.inference_model
         row["train_step_device_ms"], _ = _median_time(
-            lambda: resident.train_step(unrolls), sync, 50, cap
+            lambda: resident.train(unrolls, updates=1), sync, 50, cap
         )
 
         def handoff() -> None:

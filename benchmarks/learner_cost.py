@@ -37,7 +37,8 @@ import grpc
 import numpy as np
 
 from seedrl import PROTOCOL_VERSION
-from seedrl.config import LearnerConfig, parse_config
+from seedrl.cli import parse_config
+from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
 
@@ -171,8 +172,8 @@ async def _serve_once(
 ) -> dict[str, Any]:
     from benchmarks.echo import echo_servicer
     from learner.parts import build_learner
-    from learner.run import choose_trainer, make_batcher, make_engine
-    from learner.serving.server import LearnerServicer
+    from learner.run import choose_host, make_batcher, make_engine
+    from learner.serving.servicer import LearnerServicer
 
     trainer = None
     if engine_kind == "echo":
@@ -180,7 +181,7 @@ async def _serve_once(
         env_spec = servicer.env_spec
     else:
         learner = build_learner(config)
-        trainer = choose_trainer(learner)
+        trainer = choose_host(learner)
         if config.train:
             trainer.start()
         engine = make_engine(learner, trainer)

@@ -1,9 +1,12 @@
-"""The seedrl learner: gRPC server, dynamic batcher, trajectory builder, V-trace trainer.
+"""The seedrl learner: batched inference for every actor, and training, in one process.
 
 Run it with ``python -m learner``, or from Python with ``learner.train(...)``
-(:mod:`learner.api`). The hot loop (batch -> forward -> reply) is
-``learner.serving.inference.InferenceEngine.process``; the training loop is
-``learner.training.trainer.Trainer.run``.
+(:mod:`learner.api`). Rooms by role: ``serving`` (gRPC servicer, dynamic batcher, the hot
+loop ``learner.serving.inference.InferenceEngine.process``), ``agents`` (what differs
+between algorithms: network, action choice, loss, ``learner.agents.base.Agent``),
+``training`` (one ``learner.training.trainer.Trainer`` and the hosts that run it),
+``state`` (slots, checkpoints, normalisers, statistics) and ``tools`` (demo, evaluate,
+plot). ``learner.run.serve`` wires them together.
 """
 
 import seedrl  # noqa: F401  (first: sets gRPC core defaults before grpc loads)

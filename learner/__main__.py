@@ -27,13 +27,9 @@ TRAIN_DESCRIPTION = (
 
 
 def train_main(argv: Sequence[str]) -> int:
-    from seedrl.config import (
-        LearnerConfig,
-        UnprotectedBindError,
-        check_bind_protected,
-        parse_config,
-        resolve_auth_token,
-    )
+    from seedrl.cli import parse_config
+    from seedrl.config import LearnerConfig
+    from seedrl.security import UnprotectedBindError
 
     config = parse_config(LearnerConfig, argv, "python -m learner", TRAIN_DESCRIPTION, True)
     ranked = os.environ.get("WORLD_SIZE", "1") not in ("", "1")  # started by torchrun
@@ -45,13 +41,6 @@ def train_main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    try:
-        # Refused before torch loads, so the fix is one line and one second away.
-        check_bind_protected(config, resolve_auth_token(config.auth_token))
-    except UnprotectedBindError as exc:
-        print(f"python -m learner: error: {exc}", file=sys.stderr)
-        return 2
-
     from learner.run import serve
     from learner.state.checkpoint import CheckpointError
     from seedrl.transport import run_event_loop
@@ -63,6 +52,9 @@ def train_main(argv: Sequence[str]) -> int:
             run_event_loop(run_rank(config), config.uvloop)
         else:
             run_event_loop(serve(config), config.uvloop)
+    except UnprotectedBindError as exc:  # refused before anything is built or bound
+        print(f"python -m learner: error: {exc}", file=sys.stderr)
+        return 2
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

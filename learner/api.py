@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from learner.tools.local_actors import start_local_actors, stop_local_actors
-from seedrl.config import ActorConfig, LearnerConfig, build_config, load_preset
+from seedrl.config import ActorConfig, LearnerConfig
 from seedrl.metrics import RunResult
+from seedrl.presets import build_config, load_preset
 
 if TYPE_CHECKING:  # the real import loads torch, so it waits until train() has trained
     from learner.tools.trained_policy import Policy

@@ -1,7 +1,7 @@
 """Wires the learner together and runs it until a stop condition or a signal.
 
-``serve`` reads top to bottom: build the parts (``learner.parts``), the trainer (by
-default a child process on the CPU, ``learner.training.process_host``, and the device trainer on
+``serve`` reads top to bottom: build the parts (``learner.parts``), the trainer's host (by
+default a child process on the CPU, ``learner.training.process_host``, a CUDA stream on
 CUDA, ``learner.training.device_host``; a thread for torchrun ranks) and the serving side
 (inference engine -> dynamic batcher -> gRPC servicer and server, :func:`build_serving`),
 then supervise: every ``log_interval_s`` write metrics, update
@@ -18,7 +18,6 @@ import gc
 import json
 import logging
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,18 +25,19 @@ from typing import Any, Protocol
 
 from learner.agents.models import resolve_precision
 from learner.metrics import MetricsWriter
-from learner.parts import Learner, build_learner, make_trainer, save_checkpoint, trainer_mode
+from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
 from learner.progress import Progress
 from learner.serving.batcher import DynamicBatcher, ProcessFn
 from learner.serving.inference import InferenceEngine
-from learner.serving.server import LearnerServicer, build_server, set_serving
+from learner.serving.server import build_server, set_serving
+from learner.serving.servicer import LearnerServicer
 from learner.state.stats import LearnerStats
-from learner.training.device_host import DeviceTrainer, copy_for_inference
-from learner.training.process_host import TrainerProcess
-from learner.training.trainer import Trainer
-from seedrl.config import LearnerConfig, check_bind_protected, resolve_auth_token, to_json_dict
+from learner.training.device_host import DeviceHost
+from learner.training.hosts import ThreadHost, TrainerHost, trainer_mode
+from learner.training.process_host import ProcessHost
+from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.metrics import RunResult
-from seedrl.timing import process_rss_mb
+from seedrl.security import check_bind_protected, resolve_auth_token
 from seedrl.transport import offered_local_socket
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,6 @@ log = logging.getLogger(__name__)
 SOLVED_WINDOW = 100
 """Episodes the target-return criterion needs before it can stop a run."""
 TRAINER_FAILED = "trainer failed"
-
-AnyTrainer = Trainer | TrainerProcess | DeviceTrainer
 
 
 class RankMode(Protocol):
@@ -71,8 +69,8 @@ class RankMode(Protocol):
         """Take part in the learner's initial state before anything serves."""
         ...
 
-    def make_trainer(self, learner: Learner) -> AnyTrainer:
-        """The trainer (not started)."""
+    def make_host(self, learner: Learner) -> TrainerHost:
+        """Where the trainer runs (not started)."""
         ...
 
     def metrics(self) -> dict[str, Any]:
@@ -95,8 +93,8 @@ class SingleRank:
     def attach(self, learner: Learner) -> None:
         pass
 
-    def make_trainer(self, learner: Learner) -> AnyTrainer:
-        return choose_trainer(learner)
+    def make_host(self, learner: Learner) -> TrainerHost:
+        return choose_host(learner)
 
     def metrics(self) -> dict[str, Any]:
         return {}
@@ -105,46 +103,31 @@ class SingleRank:
         return None
 
 
-def choose_trainer(learner: Learner) -> AnyTrainer:
-    """The trainer this config asks for on the learner's device (not started): a child
-    process, a thread, or the device trainer with its own inference copy of the weights."""
+def choose_host(learner: Learner) -> TrainerHost:
+    """Where this config's trainer runs on the learner's device (not started): a child
+    process, a thread beside inference, or its own CUDA stream."""
     mode = trainer_mode(learner.config, learner.device)
     if mode == "thread":
-        return make_trainer(learner)
+        return ThreadHost(make_trainer(learner), learner.queue, learner.stats)
     if mode == "device":
-        return DeviceTrainer(
-            learner.trainer_parts(), copy_for_inference(learner.model), learner.builder
-        )
-    return TrainerProcess(learner)
+        return DeviceHost(learner.trainer_parts(), learner.queue, learner.builder)
+    return ProcessHost(learner)
 
 
-def trainer_name(trainer: AnyTrainer) -> str:
-    """The ``--trainer`` mode ``trainer`` runs (for the listening line)."""
-    if isinstance(trainer, DeviceTrainer):
-        return "device"
-    return "process" if isinstance(trainer, TrainerProcess) else "thread"
-
-
-def make_engine(learner: Learner, trainer: AnyTrainer) -> InferenceEngine:
-    """The inference engine over the learner's model (the device trainer's inference copy
-    of it), builder and queue."""
+def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:
+    """The inference engine over the weights ``host`` gives inference, and the learner's
+    builder and unroll store."""
     config = learner.config
-    model, lock = learner.model, learner.weights_lock
-    if isinstance(trainer, DeviceTrainer):
-        # The copy is touched only by the event loop, so inference's forward pass needs
-        # no lock shared with the trainer.
-        model, lock = trainer.inference_model, threading.Lock()
-    refresh = None
-    if isinstance(trainer, TrainerProcess | DeviceTrainer):  # training runs on other weights
-        refresh = trainer.refresh_weights
+    # A resumed run samples fresh noise.
+    policy = learner.agent.inference_policy(
+        host.inference_model, (config.seed, learner.step_counter.value)
+    )
     return InferenceEngine(
-        model, learner.head, learner.device, learner.builder, learner.queue,
-        learner.stats, lock, learner.step_counter, config.inference_backend,
-        (config.seed, learner.step_counter.value),  # a resumed run samples fresh noise
+        policy, learner.builder, learner.queue, learner.stats, host.inference_lock,
+        learner.step_counter,
         keep_unrolls=config.train,  # --no-train: nothing drains the queue
-        refresh_weights=refresh,
+        refresh_weights=host.refresh_weights,
         normalizer=learner.normalizer,
-        precision=resolve_precision(config.precision, learner.device),
     )  # fmt: skip
 
 
@@ -186,7 +169,11 @@ def make_batcher(config: LearnerConfig, process: ProcessFn) -> DynamicBatcher:
 
 
 def build_serving(
-    learner: Learner, trainer: AnyTrainer, rank_addresses: list[str], local_address: str | None
+    learner: Learner,
+    trainer: TrainerHost,
+    rank_addresses: list[str],
+    local_address: str | None,
+    auth_token: str | None,
 ) -> Serving:
     config = learner.config
     engine = make_engine(learner, trainer)
@@ -195,8 +182,7 @@ def build_serving(
         config, learner.env_spec, batcher, engine, learner.builder, learner.stats,
         learner.learner_run_id, rank_addresses=rank_addresses, local_address=local_address or "",
     )  # fmt: skip
-    token = resolve_auth_token(config.auth_token)
-    server, port, health = build_server(config, servicer, token, local_address)
+    server, port, health = build_server(config, servicer, auth_token, local_address)
     return Serving(batcher, servicer, server, port, health)
 
 
@@ -221,7 +207,7 @@ class StopRequest:
 
 
 def write_checkpoint(
-    learner: Learner, trainer: AnyTrainer, counters: tuple[int, int] | None
+    learner: Learner, trainer: TrainerHost, counters: tuple[int, int] | None
 ) -> None:
     """Checkpoint the trainer's current state; a dead trainer process leaves the last one."""
     training = trainer.training_state()
@@ -247,13 +233,15 @@ async def serve(
     Unless ``--no-local-socket``, TLS or a unix ``--bind``, it also listens on a unix
     socket that same-host actors switch to; the socket's directory goes with the learner.
     """
-    check_bind_protected(config, resolve_auth_token(config.auth_token))
+    token = resolve_auth_token(config.auth_token)  # the one place it is resolved
+    check_bind_protected(config, token)
     with offered_local_socket(config.local_socket and not config.tls_cert, config.bind) as local:
-        return await _serve(config, ready, rank or SingleRank(), local)
+        return await _serve(config, token, ready, rank or SingleRank(), local)
 
 
 async def _serve(
     config: LearnerConfig,
+    auth_token: str | None,
     ready: asyncio.Future[int] | None,
     rank: RankMode,
     local_address: str | None,
@@ -263,8 +251,8 @@ async def _serve(
     logdir = Path(config.logdir)
     logdir.mkdir(parents=True, exist_ok=True)
     (logdir / "config.json").write_text(json.dumps(to_json_dict(config), indent=2) + "\n")
-    trainer = rank.make_trainer(learner)
-    serving = build_serving(learner, trainer, rank.rank_addresses, local_address)
+    trainer = rank.make_host(learner)
+    serving = build_serving(learner, trainer, rank.rank_addresses, local_address, auth_token)
     stop = StopRequest()
     writer = _metrics_writer(config, logdir)
     progress = Progress(config.progress, config.total_frames, config.target_return)
@@ -280,7 +268,7 @@ async def _serve(
     precision = resolve_precision(config.precision, learner.device)
     print(
         f"seedrl learner listening on {config.bind}:{serving.port} (env {config.env}, "
-        f"device {learner.device}, trainer {trainer_name(trainer)}, {precision})",
+        f"device {learner.device}, trainer {trainer.mode}, {precision})",
         flush=True,
     )
     if ready is not None and not ready.done():
@@ -308,7 +296,7 @@ async def _serve(
 
 async def _supervise(
     learner: Learner,
-    trainer: AnyTrainer,
+    trainer: TrainerHost,
     rank: RankMode,
     stop: StopRequest,
     writer: MetricsWriter,
@@ -323,8 +311,7 @@ async def _supervise(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.event.wait(), config.log_interval_s)
         record = stats.snapshot(len(learner.queue))
-        if isinstance(trainer, TrainerProcess) and trainer.alive:
-            record["trainer_rss_mb"] = process_rss_mb(trainer.pid)
+        record.update(trainer.metrics())
         record.update(rank.metrics())
         writer.write(record)
         progress.update(record)
@@ -376,7 +363,7 @@ def _solved(config: LearnerConfig, stats: LearnerStats) -> bool:
 
 
 def _stop_condition(
-    config: LearnerConfig, stats: LearnerStats, start: float, trainer: AnyTrainer
+    config: LearnerConfig, stats: LearnerStats, start: float, trainer: TrainerHost
 ) -> str:
     if config.total_frames and stats.frames >= config.total_frames:
         return f"reached {config.total_frames} frames"

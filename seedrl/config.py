@@ -1,27 +1,15 @@
-"""Run configuration: frozen dataclasses, one attribute docstring per field, one CLI.
+"""Run configuration: frozen dataclasses, one attribute docstring per field.
 
-The command-line flags are generated from the dataclasses (``--inference-batch-size``
-for ``inference_batch_size``), their help text from the attribute docstrings, so the
-dataclass is the single source of truth. A config file (TOML or JSON, YAML when PyYAML
-is installed) given with ``--config`` supplies defaults that flags override; the
-resolved config is saved as JSON in the learner's log directory. Presets shipped in
-``seedrl/presets/NAME.toml`` (``--preset cartpole``) sit below both: preset < file < flags.
+The dataclasses are the single source of truth: the command line is generated from them
+(:mod:`seedrl.cli`), presets and config files fill them (:mod:`seedrl.presets`), and the
+resolved config is saved as JSON in the learner's log directory.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
 import dataclasses
-import functools
-import inspect
-import ipaddress
-import itertools
 import json
 import os
-import textwrap
-import types
-import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +19,7 @@ T = TypeVar("T")
 AUTH_TOKEN_ENV = "SEEDRL_AUTH_TOKEN"
 INFERENCE_BACKENDS = ("auto", "torch", "numpy")
 TRAINER_MODES = ("auto", "process", "thread", "device")
+AGENTS = ("vtrace",)
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
@@ -111,6 +100,10 @@ class LearnerConfig:
     0 keeps the libraries' own choice."""
 
     # model
+    agent: str = "vtrace"
+    """The learning algorithm: vtrace (IMPALA's V-trace actor-critic). An agent is its
+    network head, action choice, what it keeps to train on and its loss
+    (learner/agents/)."""
     model: str = "auto"
     """Torso: auto (cnn for image observations, else mlp), mlp, cnn (Nature CNN; a small
     one for small grids) or resnet (IMPALA's deep encoder: larger and slower, for a GPU)."""
@@ -290,6 +283,7 @@ class LearnerConfig:
         if not self.hidden_sizes:
             raise ValueError("--hidden-sizes needs at least one layer width")
         _require_choice(self, "inference_backend", INFERENCE_BACKENDS)
+        _require_choice(self, "agent", AGENTS)
         _require_choice(self, "model", ("auto", "mlp", "cnn", "resnet"))
         _require_choice(self, "trainer", TRAINER_MODES)
         _require_choice(self, "precision", PRECISIONS)
@@ -427,300 +421,10 @@ class ActorConfig:
             )
 
 
-PROCESSES_PER_CPU = 4
-"""Auto ``--actors-per-process`` runs at most this many actor processes per CPU. Each
-process's pages (interpreter, gRPC, its objects) compete for the caches and the TLB, so
-beyond a few per CPU every round trip gets slower; threads share one set. Four per CPU
-was the sweet spot of the measurements in docs/performance.md."""
-
-
-def actor_process_sizes(num_actors: int, actors_per_process: int, cpus: int) -> list[int]:
-    """How many actors each process of a launcher runs, in actor-index order.
-
-    ``actors_per_process`` 0 is auto (:data:`PROCESSES_PER_CPU`). Actors are spread
-    evenly, so sizes differ by at most one.
-    """
-    if actors_per_process > 0:
-        processes = -(-num_actors // actors_per_process)
-    else:
-        processes = min(num_actors, PROCESSES_PER_CPU * max(1, cpus))
-    base, extra = divmod(num_actors, processes)
-    return [base + (p < extra) for p in range(processes)]
-
-
-def usable_cpu_count() -> int:
-    """How many CPUs this process may run on (all of them where affinity is unknown)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 PIN_CPUS_MODES = ("auto", "on", "off")
 """The values of ``--pin-cpus`` (see :func:`actor_cpus`)."""
 START_METHODS = ("fork", "exec")
 """The values of ``--start-method``."""
-
-
-def actor_cpus(num_processes: int, pin: str, cpus: Sequence[int] | None = None) -> list[int]:
-    """The CPU of each of the P actor processes one launcher starts (-1: any), by
-    ``--pin-cpus``.
-
-    Round robin over ``cpus`` (default: the CPUs this process may use). ``auto`` pins only
-    when P is a multiple of them: then every CPU carries the same number of processes, and
-    several such launchers on one host stay balanced; a lone replica on a bigger host
-    (compose, Kubernetes) is left to the scheduler.
-    """
-    if cpus is None:
-        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if not cpus or pin == "off" or (pin == "auto" and num_processes % len(cpus)):
-        return [-1] * num_processes
-    return [cpus[j % len(cpus)] for j in range(num_processes)]
-
-
-def resolve_auth_token(token: str | None) -> str | None:
-    """The explicit token, else $SEEDRL_AUTH_TOKEN, else None (auth off)."""
-    if token:
-        return token
-    return os.environ.get(AUTH_TOKEN_ENV) or None
-
-
-class UnprotectedBindError(ValueError):
-    """A learner would listen beyond this host with nothing to tell actors from strangers."""
-
-
-def is_loopback_bind(bind: str) -> bool:
-    """Whether ``--bind`` is reachable from this host only (loopback or a unix socket).
-
-    A host name other than localhost counts as reachable from outside: what it resolves
-    to can change, so only literal loopback addresses are trusted.
-    """
-    if bind.startswith("unix:"):
-        return True
-    host = bind.strip("[]")
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind_protected(config: LearnerConfig, token: str | None) -> None:
-    """Refuse to serve the network unprotected, like Redis' protected mode.
-
-    Raises UnprotectedBindError (one line saying how to fix it) when ``--bind`` is not
-    loopback and there is neither a token nor TLS client certificates, unless --insecure.
-    """
-    mutual_tls = config.tls_cert is not None and config.tls_client_ca is not None
-    if config.insecure or token or mutual_tls or is_loopback_bind(config.bind):
-        return
-    raise UnprotectedBindError(
-        f"--bind {config.bind} would let anyone who reaches the port join unauthenticated: "
-        f"set --auth-token or ${AUTH_TOKEN_ENV} (actors need the same), or --tls-client-ca "
-        "with --tls-cert/--tls-key, or pass --insecure on a network you trust"
-    )
-
-
-# ------------------------------------------------------------------ CLI from dataclasses
-
-
-@functools.cache
-def field_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings of a dataclass (the string literal under each field)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, nxt in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
-
-
-def _converter(tp: Any) -> tuple[Any, bool]:
-    """(string -> value converter, optional) for a field type."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        conv, _ = _converter(args[0])
-        return conv, True
-    if origin is tuple:
-        (item,) = {a for a in typing.get_args(tp) if a is not Ellipsis}
-
-        def to_tuple(text: str) -> tuple[Any, ...]:
-            return tuple(item(p) for p in text.replace(" ", "").split(",") if p)
-
-        return to_tuple, False
-    if origin is dict or tp is dict:
-
-        def to_dict(text: str) -> dict[str, Any]:
-            value = json.loads(text)
-            if not isinstance(value, dict):
-                raise argparse.ArgumentTypeError("expected a JSON object")
-            return value
-
-        return to_dict, False
-    if tp is bool:
-        return _parse_bool, False
-    return tp, False
-
-
-class ConfigArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose dataclass-field flags get their docstrings only when help
-    is printed: reading them parses the config module's source, a start-up cost in time
-    and memory that every one of N actor processes paid and none ever showed."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._undocumented: list[tuple[type, argparse.Action]] = []
-
-    def add_field_argument(self, cls: type, group: Any, *args: Any, **kwargs: Any) -> None:
-        """``group.add_argument(...)`` for a field of ``cls``; help gets its docstring later."""
-        self._undocumented.append((cls, group.add_argument(*args, **kwargs)))
-
-    def format_help(self) -> str:
-        for cls, action in self._undocumented:
-            # argparse expands %-formats in help; docstrings say "K % G" literally.
-            doc = field_docs(cls).get(action.dest, "").replace("%", "%%")
-            action.help = f"{doc} {action.help or ''}".strip()
-        self._undocumented.clear()
-        return super().format_help()
-
-
-def add_config_arguments(parser: ConfigArgumentParser, cls: type) -> None:
-    """Add one ``--flag`` per dataclass field (booleans get ``--flag/--no-flag``)."""
-    hints = typing.get_type_hints(cls)
-    group = parser.add_argument_group(cls.__name__)
-    for f in dataclasses.fields(cls):
-        flag = "--" + f.name.rstrip("_").replace("_", "-")
-        tp = hints[f.name]
-        default: Any = f.default
-        if default is dataclasses.MISSING and callable(f.default_factory):
-            default = f.default_factory()
-        help_text = f"(default: {default!r})".replace("%", "%%")
-        if tp is bool:
-            parser.add_field_argument(
-                cls,
-                group,
-                flag,
-                dest=f.name,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-            continue
-        conv, optional = _converter(tp)
-        metavar = f.name.rstrip("_").upper()
-        if optional:
-            inner = conv
-
-            def conv(text: str, inner: Any = inner) -> Any:
-                return None if text.lower() in ("none", "") else inner(text)
-
-        parser.add_field_argument(
-            cls, group, flag, dest=f.name, type=conv, default=argparse.SUPPRESS,
-            metavar=metavar, help=help_text,
-        )  # fmt: skip
-
-
-def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a TOML, JSON or YAML config file into a dict of field values."""
-    p = Path(path)
-    text = p.read_text()
-    if p.suffix == ".toml":
-        import tomllib
-
-        data = tomllib.loads(text)
-    elif p.suffix in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError as exc:
-            raise ValueError(f"{p}: YAML configs need PyYAML (pip install pyyaml)") from exc
-        data = yaml.safe_load(text) or {}
-    else:
-        data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"{p}: a config file must hold a table/object of fields")
-    return {k.replace("-", "_"): v for k, v in data.items()}
-
-
-def preset_names() -> list[str]:
-    """Names of the presets shipped in ``seedrl/presets`` (``cartpole``, ``atari``, ...)."""
-    from importlib import resources
-
-    folder = resources.files("seedrl") / "presets"
-    return sorted(
-        p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
-    )
-
-
-def load_preset(name: str) -> dict[str, Any]:
-    """The field values of a shipped preset; unknown names list the known ones."""
-    import tomllib
-    from importlib import resources
-
-    if name not in preset_names():
-        raise ValueError(f"unknown preset {name!r}; shipped presets: {', '.join(preset_names())}")
-    text = (resources.files("seedrl") / "presets" / f"{name}.toml").read_text()
-    return {k.replace("-", "_"): v for k, v in tomllib.loads(text).items()}
-
-
-def build_config(cls: type[T], overrides: dict[str, Any], base: dict[str, Any] | None = None) -> T:
-    """Make ``cls`` from file values ``base`` then CLI ``overrides``; unknown keys are errors."""
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    merged = dict(base or {})
-    merged.update(overrides)
-    unknown = sorted(set(merged) - names)
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} fields: {', '.join(unknown)}")
-    hints = typing.get_type_hints(cls)
-    for key, value in merged.items():
-        if typing.get_origin(hints[key]) is tuple and isinstance(value, list):
-            merged[key] = tuple(value)
-    return cls(**merged)
-
-
-def parse_config(
-    cls: type[T],
-    argv: Sequence[str] | None,
-    prog: str,
-    description: str,
-    presets: bool = False,
-) -> T:
-    """Parse ``argv`` into ``cls``: ``--preset``, ``--config FILE``, then flags."""
-    parser = ConfigArgumentParser(prog=prog, description=description)
-    parser.add_argument("--config", help="TOML/JSON/YAML file of field values; flags override")
-    if presets:
-        parser.add_argument(
-            "--preset",
-            help=f"a shipped preset ({', '.join(preset_names())}); file and flags override",
-        )
-    add_config_arguments(parser, cls)
-    ns = vars(parser.parse_args(argv))
-    config_path = ns.pop("config", None)
-    preset = ns.pop("preset", None)
-    try:
-        base = load_preset(preset) if preset else {}
-        if config_path:
-            base.update(load_config_file(config_path))
-        return build_config(cls, ns, base)
-    except (TypeError, ValueError) as exc:
-        # One line, no usage block: the message names the flag, and nothing has started.
-        parser.exit(2, f"{parser.prog}: error: {exc}\n")
 
 
 def to_json_dict(config: Any) -> dict[str, Any]:

@@ -16,7 +16,9 @@ import sys
 import typing
 from typing import Any
 
-from seedrl.config import ActorConfig, LearnerConfig, field_docs, preset_names
+from seedrl.cli import field_docs
+from seedrl.config import ActorConfig, LearnerConfig
+from seedrl.presets import preset_names
 
 COMMAND = "python -m seedrl.config_docs > docs/configuration.md"
 
@@ -38,7 +40,7 @@ def field_sections(cls: type) -> dict[str, str]:
 
 
 def flag_of(field: dataclasses.Field[Any], tp: Any) -> str:
-    """A field's flag as :func:`seedrl.config.add_config_arguments` spells it."""
+    """A field's flag as :func:`seedrl.cli.add_config_arguments` spells it."""
     flag = "--" + field.name.rstrip("_").replace("_", "-")
     if tp is bool:
         return f"`{flag}` / `--no-{flag[2:]}`"

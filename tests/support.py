@@ -205,9 +205,8 @@ def train_synchronously(config: Any, num_envs: int, frames: int) -> list[tuple[i
 
     learner = build_learner(config)
     engine = InferenceEngine(
-        learner.model, learner.head, learner.device, learner.builder, learner.queue,
-        learner.stats, learner.weights_lock, learner.step_counter, config.inference_backend,
-        seed=config.seed,
+        learner.agent.inference_policy(learner.model, config.seed), learner.builder,
+        learner.queue, learner.stats, learner.weights_lock, learner.step_counter,
     )  # fmt: skip
     trainer = make_trainer(learner)
     slots = learner.builder.allocate(num_envs)
@@ -248,3 +247,26 @@ def train_synchronously(config: Any, num_envs: int, frames: int) -> list[tuple[i
     finally:
         vec_env.close()
     return curve
+
+
+def engine_for(
+    model: Any,
+    head: Any,
+    device: Any,
+    builder: Any,
+    queue: Any,
+    stats: Any,
+    weights_lock: Any,
+    learner_step: Any,
+    backend: str = "auto",
+    seed: int | tuple[int, ...] = 0,
+    precision: str = "fp32",
+    **kwargs: Any,
+) -> Any:
+    """An inference engine running the V-trace agent's policy (``inference_policy``) over
+    ``model``: what ``learner.run.make_engine`` builds, from loose parts."""
+    from learner.agents.policy import inference_policy
+    from learner.serving.inference import InferenceEngine
+
+    policy = inference_policy(model, head, device, backend, seed, precision)
+    return InferenceEngine(policy, builder, queue, stats, weights_lock, learner_step, **kwargs)

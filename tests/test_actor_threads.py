@@ -9,9 +9,10 @@ import pytest
 from support import actor_args, learner_process, read_records, running, wait_until
 
 from actors.launcher import Launcher, process_config
+from actors.placement import PROCESSES_PER_CPU, actor_process_sizes
 from actors.process import ActorThread
 from seedrl.commands import actors_command
-from seedrl.config import PROCESSES_PER_CPU, ActorConfig, actor_process_sizes
+from seedrl.config import ActorConfig
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import actor_args, learner_process, running, wait_until
+from support import actor_args, engine_for, learner_process, running, wait_until
 from wire_clients import act, child_pids, frame, get_info, hello, lockstep
 
 from learner.parts import build_learner
@@ -26,11 +26,10 @@ from learner.serving.batcher import PendingRequest
 from learner.serving.inference import (
     Connection,
     FramePayload,
-    InferenceEngine,
     gather_frames,
     nonfinite_problem,
 )
-from learner.serving.server import LearnerServicer
+from learner.serving.servicer import LearnerServicer
 from seedrl import PROTOCOL_VERSION, codec
 from seedrl.config import LearnerConfig
 from seedrl.envs import describe_env
@@ -422,7 +421,7 @@ def test_nonfinite_frame_in_a_batch_fails_only_its_own_request(field):
     are served and recorded."""
     config = LearnerConfig(env="CartPole-v1")
     learner = build_learner(config)
-    engine = InferenceEngine(
+    engine = engine_for(
         learner.model, learner.head, learner.device, learner.builder, learner.queue,
         learner.stats, learner.weights_lock, learner.step_counter,
     )  # fmt: skip

@@ -8,13 +8,8 @@ import sys
 import pytest
 from support import ROOT
 
-from seedrl.config import (
-    ActorConfig,
-    ConfigArgumentParser,
-    add_config_arguments,
-    field_docs,
-    parse_config,
-)
+from seedrl.cli import ConfigArgumentParser, add_config_arguments, field_docs, parse_config
+from seedrl.config import ActorConfig
 
 COMMANDS = {
     "learner": (["-m", "learner"], "--inference-batch-size"),

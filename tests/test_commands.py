@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 
+from seedrl.cli import parse_config
 from seedrl.commands import actors_command, config_flags, secret_env
-from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, parse_config
+from seedrl.config import AUTH_TOKEN_ENV, ActorConfig
 
 
 def test_an_actor_config_survives_its_command_line():

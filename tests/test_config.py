@@ -13,7 +13,8 @@ import typing
 import pytest
 
 from learner.__main__ import main as learner_main
-from seedrl.config import ActorConfig, LearnerConfig, parse_config
+from seedrl.cli import parse_config
+from seedrl.config import ActorConfig, LearnerConfig
 
 LEARNER_CASES = {
     # family: counts and sizes that must be >= 1

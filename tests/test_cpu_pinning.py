@@ -11,8 +11,9 @@ from support import running, wait_until
 from wire_clients import child_pids
 
 from actors.launcher import process_config
+from actors.placement import actor_cpus
 from seedrl.commands import actors_command
-from seedrl.config import ActorConfig, actor_cpus
+from seedrl.config import ActorConfig
 
 UNREACHABLE = "127.0.0.1:9"  # nothing listens: actors keep retrying, which is all these need
 

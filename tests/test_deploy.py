@@ -24,8 +24,9 @@ from docker_engine import EngineUnavailable, compose_command
 from support import ROOT, learner_process, running
 
 from learner.serving.healthcheck import build_parser as healthcheck_parser
-from learner.serving.server import SERVICE_NAME
-from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, LearnerConfig, parse_config
+from seedrl.cli import parse_config
+from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, LearnerConfig
+from seedrl.transport import SERVICE_NAME
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is in the dev extra")
 

@@ -23,11 +23,12 @@ from support import (
 
 from learner.agents.models import resolve_precision
 from learner.agents.policy import NumpyMLPPolicy, TorchPolicy, inference_policy
-from learner.parts import Learner, make_trainer, trainer_mode
-from learner.run import choose_trainer, make_engine
+from learner.parts import Learner, make_trainer
+from learner.run import choose_host, make_engine
 from learner.state.trajectories import Unrolls
-from learner.training.device_host import DeviceTrainer
-from learner.training.process_host import TrainerProcess
+from learner.training.device_host import DeviceHost
+from learner.training.hosts import trainer_mode
+from learner.training.process_host import ProcessHost
 from seedrl.config import LearnerConfig
 
 T, B = 6, 3
@@ -39,9 +40,9 @@ def _learner(tmp_path: Path, **overrides: object) -> Learner:
     return small_learner(tmp_path, T, B, **{"trainer": "device", **overrides})
 
 
-def _device_trainer(learner: Learner) -> DeviceTrainer:
-    trainer = choose_trainer(learner)
-    assert isinstance(trainer, DeviceTrainer)
+def _device_trainer(learner: Learner) -> DeviceHost:
+    trainer = choose_host(learner)
+    assert isinstance(trainer, DeviceHost)
     return trainer
 
 
@@ -64,7 +65,7 @@ def test_auto_picks_the_device_trainer_on_cuda_and_the_process_on_cpu(tmp_path):
         trainer_mode(explicit, torch.device("cpu"), ranked=True)
     # auto picks by the learner's device, even on a GPU host
     on_cpu = _learner(tmp_path, trainer="auto", device="cpu")
-    assert isinstance(choose_trainer(on_cpu), TrainerProcess)
+    assert isinstance(choose_host(on_cpu), ProcessHost)
 
 
 def test_inference_runs_the_device_trainers_copy_without_the_trainers_lock(tmp_path):
@@ -79,6 +80,7 @@ def test_inference_runs_the_device_trainers_copy_without_the_trainers_lock(tmp_p
     assert engine.policy.model is trainer.inference_model
     assert engine.refresh_weights == trainer.refresh_weights
     assert engine.weights_lock is not learner.weights_lock
+    assert engine.weights_lock is trainer.inference_lock
 
 
 def test_inference_sees_a_step_only_after_refresh_and_then_exactly(tmp_path):
@@ -198,7 +200,7 @@ def test_bf16_forward_differs_slightly_and_keeps_fp32_weights(tmp_path):
         twin = _learner(tmp_path / precision, trainer="thread", precision=precision)
         twin.model.load_state_dict(model.state_dict())
         trainer = make_trainer(twin)
-        assert trainer.precision == precision
+        assert trainer.agent.precision == precision
         scalars = trainer.train_step(random_unrolls(B, T, seed=0))
         assert scalars is not None
         losses[precision] = scalars["loss_total"]

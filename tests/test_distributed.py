@@ -12,7 +12,7 @@ from support import random_unrolls, read_records, running
 from torch import distributed as dist
 
 from learner.parts import build_learner
-from learner.training.distributed import Control, DistributedTrainer, RankEnv, RankSync, rank_config
+from learner.training.distributed import Control, RankEnv, RankHost, RankSync, rank_config
 from seedrl.config import LearnerConfig
 from seedrl.transport import learner_targets, pick_rank, rank_target
 
@@ -105,8 +105,8 @@ def _sync_without_a_group(monkeypatch, tmp_path, **overrides: object) -> RankSyn
 @pytest.mark.parametrize("mode", ["auto", "thread"])
 def test_ranks_train_in_a_lockstep_thread(monkeypatch, tmp_path, mode):
     sync = _sync_without_a_group(monkeypatch, tmp_path, trainer=mode)
-    trainer = sync.make_trainer(build_learner(sync.config))
-    assert isinstance(trainer, DistributedTrainer)
+    trainer = sync.make_host(build_learner(sync.config))
+    assert isinstance(trainer, RankHost)
     assert trainer.sync is sync
 
 
@@ -114,7 +114,7 @@ def test_ranks_train_in_a_lockstep_thread(monkeypatch, tmp_path, mode):
 def test_ranks_refuse_another_trainer(monkeypatch, tmp_path, mode):
     sync = _sync_without_a_group(monkeypatch, tmp_path, trainer=mode)
     with pytest.raises(ValueError, match="torchrun ranks train in a thread"):
-        sync.make_trainer(build_learner(sync.config))
+        sync.make_host(build_learner(sync.config))
 
 
 def test_ranks_refuse_observation_normalization(monkeypatch, tmp_path):
@@ -131,7 +131,7 @@ def test_a_rank_takes_updates_per_batch_lockstep_updates_and_stops_with_its_peer
     exchange ends the batch there on every rank."""
     sync = _sync_without_a_group(monkeypatch, tmp_path, updates_per_batch=3)
     learner = build_learner(sync.config)
-    trainer = sync.make_trainer(learner)
+    trainer = sync.make_host(learner)
     exchanges: list[bool] = []
     stop_at = {5}
 

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from seedrl.config import LearnerConfig, parse_config
+from seedrl.cli import parse_config
+from seedrl.config import LearnerConfig
 from seedrl.transport import run_event_loop
 
 uvloop = pytest.importorskip("uvloop")

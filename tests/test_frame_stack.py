@@ -9,12 +9,13 @@ import threading
 import numpy as np
 import pytest
 import torch
+from support import engine_for
 
 from actors.actor import Actor, StreamEnd
 from learner.agents.models import action_head, build_model
 from learner.serving.batcher import PendingRequest
-from learner.serving.inference import Connection, FramePayload, InferenceEngine, StepCounter
-from learner.serving.server import LearnerServicer
+from learner.serving.inference import Connection, FramePayload, StepCounter
+from learner.serving.servicer import LearnerServicer
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import (
     TrajectoryBuilder,
@@ -77,7 +78,7 @@ def _engine(model, head, frame_stack: int, lstm_size: int):
         core_state_sizes=(lstm_size, lstm_size) if lstm_size else (), frame_stack=frame_stack,
     )  # fmt: skip
     queue = UnrollQueue(100_000)
-    engine = InferenceEngine(
+    engine = engine_for(
         model, head, torch.device("cpu"), builder, queue, LearnerStats(), threading.Lock(),
         StepCounter(), "torch", seed=5,
     )  # fmt: skip

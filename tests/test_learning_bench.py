@@ -210,7 +210,8 @@ def test_a_run_trains_to_its_budget_whatever_the_presets_target():
 
 def learner_config_for(spec, overrides):
     """The LearnerConfig the run would train with: its preset, then the run's fields."""
-    from seedrl.config import LearnerConfig, build_config, load_preset
+    from seedrl.config import LearnerConfig
+    from seedrl.presets import build_config, load_preset
 
     return build_config(LearnerConfig, overrides, load_preset(spec.preset))
 

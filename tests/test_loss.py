@@ -26,7 +26,8 @@ import pytest
 import torch
 from torch import nn
 
-from learner.agents.models import CategoricalHead, action_head, build_model
+from learner.agents.models import action_head, build_model
+from learner.agents.vtrace import VTraceAgent
 from learner.agents.vtrace import targets as vtrace
 from learner.state.trajectories import Unrolls
 from learner.training.trainer import Trainer, TrainerParts, to_time_major
@@ -147,12 +148,17 @@ def reference(u: Unrolls, cfg: LearnerConfig) -> dict[str, np.ndarray | float]:
     }
 
 
+def _agent(config: LearnerConfig, num_actions: int) -> VTraceAgent:
+    """The V-trace agent for ``num_actions`` discrete actions, on the CPU."""
+    return VTraceAgent(config, pb.SpaceSpec(kind="discrete", n=num_actions), CPU)
+
+
 def table_trainer(**overrides) -> Trainer:
     config = LearnerConfig(unroll_length=T, batch_size=B, max_queue_unrolls=B, **overrides)
     model = TableModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     return Trainer(
-        TrainerParts.unshared(config, model, CategoricalHead(A), optimizer, CPU)  # type: ignore[arg-type]
+        TrainerParts.unshared(config, _agent(config, A), model, optimizer, CPU)  # type: ignore[arg-type]
     )
 
 
@@ -300,7 +306,7 @@ def test_only_the_baseline_term_reaches_the_real_value_head():
         config = LearnerConfig(unroll_length=T, batch_size=B, max_queue_unrolls=B, **costs)
         trainer = Trainer(
             TrainerParts.unshared(
-                config, model, head, torch.optim.SGD(model.parameters(), lr=0.1), CPU
+                config, _agent(config, 2), model, torch.optim.SGD(model.parameters(), lr=0.1), CPU
             )
         )
         trainer.grads.zero()

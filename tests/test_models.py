@@ -16,6 +16,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+from support import engine_for
 from torch import nn
 
 from learner.agents import cpu_kernels, models
@@ -30,7 +31,7 @@ from learner.agents.models import (
     choose_torso,
 )
 from learner.serving.batcher import PendingRequest
-from learner.serving.inference import Connection, FramePayload, InferenceEngine, StepCounter
+from learner.serving.inference import Connection, FramePayload, StepCounter
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
 from learner.training.trainer import to_time_major
@@ -54,7 +55,7 @@ def make_engine(model: ActorCritic, head, obs_shape, obs_dtype, lstm_size: int):
         core_state_sizes=(lstm_size, lstm_size) if lstm_size else (),
     )
     queue = UnrollQueue(10_000)
-    engine = InferenceEngine(
+    engine = engine_for(
         model, head, torch.device("cpu"), builder, queue, LearnerStats(), threading.Lock(),
         StepCounter(),
     )  # fmt: skip

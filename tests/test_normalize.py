@@ -10,11 +10,12 @@ import threading
 import numpy as np
 import pytest
 import torch
+from support import engine_for
 
 from learner.agents.models import action_head, build_model
 from learner.parts import build_learner, save_checkpoint
 from learner.serving.batcher import PendingRequest
-from learner.serving.inference import Connection, FramePayload, InferenceEngine, StepCounter
+from learner.serving.inference import Connection, FramePayload, StepCounter
 from learner.state import checkpoint
 from learner.state.normalize import CLIP, EPSILON, ObservationNormalizer
 from learner.state.stats import LearnerStats
@@ -66,7 +67,7 @@ def test_training_sees_the_frames_as_the_policy_acted_on_them():
     )  # fmt: skip
     queue = UnrollQueue(64)
     normalizer = ObservationNormalizer((4,), "float64")  # the wire dtype stays the env's
-    engine = InferenceEngine(
+    engine = engine_for(
         model, head, torch.device("cpu"), builder, queue, LearnerStats(), threading.Lock(),
         StepCounter(), normalizer=normalizer,
     )  # fmt: skip

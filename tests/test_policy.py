@@ -15,6 +15,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from support import engine_for
 
 from learner.agents.models import ActorCritic, CategoricalHead, action_head, build_model
 from learner.agents.policy import NumpyMLPPolicy, TorchPolicy, _sampler, inference_policy
@@ -208,7 +209,7 @@ def test_the_engine_runs_the_backend_it_is_given():
     )  # fmt: skip
 
     def engine(backend: str) -> InferenceEngine:
-        return InferenceEngine(
+        return engine_for(
             model, head, CPU, builder, UnrollQueue(16), LearnerStats(), threading.Lock(),
             StepCounter(), backend,
         )  # fmt: skip
@@ -238,7 +239,7 @@ def test_the_stored_action_is_the_unclipped_sample_the_actor_receives(backend):
         action_dtype="float32", param_size=4, core_state_sizes=(),
     )  # fmt: skip
     queue = UnrollQueue(64)
-    engine = InferenceEngine(
+    engine = engine_for(
         model, head, CPU, builder, queue, LearnerStats(), threading.Lock(), StepCounter(),
         backend,
     )  # fmt: skip

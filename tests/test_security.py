@@ -28,14 +28,9 @@ from support import (
 )
 from wire_clients import act, get_info, hello
 
-from seedrl.config import (
-    AUTH_TOKEN_ENV,
-    LearnerConfig,
-    UnprotectedBindError,
-    check_bind_protected,
-    is_loopback_bind,
-)
+from seedrl.config import AUTH_TOKEN_ENV, LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
+from seedrl.security import UnprotectedBindError, check_bind_protected, is_loopback_bind
 from seedrl.transport import auth_metadata
 
 TOKEN = "s3cret-token-for-tests"

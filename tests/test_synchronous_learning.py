@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from support import train_synchronously
 
-from seedrl.config import LearnerConfig, build_config, load_preset
+from seedrl.config import LearnerConfig
+from seedrl.presets import build_config, load_preset
 
 PENDULUM_FRAMES = 300_000
 

@@ -11,24 +11,25 @@ import threading
 import numpy as np
 import pytest
 import torch
-from support import random_unrolls, wait_until
+from support import engine_for, random_unrolls, wait_until
 
 from learner.agents.models import LOG_STD_MAX, LOG_STD_MIN, action_head, build_model
+from learner.agents.vtrace import VTraceAgent
 from learner.agents.vtrace import targets as vtrace
 from learner.parts import build_learner, make_trainer, save_checkpoint
 from learner.serving.batcher import PendingRequest
-from learner.serving.inference import Connection, FramePayload, InferenceEngine, StepCounter
+from learner.serving.inference import Connection, FramePayload, StepCounter
 from learner.state import checkpoint
 from learner.state.normalize import ReturnNormalizer
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
+from learner.training.hosts import ThreadHost
+from learner.training.schedules import entropy_cost_schedule, learning_rate_schedule
 from learner.training.trainer import (
     GradientBuffer,
     Trainer,
     TrainerParts,
     make_optimizer,
-    scheduled_entropy_cost,
-    scheduled_learning_rate,
     to_time_major,
 )
 from seedrl.config import LearnerConfig
@@ -271,7 +272,7 @@ def test_frames_are_labelled_with_the_step_of_the_weights_that_acted_on_them():
     )  # fmt: skip
     counter = StepCounter()
     queue = UnrollQueue(8)
-    engine = InferenceEngine(
+    engine = engine_for(
         model, head, torch.device("cpu"), builder, queue, LearnerStats(),
         _StepOnRelease(counter), counter,  # type: ignore[arg-type]
     )  # fmt: skip
@@ -307,11 +308,9 @@ def _gaussian_trainer(log_std: float) -> Trainer:
     config = LearnerConfig(
         unroll_length=T, batch_size=B, max_queue_unrolls=B, entropy_cost=0.0, learning_rate=0.05
     )
-    return Trainer(
-        TrainerParts.unshared(
-            config, model, head, make_optimizer(model, config), torch.device("cpu")
-        )
-    )
+    cpu = torch.device("cpu")
+    agent = VTraceAgent(config, pb.SpaceSpec(kind="box", shape=[1], dtype="float32"), cpu)
+    return Trainer(TrainerParts.unshared(config, agent, model, make_optimizer(model, config), cpu))
 
 
 def _gaussian_unrolls(behaviour_log_std: float) -> Unrolls:
@@ -352,10 +351,10 @@ def test_a_log_std_beyond_its_bound_still_gets_a_gradient_and_returns(beyond):
 
 def test_linear_schedule_reaches_zero_at_total_frames():
     config = LearnerConfig(learning_rate=4e-3, lr_schedule="linear", total_frames=1000)
-    lrs = [scheduled_learning_rate(config, step, frames_per_step=100) for step in (0, 5, 9, 10, 12)]
+    lrs = [learning_rate_schedule(config)(step * 100) for step in (0, 5, 9, 10, 12)]
     assert lrs == pytest.approx([4e-3, 2e-3, 4e-4, 0.0, 0.0])
     constant = LearnerConfig(learning_rate=4e-3, lr_schedule="constant", total_frames=1000)
-    assert scheduled_learning_rate(constant, 12, frames_per_step=100) == 4e-3
+    assert learning_rate_schedule(constant)(12 * 100) == 4e-3
 
 
 def test_linear_schedule_can_hold_the_rate_before_it_falls():
@@ -363,7 +362,7 @@ def test_linear_schedule_can_hold_the_rate_before_it_falls():
     config = LearnerConfig(
         learning_rate=4e-3, lr_schedule="linear", total_frames=1000, lr_decay_start=0.6
     )
-    lrs = [scheduled_learning_rate(config, step, frames_per_step=100) for step in (0, 6, 8, 10)]
+    lrs = [learning_rate_schedule(config)(step * 100) for step in (0, 6, 8, 10)]
     assert lrs == pytest.approx([4e-3, 4e-3, 2e-3, 0.0])
     with pytest.raises(ValueError, match="--lr-decay-start must be in"):
         LearnerConfig(lr_schedule="linear", total_frames=1000, lr_decay_start=1.0)
@@ -384,7 +383,7 @@ def test_auto_schedule_anneals_only_a_run_planned_to_a_frame_budget(
         learning_rate=4e-3, total_frames=total_frames, target_return=target_return
     )
     assert config.lr_schedule == "auto"
-    assert scheduled_learning_rate(config, 5, frames_per_step=100) == pytest.approx(expected)
+    assert learning_rate_schedule(config)(5 * 100) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("normalize_returns", [False, True])
@@ -415,8 +414,9 @@ def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path, normalize
 
     resumed = make_trainer(build_learner(dataclasses.replace(config, resume=True)))
     if normalize_returns:
-        assert trainer.return_normalizer is not None and resumed.return_normalizer is not None
-        assert resumed.return_normalizer.count == 3 * B * T  # every row of three batches
+        assert trainer.agent.return_normalizer is not None
+        assert resumed.agent.return_normalizer is not None
+        assert resumed.agent.return_normalizer.count == 3 * B * T  # every row of three batches
     again = resumed.train_step(_unrolls(3))
     assert uninterrupted is not None and again is not None
     assert again["learning_rate"] == uninterrupted["learning_rate"] == pytest.approx(7e-3)
@@ -462,10 +462,10 @@ def test_a_linear_schedule_counts_a_reused_batch_once(tmp_path):
 
 def test_the_entropy_cost_moves_linearly_to_its_final_value_at_total_frames():
     config = LearnerConfig(entropy_cost=0.01, final_entropy_cost=0.001, total_frames=1000)
-    costs = [scheduled_entropy_cost(config, step, frames_per_step=100) for step in (0, 5, 10, 12)]
+    costs = [entropy_cost_schedule(config)(step * 100) for step in (0, 5, 10, 12)]
     assert costs == pytest.approx([0.01, 0.0055, 0.001, 0.001])
     constant = LearnerConfig(entropy_cost=0.01, total_frames=1000)
-    assert scheduled_entropy_cost(constant, 12, frames_per_step=100) == 0.01
+    assert entropy_cost_schedule(constant)(12 * 100) == 0.01
 
 
 def test_each_step_weighs_the_entropy_with_its_scheduled_cost(tmp_path):
@@ -528,7 +528,7 @@ def test_each_batch_is_trained_updates_per_batch_times_from_the_current_weights(
             updates_per_batch=k, normalize_returns=False,
         )
     )  # fmt: skip
-    trainer = make_trainer(learner)
+    trainer = ThreadHost(make_trainer(learner), learner.queue, learner.stats)
     trainer.start()
     try:
         learner.queue.put(_unrolls(0))

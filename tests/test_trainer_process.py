@@ -14,10 +14,10 @@ import torch
 from support import random_unrolls, small_learner, wait_until
 
 from learner.parts import Learner, make_trainer
-from learner.run import choose_trainer, write_checkpoint
+from learner.run import choose_host, write_checkpoint
 from learner.state import checkpoint
 from learner.state.trajectories import Unrolls
-from learner.training.process_host import TrainerProcess
+from learner.training.process_host import ProcessHost
 from seedrl.config import LearnerConfig
 
 T, B = 6, 3
@@ -27,14 +27,14 @@ def _learner(tmp_path: Path, **overrides: object) -> Learner:
     return small_learner(tmp_path, T, B, **{"trainer": "process", **overrides})
 
 
-def _process_trainer(learner: Learner) -> TrainerProcess:
-    trainer = choose_trainer(learner)
-    assert isinstance(trainer, TrainerProcess)
+def _process_trainer(learner: Learner) -> ProcessHost:
+    trainer = choose_host(learner)
+    assert isinstance(trainer, ProcessHost)
     return trainer
 
 
 @contextlib.contextmanager
-def _running(learner: Learner, stop_timeout: float = 30.0) -> Iterator[TrainerProcess]:
+def _running(learner: Learner, stop_timeout: float = 30.0) -> Iterator[ProcessHost]:
     """A started trainer process, stopped (and so ended) on the way out."""
     trainer = _process_trainer(learner)
     trainer.start()
@@ -187,20 +187,20 @@ def test_the_childs_return_statistics_are_checkpointed_and_resumed(tmp_path):
     assert float(saved["count"]) == B * T and float(saved["var"]) > 0
 
     resumed = _learner(tmp_path, normalize_returns=True, resume=True)
-    assert resumed.return_normalizer is not None
-    assert resumed.return_normalizer.count == B * T
+    assert resumed.agent.return_normalizer is not None
+    assert resumed.agent.return_normalizer.count == B * T
     with _running(resumed) as again:
         _train(resumed, _unrolls(1), steps_after=2)
         state = again.training_state()
-    assert state is not None and state.return_normalizer is not None
-    assert float(state.return_normalizer["count"]) == 2 * B * T
+    assert state is not None and "return_normalizer" in state.agent_state
+    assert float(state.agent_state["return_normalizer"]["count"]) == 2 * B * T
 
 
 def test_trainer_mode_is_checked(tmp_path):
     with pytest.raises(ValueError, match="trainer must be"):
         LearnerConfig(logdir=str(tmp_path), trainer="gpu")
-    thread = choose_trainer(_learner(tmp_path, trainer="thread"))
-    assert not isinstance(thread, TrainerProcess)
+    thread = choose_host(_learner(tmp_path, trainer="thread"))
+    assert thread.mode == "thread"
 
 
 def test_the_child_takes_updates_per_batch_steps_on_each_batch(tmp_path):

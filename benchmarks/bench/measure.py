@@ -63,7 +63,8 @@ def run_ideal(
     from learner.agents.policy import inference_policy
     from learner.run import build_learner, make_trainer
     from seedrl import envs
-    from seedrl.config import LearnerConfig, parse_config
+    from seedrl.cli import parse_config
+    from seedrl.config import LearnerConfig
 
     argv = [
         "--env", env_id, "--torch-threads", str(threads), "--device", device_name,

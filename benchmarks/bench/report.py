@@ -265,7 +265,8 @@ def device_info(name: str) -> dict[str, Any]:
 
 def preset_env(preset: str) -> str:
     """The env a learner preset trains on."""
-    from seedrl.config import LearnerConfig, load_preset
+    from seedrl.config import LearnerConfig
+    from seedrl.presets import load_preset
 
     return str(load_preset(preset).get("env", LearnerConfig.env))
 

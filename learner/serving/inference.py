@@ -3,7 +3,7 @@
 ``InferenceEngine.process`` runs on the event loop for every batch the
 :class:`~learner.serving.batcher.DynamicBatcher` closes: gather the K frames of each pending
 stream into one array, read each slot's recurrent state, run the policy once
-(:mod:`learner.agents.policy`: numpy for a feed-forward MLP on the CPU, torch otherwise) to get
+(the agent's policy, e.g. :mod:`learner.agents.policy`) to get
 actions (with frame stacking, on each slot's stack with the new frame pushed on),
 record the frames into the trajectory builder, answer every stream, and hand
 finished unrolls to the trainer (waiting when its queue is full: back-pressure).
@@ -15,16 +15,16 @@ parameters, H core state size.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-import torch
 
-from learner.agents.models import ActionHead, ActorCritic
-from learner.agents.policy import inference_policy
+from learner.agents.policy import Policy
 from learner.serving.batcher import PendingRequest
+from learner.state.counters import StepCounter
 from learner.state.normalize import ObservationNormalizer
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, UnrollQueue
@@ -106,26 +106,23 @@ def nonfinite_problem(batch: FrameBatch) -> str | None:
 
 
 class InferenceEngine:
-    """Runs the shared model for batches of frames; the same weights the trainer updates."""
+    """Runs the agent's policy for batches of frames, on the weights training updates."""
 
     def __init__(
         self,
-        model: ActorCritic,
-        head: ActionHead,
-        device: torch.device,
+        policy: Policy,
         builder: TrajectoryBuilder,
         queue: UnrollQueue,
         stats: LearnerStats,
-        weights_lock: threading.Lock,
+        weights_lock: AbstractContextManager[Any],
         learner_step: StepCounter,
-        backend: str = "auto",
-        seed: int | tuple[int, ...] = 0,
         keep_unrolls: bool = True,
         refresh_weights: Callable[[], None] | None = None,
         normalizer: ObservationNormalizer | None = None,
-        precision: str = "fp32",
     ) -> None:
-        self.policy = inference_policy(model, head, device, backend, seed, precision)
+        """``policy`` is the agent's action choice over the weights inference runs
+        (``Agent.inference_policy``); ``weights_lock`` is held around each forward pass."""
+        self.policy = policy
         self.normalizer = normalizer
         """With --normalize-observations: updated with, then applied to, every batch; the
         builder then stores the normalized float32 frames the policy acted on."""
@@ -230,10 +227,3 @@ class InferenceEngine:
             return
         with self.stats.timer("inference_wait_trainer"):
             await asyncio.to_thread(self.queue.put, unrolls)
-
-
-class StepCounter:
-    """Learner steps, written by the trainer thread and read by inference (an int is atomic)."""
-
-    def __init__(self, value: int = 0) -> None:
-        self.value = value

@@ -1,4 +1,5 @@
-"""Checkpoints: model, optimizer, counters, config and RNG state, written atomically.
+"""Checkpoints: model, optimizer, counters, config and RNG state, written atomically, and
+read back into a learner's parts (:func:`restore`).
 
 A checkpoint is written to a temporary file in the same directory, flushed and fsynced,
 then renamed over the old one (and the directory fsynced), so a kill at any moment
@@ -8,18 +9,25 @@ leaves either the previous checkpoint or the new one, never a torn file.
 from __future__ import annotations
 
 import io
+import logging
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from learner.state.normalize import ReturnNormalizer
+from learner.agents.models import ActorCritic
+from learner.state.counters import StepCounter
+from learner.state.normalize import ObservationNormalizer
+from learner.state.stats import LearnerStats
 from seedrl import codec
+from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 FORMAT = "seedrl-checkpoint"
 VERSION = 1
@@ -36,8 +44,8 @@ class TrainingState:
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any]
     learner_steps: int
-    return_normalizer: dict[str, torch.Tensor] | None = None
-    """The running return statistics (``--normalize-returns``), else None."""
+    agent_state: dict[str, Any] = field(default_factory=dict)
+    """The agent's statistics between steps (its ``state_dict``), by checkpoint key."""
 
 
 def capture(
@@ -45,7 +53,7 @@ def capture(
     optimizer: torch.optim.Optimizer,
     weights_lock: AbstractContextManager[Any],
     learner_steps: Callable[[], int],
-    return_normalizer: ReturnNormalizer | None = None,
+    agent_state: dict[str, Any] | None = None,
 ) -> TrainingState:
     """A consistent CPU copy of the training state, taken under the weights lock (fast copies)."""
     with weights_lock:
@@ -53,7 +61,7 @@ def capture(
             model={k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
             optimizer=_to_cpu(optimizer.state_dict()),
             learner_steps=learner_steps(),
-            return_normalizer=None if return_normalizer is None else return_normalizer.state_dict(),
+            agent_state=_to_cpu(agent_state or {}),
         )
 
 
@@ -66,10 +74,9 @@ def snapshot(training: TrainingState, **extra: Any) -> dict[str, Any]:
         "optimizer": training.optimizer,
         "learner_steps": training.learner_steps,
         "torch_rng": torch.get_rng_state(),
+        **training.agent_state,
         **extra,
     }
-    if training.return_normalizer is not None:
-        state["return_normalizer"] = training.return_normalizer
     return state
 
 
@@ -153,3 +160,65 @@ def check_env(path: str | os.PathLike[str], saved_env_spec: bytes, env_spec: pb.
                 f"{path}: trained with {name} {codec.spec_summary(theirs)}, this learner has "
                 f"{codec.spec_summary(ours)}; use another --logdir or drop --resume"
             )
+
+
+def restore(
+    path: Path,
+    model: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    stats: LearnerStats,
+    step_counter: StepCounter,
+    env_spec: Any = None,
+    normalizer: ObservationNormalizer | None = None,
+) -> dict[str, Any]:
+    """Load a checkpoint into the parts and return it; a mismatch raises CheckpointError
+    naming the file."""
+    state = load(path)
+    if env_spec is not None and "env_spec" in state:
+        check_env(path, state["env_spec"], env_spec)
+    saved_stats = state.get("obs_normalizer")
+    if (saved_stats is None) != (normalizer is None):
+        trained = "with" if saved_stats is not None else "without"
+        raise CheckpointError(
+            f"{path}: trained {trained} --normalize-observations; resume with the same "
+            "setting, use another --logdir or drop --resume"
+        )
+    try:
+        if normalizer is not None and saved_stats is not None:
+            normalizer.load_state_dict(saved_stats)
+        model.load_state_dict(state["model"])
+        model.bound_log_std_()  # a checkpoint from before the bound was kept this way
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        frames, steps = int(state["frames"]), int(state["learner_steps"])
+        episodes, returns = int(state["episodes"]), list(state.get("returns", []))
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(
+            f"{path}: does not fit this model/config ({one_line(exc)}); "
+            "use another --logdir or drop --resume"
+        ) from exc
+    stats.restore(frames=frames, steps=steps, episodes=episodes, returns=returns)
+    step_counter.value = steps
+    log.info("resumed from %s at frame %d, step %d", path, stats.frames, step_counter.value)
+    return state
+
+
+def schedule_states(config: LearnerConfig) -> dict[str, dict[str, Any]]:
+    """What defines the learning rate and the entropy bonus at each step, by checkpoint key
+    (the step count is saved anyway, so a resumed run with the same flags continues both
+    schedules exactly)."""
+    return {
+        "lr_schedule": {
+            "schedule": config.effective_lr_schedule,
+            "learning_rate": config.learning_rate,
+            "total_frames": config.total_frames,
+            "decay_start": config.lr_decay_start,
+        },
+        "entropy_schedule": {
+            "entropy_cost": config.entropy_cost,
+            "final_entropy_cost": config.final_entropy_cost,
+            # A constant bonus does not depend on the budget: a run extended to more frames
+            # keeps the same schedule.
+            "total_frames": config.total_frames if config.final_entropy_cost is not None else 0,
+        },
+    }

@@ -23,14 +23,16 @@ import contextlib
 import copy
 import dataclasses
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from learner.agents.models import ActorCritic
-from learner.serving.inference import StepCounter
 from learner.state import checkpoint
-from learner.state.trajectories import TrajectoryBuilder, Unrolls
+from learner.state.counters import StepCounter
+from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
+from learner.training.hosts import ThreadHost
 from learner.training.trainer import Trainer, TrainerParts, stack_frames
 
 STAGING_BUFFERS = 2
@@ -100,32 +102,35 @@ class _StagedBatch:
         return batch, core
 
 
-class DeviceTrainer(Trainer):
-    """The V-trace trainer as a thread on its own stream, handing weights to inference.
+class DeviceHost(ThreadHost):
+    """The trainer as a thread on its own stream, handing weights to inference.
 
-    ``model`` is the trained model (fp32 master weights, the checkpoint's); inference
-    runs ``inference_model``, which ``refresh_weights`` (called by inference before
-    each forward pass) brings up to the newest finished step. ``inference_step`` is the
-    step inference's weights are at; ``step_counter`` the trainer's own.
+    ``trainer.model`` is the trained model (fp32 master weights, the checkpoint's);
+    inference runs ``inference_model``, which ``refresh_weights`` (called by inference
+    before each forward pass) brings up to the newest finished step. ``inference_step``
+    is the step inference's weights are at; ``trainer.step_counter`` the trainer's own.
     """
 
-    def __init__(
-        self, parts: TrainerParts, inference_model: ActorCritic, builder: TrajectoryBuilder
-    ) -> None:
+    mode = "device"
+
+    def __init__(self, parts: TrainerParts, queue: UnrollQueue, builder: TrajectoryBuilder) -> None:
         """``parts.weights_lock`` and ``parts.step_counter`` are the ones inference holds;
         the trainer keeps its own lock and counter and hands finished steps over."""
         inference_step = parts.step_counter
-        super().__init__(
-            dataclasses.replace(
-                parts, weights_lock=threading.Lock(), step_counter=StepCounter(inference_step.value)
-            )
+        own = dataclasses.replace(
+            parts, weights_lock=threading.Lock(), step_counter=StepCounter(inference_step.value)
         )
-        # ``self.weights_lock`` (the base class's) now orders only this trainer's own
-        # update against checkpoints; ``handoff_lock`` orders it against inference's copy.
+        super().__init__(Trainer(own, update_guard=self._handoff), queue, parts.stats)
+        # The trainer's own lock now orders only its update against checkpoints;
+        # ``handoff_lock`` orders it against inference's copy.
         self.handoff_lock = parts.weights_lock
-        self.inference_model = inference_model
+        self.inference_model = copy_for_inference(parts.model)
+        # The copy is touched only by the event loop, so inference's forward pass needs
+        # no lock shared with the trainer.
+        self.inference_lock = threading.Lock()
         self.inference_step = inference_step
-        config, device, model = self.config, self.device, self.model
+        config, device, model = parts.config, parts.device, parts.model
+        self.device = device
         cuda = device.type == "cuda"
         self.stream: torch.cuda.Stream | None = torch.cuda.Stream(device) if cuda else None
         self._stepped = torch.cuda.Event() if cuda else None
@@ -137,7 +142,7 @@ class DeviceTrainer(Trainer):
         ]
         self._next_staging = 0
         self._trained = list(model.state_dict().values())
-        self._inferred = list(inference_model.state_dict().values())
+        self._inferred = list(self.inference_model.state_dict().values())
         if self.stream is not None:
             # The weights, gradient buffer and inference copy were made on the current
             # stream; the trainer's stream starts after that work.
@@ -145,27 +150,35 @@ class DeviceTrainer(Trainer):
 
     # ------------------------------------------------------------------ the trainer side
 
-    def train_batch(
-        self, unrolls: Unrolls, updates: int | None = None
-    ) -> list[dict[str, float] | None]:
+    def train(self, unrolls: Unrolls, updates: int | None = None) -> list[dict[str, float] | None]:
         staged = self._staging[self._next_staging]
         self._next_staging = (self._next_staging + 1) % len(self._staging)
         staged.fill(unrolls)
         with self._on_stream():
             batch, core_state = staged.to_device(self.device, self.stream)
-            return self.steps_on(batch, core_state, unrolls, updates)
+            return self.trainer.steps_on(batch, core_state, unrolls, updates)
 
-    def apply_update(self) -> None:
+    def train_step(self, unrolls: Unrolls) -> dict[str, float] | None:
+        """One optimizer step on ``unrolls`` through the staging buffers and the stream."""
+        return self.train(unrolls, updates=1)[0]
+
+    @property
+    def step_counter(self) -> StepCounter:
+        """The trainer's own step count (inference's is ``inference_step``)."""
+        return self.trainer.step_counter
+
+    @contextlib.contextmanager
+    def _handoff(self) -> Iterator[None]:
+        """Around each optimizer step: after inference's copy has read the last step, under
+        the trainer's own lock; then the step is marked done for inference."""
         with self.handoff_lock:
             if self.stream is not None and self._read is not None:
                 self.stream.wait_event(self._read)  # inference's copy has read the last step
-            with self.weights_lock:
-                self.optimizer.step()
-                self.model.bound_log_std_()
-                self.step_counter.value += 1
+            with self.trainer.weights_lock:
+                yield
             if self._stepped is not None:
                 self._stepped.record(self.stream)
-            self._published = self.step_counter.value
+            self._published = self.trainer.step_counter.value
 
     def _on_stream(self) -> contextlib.AbstractContextManager[Any]:
         if self.stream is None:
@@ -173,13 +186,14 @@ class DeviceTrainer(Trainer):
         return torch.cuda.stream(self.stream)
 
     def training_state(self) -> checkpoint.TrainingState:
-        with self.weights_lock:
+        trainer = self.trainer
+        with trainer.weights_lock:
             if self.stream is not None:
                 self.stream.synchronize()  # the last issued step has landed in the weights
-            steps = self.step_counter.value
+            steps = trainer.step_counter.value
             return checkpoint.capture(
-                self.model, self.optimizer, contextlib.nullcontext(), lambda: steps,
-                self.return_normalizer,
+                trainer.model, trainer.optimizer, contextlib.nullcontext(), lambda: steps,
+                trainer.agent.state_dict(),
             )  # fmt: skip
 
     # ------------------------------------------------------------------ the inference side

@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,14 +44,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from learner.parts import make_trainer, trainer_mode
-from learner.training.trainer import Trainer, policy_lag, to_time_major
+from learner.state.trajectories import Unrolls
+from learner.training.hosts import ThreadHost, trainer_mode
+from learner.training.trainer import Trainer, to_time_major
 from seedrl.config import LearnerConfig
 from seedrl.transport import listen_address
 
 if TYPE_CHECKING:
     from learner.parts import Learner
-    from learner.state.trajectories import Unrolls
     from seedrl.metrics import RunResult
 
 log = logging.getLogger(__name__)
@@ -191,12 +191,10 @@ class RankSync:
         """Rank 0 alone writes the (one) checkpoint."""
         return self.is_main
 
-    def make_trainer(self, learner: Learner) -> DistributedTrainer:
+    def make_host(self, learner: Learner) -> RankHost:
         """The trainer thread that steps in lockstep with the other ranks."""
         trainer_mode(self.config, learner.device, ranked=True)  # anything but a thread: raises
-        trainer = make_trainer(learner, functools.partial(DistributedTrainer, sync=self))
-        assert isinstance(trainer, DistributedTrainer)
-        return trainer
+        return RankHost(learner, self)
 
     # ------------------------------------------------------------------ every step
 
@@ -287,17 +285,50 @@ class RankSync:
             dist.destroy_process_group()
 
 
-class DistributedTrainer(Trainer):
-    """The V-trace trainer of one rank: one control + one gradient all_reduce per step.
+class RankGradients:
+    """The gradient exchange of one rank: a control ``all_reduce`` (who has a batch, stop
+    votes, frame and episode counts), then the gradients averaged over contributors."""
+
+    def __init__(self, sync: RankSync, stats: Any, stop_vote: threading.Event) -> None:
+        self.sync = sync
+        self.stats = stats
+        self.stop_vote = stop_vote
+        self.world_size = sync.env.world_size
+        self.stop = False
+        """The ranks decided together to stop, after this step."""
+        self._contributors = 0
+
+    def combine(self, flat: torch.Tensor, contributed: bool) -> int:
+        control = self.sync.exchange_control(
+            contributed, self.stop_vote.is_set(), self.stats.frames, self.stats.episodes
+        )
+        self.stop = control.stop
+        self._contributors = control.contributors
+        if control.contributors:
+            self.sync.average_gradients(flat, contributed, control.contributors)
+            if not contributed:
+                self.sync.idle_steps += 1
+        return control.contributors
+
+    def scalars(self) -> dict[str, float]:
+        return {"ranks_contributing": float(self._contributors)}
+
+
+class RankHost(ThreadHost):
+    """The trainer of one rank, in a thread: every update is one exchange of collectives.
 
     Every rank runs this loop the same number of times and leaves it after the same
     step, so no rank is ever left waiting in a collective its peers will not join.
     """
 
-    def __init__(self, *args: Any, sync: RankSync, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, learner: Learner, sync: RankSync) -> None:
         self.sync = sync
-        self.frames_per_step *= sync.env.world_size  # every rank trains a batch a step
+        stop_vote = threading.Event()
+        self.exchange = RankGradients(sync, learner.stats, stop_vote)
+        super().__init__(
+            Trainer(learner.trainer_parts(), self.exchange), learner.queue, learner.stats
+        )
+        self._stop = stop_vote  # stopping this host is this rank's vote to stop them all
 
     def run(self) -> None:
         batch_size = self.config.batch_size
@@ -314,63 +345,19 @@ class DistributedTrainer(Trainer):
         batch); True once the ranks decided to stop. Every update is one exchange of the
         collectives, so a rank on its k-th update of a batch meets a peer's k-th, or the
         single update of a peer that had no batch, and all leave at the same stop."""
-        device_batch = None
+        trainer = self.trainer
+        batch = None
+        core_state: tuple[torch.Tensor, ...] = ()
         if unrolls is not None:
-            device_batch = (
-                to_time_major(unrolls, self.device),
-                tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state),
-            )
+            batch = to_time_major(unrolls, trainer.device)
+            core_state = tuple(torch.from_numpy(s).to(trainer.device) for s in unrolls.core_state)
         for _ in range(self.config.updates_per_batch if unrolls is not None else 1):
-            scalars, stop = self.lockstep(unrolls, device_batch)
+            scalars = trainer.step_on(batch, core_state, unrolls, trainer.step_counter.value)
             if scalars is not None:
                 self.stats.on_train_step(scalars)
-            if stop:
+            if self.exchange.stop:
                 return True
         return False
-
-    def lockstep(
-        self,
-        unrolls: Unrolls | None,
-        device_batch: tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]] | None,
-    ) -> tuple[dict[str, float] | None, bool]:
-        """Local backward (if this rank has a batch), then the shared averaged update;
-        ``device_batch``: ``unrolls`` on the device (batch and core state), or None."""
-        parts: dict[str, torch.Tensor] | None = None
-        step = self.step_counter.value  # the weights this gradient is computed with
-        self.grads.zero()
-        if device_batch is not None:
-            total, parts = self.loss(*device_batch, step)
-            if torch.isfinite(total):
-                total.backward()
-            else:
-                self._skip("loss")
-                parts = None
-        control = self.sync.exchange_control(
-            parts is not None, self._stop.is_set(), self.stats.frames, self.stats.episodes
-        )
-        if control.contributors == 0:
-            return None, control.stop
-        contributed = parts is not None
-        self.sync.average_gradients(self.grads.flat, contributed, control.contributors)
-        grad_norm = self.grads.clip_norm(self.config.max_grad_norm)
-        if not torch.isfinite(grad_norm):  # the same averaged gradient on every rank
-            self.grads.zero()
-            self._skip("gradient")
-            return None, control.stop
-        lr = self.set_learning_rate(step)
-        with self.weights_lock:
-            self.optimizer.step()
-            self.model.bound_log_std_()
-            self.step_counter.value += 1
-        if parts is None or unrolls is None:
-            self.sync.idle_steps += 1
-            return None, control.stop
-        scalars = {k: float(v) for k, v in parts.items()}
-        scalars["grad_norm"] = float(grad_norm)
-        scalars["learning_rate"] = lr
-        scalars["policy_lag"] = policy_lag(step, unrolls)
-        scalars["ranks_contributing"] = float(control.contributors)
-        return scalars, control.stop
 
 
 async def run_rank(config: LearnerConfig, environ: Mapping[str, str] | None = None) -> RunResult:

@@ -19,7 +19,7 @@ the weights for inference. Three channels connect them:
 * **results** (a pipe): per batch each step's loss scalars and the timings, checkpoint
   state on request (``torch.save`` bytes) and a traceback if the child fails. A child
   that dies closes the pipe, which the receiver thread turns into
-  :attr:`TrainerProcess.error`.
+  :attr:`ProcessHost.error`.
 """
 
 from __future__ import annotations
@@ -44,15 +44,17 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from learner.agents.models import ActionHead, ActorCritic, ModelSpec, resolve_device
+from learner.agents.models import ActorCritic, ModelSpec, resolve_device
 from learner.agents.policy import set_compute_threads
-from learner.serving.inference import StepCounter
+from learner.agents.registry import make_agent
 from learner.state import checkpoint
-from learner.state.normalize import ReturnNormalizer
+from learner.state.counters import StepCounter
 from learner.state.trajectories import Unrolls
 from learner.training.allocator import keep_freed_memory
 from learner.training.trainer import Trainer, TrainerParts, make_optimizer
 from seedrl.config import LearnerConfig
+from seedrl.proto import seedrl_pb2 as pb
+from seedrl.timing import process_rss_mb
 
 if TYPE_CHECKING:  # the spawned child imports this module; it needs no Learner
     from learner.parts import Learner
@@ -118,8 +120,8 @@ class _ChildArgs:
 
     config: LearnerConfig
     model_spec: ModelSpec
-    head: ActionHead
-    initial_state: bytes  # torch.save of {"model", "optimizer", "learner_steps"}
+    action_space: bytes  # the env's pb.SpaceSpec: the child builds its own agent from it
+    initial_state: bytes  # torch.save of a TrainingState
     slots: list[SharedUnrolls]
     weights: list[torch.Tensor]
     weights_lock: Any  # multiprocessing Lock
@@ -137,26 +139,27 @@ def _from_bytes(data: bytes) -> checkpoint.TrainingState:
     return checkpoint.TrainingState(**torch.load(io.BytesIO(data), weights_only=True))
 
 
-class TrainerProcess:
-    """The trainer in a child process, with the trainer thread's surface.
+class ProcessHost:
+    """The trainer in a child process (a :class:`~learner.training.hosts.TrainerHost`);
+    ``refresh_weights`` is the inference side's half of the weight exchange."""
 
-    ``start``, ``stop``, ``alive``, ``error`` and ``training_state`` behave as on
-    :class:`~learner.training.trainer.Trainer`; ``refresh_weights`` is the inference side's
-    half of the weight exchange (call it before a forward pass).
-    """
+    mode = "process"
 
     def __init__(self, learner: Learner) -> None:
         config, model, step_counter = learner.config, learner.model, learner.step_counter
         self.config = config
         self.model = model
-        self.head = learner.head
+        self.agent = learner.agent
+        """Its statistics are what the child starts from; it trains on (and checkpoints)
+        its own."""
+        self.action_space = learner.env_spec.action_space
         self.optimizer = learner.optimizer
         self.queue = learner.queue
         self.stats = learner.stats
         self.weights_lock = learner.weights_lock
         self.step_counter = step_counter
-        self.return_normalizer = learner.return_normalizer
-        """The statistics the child starts from; it trains on (and checkpoints) its own."""
+        self.inference_model = model
+        self.inference_lock = learner.weights_lock
         self.error: BaseException | None = None
         self._ctx = mp.get_context("spawn")
         empty = learner.builder.empty_unrolls(config.batch_size)
@@ -186,15 +189,11 @@ class TrainerProcess:
 
     def start(self) -> None:
         """Spawn the child and the feeder and receiver threads."""
-        initial = checkpoint.capture(
-            self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value,
-            self.return_normalizer,
-        )  # fmt: skip
         args = _ChildArgs(
             config=self.config,
             model_spec=self.model.spec,
-            head=self.head,
-            initial_state=_to_bytes(initial),
+            action_space=self.action_space.SerializeToString(),
+            initial_state=_to_bytes(self._own_state()),
             slots=self._slots,
             weights=self._shared_weights,
             weights_lock=self._shared_lock,
@@ -255,6 +254,17 @@ class TrainerProcess:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
+    def metrics(self) -> dict[str, Any]:
+        """The child's resident memory, while it lives."""
+        return {"trainer_rss_mb": process_rss_mb(self.pid)} if self.alive else {}
+
+    def _own_state(self) -> checkpoint.TrainingState:
+        """The learner process's copy of the training state (what the child starts from)."""
+        return checkpoint.capture(
+            self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value,
+            self.agent.state_dict(),
+        )  # fmt: skip
+
     # ------------------------------------------------------------------ weights
 
     def refresh_weights(self) -> None:
@@ -272,10 +282,7 @@ class TrainerProcess:
         if self._final_state is not None:
             return self._final_state
         if self._process is None:  # never started: the state it would start from
-            return checkpoint.capture(
-                self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value,
-                self.return_normalizer,
-            )  # fmt: skip
+            return self._own_state()
         with self._state_lock:
             if not self.alive or self._stopping.is_set():
                 return self._final_state
@@ -397,16 +404,16 @@ def _train_until_stopped(args: _ChildArgs, commands: Connection, results: Connec
     keep_freed_memory()
     set_compute_threads(config.torch_threads)
     device = resolve_device(config.device)
+    agent = make_agent(config, pb.SpaceSpec.FromString(args.action_space), device)
     model = ActorCritic(args.model_spec).to(device)
     optimizer = make_optimizer(model, config)
     initial = _from_bytes(args.initial_state)
     model.load_state_dict(initial.model)
     optimizer.load_state_dict(initial.optimizer)
+    agent.load_state_dict(initial.agent_state)
     steps = StepCounter(initial.learner_steps)
     # The child's batches come from the slots and its only thread shares no weights.
-    normalizer = ReturnNormalizer.from_state_dict(initial.return_normalizer)
-    parts = TrainerParts.unshared(config, model, args.head, optimizer, device, steps, normalizer)
-    trainer = Trainer(parts)
+    trainer = Trainer(TrainerParts.unshared(config, agent, model, optimizer, device, steps))
     views = [slot.view() for slot in args.slots]
     params = list(model.state_dict().values())
 

@@ -1,1 +1,100 @@
-"""The V-trace actor-critic agent (IMPALA): its off-policy targets and its loss."""
+"""The V-trace actor-critic agent (IMPALA): policy and value from one network, trained
+off-policy on unrolls with V-trace targets (:mod:`.targets`) and the loss in :mod:`.loss`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from learner.agents.base import LossTerms
+from learner.agents.models import ActorCritic, action_head, autocast, build_model, resolve_precision
+from learner.agents.policy import Policy, inference_policy
+from learner.agents.vtrace.loss import VTraceCosts, vtrace_loss
+from learner.state.normalize import ReturnNormalizer
+from learner.state.trajectories import UnrollQueue
+from learner.training.schedules import StepClock, entropy_cost_schedule
+from seedrl.config import LearnerConfig
+from seedrl.proto import seedrl_pb2 as pb
+
+RETURN_NORMALIZER_KEY = "return_normalizer"
+
+
+class VTraceAgent:
+    """V-trace actor-critic: sampled actions, an unroll queue, the IMPALA loss."""
+
+    name = "vtrace"
+
+    def __init__(
+        self, config: LearnerConfig, action_space: pb.SpaceSpec, device: torch.device
+    ) -> None:
+        self.config = config
+        self.device = device
+        self.precision = resolve_precision(config.precision, device)
+        self.head = action_head(action_space)
+        self.entropy_cost = entropy_cost_schedule(config)
+        self.return_normalizer = ReturnNormalizer() if config.normalize_returns else None
+        """Rewards are divided by a running scale of the return (``--normalize-returns``)."""
+
+    def build_model(self, observation_space: pb.SpaceSpec, torso: str) -> ActorCritic:
+        cfg = self.config
+        lstm_size = cfg.lstm_size if cfg.lstm else 0
+        return build_model(observation_space, self.head, torso, cfg.hidden_sizes, lstm_size)
+
+    def inference_policy(self, model: ActorCritic, seed: int | tuple[int, ...]) -> Policy:
+        return inference_policy(
+            model, self.head, self.device, self.config.inference_backend, seed, self.precision
+        )
+
+    def make_store(self) -> UnrollQueue:
+        return UnrollQueue(self.config.max_queue_unrolls)
+
+    def loss(
+        self,
+        model: ActorCritic,
+        batch: dict[str, torch.Tensor],
+        core_state: tuple[torch.Tensor, ...],
+        clock: StepClock,
+    ) -> tuple[torch.Tensor, LossTerms]:
+        cfg = self.config
+        with autocast(self.device, self.precision):
+            params_T1BP, values_T1B, _ = model(batch["obs"], batch["first"], core_state)
+        # V-trace and the loss terms in fp32 whatever the forward pass ran in.
+        params_T1BP, values_T1B = params_T1BP.float(), values_T1B.float()
+        reward_TB = batch["reward"][1:]
+        if cfg.reward_scale != 1.0:
+            reward_TB = reward_TB * cfg.reward_scale
+        if cfg.reward_clip is not None:
+            reward_TB = reward_TB.clamp(-cfg.reward_clip, cfg.reward_clip)
+        norm = self.return_normalizer
+        scale = 1.0 if norm is None else norm.scale
+        if norm is not None:
+            reward_TB = norm.normalize(reward_TB)
+        entropy_cost = self.entropy_cost(clock.frames)
+        costs = VTraceCosts(
+            discount=cfg.discount,
+            baseline_cost=cfg.baseline_cost,
+            entropy_cost=entropy_cost,
+            clip_rho_threshold=cfg.clip_rho_threshold,
+            clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+            lambda_=cfg.lambda_,
+            normalize_advantages=cfg.normalize_advantages,
+        )
+        result = vtrace_loss(self.head, params_T1BP, values_T1B, batch, reward_TB, costs)
+        terms = result.terms
+        if norm is not None:
+            norm.update(result.vs_TB / scale, result.weight_TB)
+            terms["reward_norm_scale"] = torch.tensor(scale)
+        if cfg.final_entropy_cost is not None:
+            terms["entropy_cost"] = torch.tensor(entropy_cost)
+        return result.total, terms
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.return_normalizer is None:
+            return {}
+        return {RETURN_NORMALIZER_KEY: self.return_normalizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state.get(RETURN_NORMALIZER_KEY)
+        if self.return_normalizer is not None and saved is not None:
+            self.return_normalizer.load_state_dict(saved)

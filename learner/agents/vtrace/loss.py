@@ -1,0 +1,105 @@
+"""The V-trace actor-critic loss (IMPALA, Espeholt et al. 2018, section 4.2), as one pure
+function of the network's outputs and the batch, every term in view.
+
+Transitions ``t -> t+1`` of an unroll (``t < T``) are trained on; a transition that
+starts on a frame where the episode ended (final observation -> reset observation) is
+not a real transition: it is masked out by giving it ``log_rho = -inf`` (V-trace then
+leaves it untouched and cuts the trace there) and zero weight in every loss term.
+Discount is 0 only into a *terminated* frame; a *truncated* frame keeps ``gamma`` so the
+episode bootstraps from the value of its final observation.
+
+Shape suffixes: T unroll length, B unrolls in the batch, P policy parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from learner.agents.base import LossTerms
+from learner.agents.models import ActionHead
+from learner.agents.vtrace import targets
+
+
+@dataclass(frozen=True)
+class VTraceCosts:
+    """The loss's hyper-parameters at one optimizer step."""
+
+    discount: float
+    baseline_cost: float
+    entropy_cost: float
+    clip_rho_threshold: float | None = 1.0
+    clip_pg_rho_threshold: float | None = 1.0
+    lambda_: float = 1.0
+    normalize_advantages: bool = False
+
+
+@dataclass
+class VTraceLoss:
+    """The total loss, its terms, and the value targets (which return statistics fold in)."""
+
+    total: torch.Tensor
+    terms: LossTerms
+    vs_TB: torch.Tensor
+    weight_TB: torch.Tensor
+
+
+def valid_transitions(batch: dict[str, torch.Tensor], t: int) -> torch.Tensor:
+    """``[T, B]`` True where row t -> t+1 is a real transition (row t is no episode's end)."""
+    return ~(batch["terminated"][:t] | batch["truncated"][:t])
+
+
+def vtrace_loss(
+    head: ActionHead,
+    params_T1BP: torch.Tensor,
+    values_T1B: torch.Tensor,
+    batch: dict[str, torch.Tensor],
+    reward_TB: torch.Tensor,
+    costs: VTraceCosts,
+) -> VTraceLoss:
+    """The loss of one time-major batch from the target network's outputs over its
+    ``T + 1`` rows, with ``reward_TB`` the rewards of rows ``1..T`` as trained on (scaled,
+    clipped or normalised by the caller)."""
+    t = params_T1BP.shape[0] - 1
+    action_TB = batch["action"][:t]
+    target_logp_TB, entropy_TB = head.log_prob_and_entropy(params_T1BP[:t], action_TB)
+    behaviour_logp_TB = head.log_prob(batch["behaviour_params"][:t], action_TB)
+
+    valid_TB = valid_transitions(batch, t)
+    log_rhos_TB = torch.where(valid_TB, target_logp_TB.detach() - behaviour_logp_TB, float("-inf"))
+    discount_TB = (~batch["terminated"][1:]).float() * costs.discount
+    vs_TB, pg_adv_TB = targets.from_importance_weights(
+        log_rhos=log_rhos_TB,
+        discounts=discount_TB,
+        rewards=reward_TB,
+        values=values_T1B[:t].detach(),
+        bootstrap_value=values_T1B[t].detach(),
+        clip_rho_threshold=costs.clip_rho_threshold,
+        clip_pg_rho_threshold=costs.clip_pg_rho_threshold,
+        lambda_=costs.lambda_,
+    )
+    weight_TB = valid_TB.float()
+    count = weight_TB.sum().clamp(min=1.0)
+    if costs.normalize_advantages:
+        mean = (pg_adv_TB * weight_TB).sum() / count
+        std = (((pg_adv_TB - mean) * weight_TB).pow(2).sum() / count).sqrt()
+        pg_adv_TB = (pg_adv_TB - mean) / (std + 1e-8)
+
+    policy_loss = -(target_logp_TB * pg_adv_TB * weight_TB).sum() / count
+    baseline_loss = 0.5 * ((vs_TB - values_T1B[:t]).pow(2) * weight_TB).sum() / count
+    entropy = (entropy_TB * weight_TB).sum() / count
+    total = policy_loss + costs.baseline_cost * baseline_loss - costs.entropy_cost * entropy
+
+    with torch.no_grad():
+        rho_mean = (log_rhos_TB.clamp(min=-20).exp() * weight_TB).sum() / count
+    terms = {
+        "loss_total": total.detach(),
+        "loss_policy": policy_loss.detach(),
+        "loss_baseline": baseline_loss.detach(),
+        "loss_entropy": -entropy.detach(),
+        "entropy": entropy.detach(),
+        "rho_mean": rho_mean,
+        "value_mean": (values_T1B[:t].detach() * weight_TB).sum() / count,
+    }
+    return VTraceLoss(total, terms, vs_TB, weight_TB)

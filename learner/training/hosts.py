@@ -1,0 +1,148 @@
+"""Trainer hosts: where the one :class:`~learner.training.trainer.Trainer` runs.
+
+Every host answers the same small :class:`TrainerHost` protocol, which is all that
+``learner.run`` knows of training: start and stop it, whether it is alive or failed,
+which weights inference runs and how they are brought up to date, and the training
+state a checkpoint takes. The hosts are a thread beside inference (here), a child
+process (:mod:`.process_host`), a CUDA stream (:mod:`.device_host`) and a torchrun rank
+(:mod:`.distributed`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from learner.state import checkpoint
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import UnrollQueue, Unrolls
+from learner.training.trainer import Trainer
+from seedrl.config import LearnerConfig
+
+if TYPE_CHECKING:
+    from learner.agents.models import ActorCritic
+
+log = logging.getLogger(__name__)
+
+
+class TrainerHost(Protocol):
+    """What the learner's run loop needs of training, wherever it runs."""
+
+    mode: str
+    """The ``--trainer`` mode it runs (for the listening line)."""
+    error: BaseException | None
+    """Why training stopped, once it failed."""
+    inference_model: ActorCritic
+    """The weights inference runs (the trained model itself, or a copy kept up to date)."""
+
+    @property
+    def inference_lock(self) -> AbstractContextManager[Any]:
+        """Held around each inference forward pass."""
+        ...
+
+    def start(self) -> None: ...
+    def stop(self, timeout: float = ...) -> None:
+        """Finish the step in flight and stop; inference then holds the last step's weights."""
+        ...
+
+    @property
+    def alive(self) -> bool: ...
+    def refresh_weights(self) -> None:
+        """Bring the inference weights up to the newest finished step (before a forward pass)."""
+        ...
+
+    def training_state(self) -> checkpoint.TrainingState | None:
+        """What a checkpoint takes; None when no consistent state exists (a dead child)."""
+        ...
+
+    def metrics(self) -> dict[str, Any]:
+        """Extra keys for each metrics record."""
+        ...
+
+
+class ThreadHost:
+    """The trainer in a thread of the learner process, on the very model inference uses:
+    the weights lock is held only for an optimizer step and for each forward pass, so
+    both see whole updates and neither waits long."""
+
+    mode = "thread"
+
+    def __init__(self, trainer: Trainer, queue: UnrollQueue, stats: LearnerStats) -> None:
+        self.trainer = trainer
+        self.queue = queue
+        self.stats = stats
+        self.config: LearnerConfig = trainer.config
+        self.inference_model = trainer.model
+        self.inference_lock: AbstractContextManager[Any] = trainer.weights_lock
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def train(self, unrolls: Unrolls, updates: int | None = None) -> list[dict[str, float] | None]:
+        """``updates`` steps (default ``--updates-per-batch``) on one batch (a host that
+        moves batches its own way overrides this)."""
+        return self.trainer.train_batch(unrolls, updates)
+
+    def run(self) -> None:
+        """Take batches until stopped; every wait for data is timed (trainer_wait_data)."""
+        batch_size = self.config.batch_size
+        while not self._stop.is_set():
+            with self.stats.timer("trainer_wait_data"):
+                unrolls = self.queue.get(batch_size, timeout=0.1)
+            if unrolls is None:
+                continue
+            with self.stats.timer("trainer_step"):
+                results = self.train(unrolls)
+            for scalars in results:
+                if scalars is not None:
+                    self.stats.on_train_step(scalars)
+
+    def _run_guarded(self) -> None:
+        try:
+            self.run()
+        except BaseException as exc:  # surfaced by the learner's main loop
+            self.error = exc
+            log.exception("trainer thread failed")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run_guarded, name="trainer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self.queue.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def refresh_weights(self) -> None:
+        """Nothing to do: inference runs the trained weights themselves."""
+
+    def training_state(self) -> checkpoint.TrainingState | None:
+        return self.trainer.training_state()
+
+    def metrics(self) -> dict[str, Any]:
+        return {}
+
+
+def trainer_mode(config: LearnerConfig, device: torch.device, ranked: bool = False) -> str:
+    """The host ``--trainer`` asks for on ``device``: process, thread or device.
+
+    Torchrun ranks (``ranked``) train in a thread that steps in lockstep; any other
+    explicit mode raises ValueError.
+    """
+    mode = config.trainer
+    if ranked:
+        if mode not in ("auto", "thread"):
+            raise ValueError("torchrun ranks train in a thread: use --trainer auto or thread")
+        return "thread"
+    if mode == "auto":
+        return "device" if device.type == "cuda" else "process"
+    return mode
