@@ -41,19 +41,30 @@ def same_kind_handler(
     return grpc.unary_unary_rpc_method_handler(behavior(handler.unary_unary, False), **kw)
 
 
-class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
+class HandlerRewriter(grpc.aio.ServerInterceptor):
+    """An interceptor that swaps the handler of every method that has one for
+    :meth:`rewrite`'s (the one hook both interceptors here fill in)."""
+
+    async def intercept_service(self, continuation: Continuation, details: Any) -> Any:
+        handler = await continuation(details)
+        return handler if handler is None else self.rewrite(handler, details)
+
+    def rewrite(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler:
+        raise NotImplementedError
+
+
+class TokenAuthInterceptor(HandlerRewriter):
     """Every call but health checks must carry ``authorization: Bearer <token>``."""
 
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
+    def rewrite(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if details.method.startswith(HEALTH_PREFIX) or handler is None:
+        if details.method.startswith(HEALTH_PREFIX):
             return handler
         supplied = ""
         for key, value in details.invocation_metadata or ():
@@ -115,7 +126,7 @@ def undecodable_on_error(deserializer: Callable[[bytes], Any]) -> Callable[[byte
     return deserialize
 
 
-class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
+class DecodeGuardInterceptor(HandlerRewriter):
     """Bytes that do not parse end the call with INVALID_ARGUMENT, quietly.
 
     Without this, grpc answers UNKNOWN and logs a traceback per bad message, so any
@@ -128,14 +139,9 @@ class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, checks_itself: frozenset[str] = frozenset()) -> None:
         self._checks_itself = checks_itself
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
+    def rewrite(
+        self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        if handler is None:
-            return handler
         checks_itself = details.method in self._checks_itself
         return _guard_handler(handler, details.method, wrap_behavior=not checks_itself)
 
