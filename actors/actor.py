@@ -37,7 +37,7 @@ from seedrl import PROTOCOL_VERSION, codec, envs
 from seedrl.config import ActorConfig
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
-from seedrl.security import resolve_auth_token
+from seedrl.security import config_auth_token
 from seedrl.transport import (
     ACT_METHOD,
     auth_metadata,
@@ -151,7 +151,7 @@ class Actor:
         self.index = index
         prefix = config.actor_id or f"{socket.gethostname()}-{os.getpid()}"
         self.actor_id = f"{prefix}-{index}"
-        self.token = resolve_auth_token(config.auth_token)
+        self.token = config_auth_token(config)
         self.metadata = auth_metadata(self.token)
         self.backoff = Backoff(cap=config.max_backoff_s)
         # Several learner ranks: a list spreads actors by index; one address is rank 0's,
@@ -185,9 +185,14 @@ class Actor:
     # ---------------------------------------------------------------- envs
 
     def _ensure_envs(self, info: pb.LearnerInfo) -> pb.EnvSpec:
-        """Build (or rebuild, if the learner changed env) the K envs; check spaces agree."""
+        """Build (or rebuild, if the learner changed env) the K envs; check spaces agree.
+
+        Raises EnvNotAllowed, before importing anything, for an env id this host did not
+        allow (``--allow-env-module``)."""
         key = (info.env.env_id, info.env.env_kwargs_json)
         if self.vec_env is None or key != self._env_key:
+            # Before anything is imported: the learner's env id may name code to run here.
+            envs.check_env_allowed(info.env.env_id, self.config.allow_env_module, "the learner")
             if self.vec_env is not None:
                 self.vec_env.close()
             kwargs = json.loads(info.env.env_kwargs_json or "{}")
@@ -274,6 +279,9 @@ class Actor:
                 )  # fmt: skip
                 self._stop.wait(delay)
                 continue
+            except envs.EnvNotAllowed as exc:
+                log.error("actor %s: %s", self.actor_id, exc)
+                return 2
             finally:
                 self.round_trips.flush(self.actor_id, cfg.envs_per_actor)
                 channel.close()

@@ -32,7 +32,7 @@ from seedrl import codec, envs
 from seedrl.cli import parse_config
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
-from seedrl.security import resolve_auth_token
+from seedrl.security import config_auth_token
 from seedrl.transport import listen_address, offered_local_socket, run_event_loop
 
 ECHO_RUN_ID = "echo"
@@ -96,7 +96,7 @@ async def serve(config: LearnerConfig) -> None:
     """Serve until SIGTERM/SIGINT, writing a metrics record every ``log_interval_s``."""
     with offered_local_socket(config.local_socket and not config.tls_cert, config.bind) as local:
         servicer, batcher, stats = echo_servicer(config, local or "")
-        token = resolve_auth_token(config.auth_token)
+        token = config_auth_token(config)
         serving = Serving(batcher, servicer, *build_server(config, servicer, token, local))
         await serving.start()
         serving.start_batching()

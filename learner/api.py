@@ -160,6 +160,8 @@ async def _train(config: LearnerConfig, num_actors: int, envs_per_actor: int) ->
         envs_per_actor=envs_per_actor,
         seed=config.seed,
         auth_token=config.auth_token,
+        auth_token_file=config.auth_token_file,
+        allow_env_module=(config.env,),  # this process chose the env: its actors may build it
     )
     actors = start_local_actors(actor_config, Path(config.logdir) / "actors.log")
     try:

@@ -101,7 +101,7 @@ class MetricsWriter:
         prometheus: tuple[str, int] | None = None,
     ) -> None:
         self.logdir = Path(logdir)
-        self.logdir.mkdir(parents=True, exist_ok=True)
+        self.logdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._jsonl = open(self.logdir / METRICS_FILE, "a", buffering=1)  # noqa: SIM115
         self._tb: Any = None
         if tensorboard:

@@ -175,10 +175,12 @@ def save_checkpoint(
     checkpoint.save(learner.config.checkpoint_path, state)
     kept = learner.config.history_checkpoint_path(frames)
     if kept is not None and not kept.exists():
-        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:  # a link is atomic and free; the next save replaces checkpoint.pt, not it
             os.link(learner.config.checkpoint_path, kept)
         except OSError:  # a filesystem without hard links: copy, then rename into place
             partial = kept.with_name(f".{kept.name}.tmp-{os.getpid()}")
-            shutil.copyfile(learner.config.checkpoint_path, partial)
+            with open(learner.config.checkpoint_path, "rb") as source:
+                with checkpoint.private_file(partial) as copy:
+                    shutil.copyfileobj(source, copy)
             os.replace(partial, kept)

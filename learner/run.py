@@ -37,7 +37,7 @@ from learner.training.hosts import ThreadHost, TrainerHost, trainer_mode
 from learner.training.process_host import ProcessHost
 from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.metrics import RunResult
-from seedrl.security import check_bind_protected, resolve_auth_token
+from seedrl.security import check_bind_protected, config_auth_token
 from seedrl.transport import offered_local_socket
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ async def serve(
     Unless ``--no-local-socket``, TLS or a unix ``--bind``, it also listens on a unix
     socket that same-host actors switch to; the socket's directory goes with the learner.
     """
-    token = resolve_auth_token(config.auth_token)  # the one place it is resolved
+    token = config_auth_token(config)  # the one place it is resolved
     check_bind_protected(config, token)
     with offered_local_socket(config.local_socket and not config.tls_cert, config.bind) as local:
         return await _serve(config, token, ready, rank or SingleRank(), local)
@@ -249,7 +249,8 @@ async def _serve(
     learner = build_learner(config)
     rank.attach(learner)
     logdir = Path(config.logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
+    # Owner-only: checkpoints hold the weights, and the run's files are nobody else's business.
+    logdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     (logdir / "config.json").write_text(json.dumps(to_json_dict(config), indent=2) + "\n")
     trainer = rank.make_host(learner)
     serving = build_serving(learner, trainer, rank.rank_addresses, local_address, auth_token)

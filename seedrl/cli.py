@@ -15,13 +15,16 @@ import functools
 import inspect
 import itertools
 import json
+import sys
 import textwrap
 import types
 import typing
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from seedrl.config import AUTH_TOKEN_ENV, REPEATABLE, SECRET_FIELDS, ActorConfig, LearnerConfig
 from seedrl.presets import build_config, load_config_file, load_preset, preset_names
+from seedrl.security import config_auth_token
 
 T = TypeVar("T")
 
@@ -110,6 +113,7 @@ def add_config_arguments(parser: ConfigArgumentParser, cls: type) -> None:
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.rstrip("_").replace("_", "-")
         tp = hints[f.name]
+        action = "extend" if f.metadata.get(REPEATABLE) else "store"
         default: Any = f.default
         if default is dataclasses.MISSING and callable(f.default_factory):
             default = f.default_factory()
@@ -135,7 +139,7 @@ def add_config_arguments(parser: ConfigArgumentParser, cls: type) -> None:
 
         parser.add_field_argument(
             cls, group, flag, dest=f.name, type=conv, default=argparse.SUPPRESS,
-            metavar=metavar, help=help_text,
+            metavar=metavar, help=help_text, action=action,
         )  # fmt: skip
 
 
@@ -156,13 +160,24 @@ def parse_config(
         )
     add_config_arguments(parser, cls)
     ns = vars(parser.parse_args(argv))
+    for name in sorted(SECRET_FIELDS & ns.keys()):
+        if ns[name]:
+            flag = "--" + name.replace("_", "-")
+            print(
+                f"{parser.prog}: warning: {flag} on the command line is visible to every user "
+                f"of this host in the process list; prefer {flag}-file PATH or ${AUTH_TOKEN_ENV}",
+                file=sys.stderr,
+            )
     config_path = ns.pop("config", None)
     preset = ns.pop("preset", None)
     try:
         base = load_preset(preset) if preset else {}
         if config_path:
             base.update(load_config_file(config_path))
-        return build_config(cls, ns, base)
+        config = build_config(cls, ns, base)
+        if isinstance(config, LearnerConfig | ActorConfig):  # an unreadable file: one line now
+            config_auth_token(config)
+        return config
     except (TypeError, ValueError) as exc:
         # One line, no usage block: the message names the flag, and nothing has started.
         parser.exit(2, f"{parser.prog}: error: {exc}\n")

@@ -13,16 +13,13 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from seedrl.config import AUTH_TOKEN_ENV, ActorConfig
-
-SECRET_FIELDS = frozenset({"auth_token"})
-"""Fields never written on a command line (other users see it in ``ps``): the token
-travels in ``$SEEDRL_AUTH_TOKEN`` (:func:`secret_env`)."""
+from seedrl.config import AUTH_TOKEN_ENV, SECRET_FIELDS, ActorConfig
 
 
 def config_flags(config: Any) -> list[str]:
     """The flags that make ``parse_config`` rebuild ``config``: one per field that differs
-    from its default (booleans as ``--flag``/``--no-flag``), secrets left out."""
+    from its default (booleans as ``--flag``/``--no-flag``), :data:`SECRET_FIELDS` left
+    out: they travel in ``$SEEDRL_AUTH_TOKEN`` (:func:`secret_env`)."""
     flags: list[str] = []
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)

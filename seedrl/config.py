@@ -17,6 +17,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 AUTH_TOKEN_ENV = "SEEDRL_AUTH_TOKEN"
+SECRET_FIELDS = frozenset({"auth_token"})
+"""Fields never written down: left out of ``config.json``, checkpoints and ``repr``, and
+never put on a command line another process builds (other users see those in ``ps``)."""
+REPEATABLE = "repeatable"
+"""Field metadata key: the flag may be given several times, each adding to the tuple."""
 INFERENCE_BACKENDS = ("auto", "torch", "numpy")
 TRAINER_MODES = ("auto", "process", "thread", "device")
 AGENTS = ("vtrace",)
@@ -219,8 +224,13 @@ class LearnerConfig:
     (each slot holds T+1 observations), so one Hello cannot claim gigabytes."""
     max_message_bytes: int = 16 * 1024 * 1024
     """Largest gRPC message accepted, in bytes."""
-    auth_token: str | None = None
-    """Shared token every call must carry (default: $SEEDRL_AUTH_TOKEN); None disables it."""
+    auth_token: str | None = dataclasses.field(default=None, repr=False)
+    """Shared token every call must carry (default: --auth-token-file, else
+    $SEEDRL_AUTH_TOKEN); None disables it. On the command line every user of this host
+    sees it in the process list: prefer the file or the variable. Never written down."""
+    auth_token_file: str | None = None
+    """File holding the shared token (as Kubernetes and compose mount secrets); its
+    surrounding whitespace is ignored."""
     tls_cert: str | None = None
     """PEM server certificate; with --tls-key turns TLS on."""
     tls_key: str | None = None
@@ -298,6 +308,7 @@ class LearnerConfig:
             raise ValueError("--final-entropy-cost needs --total-frames (it is reached there)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together")
+        _require_one_token_source(self)
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (it is a TLS option)")
         if self.max_queue_unrolls < self.batch_size:
@@ -352,8 +363,15 @@ class ActorConfig:
     first_index: int = 0
     """Index of the first actor (seeds, ids, learner rank), for several launchers on one
     learner; -1 picks a random one, for identical replicas (compose --scale, Kubernetes)."""
-    auth_token: str | None = None
-    """Shared token (default: $SEEDRL_AUTH_TOKEN)."""
+    auth_token: str | None = dataclasses.field(default=None, repr=False)
+    """Shared token (default: --auth-token-file, else $SEEDRL_AUTH_TOKEN); visible in the
+    process list when given here."""
+    auth_token_file: str | None = None
+    """File holding the shared token; its surrounding whitespace is ignored."""
+    allow_env_module: tuple[str, ...] = dataclasses.field(default=(), metadata={REPEATABLE: True})
+    """Modules whose ``module:callable`` envs this host builds when the learner names one
+    (a module allows its submodules too), or exact env ids; repeatable. A learner's env id
+    is code to run here: without this, only registered gymnasium ids are built."""
     tls_ca: str | None = None
     """PEM CA to verify the learner's certificate; turns TLS on."""
     tls_server_name: str | None = None
@@ -410,6 +428,7 @@ class ActorConfig:
             raise ValueError("--tls-cert and --tls-key go together")
         if self.tls_cert is not None and self.tls_ca is None:
             raise ValueError("--tls-cert needs --tls-ca (the CA that signed the learner's cert)")
+        _require_one_token_source(self)
         _require_choice(self, "pin_cpus", PIN_CPUS_MODES)
         if self.cpu < -1:
             raise ValueError(f"--cpu must be a CPU number or -1 (any), got {self.cpu}")
@@ -427,6 +446,13 @@ START_METHODS = ("fork", "exec")
 """The values of ``--start-method``."""
 
 
+def _require_one_token_source(config: Any) -> None:
+    if config.auth_token and config.auth_token_file:
+        raise ValueError("--auth-token and --auth-token-file: give one of them")
+
+
 def to_json_dict(config: Any) -> dict[str, Any]:
-    """A JSON-friendly dict of a config (tuples become lists)."""
-    return json.loads(json.dumps(dataclasses.asdict(config)))
+    """A JSON-friendly dict of a config (tuples become lists), :data:`SECRET_FIELDS` left
+    out: this is what goes into ``config.json`` and checkpoints."""
+    data = {k: v for k, v in dataclasses.asdict(config).items() if k not in SECRET_FIELDS}
+    return json.loads(json.dumps(data))

@@ -2,11 +2,14 @@
 
 An env is named by a registered gymnasium id (``CartPole-v1``) or by a
 ``module:callable`` factory returning a gymnasium Env, so users plug in their own
-environments without editing seedrl. Actors always step a vector env in gymnasium's
-NEXT_STEP autoreset mode: an env that ends reports its final observation with the
-terminated/truncated flag, and the following step resets it (reward 0, flags clear).
-That is exactly the wire contract, so truncated episodes can bootstrap from the value
-of their true final observation.
+environments without editing seedrl. A ``module:...`` id named by someone else (the
+learner's GetInfo, a checkpoint) is code to run, so a host builds it only when its own
+user allowed that module (:func:`check_env_allowed`, ``--allow-env-module``).
+
+Actors always step a vector env in gymnasium's NEXT_STEP autoreset mode: an env that
+ends reports its final observation with the terminated/truncated flag, and the
+following step resets it (reward 0, flags clear). That is exactly the wire contract, so
+truncated episodes can bootstrap from the value of their true final observation.
 
 Two families get seedrl's standard treatment, so the learner and every actor build the
 same preprocessed env from nothing but the id and kwargs (the learner publishes both
@@ -36,6 +39,56 @@ import numpy as np
 
 from seedrl import codec
 from seedrl.proto import seedrl_pb2 as pb
+
+ALLOW_ENV_MODULE_FLAG = "--allow-env-module"
+
+
+class EnvNotAllowed(ValueError):
+    """An env id, named by another party, that would import a module this host did not allow."""
+
+
+def env_module(env_id: str) -> str | None:
+    """The module that building ``env_id`` imports by name: the part before the ``:`` of a
+    ``module:callable`` factory or of gymnasium's own ``module:EnvId-v0`` form; None for a
+    plain id, which only looks up what installed packages registered."""
+    module, sep, _ = env_id.partition(":")
+    return module if sep else None
+
+
+def env_allowed(env_id: str, allowed: Sequence[str]) -> bool:
+    """Whether this host builds ``env_id`` when another party names it.
+
+    Plain ids always; a ``module:...`` id only when an ``allowed`` entry is that exact id,
+    or a module that is its module or a package above it (``mypkg`` allows
+    ``mypkg.envs:make`` but not ``mypkgevil:make``).
+    """
+    module = env_module(env_id)
+    if module is None:
+        return True
+    for entry in (e.strip() for e in allowed):
+        if ":" in entry:
+            if entry == env_id:
+                return True
+        elif entry and (module == entry or module.startswith(entry + ".")):
+            return True
+    return False
+
+
+def check_env_allowed(env_id: str, allowed: Sequence[str], named_by: str) -> None:
+    """Raise :class:`EnvNotAllowed` (one line naming the flag) unless :func:`env_allowed`.
+
+    Called before anything is imported: a ``module:callable`` id runs that module's code
+    and the callable with the kwargs that come with it, so only the host's own user may
+    choose it (``named_by`` says who named it: "the learner", "the checkpoint").
+    """
+    if env_allowed(env_id, allowed):
+        return
+    module = env_module(env_id)
+    raise EnvNotAllowed(
+        f"{named_by} names env {env_id!r}, which would import and run module {module!r} "
+        f"on this host: refused; if you trust it, allow it with "
+        f"{ALLOW_ENV_MODULE_FLAG} {module or env_id}"
+    )
 
 
 def _factory(env_id: str) -> Callable[..., gym.Env] | None:

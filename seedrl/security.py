@@ -4,15 +4,32 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from pathlib import Path
 
-from seedrl.config import AUTH_TOKEN_ENV, LearnerConfig
+from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, LearnerConfig
 
 
-def resolve_auth_token(token: str | None) -> str | None:
-    """The explicit token, else $SEEDRL_AUTH_TOKEN, else None (auth off)."""
+def resolve_auth_token(token: str | None, token_file: str | None = None) -> str | None:
+    """The explicit token, else the one in ``token_file``, else $SEEDRL_AUTH_TOKEN, else
+    None (auth off). A file that cannot be read or holds no token is a ValueError naming
+    the flag and the file, never the token."""
     if token:
         return token
+    if token_file:
+        try:
+            text = Path(token_file).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or type(exc).__name__
+            raise ValueError(f"--auth-token-file {token_file}: cannot read it ({reason})") from None
+        if not text.strip():
+            raise ValueError(f"--auth-token-file {token_file}: the file is empty")
+        return text.strip()
     return os.environ.get(AUTH_TOKEN_ENV) or None
+
+
+def config_auth_token(config: LearnerConfig | ActorConfig) -> str | None:
+    """The token a learner or actor config names (:func:`resolve_auth_token`)."""
+    return resolve_auth_token(config.auth_token, config.auth_token_file)
 
 
 class UnprotectedBindError(ValueError):
@@ -47,6 +64,7 @@ def check_bind_protected(config: LearnerConfig, token: str | None) -> None:
         return
     raise UnprotectedBindError(
         f"--bind {config.bind} would let anyone who reaches the port join unauthenticated: "
-        f"set --auth-token or ${AUTH_TOKEN_ENV} (actors need the same), or --tls-client-ca "
+        f"set --auth-token-file, ${AUTH_TOKEN_ENV} or --auth-token (actors need the same), "
+        "or --tls-client-ca "
         "with --tls-cert/--tls-key, or pass --insecure on a network you trust"
     )

@@ -1,12 +1,21 @@
-"""Security on real processes: loopback bind, shared token, TLS, health and reflection."""
+"""Security on real processes: loopback bind, shared token, TLS, health and reflection; no
+host runs an env module it did not choose; no secret is written down."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
+import importlib.util
 import ipaddress
 import json
+import os
+import secrets
 import signal
+import stat
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -17,6 +26,7 @@ from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from support import (
+    ROOT,
     Proc,
     actor_args,
     free_port,
@@ -28,8 +38,11 @@ from support import (
 )
 from wire_clients import act, get_info, hello
 
-from seedrl.config import AUTH_TOKEN_ENV, LearnerConfig
+from seedrl import PROTOCOL_VERSION, envs
+from seedrl.cli import parse_config
+from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, LearnerConfig, to_json_dict
 from seedrl.proto import seedrl_pb2 as pb
+from seedrl.proto import seedrl_pb2_grpc as pb_grpc
 from seedrl.security import UnprotectedBindError, check_bind_protected, is_loopback_bind
 from seedrl.transport import auth_metadata
 
@@ -120,6 +133,7 @@ def test_token_auth_bind_health_and_reflection(tmp_path):
             assert bad.wait(60) == 2, bad.output()
             assert "learner refused: UNAUTHENTICATED: missing or wrong auth token" in bad.output()
             assert "restarting" not in bad.output()
+            assert "--auth-token on the command line is visible" in bad.output()
 
         # Actors taking the token from the same variable train a few hundred frames.
         with running(actor_args(port, 2, 4, "--exit-on-shutdown"), env=env) as actors:
@@ -196,9 +210,53 @@ def make_certificates(directory: Path) -> dict[str, Path]:
     return paths
 
 
+def certs_script() -> Any:
+    """deploy/certs.py (a script, not a package) loaded as a module."""
+    spec = importlib.util.spec_from_file_location("deploy_certs", ROOT / "deploy" / "certs.py")
+    assert spec is not None and spec.loader is not None
+    certs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(certs)
+    return certs
+
+
+def deployment_certificates(directory: Path) -> dict[str, Path]:
+    """What `make cluster` / `make k8s-secret` write (deploy/certs.py): keys ca, server,
+    server-key, ca-key."""
+    assert certs_script().main(["--out", str(directory)]) == 0
+    return {name: directory / f"{name}.pem" for name in ("ca", "server", "server-key", "ca-key")}
+
+
+def test_deployment_certificates_are_private_and_kept(tmp_path, capsys):
+    """The folder is its owner's, the CA key too; a second run keeps the first CA."""
+    out = tmp_path / "tls"
+    pki = deployment_certificates(out)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    assert stat.S_IMODE(pki["ca-key"].stat().st_mode) == 0o600
+    ca = x509.load_pem_x509_certificate(pki["ca"].read_bytes())
+    server = x509.load_pem_x509_certificate(pki["server"].read_bytes())
+    server.verify_directly_issued_by(ca)
+    names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {"learner", "learner.seedrl.svc.cluster.local", "localhost"} <= set(
+        names.get_values_for_type(x509.DNSName)
+    )
+    assert ipaddress.ip_address("127.0.0.1") in names.get_values_for_type(x509.IPAddress)
+    before = pki["ca"].read_bytes()
+    certs = certs_script()
+    assert certs.main(["--out", str(out)]) == 2
+    assert "exists; keeping it" in capsys.readouterr().err
+    assert certs.main(["--out", str(out), "--renew-server", "--name", "gpu-host"]) == 0
+    assert pki["ca"].read_bytes() == before
+    renewed = x509.load_pem_x509_certificate(pki["server"].read_bytes())
+    renewed.verify_directly_issued_by(ca)
+    names = renewed.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "gpu-host" in names.get_values_for_type(x509.DNSName)
+
+
 def test_tls_training_and_plaintext_client_refused(tmp_path):
-    pki = make_certificates(tmp_path / "pki")
-    ca, cert, key = pki["ca"], pki["cert"], pki["key"]
+    """With the files the deployments use: actors dial 127.0.0.1 but check the name
+    `learner`, as compose and Kubernetes actors do."""
+    pki = deployment_certificates(tmp_path / "tls")
+    ca, cert, key = pki["ca"], pki["server"], pki["server-key"]
     logdir = tmp_path / "run"
     tls = ["--tls-cert", str(cert), "--tls-key", str(key)]
     with learner_process(logdir, *tls) as (learner, port):
@@ -217,7 +275,9 @@ def test_tls_training_and_plaintext_client_refused(tmp_path):
             assert health_status(channel) == health_pb2.HealthCheckResponse.SERVING
             info: pb.LearnerInfo = get_info(channel)
             assert info.env.env_id == "CartPole-v1"
-        tls_actors = actor_args(port, 2, 4, "--tls-ca", str(ca), "--exit-on-shutdown")
+        tls_actors = actor_args(
+            port, 2, 4, "--tls-ca", str(ca), "--tls-server-name", "learner", "--exit-on-shutdown"
+        )
         with running(tls_actors) as actors:
             train_then_stop(learner, logdir, actors, 400)
     result = json.loads((logdir / "result.json").read_text())
@@ -302,3 +362,210 @@ def test_learner_passes_the_check_with_a_token_client_certificates_or_insecure(t
             assert learner.wait(90) == 2, (name, learner.output())
         assert "error: could not bind the learner to 192.0.2.1:" in learner.output(), name
         assert REFUSAL not in learner.output(), name
+
+
+# ------------------------------------------------------------------ hosts run only what they chose
+
+PROBE = """
+\"\"\"An env module that leaves a mark when imported: did this host run its code?\"\"\"
+import pathlib
+
+pathlib.Path({marker!r}).write_text("imported")
+
+
+def make(**kwargs):
+    import gymnasium
+
+    return gymnasium.make("CartPole-v1", **kwargs)
+"""
+ALLOW_FLAG = "--allow-env-module"
+
+
+def write_probe(directory: Path) -> tuple[str, Path]:
+    """A fresh probe module in ``directory``: (its name, the file its import creates)."""
+    name = f"seedrl_probe_{secrets.token_hex(4)}"
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / f"{name}.imported"
+    (directory / f"{name}.py").write_text(PROBE.format(marker=str(marker)))
+    return name, marker
+
+
+def test_the_env_allowance_rule():
+    """Plain ids always; a module's ids only when that module (or a package above it) or
+    the exact id is allowed."""
+    allowed = ("mypkg", "other.envs:make", "  ")
+    for env_id in ("CartPole-v1", "ALE/Pong-v5", "MinAtar/Breakout-v1"):
+        assert envs.env_allowed(env_id, ()), env_id
+    for env_id in ("mypkg:make", "mypkg.envs:make", "mypkg:CartPole-v1", "other.envs:make"):
+        assert envs.env_allowed(env_id, allowed), env_id
+    refused = ("builtins:open", "os:system", "mypkgevil:make", "other.envs:make2",
+               "other:make", "other.envs.sub:make", ":make", "ALE/x:y")  # fmt: skip
+    for env_id in refused:
+        assert not envs.env_allowed(env_id, allowed), env_id
+        with pytest.raises(envs.EnvNotAllowed, match=ALLOW_FLAG) as refusal:
+            envs.check_env_allowed(env_id, allowed, "the learner")
+        assert "\n" not in str(refusal.value)
+
+
+class FakeLearner(pb_grpc.LearnerServicer):
+    """Whoever answers at the learner's address: names any env in GetInfo, accepts the
+    Hello and says training is over at the first frame."""
+
+    def __init__(self) -> None:
+        self.env = pb.EnvSpec()
+        self.hellos: list[str] = []
+
+    def GetInfo(self, request: pb.GetInfoRequest, context: Any) -> pb.LearnerInfo:
+        return pb.LearnerInfo(protocol_version=PROTOCOL_VERSION, env=self.env)
+
+    def Act(self, request_iterator: Any, context: Any) -> Iterator[pb.LearnerMessage]:
+        for message in request_iterator:
+            if message.WhichOneof("kind") == "hello":
+                self.hellos.append(message.hello.env.env_id)
+                yield pb.LearnerMessage(accept=pb.Accept(learner_run_id="fake"))
+            else:
+                yield pb.LearnerMessage(shutdown=pb.Shutdown(reason="done", final=True))
+                return
+
+
+def test_stock_actors_refuse_a_learner_that_names_code(tmp_path):
+    """A fake learner names builtins:open (which would create a file) or an importable
+    module: a stock `python -m actors` exits 2 with one line naming the flag, and
+    nothing is created or imported; with the allowance the same actor plays."""
+    modules = tmp_path / "modules"
+    probe, imported = write_probe(modules)
+    victim = tmp_path / "created-by-the-learner"
+    cartpole = envs.describe_env("CartPole-v1")
+    fake = FakeLearner()
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(4))
+    pb_grpc.add_LearnerServicer_to_server(fake, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    pythonpath = os.pathsep.join([str(modules), os.environ.get("PYTHONPATH", "")])
+    env = {"PYTHONPATH": pythonpath}
+    try:
+        attacks = {
+            "builtins:open": json.dumps({"file": str(victim), "mode": "w"}),
+            f"{probe}:make": "{}",
+            f"{probe}:CartPole-v1": "{}",  # gymnasium's own module:EnvId form imports too
+        }
+        for env_id, kwargs_json in attacks.items():
+            fake.env = pb.EnvSpec(env_id=env_id, env_kwargs_json=kwargs_json)
+            with running(actor_args(port, 1, 1), env=env) as actor:
+                assert actor.wait(60) == 2, (env_id, actor.output())
+            refusals = [line for line in actor.lines if ALLOW_FLAG in line]
+            assert len(refusals) == 1, (env_id, actor.output())
+            module = env_id.partition(":")[0]
+            assert f"names env {env_id!r}" in refusals[0], refusals
+            assert f"{ALLOW_FLAG} {module}" in refusals[0], refusals
+            assert "Traceback" not in actor.output(), actor.output()
+            assert not victim.exists() and not imported.exists(), env_id
+        assert fake.hellos == [], "refused before any stream"
+
+        # The actor host allows the module: the same stock actor builds the env and plays.
+        fake.env = pb.EnvSpec()
+        fake.env.CopyFrom(cartpole)
+        fake.env.env_id = f"{probe}:make"
+        with running(actor_args(port, 1, 1, ALLOW_FLAG, probe), env=env) as actor:
+            assert actor.wait(60) == 0, actor.output()
+        assert imported.exists() and fake.hellos == [f"{probe}:make"]
+    finally:
+        server.stop(0)
+
+
+def test_evaluate_refuses_a_crafted_checkpoints_callable_env(tmp_path, monkeypatch, capsys):
+    """A checkpoint from elsewhere names a module:callable env: refused in one line with
+    nothing imported; --allow-env-module runs it; --env runs the user's env instead."""
+    from support import small_learner
+
+    from learner.parts import save_checkpoint
+    from learner.state import checkpoint
+    from learner.tools import evaluate as evaluate_cli
+
+    learner = small_learner(tmp_path / "run", length=5, batch=2)
+    save_checkpoint(learner)
+    probe, imported = write_probe(tmp_path / "modules")
+    monkeypatch.syspath_prepend(str(tmp_path / "modules"))
+    state = checkpoint.load(learner.config.checkpoint_path)
+    env_spec = pb.EnvSpec.FromString(state["env_spec"])
+    env_spec.env_id = f"{probe}:make"
+    state["env_spec"] = env_spec.SerializeToString()
+    crafted = tmp_path / "downloaded.pt"
+    checkpoint.save(crafted, state)
+    run = ["--checkpoint", str(crafted), "--episodes", "1", "--max-steps", "20"]
+
+    with pytest.raises(SystemExit) as refused:
+        evaluate_cli.main(run)
+    assert refused.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{ALLOW_FLAG} {probe}" in line and str(crafted) in line, line
+    assert not imported.exists() and probe not in sys.modules
+
+    assert evaluate_cli.main([*run, "--env", "CartPole-v1"]) == 0
+    assert "seedrl evaluate: CartPole-v1:" in capsys.readouterr().out
+    assert not imported.exists() and probe not in sys.modules
+
+    assert evaluate_cli.main([*run, ALLOW_FLAG, probe]) == 0
+    assert f"seedrl evaluate: {probe}:make:" in capsys.readouterr().out
+    assert imported.exists()
+
+
+def test_allowance_and_token_file_flags():
+    """--allow-env-module repeats and survives the launcher's command line; a token file
+    that cannot be read is one line naming the flag, not a traceback or the token."""
+    from seedrl.commands import config_flags
+
+    argv = [ALLOW_FLAG, "a", ALLOW_FLAG, "b.c,d:make", "--auth-token-file", __file__]
+    config = parse_config(ActorConfig, argv, "t", "t")
+    assert config.allow_env_module == ("a", "b.c", "d:make")
+    assert parse_config(ActorConfig, config_flags(config), "t", "t") == config
+    with pytest.raises(ValueError, match="give one of them"):
+        LearnerConfig(auth_token="x", auth_token_file="f")
+
+
+def test_a_missing_token_file_is_one_line(tmp_path):
+    missing = tmp_path / "no-token"
+    for command in (learner_args(free_port(), tmp_path), actor_args(free_port())):
+        with running([*command, "--auth-token-file", str(missing)]) as proc:
+            assert proc.wait(60) == 2, proc.output()
+        (line,) = proc.lines
+        assert f"--auth-token-file {missing}: cannot read it" in line, line
+
+
+# ------------------------------------------------------------------ no secret written down
+
+
+def test_a_token_on_the_command_line_is_never_written_down(tmp_path):
+    """A run started with --auth-token X: X is in no file of the run (config.json,
+    checkpoints, TensorBoard events, metrics) nor in any output; the learner warns that
+    the flag shows in the process list; the run directory and checkpoints are private.
+    Actors take the same token from --auth-token-file."""
+    token = f"tok-{secrets.token_hex(16)}"
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    logdir = tmp_path / "run"
+    flags = ["--auth-token", token, "--tensorboard", "--checkpoint-interval-s", "1",
+             "--checkpoint-history-frames", "200"]  # fmt: skip
+    with learner_process(logdir, *flags) as (learner, port):
+        assert "--auth-token on the command line is visible" in learner.output()
+        actors = actor_args(port, 2, 4, "--auth-token-file", str(token_file), "--exit-on-shutdown")
+        with running(actors, env={AUTH_TOKEN_ENV: ""}) as actor_proc:
+            train_then_stop(learner, logdir, actor_proc, 400)
+    files = [p for p in logdir.rglob("*") if p.is_file()]
+    names = {p.name for p in files}
+    assert {"config.json", "checkpoint.pt", "metrics.jsonl", "result.json"} <= names, names
+    assert any(name.startswith("events.out.tfevents") for name in names), names
+    assert list((logdir / "checkpoints").glob("frames-*.pt")), "a history checkpoint too"
+    for path in files:
+        assert token.encode() not in path.read_bytes(), path
+    for proc in (learner, actor_proc):
+        assert token not in "\n".join(proc.lines)
+    assert "auth_token" not in json.loads((logdir / "config.json").read_text())
+    assert stat.S_IMODE(logdir.stat().st_mode) == 0o700
+    for path in (logdir / "checkpoint.pt", *(logdir / "checkpoints").glob("*.pt")):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    # What wrote config.json and the checkpoint's config leaves secrets out, and a
+    # config's repr (what a log line or a traceback would show) never has the token.
+    assert "auth_token" not in to_json_dict(LearnerConfig(auth_token=token))
+    assert token not in repr(LearnerConfig(auth_token=token))
+    assert token not in repr(ActorConfig(auth_token=token))

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -93,12 +93,12 @@ def _to_cpu(obj: Any) -> Any:
 def save(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically (temp file + fsync + rename + dir fsync)."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     buffer = io.BytesIO()
     torch.save(state, buffer)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
+        with private_file(tmp) as f:
             f.write(buffer.getbuffer())
             f.flush()
             os.fsync(f.fileno())
@@ -114,6 +114,14 @@ def save(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
     # Temp files of writers that were killed mid-write (other pids) are garbage now.
     for stale in target.parent.glob(f".{target.name}.tmp-*"):
         stale.unlink(missing_ok=True)
+
+
+def private_file(path: Path) -> BinaryIO:
+    """``path`` opened for writing, created (or truncated) readable by its owner only: a
+    checkpoint holds the trained weights, the run's config and its counters."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a leftover file keeps its old mode through O_CREAT
+    return os.fdopen(fd, "wb")
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:

@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logdir = Path(args.logdir)
     if logdir.exists() and any(logdir.iterdir()):
         logdir = logdir.with_name(f"{logdir.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    logdir.mkdir(parents=True, exist_ok=True)
+    logdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     port = free_port()
     extra = [a for a in args.learner_args if a != "--"]
     learner_cmd = [
@@ -65,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         num_actors=args.num_actors,
         envs_per_actor=args.envs_per_actor,
         seed=args.seed,
+        allow_env_module=(args.env,),  # this host chose the env: its actors may build it
     )
     print(
         f"seedrl demo: {args.env}, {args.num_actors} actors x {args.envs_per_actor} envs, "

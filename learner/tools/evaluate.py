@@ -2,13 +2,17 @@
 
 A checkpoint carries the env spec (id, kwargs, spaces) and the model spec, so the
 network and the env are rebuilt exactly as they were trained, with no other flags
-(:class:`learner.tools.trained_policy.Policy`, the same object notebooks use).
+(:class:`learner.tools.trained_policy.Policy`, the same object notebooks use). A
+checkpoint is a file from anywhere, so a ``module:callable`` env it names is built only
+when this command's user allows that module (``--allow-env-module``) or names the env
+(``--env``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +23,7 @@ import torch
 
 from learner.state import checkpoint
 from learner.tools.trained_policy import Policy
-from seedrl import envs
+from seedrl import codec, envs
 
 
 @dataclasses.dataclass
@@ -157,6 +161,27 @@ def write_video(frames: list[np.ndarray], path: str | Path, fps: int = 30) -> Pa
     return path
 
 
+def use_env(policy: Policy, env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Evaluate ``policy`` on ``env_id`` (the user's own choice, so built without asking)
+    instead of the checkpoint's env; its spaces must be the checkpoint's."""
+    spec = envs.describe_env(env_id, env_kwargs)
+    for name in ("observation_space", "action_space"):
+        theirs, ours = getattr(policy.env_spec, name), getattr(spec, name)
+        if not codec.specs_match(theirs, ours):
+            raise ValueError(
+                f"--env {env_id}: {name} {codec.spec_summary(ours)}, the checkpoint was "
+                f"trained with {codec.spec_summary(theirs)}"
+            )
+    policy.env_spec = spec
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m learner evaluate", description=__doc__)
     parser.add_argument("--checkpoint", required=True, help="a checkpoint.pt (or its logdir)")
@@ -169,12 +194,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--video", help="write the first episode to this .gif (or .mp4)")
     parser.add_argument("--seed", type=int, default=0, help="env seed of the first episode")
     parser.add_argument("--max-steps", type=int, default=100_000, help="cap per episode")
+    parser.add_argument(
+        "--env",
+        help="run this env instead of the checkpoint's (same spaces); with the checkpoint's own "
+        "id it confirms a module:callable env named there",
+    )
+    parser.add_argument(
+        "--env-kwargs", type=_json_object, default=None,
+        help="JSON kwargs for --env (default: the checkpoint's when --env is its env, else {})",
+    )  # fmt: skip
+    parser.add_argument(
+        envs.ALLOW_ENV_MODULE_FLAG, dest="allow_env_module", action="append", default=[],
+        metavar="MODULE",
+        help="build the checkpoint's module:callable env when it comes from MODULE (or is this "
+        "exact id); repeatable. Without it (or --env) such a checkpoint is refused",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     path = Path(args.checkpoint)
     if path.is_dir():
         path = path / "checkpoint.pt"
     try:
         policy = Policy.load(path, greedy=args.greedy)
+        if args.env is not None:
+            same = args.env == policy.env_id
+            kwargs = args.env_kwargs
+            if kwargs is None:
+                kwargs = policy.env_kwargs if same else {}
+            use_env(policy, args.env, kwargs)
+        else:
+            envs.check_env_allowed(policy.env_id, args.allow_env_module, f"checkpoint {path}")
         torch.manual_seed(args.seed)
         result = evaluate(policy, args.episodes, args.seed, args.max_steps, args.video)
     except (checkpoint.CheckpointError, ValueError) as exc:
