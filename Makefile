@@ -48,14 +48,20 @@ else
 		--bind $(BIND) --port $(PORT) --logdir $(LOGDIR) $(ARGS)
 endif
 
-## Actors: `make actors N=64 LEARNER=host:port ENVS_PER_ACTOR=1 ARGS=...` (env comes from the learner)
+# A module:callable ENV is one this host chose, so its actors and evaluate may build it
+# when a learner or a checkpoint names it (they refuse any other module:callable env).
+ALLOW_ENV = $(if $(findstring :,$(ENV)),--allow-env-module $(ENV))
+
+## Actors: `make actors N=64 LEARNER=host:port ENVS_PER_ACTOR=1 ARGS=...` (env comes from the
+## learner; a module:callable one only when it is ENV or allowed with --allow-env-module)
 actors: $(STAMP)
-	$(PY) -m actors --learner $(LEARNER) --num-actors $(N) --envs-per-actor $(ENVS_PER_ACTOR) $(ARGS)
+	$(PY) -m actors --learner $(LEARNER) --num-actors $(N) --envs-per-actor $(ENVS_PER_ACTOR) \
+		$(ALLOW_ENV) $(ARGS)
 
 ## Run a checkpoint's policy: `make evaluate CHECKPOINT=runs/x/checkpoint.pt ARGS="--video out.gif"`
 CHECKPOINT ?= $(LOGDIR)/checkpoint.pt
 evaluate: $(STAMP)
-	$(PY) -m learner evaluate --checkpoint $(CHECKPOINT) $(ARGS)
+	$(PY) -m learner evaluate --checkpoint $(CHECKPOINT) $(ALLOW_ENV) $(ARGS)
 
 ## A learner and local actors train CartPole-v1 until solved; leaves metrics, TB logs, PNG.
 demo: $(STAMP)
@@ -151,7 +157,7 @@ COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker c
 CLUSTER ?= seedrl
 COMPOSE_ARGS = -p $(CLUSTER) -f deploy/docker-compose.yml
 
-cluster: deploy/seedrl.env images
+cluster: deploy/seedrl.env deploy/tls/ca.pem images
 	@test -n "$(COMPOSE)" || { echo "make cluster needs 'docker compose' or docker-compose" >&2; exit 2; }
 	SEEDRL_TAG=$(SEEDRL_TAG) $(COMPOSE) $(COMPOSE_ARGS) up --detach --no-build --scale actor=$(N)
 	@echo "follow: make cluster-logs; stop and remove everything: make cluster-down"
@@ -164,13 +170,21 @@ cluster-down:
 	@test -n "$(COMPOSE)" || { echo "make cluster-down needs 'docker compose' or docker-compose" >&2; exit 2; }
 	$(COMPOSE) $(COMPOSE_ARGS) down --volumes --remove-orphans
 
-## The token Secret for `kubectl apply -k deploy/k8s`.
-k8s-secret: deploy/k8s/seedrl.env
+## The token and TLS files `kubectl apply -k deploy/k8s` turns into Secrets and a ConfigMap.
+k8s-secret: deploy/k8s/seedrl.env deploy/k8s/tls/ca.pem
 
 # A random shared token, written once, readable only by you, never committed.
 deploy/seedrl.env deploy/k8s/seedrl.env:
 	umask 077 && printf 'SEEDRL_AUTH_TOKEN=%s\n' \
 		"$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(32))')" > $@
+
+# A private CA and the learner's certificate beside the token, written once, never
+# committed: the deployments serve TLS. TLS_NAMES: more names actors dial the learner by
+# (e.g. this host's name when SEEDRL_PUBLISH lets actors on other hosts in).
+TLS_NAMES ?=
+CERTS_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+deploy/tls/ca.pem deploy/k8s/tls/ca.pem:
+	$(CERTS_PY) deploy/certs.py --out $(@D) $(foreach name,$(TLS_NAMES),--name $(name))
 
 ## Render a bench.json as the results table of docs/performance.md: `make bench-table BENCH_JSON=bench.json`
 BENCH_JSON ?= bench.json

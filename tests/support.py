@@ -30,6 +30,18 @@ from seedrl.transport import free_port
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def certs_script() -> Any:
+    """deploy/certs.py, what `make cluster` / `make k8s-secret` run (a script, not a
+    package), loaded as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("deploy_certs", ROOT / "deploy" / "certs.py")
+    assert spec is not None and spec.loader is not None
+    certs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(certs)
+    return certs
+
+
 class Proc:
     """A child process whose combined output is collected line by line in the background."""
 

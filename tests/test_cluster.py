@@ -1,7 +1,9 @@
 """The compose cluster for real: offline image builds, `make cluster`, scale, crash, down.
 
 Builds the Debian base image (deploy/base-image.sh) and both images from a wheelhouse
-with no network (`make images`), brings up a learner and 4 actors with `make cluster`,
+with no network (`make images`), brings up a learner and 4 actors with `make cluster`
+(over TLS with the CA and certificate it generates: a plaintext client is refused, the
+run directory is private and neither config.json nor the checkpoint carries the token),
 watches frames and learner steps grow in the learner's metrics, scales to 8 actors, kills
 the learner's process (a crash: Docker's restart policy brings it back and --resume
 continues from the checkpoint while the very same actor containers reconnect), and
@@ -46,6 +48,7 @@ IMAGES = {"learner": f"seedrl-learner:{TAG}", "actor": f"seedrl-actor:{TAG}"}
 # A folder in the build context (.dockerignore lets deploy/wheelhouse through).
 WHEELHOUSE = Path("deploy/wheelhouse/cluster-test")
 ENV_FILE = ROOT / "deploy" / "seedrl.env"
+TLS_DIR = ROOT / "deploy" / "tls"
 COMPOSE_FILE = ROOT / "deploy" / "docker-compose.yml"
 CHECKPOINT_INTERVAL_S = 5
 
@@ -132,17 +135,21 @@ def wheelhouse_in_context() -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def token_file() -> Iterator[None]:
-    """deploy/seedrl.env as `make cluster` would write it; ours is removed after."""
-    made = not ENV_FILE.exists()
-    if made:
+def secret_files() -> Iterator[str]:
+    """deploy/seedrl.env as `make cluster` would write it (yields its token); that file and
+    deploy/tls, which `make cluster` writes when missing, are removed after if they were
+    not there before."""
+    made_env, made_tls = not ENV_FILE.exists(), not TLS_DIR.exists()
+    if made_env:
         ENV_FILE.write_text(f"SEEDRL_AUTH_TOKEN={secrets.token_urlsafe(32)}\n")
         ENV_FILE.chmod(0o600)
     try:
-        yield
+        yield ENV_FILE.read_text().strip().partition("=")[2]
     finally:
-        if made:
+        if made_env:
             ENV_FILE.unlink()
+        if made_tls:
+            shutil.rmtree(TLS_DIR, ignore_errors=True)
 
 
 def image_sizes(env: dict[str, str]) -> dict[str, int]:
@@ -263,7 +270,7 @@ def test_compose_cluster_builds_offline_scales_survives_a_crash_and_leaves_nothi
     step("base image ready", started)
     port = free_port()
     cluster = Cluster(engine, f"seedrltest{os.getpid()}", port)
-    with wheelhouse_in_context(), token_file():
+    with wheelhouse_in_context(), secret_files() as token:
         # `make images` as `make cluster` runs it, with no network at all.
         cluster.make("images", "BUILD_FLAGS=--network none")
         step(f"images built offline, sizes {image_sizes(engine)}", started)
@@ -277,7 +284,7 @@ def test_compose_cluster_builds_offline_scales_survives_a_crash_and_leaves_nothi
             assert run_in(engine, image, "test ! -e /wheelhouse && test ! -e /src").returncode == 0
 
         try:
-            run_cluster(cluster, port, tmp_path, started)
+            run_cluster(cluster, port, tmp_path, started, token)
         except BaseException:
             cluster.print_diagnostics()
             raise
@@ -287,7 +294,7 @@ def test_compose_cluster_builds_offline_scales_survives_a_crash_and_leaves_nothi
     step("down: nothing left", started)
 
 
-def run_cluster(cluster: Cluster, port: int, tmp_path: Path, started: float) -> None:
+def run_cluster(cluster: Cluster, port: int, tmp_path: Path, started: float, token: str) -> None:
     cluster.make("cluster", "N=4")
     learner = cluster.learner()
     wait_until(
@@ -300,8 +307,13 @@ def run_cluster(cluster: Cluster, port: int, tmp_path: Path, started: float) -> 
     # Published on loopback only, and reachable there: the host-side healthcheck passes.
     bindings = cluster.inspect(learner)["NetworkSettings"]["Ports"]["8686/tcp"]
     assert {b["HostIp"] for b in bindings} == {"127.0.0.1"}, bindings
+    # Over TLS only: a plaintext client gets nowhere, one that trusts make cluster's CA
+    # does (so actors, which verify it, talk to this learner and no other).
     check = [sys.executable, "-m", "learner", "healthcheck", "--address", f"127.0.0.1:{port}"]
-    assert subprocess.run(check, capture_output=True, timeout=60).returncode == 0
+    assert subprocess.run(check, capture_output=True, timeout=60).returncode == 1
+    tls = ["--tls-ca", str(TLS_DIR / "ca.pem")]
+    assert subprocess.run([*check, *tls], capture_output=True, timeout=60).returncode == 0
+    step("learner serves TLS only", started)
     # Every container sits on this project's network and on no other.
     for container in cluster.containers():
         networks = set(cluster.inspect(container)["NetworkSettings"]["Networks"])
@@ -321,6 +333,11 @@ def run_cluster(cluster: Cluster, port: int, tmp_path: Path, started: float) -> 
         what="frames and learner steps growing",
     )
     step(f"4 actors training (learner step {first['learner_steps']} when they were)", started)
+    # The run directory is the learner's alone, and its config does not carry the token.
+    mode = docker(cluster.env, "exec", learner, "stat", "-c", "%a", "/runs/latest")
+    assert mode == "700", mode
+    config = cluster.file("/runs/latest/config.json")
+    assert config is not None and token.encode() not in config
 
     cluster.run("up", "--detach", "--no-build", "--no-recreate", "--scale", "actor=8")
     assert len(cluster.containers("actor")) == 8
@@ -350,6 +367,8 @@ def crash_and_resume(cluster: Cluster, learner: str, tmp_path: Path, started: fl
         pytest.skip("killing the learner's process needs root on the engine's host")
     saved_bytes = cluster.file("/runs/latest/checkpoint.pt")
     assert saved_bytes is not None
+    token = ENV_FILE.read_text().strip().partition("=")[2]
+    assert token.encode() not in saved_bytes, "the checkpoint carries no token"
     copy = tmp_path / "checkpoint.pt"
     copy.write_bytes(saved_bytes)
     saved = checkpoint.load(copy)

@@ -10,6 +10,7 @@ the compose cluster for real (``make test-cluster``).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -21,9 +22,10 @@ from typing import Any
 
 import pytest
 from docker_engine import EngineUnavailable, compose_command
-from support import ROOT, learner_process, running
+from support import ROOT, certs_script, learner_process, running
 
 from learner.serving.healthcheck import build_parser as healthcheck_parser
+from seedrl import envs
 from seedrl.cli import parse_config
 from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, LearnerConfig
 from seedrl.transport import SERVICE_NAME
@@ -39,14 +41,16 @@ ENTRY_MODULES = {"learner": "learner", "actor": "actors"}
 CONFIGS: dict[str, type] = {"learner": LearnerConfig, "actor": ActorConfig}
 
 
-def interpolate(value: str) -> str:
-    """Compose's ``${VAR:-default}`` -> the default (what runs when VAR is unset)."""
-    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+def interpolate(value: str, variables: dict[str, str] | None = None) -> str:
+    """Compose's ``${VAR:-default}`` -> VAR's value in ``variables``, else the default
+    (what runs when VAR is unset)."""
+    given = variables or {}
+    return re.sub(r"\$\{([A-Z_]+):-([^}]*)\}", lambda m: given.get(m[1]) or m[2], value)
 
 
-def parse_flags(role: str, args: list[Any]):
+def parse_flags(role: str, args: list[Any], variables: dict[str, str] | None = None):
     """Parse a container's arguments with the real CLI; an unknown flag fails the test."""
-    argv = [interpolate(str(a)) for a in args]
+    argv = [interpolate(str(a), variables) for a in args]
     try:
         return parse_config(CONFIGS[role], argv, f"{role} in deploy/", "")
     except SystemExit as exc:
@@ -272,9 +276,13 @@ def test_k8s_learner_flags_ports_probes_gpu(k8s):
     (port,) = learner["ports"]
     assert port["containerPort"] == config.port
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        grpc = learner[probe]["grpc"]
-        assert grpc["port"] == config.port, probe
-        assert grpc.get("service", "") in ("", SERVICE_NAME), probe
+        # The learner speaks TLS only, which Kubernetes' native gRPC probes cannot.
+        command = learner[probe]["exec"]["command"]
+        assert command[:4] == ["python", "-m", "learner", "healthcheck"], probe
+        args = healthcheck_parser().parse_args(command[4:])
+        assert host_port(args.address)[1] == config.port, probe
+        assert args.service in ("", SERVICE_NAME), probe
+        assert args.tls_ca is not None, probe
     assert int(learner["resources"]["limits"]["nvidia.com/gpu"]) >= 1
     (service_port,) = k8s[("Service", "learner")]["spec"]["ports"]
     assert service_port["targetPort"] in (port["name"], config.port)
@@ -289,7 +297,7 @@ def test_k8s_actors_dial_the_service_with_the_token(k8s):
     (service_port,) = k8s[("Service", "learner")]["spec"]["ports"]
     assert host == "learner" and port == service_port["port"]
     assert config.num_actors == 1 and config.first_index == -1
-    (generator,) = k8s[("Kustomization", "")]["secretGenerator"]
+    (generator,) = [g for g in k8s[("Kustomization", "")]["secretGenerator"] if "envs" in g]
     for role in ("learner", "actor"):
         (source,) = container(k8s[("Deployment", role)])["envFrom"]
         assert source["secretRef"]["name"] == generator["name"]
@@ -333,28 +341,35 @@ def test_kustomization_renders_to_valid_objects(kubernetes_validate):
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("no kubectl installed to render the kustomization")
-    env_file = K8S / "seedrl.env"
-    made = not env_file.exists()
-    if made:
+    env_file, tls = K8S / "seedrl.env", K8S / "tls"
+    made_env, made_tls = not env_file.exists(), not tls.exists()
+    if made_env:
         env_file.write_text((K8S / "seedrl.env.example").read_text())
+    if made_tls:
+        assert certs_script().main(["--out", str(tls)]) == 0
     try:
         done = subprocess.run(
             [kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60
         )
     finally:
-        if made:
+        if made_env:
             env_file.unlink()
+        if made_tls:
+            shutil.rmtree(tls)
     assert done.returncode == 0, done.stderr
     rendered = [d for d in yaml.safe_load_all(done.stdout) if d is not None]
     kinds = sorted(d["kind"] for d in rendered)
-    assert kinds == ["Deployment", "Deployment", "Namespace", "PersistentVolumeClaim", "Secret",
-                     "Service"]  # fmt: skip
+    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Namespace",
+                     "PersistentVolumeClaim", "Secret", "Secret", "Service"]  # fmt: skip
     for doc in rendered:
         assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "seedrl"
         if doc["kind"] != "Namespace":
             assert doc["metadata"]["namespace"] == "seedrl"
-    (secret,) = [d for d in rendered if d["kind"] == "Secret"]
+    by_name = {d["metadata"]["name"].rsplit("-", 1)[0]: d for d in rendered}
+    secret = by_name["seedrl-token"]
     assert set(secret["data"]) == {AUTH_TOKEN_ENV}
+    assert set(by_name["seedrl-learner-tls"]["data"]) == {"server.pem", "server-key.pem"}
+    assert set(by_name["seedrl-ca"]["data"]) == {"ca.pem"}
     for deployment in (d for d in rendered if d["kind"] == "Deployment"):
         # The generated Secret's hashed name is what the pods refer to.
         (source,) = container(deployment)["envFrom"]
@@ -373,3 +388,141 @@ def test_healthcheck_command_against_a_real_learner(tmp_path):
             assert "SERVING" in p.output()
     with running([*check, "--address", f"127.0.0.1:{port}"]) as gone:
         assert gone.wait(timeout=30) == 1, gone.output()
+
+
+# ---------------------------------------------------------------------- TLS and env allowance
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, str]:
+    """Container path -> host path (relative to deploy/) of a compose service's bind mounts."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target, *_ = interpolate(volume).split(":")
+        if source.startswith("./"):
+            mounts[target] = source
+    return mounts
+
+
+def test_compose_serves_tls_with_the_files_make_cluster_writes(compose):
+    """The learner's certificate and key, the actors' CA: the files `make cluster` makes
+    (deploy/certs.py into deploy/tls), mounted one by one, the CA key and the learner's
+    key never where they are not needed; actors and healthcheck dial certified names."""
+    learner, actor = compose["services"]["learner"], compose["services"]["actor"]
+    learner_config = parse_flags("learner", learner["command"])
+    actor_config = parse_flags("actor", actor["command"])
+    learner_mounts, actor_mounts = bind_mounts(learner), bind_mounts(actor)
+    assert learner_config.tls_cert and learner_config.tls_key and actor_config.tls_ca
+    assert learner_mounts[learner_config.tls_cert] == "./tls/server.pem"
+    assert learner_mounts[learner_config.tls_key] == "./tls/server-key.pem"
+    assert actor_mounts[actor_config.tls_ca] == "./tls/ca.pem"
+    assert "./tls/ca-key.pem" not in {*learner_mounts.values(), *actor_mounts.values()}
+    assert "./tls/server-key.pem" not in actor_mounts.values()
+    health = healthcheck_parser().parse_args(learner["healthcheck"]["test"][5:])
+    assert health.tls_ca and learner_mounts[health.tls_ca] == "./tls/ca.pem"
+    names = certs_script().DEFAULT_NAMES
+    assert host_port(actor_config.learner)[0] in names
+    assert host_port(health.address)[0] in names
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^cluster: .*deploy/tls/ca\.pem", makefile, re.M)
+    assert re.search(r"^k8s-secret: .*deploy/k8s/tls/ca\.pem", makefile, re.M)
+    rule = subprocess.run(
+        ["make", "-n", "-B", "deploy/tls/ca.pem"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert "deploy/certs.py --out deploy/tls" in rule.stdout, rule.stdout + rule.stderr
+
+
+def k8s_mounted_file(deployment: dict[str, Any], path: str) -> tuple[str, str]:
+    """(volume kind, Secret or ConfigMap name) of the volume a container's ``path`` is in."""
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    for mount in container(deployment).get("volumeMounts", []):
+        if Path(path).parent == Path(mount["mountPath"]):
+            volume = volumes[mount["name"]]
+            if "secret" in volume:
+                return "secret", volume["secret"]["secretName"]
+            if "configMap" in volume:
+                return "configMap", volume["configMap"]["name"]
+    raise AssertionError(f"{path} is on no Secret or ConfigMap volume")
+
+
+def test_k8s_serves_tls_from_the_files_make_k8s_secret_writes(k8s):
+    """The learner's certificate and key from a Secret only it mounts, readable by the
+    image's user alone; the CA, public, from a ConfigMap; all three generated from
+    deploy/k8s/tls, never the CA key."""
+    kustomization = k8s[("Kustomization", "")]
+    generated = {
+        (kind, g["name"]): {Path(f).name: f for f in g["files"]}
+        for kind, key in (("secret", "secretGenerator"), ("configMap", "configMapGenerator"))
+        for g in kustomization[key]
+        if "files" in g
+    }
+    learner, actor = k8s[("Deployment", "learner")], k8s[("Deployment", "actor")]
+    learner_config = parse_flags("learner", container(learner)["args"])
+    actor_config = parse_flags("actor", container(actor)["args"])
+    wanted = [
+        (learner, learner_config.tls_cert, "secret"),
+        (learner, learner_config.tls_key, "secret"),
+        (actor, actor_config.tls_ca, "configMap"),
+    ]
+    for deployment, path, kind in wanted:
+        assert path is not None
+        volume = k8s_mounted_file(deployment, path)
+        assert volume[0] == kind, path
+        assert generated[volume][Path(path).name] == f"tls/{Path(path).name}", path
+    sources = {f for files in generated.values() for f in files.values()}
+    assert sources == {"tls/server.pem", "tls/server-key.pem", "tls/ca.pem"}, sources
+    (secret_volume,) = [v for v in learner["spec"]["template"]["spec"]["volumes"] if "secret" in v]
+    assert secret_volume["secret"]["defaultMode"] == 0o440
+    uid = re.search(r"useradd .*--uid (\d+)", DOCKERFILES["learner"].read_text())
+    assert uid is not None
+    assert learner["spec"]["template"]["spec"]["securityContext"]["fsGroup"] == int(uid[1])
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        args = healthcheck_parser().parse_args(container(learner)[probe]["exec"]["command"][4:])
+        assert k8s_mounted_file(learner, args.tls_ca) == ("configMap", "seedrl-ca"), probe
+    assert host_port(actor_config.learner)[0] in certs_script().DEFAULT_NAMES
+
+
+def test_secret_files_never_reach_git_or_an_image():
+    """The tokens and the TLS files are ignored by git and left out of the build context."""
+    private = ["deploy/seedrl.env", "deploy/tls/server-key.pem", "deploy/tls/ca-key.pem",
+               "deploy/k8s/seedrl.env", "deploy/k8s/tls/server-key.pem"]  # fmt: skip
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", *private], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.stdout.split() == private, done.stdout + done.stderr
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for path in private:
+        parts = Path(path).parts
+        candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        excluded = False
+        for pattern in patterns:  # the last pattern that matches decides, as Docker reads it
+            negated = pattern.startswith("!")
+            if any(fnmatch.fnmatch(c, pattern.lstrip("!")) for c in candidates):
+                excluded = not negated
+        assert excluded, f"{path} would be sent to docker build"
+
+
+def test_deployed_actors_build_the_env_their_learner_runs(compose, k8s):
+    """Compose, Kubernetes and `make actors` let actors build the env the deployment is
+    configured with, module:callable ones included, and no other module."""
+    services = compose["services"]
+    for env_id in ("CartPole-v1", "mypkg.envs:make"):
+        variables = {"SEEDRL_ENV": env_id}
+        learner = parse_flags("learner", services["learner"]["command"], variables)
+        actor = parse_flags("actor", services["actor"]["command"], variables)
+        assert learner.env == env_id
+        assert envs.env_allowed(env_id, actor.allow_env_module), env_id
+        assert not envs.env_allowed("builtins:open", actor.allow_env_module)
+    learner = parse_flags("learner", container(k8s[("Deployment", "learner")])["args"])
+    actor = parse_flags("actor", container(k8s[("Deployment", "actor")])["args"])
+    assert learner.env in actor.allow_env_module, "actor.yaml names the learner's env"
+    for target in ("actors", "evaluate"):
+        own = subprocess.run(
+            ["make", "-n", target, "ENV=mypkg.envs:make"], cwd=ROOT, capture_output=True, text=True
+        )
+        assert "--allow-env-module mypkg.envs:make" in own.stdout, own.stdout + own.stderr
+        plain = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True)
+        assert "--allow-env-module" not in plain.stdout, plain.stdout

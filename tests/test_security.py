@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime
-import importlib.util
 import ipaddress
 import json
 import os
@@ -26,9 +25,9 @@ from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from support import (
-    ROOT,
     Proc,
     actor_args,
+    certs_script,
     free_port,
     learner_args,
     learner_process,
@@ -208,15 +207,6 @@ def make_certificates(directory: Path) -> dict[str, Path]:
         paths[f"{prefix}cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(paths[f"{prefix}key"], key)
     return paths
-
-
-def certs_script() -> Any:
-    """deploy/certs.py (a script, not a package) loaded as a module."""
-    spec = importlib.util.spec_from_file_location("deploy_certs", ROOT / "deploy" / "certs.py")
-    assert spec is not None and spec.loader is not None
-    certs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(certs)
-    return certs
 
 
 def deployment_certificates(directory: Path) -> dict[str, Path]:
