@@ -65,6 +65,5 @@ def check_bind_protected(config: LearnerConfig, token: str | None) -> None:
     raise UnprotectedBindError(
         f"--bind {config.bind} would let anyone who reaches the port join unauthenticated: "
         f"set --auth-token-file, ${AUTH_TOKEN_ENV} or --auth-token (actors need the same), "
-        "or --tls-client-ca "
-        "with --tls-cert/--tls-key, or pass --insecure on a network you trust"
+        "or --tls-client-ca with --tls-cert/--tls-key, or pass --insecure on a network you trust"
     )
