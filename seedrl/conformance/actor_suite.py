@@ -19,6 +19,7 @@ observation dims.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import logging
@@ -47,6 +48,8 @@ from seedrl.conformance.models import EnvModel, model_for
 from seedrl.conformance.scripted import (
     CANCELLED,
     HALF_CLOSED,
+    SHUTDOWN_WAIT_S,
+    SILENT,
     InfoCall,
     Refuse,
     Script,
@@ -55,7 +58,7 @@ from seedrl.conformance.scripted import (
     StreamRecord,
 )
 from seedrl.proto import seedrl_pb2 as pb
-from seedrl.transport import auth_metadata, free_port
+from seedrl.transport import auth_metadata
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +73,16 @@ BACKOFF_SLACK_S = 0.15
 RETRY_FAILURES: tuple[tuple[str, grpc.StatusCode], ...] = (
     ("info", UNAVAILABLE), ("act", UNAVAILABLE), ("act", EXHAUSTED), ("info", UNAVAILABLE),
     ("act", EXHAUSTED), ("act", UNAVAILABLE), ("act", EXHAUSTED), ("info", UNAVAILABLE),
-    ("act", UNAVAILABLE), ("act", EXHAUSTED),
+    ("act", UNAVAILABLE), ("act", EXHAUSTED), ("info", UNAVAILABLE), ("act", EXHAUSTED),
 )  # fmt: skip
 """The retry session's refusals, in order: the call refused and its status."""
 UNREACHABLE_AFTER_S = 0.2
 """How long the port stays unanswered after the actor's first attempt to reach it."""
-AT_CAP = 6
+AT_CAP = 8
 """The last this-many retry waits count as "at the cap" (an actor doubling from a tenth of
 the cap gets there within the first four)."""
+ALIKE = 0.03
+"""Waits within this share of the cap of each other are alike (timing noise, no jitter)."""
 PLACEHOLDERS = ("{learner}", "{num_envs}", "{max_backoff_s}", "{token}")
 SESSIONS = ("stream", "retry", "refuse-invalid", "refuse-unauthenticated")
 CASE_SESSIONS: dict[str, tuple[str, ...]] = {
@@ -200,14 +205,13 @@ def _session(
     """Run the actor command against a scripted learner until it exits, ``done_after``
     (a time, once known) passes, or the session times out."""
     learner = ScriptedLearner(ctx.env, script, ctx.token, _choose(ctx.model), ctx.config.seed)
-    port = free_port()
-    address = f"127.0.0.1:{port}"
     run = ActorRun(name, learner, time.monotonic())
     deadline = run.started + ctx.config.session_timeout_s
     actor: ActorProcess | None = None
     try:
         if unreachable_first:
-            with _Unreachable(port) as unreachable:
+            with _Unreachable() as unreachable:
+                address = f"127.0.0.1:{unreachable.port}"
                 actor = _launch(ctx, address, name)
                 while not unreachable.attempts and actor.poll() is None:
                     if time.monotonic() > deadline:
@@ -215,17 +219,18 @@ def _session(
                     time.sleep(0.01)
                 time.sleep(UNREACHABLE_AFTER_S)  # the attempt fails before the learner is up
                 run.unreachable_attempts = list(unreachable.attempts)
-        if actor is None or actor.poll() is None:
-            learner.start(address)
-            if actor is None:
-                actor = _launch(ctx, address, name)
-            while actor.poll() is None:
-                now = time.monotonic()
-                until = done_after(learner)
-                if now > deadline or (until is not None and now > until):
-                    run.timed_out = now > deadline
-                    break
-                time.sleep(0.02)
+            if actor.poll() is None:
+                learner.start(address)  # the same port, free again (SO_REUSEADDR)
+        else:
+            address = f"127.0.0.1:{learner.start('127.0.0.1:0')}"
+            actor = _launch(ctx, address, name)
+        while actor.poll() is None:
+            now = time.monotonic()
+            until = done_after(learner)
+            if now > deadline or (until is not None and now > until):
+                run.timed_out = now > deadline
+                break
+            time.sleep(0.02)
     except OSError as exc:
         run.error = f"session {name} could not run: {exc}"
     finally:
@@ -245,11 +250,12 @@ class _Unreachable:
     """A port where no learner listens yet: connections are accepted and closed at once,
     and their times kept, so the suite sees the actor try."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self) -> None:
         self.attempts: list[float] = []
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", port))
+        self._sock.bind(("127.0.0.1", 0))
+        self.port: int = self._sock.getsockname()[1]
         self._sock.listen(16)
         self._sock.settimeout(0.05)
         self._stop = threading.Event()
@@ -704,20 +710,22 @@ def _stacked(ctx: Context) -> None:
 def _frame_stack_offered(runs: Runs, ctx: Context) -> list[str]:
     _stacked(ctx)
     problems = _recorded(runs, "frame-stack-offered")
-    offered = [s for s in _served(runs) if s.info is not None and s.info.frame_stack > 1]
-    if not offered and not problems:
+    if problems:
+        return problems
+    if not [s for s in _served(runs) if s.info is not None and s.info.frame_stack > 1]:
         raise Skip("no stream followed a GetInfo with the offer")
-    return problems
+    return []
 
 
 @check("frame-stack-not-offered")
 def _frame_stack_not_offered(runs: Runs, ctx: Context) -> list[str]:
     _stacked(ctx)
     problems = _recorded(runs, "frame-stack-not-offered")
-    plain = [s for s in _served(runs) if s.info is not None and s.info.frame_stack == 0]
-    if not plain and not problems:
+    if problems:
+        return problems
+    if not [s for s in _served(runs) if s.info is not None and s.info.frame_stack == 0]:
         raise Skip("no stream followed a GetInfo without the offer")
-    return problems
+    return []
 
 
 def _shutdowns(runs: Runs) -> list[StreamRecord]:
@@ -733,11 +741,12 @@ def _shutdown_ends_stream(runs: Runs, ctx: Context) -> list[str]:
     for stream in _shutdowns(runs):
         kind = "final" if stream.shutdown and stream.shutdown.final else "restart"
         where = f"stream {stream.index} (Shutdown, {kind})"
-        if stream.after_shutdown not in (HALF_CLOSED, CANCELLED):
+        if stream.after_shutdown == SILENT:
             problems.append(
-                f"{where}: the actor answered with {stream.after_shutdown}, "
-                "not a half-close or cancel"
+                f"{where}: the actor had not ended its side {SHUTDOWN_WAIT_S:g} s later"
             )
+        elif stream.after_shutdown not in (HALF_CLOSED, CANCELLED):
+            problems.append(f"{where}: the actor sent {stream.after_shutdown} after it")
         elif stream.after_shutdown_s is not None and stream.after_shutdown_s > SHUTDOWN_END_S:
             problems.append(
                 f"{where}: the actor ended its side after {stream.after_shutdown_s:.1f} s"
@@ -828,6 +837,12 @@ def _failures(run: ActorRun) -> list[tuple[float, str, float | None]]:
 
 def _retried(runs: Runs, code: grpc.StatusCode) -> list[str]:
     run = _retry_run(runs)
+    if code is UNAVAILABLE and run.unreachable_attempts and not run.learner.events:
+        return [
+            "after UNAVAILABLE (nothing listening yet) the actor "
+            + (f"exited with status {run.exit_code}" if run.exit_code is not None else "stopped")
+            + " instead of retrying"
+        ]
     problems = []
     for _, what, next_at in _failures(run):
         if code.name in what and next_at is None:
@@ -847,11 +862,11 @@ def _retry_resource_exhausted(runs: Runs, ctx: Context) -> list[str]:
     return _retried(runs, EXHAUSTED)
 
 
-def _waits(runs: Runs) -> list[float]:
-    waits = [
-        next_at - when for when, _, next_at in _failures(_retry_run(runs)) if next_at is not None
-    ]
-    if len(waits) < AT_CAP:
+def _waits(runs: Runs, least: int = AT_CAP) -> list[float]:
+    """The retry session's waits, failure to next attempt; Skip with fewer than ``least``."""
+    failures = _failures(_retry_run(runs))
+    waits = [next_at - when for when, _, next_at in failures if next_at is not None]
+    if len(waits) < least:
         raise Skip(f"only {len(waits)} retries were seen")
     return waits
 
@@ -859,7 +874,8 @@ def _waits(runs: Runs) -> list[float]:
 @check("backoff-capped")
 def _backoff_capped(runs: Runs, ctx: Context) -> list[str]:
     cap = ctx.config.max_backoff_s
-    over = [w for w in _waits(runs) if w > cap * 1.1 + BACKOFF_SLACK_S]
+    waits = _waits(runs, least=1)
+    over = [w for w in waits if w > cap * 1.1 + BACKOFF_SLACK_S]
     if over:
         return [
             f"waits of {_seconds(over)} exceed the cap of {cap:g} s (the actor must run "
@@ -871,9 +887,13 @@ def _backoff_capped(runs: Runs, ctx: Context) -> list[str]:
 @check("backoff-jittered")
 def _backoff_jittered(runs: Runs, ctx: Context) -> list[str]:
     cap = ctx.config.max_backoff_s
-    last = _waits(runs)[-AT_CAP:]
-    if max(last) - min(last) < 0.1 * cap:
-        return [f"the waits at the cap, {_seconds(last)}, are all alike: no jitter"]
+    last = sorted(_waits(runs)[-AT_CAP:])
+    alike = max(bisect.bisect_right(last, w + ALIKE * cap) - i for i, w in enumerate(last))
+    if alike * 3 >= 2 * len(last):
+        return [
+            f"{alike} of the {len(last)} waits at the cap, {_seconds(last)}, lie within "
+            f"{ALIKE * cap * 1000:.0f} ms of each other: no jitter"
+        ]
     return []
 
 
@@ -973,7 +993,8 @@ def run_actor_suite(command: Sequence[str], config: ActorSuiteConfig) -> Report:
     report = Report("actor", " ".join(command), config.env)
     names = sessions_for(cases)
     with ThreadPoolExecutor(len(names) if config.parallel else 1) as pool:
-        runs: Runs = dict(zip(names, pool.map(lambda n: SESSION_RUNNERS[n](ctx), names), strict=True))
+        done = pool.map(lambda name: SESSION_RUNNERS[name](ctx), names)
+        runs: Runs = dict(zip(names, done, strict=True))
     for case in cases:
         report.verdicts.append(judge(case, runs, ctx))
     failing_sessions = {

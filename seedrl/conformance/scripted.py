@@ -194,7 +194,8 @@ class ScriptedLearner:
 
     # ------------------------------------------------------------------ server
 
-    def start(self, address: str) -> None:
+    def start(self, address: str) -> int:
+        """Listen on ``address`` (``host:0`` picks a free port) and serve; returns the port."""
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="scripted-learner"),
             options=[*channel_options(MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
@@ -206,10 +207,15 @@ class ScriptedLearner:
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),)
         )
-        if server.add_insecure_port(address) == 0:
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError:  # newer grpcio raises where older ones returned 0
+            port = 0
+        if port == 0:
             raise OSError(f"the scripted learner could not bind {address}")
         server.start()
         self._server = server
+        return port
 
     def stop(self) -> None:
         if self._server is not None:
