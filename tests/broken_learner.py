@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from learner import server
 from learner.__main__ import main
+from learner.serving import servicer as server
 from seedrl.proto import seedrl_pb2 as pb
 
 _check_hello = server.LearnerServicer._check_hello

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from seedrl.config import parse_config
+from seedrl.cli import parse_config
 from seedrl.conformance.cases import CASES, Report
 from seedrl.conformance.config import ActorSuiteConfig, LearnerSuiteConfig
 

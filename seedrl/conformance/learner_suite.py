@@ -24,10 +24,10 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from seedrl import PROTOCOL_VERSION, codec
-from seedrl.config import resolve_auth_token
 from seedrl.conformance.cases import Case, Report, Skip, Status, Verdict, select
 from seedrl.conformance.config import LearnerSuiteConfig
 from seedrl.proto import seedrl_pb2 as pb
+from seedrl.security import resolve_auth_token
 from seedrl.transport import ACT_METHOD, auth_metadata, client_channel
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
