@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # Extra env families / tools to install besides learner+dev: `make install EXTRAS=atari,minatar`
 EXTRAS ?=
 
-.PHONY: install proto proto-check learner actors demo evaluate test test-slow test-cluster lint \
+.PHONY: install proto proto-check learner actors actors-cpp demo evaluate test test-slow test-cluster lint \
         bench bench-quick bench-pixels bench-learning bench-learning-table plot tensorboard \
         wheelhouse base-image images cluster cluster-down cluster-logs k8s-secret clean
 
@@ -51,6 +51,14 @@ endif
 ## Actors: `make actors N=64 LEARNER=host:port ENVS_PER_ACTOR=1 ARGS=...` (env comes from the learner)
 actors: $(STAMP)
 	$(PY) -m actors --learner $(LEARNER) --num-actors $(N) --envs-per-actor $(ENVS_PER_ACTOR) $(ARGS)
+
+## The reference C++ actor (actors/cpp/, CMake; needs gRPC C++ and protobuf, e.g. Debian's
+## libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc cmake): then
+## `actors/cpp/build/seedrl-actor --learner HOST:PORT --envs-per-actor K`.
+CPP_BUILD ?= actors/cpp/build
+actors-cpp:
+	cmake -S actors/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build $(CPP_BUILD) -j $$(nproc 2>/dev/null || echo 2)
 
 ## Run a checkpoint's policy: `make evaluate CHECKPOINT=runs/x/checkpoint.pt ARGS="--video out.gif"`
 CHECKPOINT ?= $(LOGDIR)/checkpoint.pt
