@@ -205,6 +205,17 @@ bench-peers: $(STAMP)
 bench-peers-table: $(STAMP)
 	$(PY) -m benchmarks.peers table $(PEERS_JSON) --update docs/performance.md
 
+## The C++ reference actor beside the Python actor at K = 1 and 32 envs, in one run: writes
+## CPP_ACTOR_JSON and docs/performance.md's C++ actor table.
+CPP_ACTOR_JSON ?= benchmarks/results/cpp-actor.json
+.PHONY: bench-cpp-actor bench-cpp-actor-table
+bench-cpp-actor: $(STAMP) actors-cpp
+	$(PY) -m benchmarks.cpp_actor run --out $(CPP_ACTOR_JSON) --binary $(CPP_BUILD)/seedrl-actor $(ARGS)
+	$(MAKE) --no-print-directory bench-cpp-actor-table CPP_ACTOR_JSON=$(CPP_ACTOR_JSON)
+
+bench-cpp-actor-table: $(STAMP)
+	$(PY) -m benchmarks.cpp_actor table $(CPP_ACTOR_JSON) --update docs/performance.md
+
 .PHONY: gpu-table
 gpu-table: $(STAMP)
 	$(PY) -m benchmarks.gpu_table $(GPU_RESULTS)/gpu-check-$(GPU_TAG)-summary.json \

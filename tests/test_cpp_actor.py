@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import ExitStack
 import shutil
 import signal
 import subprocess
@@ -61,21 +62,13 @@ def test_cpp_actor_passes_the_conformance_suite(cpp_actor):
 def test_cpp_actors_train_cartpole_to_475(cpp_actor, tmp_path):
     """Two C++ actors x 32 envs and `python -m learner` as `make learner` starts it."""
     extra = ["--target-return", "475", "--max-seconds", "600"]
-    with learner_process(tmp_path, *extra, timeout=180) as (learner, port):
-        actors = [
-            running([cpp_actor, "--learner", f"127.0.0.1:{port}", "--envs-per-actor", "32",
-                     "--seed", str(seed)])  # fmt: skip
-            for seed in (1, 2)
-        ]
-        procs = [a.__enter__() for a in actors]
-        try:
-            assert learner.wait(timeout=700) == 0, learner.output()
-            for proc in procs:  # told Shutdown{final: true}: they exit 0 by themselves
-                assert proc.wait(timeout=30) == 0, proc.output()
-                assert "the learner finished training" in proc.output()
-        finally:
-            for a in actors:
-                a.__exit__(None, None, None)
+    with learner_process(tmp_path, *extra, timeout=180) as (learner, port), ExitStack() as stack:
+        args = [cpp_actor, "--learner", f"127.0.0.1:{port}", "--envs-per-actor", "32"]
+        actors = [stack.enter_context(running([*args, "--seed", str(s)])) for s in (1, 2)]
+        assert learner.wait(timeout=700) == 0, learner.output()
+        for actor in actors:  # told Shutdown{final: true}: they exit 0 by themselves
+            assert actor.wait(timeout=30) == 0, actor.output()
+            assert "the learner finished training" in actor.output()
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["solved"] and result["episode_return_mean"] >= 475, result
 
