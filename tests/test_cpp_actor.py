@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import ExitStack
 import shutil
 import signal
 import subprocess
 import time
+from contextlib import ExitStack
 
 import pytest
 from support import ROOT, learner_process, running
