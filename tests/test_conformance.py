@@ -149,7 +149,9 @@ def test_the_command_line_fails_a_reused_run_id(tmp_path):
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAIL  fresh-run-id" in done.stdout
-    assert "reused run_id '0000000000000000000000000000003b'" in done.stdout
+    assert "stream 1 of the stream session reused run_id '0000000000000000000000000000003b'" in (
+        done.stdout
+    )
     report = json.loads(out.read_text())
     assert report["counts"] == {"pass": 0, "fail": 1, "skip": 0}
 
@@ -235,3 +237,34 @@ def test_cases_are_unique_and_each_has_a_check():
     assert len(CASES) == len(ACTOR_CASES) + len(LEARNER_CASES)
     assert set(actor_suite.CHECKS) == {c.id for c in ACTOR_CASES}
     assert set(learner_suite.CHECKS) == {c.id for c in LEARNER_CASES}
+
+
+# ---------------------------------------------------------------------- the documents
+
+WIRE = ROOT / "docs" / "wire-protocol.md"
+PAGE = ROOT / "docs" / "conformance.md"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def test_the_protocol_links_every_case_and_only_cases():
+    linked = set(re.findall(r"conformance\.md#([a-z0-9-]+)", WIRE.read_text()))
+    assert linked == set(CASES), (set(CASES) - linked, linked - set(CASES))
+
+
+def test_every_case_names_a_section_of_the_protocol():
+    sections = {_slug(line[3:]) for line in WIRE.read_text().splitlines() if line.startswith("## ")}
+    assert {case.rule for case in CASES.values()} <= sections
+
+
+def test_the_conformance_page_lists_the_cases_as_generated():
+    from seedrl.conformance.cases import UPDATE_COMMAND, markdown, update_page
+
+    text = PAGE.read_text()
+    assert update_page(text, markdown()) == text, f"docs/conformance.md is stale: {UPDATE_COMMAND}"
+    for case_id in CASES:
+        assert f'<a id="{case_id}"></a>' in text

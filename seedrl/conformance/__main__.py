@@ -2,7 +2,8 @@
 
     python -m seedrl.conformance actor [flags] -- CMD ...     a scripted learner tests CMD
     python -m seedrl.conformance learner HOST:PORT [flags]    a scripted actor tests a learner
-    python -m seedrl.conformance cases                        list the cases
+    python -m seedrl.conformance cases [--update PAGE]         list the cases (or write
+                                                               docs/conformance.md's tables)
 
 In CMD, ``{learner}`` becomes the address to dial; ``{num_envs}``, ``{max_backoff_s}`` and
 ``{token}`` the suite's values (the token also comes as $SEEDRL_AUTH_TOKEN). Exit status
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seedrl.cli import parse_config
-from seedrl.conformance.cases import CASES, Report
+from seedrl.conformance.cases import CASES, Report, markdown, update_page
 from seedrl.conformance.config import ActorSuiteConfig, LearnerSuiteConfig
 
 USAGE = __doc__ or ""
@@ -75,6 +76,19 @@ def learner_main(argv: list[str]) -> int:
 
 
 def cases_main(argv: list[str]) -> int:
+    """List the cases; ``--update PAGE`` rewrites PAGE's generated case tables instead."""
+    if argv[:1] == ["--update"] and len(argv) == 2:
+        page = Path(argv[1])
+        try:
+            page.write_text(update_page(page.read_text(), markdown()))
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"python -m seedrl.conformance cases: {page}: {exc}\n")
+            return 2
+        print(f"updated {page}")
+        return 0
+    if argv:
+        sys.stderr.write("python -m seedrl.conformance cases [--update PAGE]\n")
+        return 2
     for case in CASES.values():
         print(f"{case.side:7}  {case.id:28}  {case.summary}")
     return 0

@@ -471,7 +471,7 @@ def _fresh_run_id(runs: Runs, ctx: Context) -> list[str]:
     seen: dict[str, str] = {}
     for name, stream in _hellos(runs):
         run_id = stream.hello.run_id if stream.hello else ""
-        where = f"{name} session stream {stream.index}"
+        where = f"stream {stream.index} of the {name} session"
         if run_id and run_id in seen:
             problems.append(f"{where} reused run_id {run_id!r} of {seen[run_id]}")
         seen.setdefault(run_id, where)

@@ -553,6 +553,31 @@ def _rejects_bad_frame(ctx: LearnerContext) -> list[str]:
     ]  # fmt: skip
 
 
+@check("field-order-served")
+def _field_order_served(ctx: LearnerContext) -> list[str]:
+    """The four tensors last field first: the same Frame another encoder may write."""
+    info = ctx.need_info()
+    k = ctx.config.num_envs
+    canonical = frame(valid_obs(info.env.observation_space, k)).frame
+    reordered = b"".join(
+        pb.ActorMessage(frame=pb.Frame(**{name: getattr(canonical, name)})).SerializeToString()
+        for name in ("truncated", "terminated", "rewards", "observations")
+    )
+    stream = ctx.stream()
+    reply = stream.exchange(hello(info, k))
+    problems = []
+    if isinstance(reply, Ended) or reply.WhichOneof("kind") != "accept":
+        problems.append("the Hello was not accepted")
+    else:
+        for n in range(2):
+            problem = actions_problem(stream.exchange(reordered), info, k)
+            if problem:
+                problems.append(f"reordered frame {n}: {problem}")
+                break
+    stream.half_close()
+    return problems
+
+
 @check("oversized-message")
 def _oversized_message(ctx: LearnerContext) -> list[str]:
     info = ctx.need_info()
