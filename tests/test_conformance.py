@@ -19,6 +19,7 @@ import pytest
 from support import ROOT, learner_process, running
 
 from seedrl.conformance import probe
+from seedrl.conformance.__main__ import main as conformance_main
 from seedrl.conformance.actor_suite import run_actor_suite
 from seedrl.conformance.cases import ACTOR_CASES, CASES, LEARNER_CASES, Status
 from seedrl.conformance.config import ActorSuiteConfig, LearnerSuiteConfig
@@ -52,32 +53,24 @@ def test_seedrl_actor_passes_every_case_on_cartpole():
         (BOX, ["box-actions-clipped", "actions-applied", "time-limit-truncation"]),
     ],
 )  # fmt: skip
-def test_seedrl_actor_passes_the_probe_envs(env, cases):
+def test_seedrl_actor_passes_the_probe_envs(env, cases, monkeypatch):
     """The cases CartPole cannot show: frame-once stacks (uint8), Box actions clipped."""
-    report = run_actor_suite(PYTHON_ACTOR, ActorSuiteConfig(env=env, only=",".join(cases)))
-    assert [v.status for v in report.verdicts] == [Status.PASS] * len(cases), report.text()
-
-
-def test_the_stacked_probe_stream_really_sends_newest_frames():
-    """The offer was taken: the first stream's Hello says D and its frames are [K, 4]."""
     from seedrl.conformance import actor_suite
 
-    config = ActorSuiteConfig(env=STACKED, only="frame-stack-offered")
-    runs: dict = {}
-    real = actor_suite.stream_session
+    kept = {}
+    stream_session = actor_suite.stream_session
 
     def keep(ctx):  # type: ignore[no-untyped-def]
-        runs["stream"] = real(ctx)
-        return runs["stream"]
+        kept["stream"] = stream_session(ctx)
+        return kept["stream"]
 
-    actor_suite.SESSION_RUNNERS["stream"] = keep
-    try:
-        assert run_actor_suite(PYTHON_ACTOR, config).ok
-    finally:
-        actor_suite.SESSION_RUNNERS["stream"] = real
-    first, second = runs["stream"].learner.streams[:2]
-    assert (first.hello.frame_stack, second.hello.frame_stack) == (probe.STACK, 0)
-    assert first.info.frame_stack == probe.STACK and second.info.frame_stack == 0
+    monkeypatch.setitem(actor_suite.SESSION_RUNNERS, "stream", keep)
+    report = run_actor_suite(PYTHON_ACTOR, ActorSuiteConfig(env=env, only=",".join(cases)))
+    assert [v.status for v in report.verdicts] == [Status.PASS] * len(cases), report.text()
+    first, second = kept["stream"].learner.streams[:2]
+    if env == STACKED:  # the offer was taken: newest frames first, whole stacks after
+        assert first.info.frame_stack == probe.STACK and second.info.frame_stack == 0
+        assert (first.hello.frame_stack, second.hello.frame_stack) == (probe.STACK, 0)
 
 
 # (break, env, the case it must fail, words its message must hold)
@@ -166,12 +159,15 @@ def test_the_command_line_fails_a_reused_run_id(tmp_path):
         (["learner"], "give HOST:PORT first"),
     ],
 )
-def test_usage_errors_exit_2_with_one_line(args, words):
-    done = subprocess.run([sys.executable, "-m", "seedrl.conformance", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert done.returncode == 2
-    assert words in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+def test_usage_errors_exit_2_with_one_line(args, words, capsys):
+    try:
+        code = conformance_main(args)
+    except SystemExit as exit_:  # the flag parser exits by itself
+        code = exit_.code
+    stderr = capsys.readouterr().err
+    assert code == 2
+    assert words in stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
 
 
 # ---------------------------------------------------------------------- the learner side
@@ -191,6 +187,7 @@ def test_seedrl_learner_passes_the_learner_side(tmp_path):
     assert len(report.verdicts) == len(LEARNER_CASES)
 
 
+@pytest.mark.slow
 def test_a_learner_that_takes_an_empty_run_id_fails(tmp_path):
     """seedrl's learner with its run_id check removed by one line."""
     script = ROOT / "tests" / "broken_learner.py"

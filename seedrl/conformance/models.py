@@ -146,7 +146,7 @@ class BoxProbeModel:
         )
 
     def choose(self, obs: np.ndarray, env_index: int, rng: np.random.Generator) -> Any:
-        if env_index == 0:  # toward 0, through bounds an actor must clip (3 -> 1, -3 -> -1)
+        if env_index == 0:  # toward 0, with a first coordinate an actor must clip to its bound
             return np.array([3.0 if obs[0] < 0 else -3.0, 1.0], np.float32)
         return rng.uniform((-2.0, -1.0), (2.0, 3.0)).astype(np.float32)
 
