@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # Extra env families / tools to install besides learner+dev: `make install EXTRAS=atari,minatar`
 EXTRAS ?=
 
-.PHONY: install proto proto-check learner actors demo evaluate test test-slow test-cluster lint \
+.PHONY: install proto proto-check learner actors actors-cpp demo evaluate test test-slow test-cluster lint \
         bench bench-quick bench-pixels bench-learning bench-learning-table plot tensorboard \
         wheelhouse base-image images cluster cluster-down cluster-logs k8s-secret clean
 
@@ -57,6 +57,14 @@ ALLOW_ENV = $(if $(findstring :,$(ENV)),--allow-env-module $(ENV))
 actors: $(STAMP)
 	$(PY) -m actors --learner $(LEARNER) --num-actors $(N) --envs-per-actor $(ENVS_PER_ACTOR) \
 		$(ALLOW_ENV) $(ARGS)
+
+## The reference C++ actor (actors/cpp/, CMake; needs gRPC C++ and protobuf, e.g. Debian's
+## libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc cmake): then
+## `actors/cpp/build/seedrl-actor --learner HOST:PORT --envs-per-actor K`.
+CPP_BUILD ?= actors/cpp/build
+actors-cpp:
+	cmake -S actors/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build $(CPP_BUILD) -j $$(nproc 2>/dev/null || echo 2)
 
 ## Run a checkpoint's policy: `make evaluate CHECKPOINT=runs/x/checkpoint.pt ARGS="--video out.gif"`
 CHECKPOINT ?= $(LOGDIR)/checkpoint.pt
@@ -210,6 +218,17 @@ bench-peers: $(STAMP)
 
 bench-peers-table: $(STAMP)
 	$(PY) -m benchmarks.peers table $(PEERS_JSON) --update docs/performance.md
+
+## The C++ reference actor beside the Python actor at K = 1 and 32 envs, in one run: writes
+## CPP_ACTOR_JSON and docs/performance.md's C++ actor table.
+CPP_ACTOR_JSON ?= benchmarks/results/cpp-actor.json
+.PHONY: bench-cpp-actor bench-cpp-actor-table
+bench-cpp-actor: $(STAMP) actors-cpp
+	$(PY) -m benchmarks.cpp_actor run --out $(CPP_ACTOR_JSON) --binary $(CPP_BUILD)/seedrl-actor $(ARGS)
+	$(MAKE) --no-print-directory bench-cpp-actor-table CPP_ACTOR_JSON=$(CPP_ACTOR_JSON)
+
+bench-cpp-actor-table: $(STAMP)
+	$(PY) -m benchmarks.cpp_actor table $(CPP_ACTOR_JSON) --update docs/performance.md
 
 .PHONY: gpu-table
 gpu-table: $(STAMP)

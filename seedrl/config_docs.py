@@ -18,6 +18,7 @@ from typing import Any
 
 from seedrl.cli import field_docs
 from seedrl.config import ActorConfig, LearnerConfig
+from seedrl.conformance.config import ActorSuiteConfig, LearnerSuiteConfig
 from seedrl.presets import preset_names
 
 COMMAND = "python -m seedrl.config_docs > docs/configuration.md"
@@ -94,6 +95,11 @@ def flag_table(cls: type, leading_rows: tuple[str, ...] = ()) -> list[str]:
     return lines
 
 
+def _first_line(cls: type) -> str:
+    """A config's docstring as one paragraph line."""
+    return " ".join((cls.__doc__ or cls.__name__).split())
+
+
 def render() -> str:
     """The whole of ``docs/configuration.md``."""
     learner_doc = (LearnerConfig.__doc__ or "").strip()
@@ -130,6 +136,22 @@ def render() -> str:
         f"{actor_doc}",
         "",
         *flag_table(ActorConfig, (config_row,)),
+        "",
+        "## Conformance suite: `python -m seedrl.conformance`",
+        "",
+        "Its settings live in `seedrl/conformance/config.py` ([conformance.md](conformance.md)).",
+        "",
+        "### Actor side: `python -m seedrl.conformance actor [flags] -- CMD ...`",
+        "",
+        _first_line(ActorSuiteConfig),
+        "",
+        *flag_table(ActorSuiteConfig, (config_row,)),
+        "",
+        "### Learner side: `python -m seedrl.conformance learner HOST:PORT [flags]`",
+        "",
+        _first_line(LearnerSuiteConfig),
+        "",
+        *flag_table(LearnerSuiteConfig, (config_row,)),
         "",
     ]
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from seedrl.config import ActorConfig, LearnerConfig
 from seedrl.config_docs import COMMAND, render
+from seedrl.conformance.config import ActorSuiteConfig, LearnerSuiteConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "configuration.md"
@@ -33,7 +34,7 @@ def test_the_command_in_the_header_writes_the_page() -> None:
 
 def test_every_field_has_a_row_with_its_docstring() -> None:
     page = render()
-    for cls in (LearnerConfig, ActorConfig):
+    for cls in (LearnerConfig, ActorConfig, ActorSuiteConfig, LearnerSuiteConfig):
         for field in dataclasses.fields(cls):
             flag = "--" + field.name.rstrip("_").replace("_", "-")
             rows = [line for line in page.splitlines() if line.startswith(f"| `{flag}")]

@@ -10,6 +10,8 @@ README = ROOT / "README.md"
 PAGES = (
     "architecture.md",
     "wire-protocol.md",
+    "conformance.md",
+    "actors-in-other-languages.md",
     "configuration.md",
     "usage.md",
     "deployment.md",

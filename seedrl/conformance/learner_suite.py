@@ -1,0 +1,714 @@
+"""The learner side of the conformance suite: a scripted actor against a learner address.
+
+It asks GetInfo, then opens its own streams: well-behaved ones that step a few frames of
+valid observations (with episode ends), and bad ones that must be refused with the
+documented status, while one good stream keeps stepping between them to show that a bad
+stream ends alone. Nothing here depends on how the learner is built: only the wire.
+
+Shape suffixes: K envs in a stream, O observation dims.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import grpc
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from seedrl import PROTOCOL_VERSION, codec
+from seedrl.conformance.cases import Case, Report, Skip, Status, Verdict, select
+from seedrl.conformance.config import LearnerSuiteConfig
+from seedrl.proto import seedrl_pb2 as pb
+from seedrl.security import resolve_auth_token
+from seedrl.transport import ACT_METHOD, auth_metadata, client_channel
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+HEALTH_SERVING = b"\x08\x01"
+"""``HealthCheckResponse{status: SERVING}`` on the wire (field 1, varint 1)."""
+MAX_ENVS = 4096
+OVERSIZE_LIMIT = 256 * 1024 * 1024
+"""oversized-message is skipped for learners whose max_message_bytes is above this."""
+
+
+@dataclass
+class Ended:
+    """How a stream ended, from the client's side."""
+
+    code: grpc.StatusCode
+    details: str
+
+
+class ScriptedStream:
+    """One Act stream in lockstep, with every wait bounded; messages as raw bytes."""
+
+    def __init__(
+        self, channel: grpc.Channel, metadata: tuple[tuple[str, str], ...], timeout: float
+    ) -> None:
+        self._requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._replies: queue.SimpleQueue[bytes | Ended] = queue.SimpleQueue()
+        self._timeout = timeout
+        self._call: Any = channel.stream_stream(ACT_METHOD)(
+            iter(self._requests.get, None), metadata=metadata, timeout=timeout * 20
+        )
+        threading.Thread(target=self._read, daemon=True, name="scripted-actor").start()
+        self.ended: Ended | None = None
+
+    def _read(self) -> None:
+        try:
+            for raw in self._call:
+                self._replies.put(raw)
+            self._replies.put(Ended(grpc.StatusCode.OK, ""))
+        except grpc.RpcError as exc:
+            self._replies.put(Ended(exc.code(), exc.details() or ""))
+
+    def send(self, message: pb.ActorMessage | bytes) -> None:
+        self._requests.put(message if isinstance(message, bytes) else message.SerializeToString())
+
+    def receive(self) -> pb.LearnerMessage | Ended:
+        """The next reply, or how the stream ended (a timeout reads as DEADLINE_EXCEEDED)."""
+        if self.ended is not None:
+            return self.ended
+        try:
+            item = self._replies.get(timeout=self._timeout)
+        except queue.Empty:
+            self.cancel()
+            self.ended = Ended(
+                grpc.StatusCode.DEADLINE_EXCEEDED, f"no reply within {self._timeout:g} s"
+            )
+            return self.ended
+        if isinstance(item, Ended):
+            self.ended = item
+            return item
+        try:
+            return pb.LearnerMessage.FromString(item)
+        except DecodeError:
+            self.cancel()
+            self.ended = Ended(grpc.StatusCode.INTERNAL, "the learner sent bytes that do not parse")
+            return self.ended
+
+    def exchange(self, message: pb.ActorMessage | bytes) -> pb.LearnerMessage | Ended:
+        self.send(message)
+        return self.receive()
+
+    def half_close(self) -> Ended:
+        """End our side and wait for the learner to end the stream."""
+        self._requests.put(None)
+        while True:
+            reply = self.receive()
+            if isinstance(reply, Ended):
+                return reply
+
+    def cancel(self) -> None:
+        self._call.cancel()
+        self._requests.put(None)
+
+
+@dataclass
+class _GoodRun:
+    accept: str = ""
+    actions: list[str] = field(default_factory=list)
+    ends: list[str] = field(default_factory=list)
+    reconnect: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LearnerContext:
+    channel: grpc.Channel
+    config: LearnerSuiteConfig
+    token: str | None
+    info: pb.LearnerInfo | None = None
+    info_error: str = ""
+    good: ScriptedStream | None = None
+    """The stream that keeps stepping between the bad ones (bad-stream-isolated)."""
+    good_problems: list[str] = field(default_factory=list)
+    bad_streams: int = 0
+    good_run: _GoodRun | None = None
+    """What the well-behaved streams showed (run once, read by four cases)."""
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return auth_metadata(self.token)
+
+    def stream(self, metadata: tuple[tuple[str, str], ...] | None = None) -> ScriptedStream:
+        md = self.metadata if metadata is None else metadata
+        return ScriptedStream(self.channel, md, self.config.call_timeout_s)
+
+    def need_info(self) -> pb.LearnerInfo:
+        if self.info is None:
+            raise Skip(f"no LearnerInfo to work from ({self.info_error})")
+        return self.info
+
+
+# ---------------------------------------------------------------------- messages
+
+
+def hello(info: pb.LearnerInfo, k: int, **changes: Any) -> pb.ActorMessage:
+    fields: dict[str, Any] = {
+        "protocol_version": PROTOCOL_VERSION,
+        "actor_id": "seedrl-conformance",
+        "run_id": uuid.uuid4().hex,
+        "num_envs": k,
+        "env": info.env,
+    }
+    fields.update(changes)
+    return pb.ActorMessage(hello=pb.Hello(**fields))
+
+
+def valid_obs(space: pb.SpaceSpec, k: int, newest_only: bool = False) -> np.ndarray:
+    """K observations inside the space (zeros, moved into the bounds where they exclude 0)."""
+    obs = np.zeros(codec.spec_shape(space), np.float64)
+    if space.low.data and space.high.data:
+        low = codec.decode_tensor(space.low, "low").astype(np.float64)
+        high = codec.decode_tensor(space.high, "high").astype(np.float64)
+        obs = np.clip(obs, low, high)
+    one = (obs[-1] if newest_only else obs).astype(space.dtype)
+    return np.broadcast_to(one, (k, *one.shape)).copy()
+
+
+def frame(
+    obs: np.ndarray,
+    reward: np.ndarray | None = None,
+    terminated: np.ndarray | None = None,
+    truncated: np.ndarray | None = None,
+) -> pb.ActorMessage:
+    k = obs.shape[0]
+    message = pb.ActorMessage()
+    f = message.frame
+    no = np.zeros(k, np.bool_)
+    codec.encode_tensor(obs, f.observations)
+    codec.encode_tensor(np.zeros(k, np.float32) if reward is None else reward, f.rewards)
+    codec.encode_tensor(no if terminated is None else terminated, f.terminated)
+    codec.encode_tensor(no if truncated is None else truncated, f.truncated)
+    return message
+
+
+def actions_problem(reply: pb.LearnerMessage | Ended, info: pb.LearnerInfo, k: int) -> str:
+    """What is wrong with a reply that should carry K actions ("" if nothing)."""
+    if isinstance(reply, Ended):
+        return f"the stream ended with {reply.code.name}: {reply.details}"
+    kind = reply.WhichOneof("kind")
+    if kind != "actions":
+        return f"the reply is {kind!r}, not Actions"
+    space = info.env.action_space
+    discrete = space.kind == "discrete"
+    dtype = np.int64 if discrete else np.float32
+    shape = (k, *codec.spec_shape(space))
+    try:
+        actions = codec.decode_tensor(reply.actions.actions, "actions", dtype, shape)
+    except codec.WireError as exc:
+        return str(exc)
+    if discrete and not ((actions >= 0) & (actions < space.n)).all():
+        return f"actions {actions.tolist()} are outside [0, {space.n})"
+    if not discrete and not np.isfinite(actions).all():
+        return "actions hold NaN or inf"
+    return ""
+
+
+# ---------------------------------------------------------------------- checks
+
+Check = Callable[[LearnerContext], list[str]]
+CHECKS: dict[str, Check] = {}
+
+
+def check(case_id: str) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
+        CHECKS[case_id] = fn
+        return fn
+
+    return register
+
+
+SPACE_CHECKS: dict[str, Callable[[pb.SpaceSpec, str], list[str]]] = {}
+"""Space kind -> the checks of its SpaceSpec (a new kind on the wire adds an entry)."""
+
+
+def _discrete_problems(space: pb.SpaceSpec, name: str) -> list[str]:
+    problems = []
+    if space.n < 1:
+        problems.append(f"{name}: a discrete space needs n >= 1, got {space.n}")
+    if list(space.shape) or space.dtype != "int64":
+        problems.append(f"{name}: a discrete space has shape [] and dtype int64")
+    return problems
+
+
+def _box_problems(space: pb.SpaceSpec, name: str) -> list[str]:
+    problems = []
+    if space.dtype not in codec.ALLOWED_DTYPES:
+        problems.append(f"{name}: dtype {space.dtype!r} is not a wire dtype")
+    if any(d < 0 for d in space.shape) or len(space.shape) > codec.MAX_RANK:
+        problems.append(f"{name}: shape {list(space.shape)} is not a valid shape")
+    for bound in ("low", "high"):
+        tensor = getattr(space, bound)
+        if not tensor.ByteSize():
+            continue
+        try:
+            value = codec.decode_tensor(tensor, f"{name}.{bound}")
+        except codec.WireError as exc:
+            problems.append(str(exc))
+            continue
+        if value.shape != tuple(space.shape):
+            problems.append(
+                f"{name}.{bound}: shape {list(value.shape)}, not the space's {list(space.shape)}"
+            )
+    return problems
+
+
+SPACE_CHECKS.update(discrete=_discrete_problems, box=_box_problems)
+
+
+@check("info-valid")
+def _info_valid(ctx: LearnerContext) -> list[str]:
+    if ctx.info is None:
+        return [f"GetInfo failed: {ctx.info_error}"]
+    info = ctx.info
+    problems = []
+    if info.protocol_version != PROTOCOL_VERSION:
+        problems.append(f"protocol_version {info.protocol_version}, not {PROTOCOL_VERSION}")
+    if not info.env.env_id:
+        problems.append("env.env_id is empty")
+    try:
+        kwargs = json.loads(info.env.env_kwargs_json or "{}")
+        if not isinstance(kwargs, dict):
+            problems.append("env.env_kwargs_json is not a JSON object")
+    except json.JSONDecodeError:
+        problems.append("env.env_kwargs_json is not JSON")
+    for name in ("observation_space", "action_space"):
+        space = getattr(info.env, name)
+        kind_check = SPACE_CHECKS.get(space.kind)
+        if kind_check is None:
+            problems.append(f"{name}: kind {space.kind!r} is not one of {sorted(SPACE_CHECKS)}")
+        else:
+            problems += kind_check(space, name)
+    if not info.learner_run_id:
+        problems.append("learner_run_id is empty")
+    if info.max_message_bytes <= 0:
+        problems.append(f"max_message_bytes {info.max_message_bytes} is not positive")
+    d = info.frame_stack
+    obs_shape = codec.spec_shape(info.env.observation_space)
+    if d == 1 or (d > 1 and (len(obs_shape) < 2 or obs_shape[0] != d)):
+        problems.append(f"frame_stack {d} does not fit observations of shape {list(obs_shape)}")
+    return problems
+
+
+@check("health-serving")
+def _health_serving(ctx: LearnerContext) -> list[str]:
+    try:
+        raw = ctx.channel.unary_unary(HEALTH_CHECK)(b"", timeout=ctx.config.call_timeout_s)
+    except grpc.RpcError as exc:
+        return [f"Health/Check without a token ended with {exc.code().name}: {exc.details()}"]
+    if raw != HEALTH_SERVING:
+        return [f"Health/Check answered {raw!r}, not SERVING"]
+    return []
+
+
+@check("auth-required")
+def _auth_required(ctx: LearnerContext) -> list[str]:
+    if not ctx.token:
+        raise Skip("no token given (--auth-token or $SEEDRL_AUTH_TOKEN)")
+    info = ctx.need_info()
+    problems = []
+    for label, metadata in (("no token", ()), ("a wrong token", auth_metadata("not-" + ctx.token))):
+        try:
+            ctx.channel.unary_unary("/seedrl.v1.Learner/GetInfo")(
+                b"", metadata=metadata, timeout=ctx.config.call_timeout_s
+            )
+            problems.append(f"GetInfo with {label} was answered")
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAUTHENTICATED:
+                problems.append(
+                    f"GetInfo with {label} ended with {exc.code().name}, not UNAUTHENTICATED"
+                )
+        stream = ctx.stream(metadata)
+        reply = stream.exchange(hello(info, ctx.config.num_envs))
+        stream.cancel()
+        if not isinstance(reply, Ended):
+            problems.append(f"Act with {label} was answered with {reply.WhichOneof('kind')!r}")
+        elif reply.code != grpc.StatusCode.UNAUTHENTICATED:
+            problems.append(f"Act with {label} ended with {reply.code.name}, not UNAUTHENTICATED")
+    return problems
+
+
+def _good_run(ctx: LearnerContext) -> _GoodRun:
+    """One well-behaved stream with episode ends, then a second one: hello-accepted,
+    actions-reply, episode-ends-served and reconnect-served read from it (run once)."""
+    if ctx.good_run is not None:
+        return ctx.good_run
+    info = ctx.need_info()
+    k = ctx.config.num_envs
+    result = ctx.good_run = _GoodRun()
+    stream = ctx.stream()
+    reply = stream.exchange(hello(info, k))
+    if isinstance(reply, Ended) or reply.WhichOneof("kind") != "accept":
+        got = (
+            f"{reply.code.name}: {reply.details}"
+            if isinstance(reply, Ended)
+            else reply.WhichOneof("kind")
+        )
+        result.accept = f"the Hello was answered with {got}, not an Accept"
+        return result
+    if reply.accept.learner_run_id != info.learner_run_id:
+        result.accept = (
+            f"Accept.learner_run_id {reply.accept.learner_run_id!r} is not "
+            f"GetInfo's {info.learner_run_id!r}"
+        )
+    obs = valid_obs(info.env.observation_space, k)
+    rng = np.random.default_rng(0)
+    for n, (reward, terminated, truncated) in enumerate(_episode_script(k, ctx.config.frames, rng)):
+        problem = actions_problem(
+            stream.exchange(frame(obs, reward, terminated, truncated)), info, k
+        )
+        if problem:
+            target = (
+                result.ends if n > 0 and (terminated.any() or truncated.any()) else result.actions
+            )
+            target.append(f"frame {n}: {problem}")
+            break
+    stream.half_close()
+    again = ctx.stream()
+    reply = again.exchange(hello(info, k))
+    if isinstance(reply, Ended) or reply.WhichOneof("kind") != "accept":
+        result.reconnect.append("a second stream's Hello was not accepted")
+    else:
+        for n in range(2):
+            problem = actions_problem(again.exchange(frame(obs)), info, k)
+            if problem:
+                result.reconnect.append(f"second stream, frame {n}: {problem}")
+                break
+    again.half_close()
+    return result
+
+
+def _episode_script(
+    k: int, frames: int, rng: np.random.Generator
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """Rewards and flags of a plausible run: a reset frame, then steps where env 0
+    terminates and env K-1 is truncated every few frames, each followed by a reset frame."""
+    ended = np.zeros(k, np.bool_)
+    for n in range(frames):
+        reward = np.where(ended, 0.0, rng.uniform(-1, 1, k)).astype(np.float32)
+        terminated = np.zeros(k, np.bool_)
+        truncated = np.zeros(k, np.bool_)
+        if n == 0:
+            reward[:] = 0
+        elif not ended.any():
+            terminated[0] = n % 5 == 0
+            truncated[-1] = n % 7 == 0 and (k > 1 or not terminated[0])
+        yield reward, terminated, truncated
+        ended = terminated | truncated
+
+
+@check("hello-accepted")
+def _hello_accepted(ctx: LearnerContext) -> list[str]:
+    problem = _good_run(ctx).accept
+    return [problem] if problem else []
+
+
+@check("actions-reply")
+def _actions_reply(ctx: LearnerContext) -> list[str]:
+    run = _good_run(ctx)
+    if run.accept and "not an Accept" in run.accept:
+        raise Skip(run.accept)
+    return run.actions
+
+
+@check("episode-ends-served")
+def _episode_ends_served(ctx: LearnerContext) -> list[str]:
+    run = _good_run(ctx)
+    if run.accept and "not an Accept" in run.accept:
+        raise Skip(run.accept)
+    return run.ends
+
+
+@check("reconnect-served")
+def _reconnect_served(ctx: LearnerContext) -> list[str]:
+    return _good_run(ctx).reconnect
+
+
+def _good_step(ctx: LearnerContext) -> None:
+    """One round trip of the stream that steps between the bad ones."""
+    info = ctx.need_info()
+    k = ctx.config.num_envs
+    if ctx.good is None:
+        ctx.good = ctx.stream()
+        reply = ctx.good.exchange(hello(info, k))
+        if isinstance(reply, Ended) or reply.WhichOneof("kind") != "accept":
+            ctx.good_problems.append("the good stream's Hello was not accepted")
+            return
+    if ctx.good.ended is not None:
+        return
+    problem = actions_problem(
+        ctx.good.exchange(frame(valid_obs(info.env.observation_space, k))), info, k
+    )
+    if problem:
+        ctx.good_problems.append(f"after {ctx.bad_streams} bad streams: {problem}")
+
+
+def _refused(
+    ctx: LearnerContext, label: str, messages: list[pb.ActorMessage | bytes], code: grpc.StatusCode
+) -> str:
+    """Play ``messages`` on a new stream; "" when it ends with ``code`` and a message."""
+    _good_step(ctx)
+    stream = ctx.stream()
+    ended: Ended | None = None
+    for message in messages:
+        reply = stream.exchange(message)
+        if isinstance(reply, Ended):
+            ended = reply
+            break
+    if ended is None:
+        ended = stream.half_close()
+    stream.cancel()
+    ctx.bad_streams += 1
+    if ended.code != code:
+        return f"{label}: ended with {ended.code.name} ({ended.details!r}), not {code.name}"
+    if not ended.details:
+        return f"{label}: {code.name} without a message saying what was wrong"
+    return ""
+
+
+def _changed_env(info: pb.LearnerInfo, change: Callable[[pb.EnvSpec], None]) -> pb.EnvSpec:
+    env = pb.EnvSpec()
+    env.CopyFrom(info.env)
+    change(env)
+    return env
+
+
+@check("rejects-bad-hello")
+def _rejects_bad_hello(ctx: LearnerContext) -> list[str]:
+    info = ctx.need_info()
+    k = ctx.config.num_envs
+    obs = valid_obs(info.env.observation_space, k)
+    other_stack = info.frame_stack + 1 if info.frame_stack > 1 else 4
+
+    def grow_obs(env: pb.EnvSpec) -> None:
+        env.observation_space.shape.append(2)
+
+    def other_action(env: pb.EnvSpec) -> None:
+        if env.action_space.kind == "discrete":
+            env.action_space.n += 1
+        else:
+            env.action_space.shape.append(2)
+
+    cases: list[tuple[str, list[pb.ActorMessage | bytes]]] = [
+        ("a Frame first", [frame(obs)]),
+        ("an empty first message", [pb.ActorMessage()]),
+        ("protocol version 2", [hello(info, k, protocol_version=PROTOCOL_VERSION + 1)]),
+        ("an empty run_id", [hello(info, k, run_id="")]),
+        ("num_envs 0", [hello(info, 0)]),
+        (f"num_envs {MAX_ENVS + 1}", [hello(info, MAX_ENVS + 1)]),
+        (
+            "another env_id",
+            [
+                hello(
+                    info,
+                    k,
+                    env=_changed_env(info, lambda e: setattr(e, "env_id", e.env_id + "-other")),
+                )
+            ],
+        ),
+        ("another observation space", [hello(info, k, env=_changed_env(info, grow_obs))]),
+        ("another action space", [hello(info, k, env=_changed_env(info, other_action))]),
+        (f"frame_stack {other_stack} not offered", [hello(info, k, frame_stack=other_stack)]),
+        ("a second Hello", [hello(info, k), hello(info, k)]),
+    ]
+    return [p for label, messages in cases if (p := _refused(ctx, label, messages, INVALID))]
+
+
+@check("rejects-bad-frame")
+def _rejects_bad_frame(ctx: LearnerContext) -> list[str]:
+    info = ctx.need_info()
+    k = ctx.config.num_envs
+    space = info.env.observation_space
+    obs = valid_obs(space, k)
+    wrong_dtype = "float64" if space.dtype != "float64" else "float32"
+    short = frame(obs)
+    short.frame.observations.data = short.frame.observations.data[:-1]
+    cases: list[tuple[str, list[pb.ActorMessage | bytes]]] = [
+        ("observations of another dtype", [frame(obs.astype(wrong_dtype))]),
+        (
+            "observations of another shape",
+            [frame(np.concatenate([obs, obs], axis=-1) if obs.ndim > 1 else obs[:, None])],
+        ),
+        ("observations one byte short", [short]),
+        ("float64 rewards", [frame(obs, reward=np.zeros(k, np.float64))]),
+        ("uint8 terminated flags", [frame(obs, terminated=np.zeros(k, np.uint8))]),
+        ("K changed mid-stream", [frame(obs), frame(valid_obs(space, k + 1))]),
+        ("an infinite reward", [frame(obs, reward=np.full(k, np.inf, np.float32))]),
+        ("bytes that do not parse", [b"\xff" * 40]),
+    ]
+    if np.dtype(space.dtype).kind == "f":
+        cases.append(("NaN observations", [frame(np.full_like(obs, np.nan))]))
+    return [
+        p for label, messages in cases
+        if (p := _refused(ctx, label, [hello(info, k), *messages], INVALID))
+    ]  # fmt: skip
+
+
+@check("field-order-served")
+def _field_order_served(ctx: LearnerContext) -> list[str]:
+    """The four tensors last field first: the same Frame another encoder may write."""
+    info = ctx.need_info()
+    k = ctx.config.num_envs
+    canonical = frame(valid_obs(info.env.observation_space, k)).frame
+    reordered = b"".join(
+        pb.ActorMessage(frame=pb.Frame(**{name: getattr(canonical, name)})).SerializeToString()
+        for name in ("truncated", "terminated", "rewards", "observations")
+    )
+    stream = ctx.stream()
+    reply = stream.exchange(hello(info, k))
+    problems = []
+    if isinstance(reply, Ended) or reply.WhichOneof("kind") != "accept":
+        problems.append("the Hello was not accepted")
+    else:
+        for n in range(2):
+            problem = actions_problem(stream.exchange(reordered), info, k)
+            if problem:
+                problems.append(f"reordered frame {n}: {problem}")
+                break
+    stream.half_close()
+    return problems
+
+
+@check("oversized-message")
+def _oversized_message(ctx: LearnerContext) -> list[str]:
+    info = ctx.need_info()
+    limit = info.max_message_bytes
+    if limit > OVERSIZE_LIMIT:
+        raise Skip(f"max_message_bytes {limit} is more than this check sends ({OVERSIZE_LIMIT})")
+    k = ctx.config.num_envs
+    big = frame(valid_obs(info.env.observation_space, k))
+    big.frame.observations.data = bytes(limit + 1)
+    problem = _refused(
+        ctx,
+        "a Frame above max_message_bytes",
+        [hello(info, k), big],
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    )
+    return [problem] if problem else []
+
+
+@check("frame-stack-accepted")
+def _frame_stack_accepted(ctx: LearnerContext) -> list[str]:
+    info = ctx.need_info()
+    d = info.frame_stack
+    if d <= 1:
+        raise Skip("the learner offers no frame stacking")
+    k = ctx.config.num_envs
+    problems = []
+    for label, stack, obs in (
+        ("newest frames", d, valid_obs(info.env.observation_space, k, newest_only=True)),
+        ("whole stacks", 0, valid_obs(info.env.observation_space, k)),
+    ):
+        stream = ctx.stream()
+        reply = stream.exchange(hello(info, k, frame_stack=stack))
+        if isinstance(reply, Ended) or reply.WhichOneof("kind") != "accept":
+            problems.append(f"{label}: the Hello with frame_stack {stack} was not accepted")
+        else:
+            for n in range(3):
+                problem = actions_problem(stream.exchange(frame(obs)), info, k)
+                if problem:
+                    problems.append(f"{label}, frame {n}: {problem}")
+                    break
+        stream.half_close()
+    return problems
+
+
+@check("bad-stream-isolated")
+def _bad_stream_isolated(ctx: LearnerContext) -> list[str]:
+    _good_step(ctx)
+    if ctx.bad_streams == 0:
+        raise Skip("no bad stream was run (select rejects-bad-hello or rejects-bad-frame too)")
+    problems = list(ctx.good_problems)
+    if ctx.good is not None:
+        ctx.good.half_close()
+    return problems
+
+
+@check("shutdown-message")
+def _shutdown_message(ctx: LearnerContext) -> list[str]:
+    wait = ctx.config.wait_shutdown_s
+    if wait <= 0:
+        raise Skip("--wait-shutdown-s is 0")
+    info = ctx.need_info()
+    k = ctx.config.num_envs
+    stream = ctx.stream()
+    reply = stream.exchange(hello(info, k))
+    if isinstance(reply, Ended) or reply.WhichOneof("kind") != "accept":
+        return ["the Hello was not accepted"]
+    obs = valid_obs(info.env.observation_space, k)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        reply = stream.exchange(frame(obs))
+        if isinstance(reply, Ended):
+            return [f"the stream ended with {reply.code.name} ({reply.details!r}) and no Shutdown"]
+        if reply.WhichOneof("kind") == "shutdown":
+            ended = stream.half_close()
+            if ended.code not in (
+                grpc.StatusCode.OK,
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.CANCELLED,
+            ):
+                return [
+                    f"after the Shutdown and our half-close the stream ended with {ended.code.name}"
+                ]
+            return []
+        problem = actions_problem(reply, info, k)
+        if problem:
+            return [problem]
+    stream.cancel()
+    return [f"the learner sent no Shutdown within {wait:g} s (it must stop on its own meanwhile)"]
+
+
+# ---------------------------------------------------------------------- the suite
+
+
+def run_learner_suite(target: str, config: LearnerSuiteConfig) -> Report:
+    """Run the selected learner cases against the learner at ``target``."""
+    cases = select("learner", config.only)
+    token = resolve_auth_token(config.auth_token)
+    channel = client_channel(
+        target, config.tls_ca, config.tls_server_name, max_message_bytes=OVERSIZE_LIMIT + 2**20
+    )
+    ctx = LearnerContext(channel, replace(config), token)
+    try:
+        try:
+            ctx.info = pb.LearnerInfo.FromString(
+                channel.unary_unary("/seedrl.v1.Learner/GetInfo")(
+                    b"", metadata=ctx.metadata, timeout=config.call_timeout_s
+                )
+            )
+        except grpc.RpcError as exc:
+            ctx.info_error = f"{exc.code().name}: {exc.details()}"
+        except DecodeError:
+            ctx.info_error = "the reply does not parse as a LearnerInfo"
+        env = ctx.info.env.env_id if ctx.info is not None else "?"
+        report = Report("learner", target, env)
+        for case in cases:
+            report.verdicts.append(_judge(case, ctx))
+    finally:
+        if ctx.good is not None:
+            ctx.good.cancel()
+        channel.close()
+    return report
+
+
+def _judge(case: Case, ctx: LearnerContext) -> Verdict:
+    try:
+        problems = CHECKS[case.id](ctx)
+    except Skip as reason:
+        return Verdict(case, Status.SKIP, str(reason))
+    if not problems:
+        return Verdict(case, Status.PASS)
+    shown = "; ".join(problems[:4]) + (
+        f"; and {len(problems) - 4} more" if len(problems) > 4 else ""
+    )
+    return Verdict(case, Status.FAIL, shown)

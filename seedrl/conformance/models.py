@@ -1,0 +1,166 @@
+"""Models of the envs the suite offers: what one step does, what a reset looks like, and
+which actions to send, so the actor-side cases can check each env's next frame.
+
+A model predicts an env's next observation, reward and termination from the frame the
+actor sent and the action the suite answered. CartPole-v1's model is gymnasium's own
+``CartPoleEnv`` with its state set from the observation (the observation is the
+state), so an actor in another language is held to gymnasium's dynamics, not to a
+second copy of them. The probe envs (:mod:`seedrl.conformance.probe`) are exact by
+design. Envs without a model still run every case that needs none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from seedrl.conformance import probe
+
+
+@dataclass
+class Transition:
+    obs: np.ndarray
+    reward: float
+    terminated: bool
+    decided_by_rounding: bool = False
+    """The end condition is within rounding of the float32 observation: do not judge it."""
+
+
+class EnvModel(Protocol):
+    max_episode_steps: int | None
+    """The env's time limit (steps), or None without one."""
+    frame_stack: int
+    """D when observations are D frames stacked by seedrl's rule (see seedrl.envs), else 1."""
+    clips_box_actions_visibly: bool
+    """True when an unclipped Box action would show in the next observation."""
+
+    def step(self, obs: np.ndarray, action: np.ndarray) -> Transition: ...
+    def is_reset(self, obs: np.ndarray) -> bool: ...
+    def same(self, predicted: np.ndarray, actual: np.ndarray) -> bool: ...
+    def choose(self, obs: np.ndarray, env_index: int, rng: np.random.Generator) -> Any:
+        """The action the suite sends: env 0 is kept alive to its time limit, the others
+        get varied actions so that actions applied to the wrong env show."""
+        ...
+
+
+class CartPoleModel:
+    """gymnasium's CartPole-v1 dynamics (500-step time limit)."""
+
+    max_episode_steps = 500
+    frame_stack = 1
+    clips_box_actions_visibly = False
+    RESET_BOUND = 0.05
+
+    def __init__(self) -> None:
+        from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+        self._env = CartPoleEnv()
+        self._x_limit = self._env.x_threshold
+        self._theta_limit = self._env.theta_threshold_radians
+
+    def step(self, obs: np.ndarray, action: np.ndarray) -> Transition:
+        env = self._env
+        env.state = np.asarray(obs, np.float64).copy()
+        env.steps_beyond_terminated = None
+        next_obs, reward, terminated, _, _ = env.step(int(action))
+        x, theta = float(env.state[0]), float(env.state[2])
+        borderline = min(abs(abs(x) - self._x_limit), abs(abs(theta) - self._theta_limit)) < 1e-5
+        return Transition(next_obs, float(reward), bool(terminated), borderline)
+
+    def is_reset(self, obs: np.ndarray) -> bool:
+        return obs.shape == (4,) and bool(np.all(np.abs(obs) <= self.RESET_BOUND + 1e-6))
+
+    def same(self, predicted: np.ndarray, actual: np.ndarray) -> bool:
+        return predicted.shape == actual.shape and bool(
+            np.allclose(predicted, actual, rtol=1e-5, atol=1e-5)
+        )
+
+    def choose(self, obs: np.ndarray, env_index: int, rng: np.random.Generator) -> Any:
+        if env_index == 0:  # a linear controller that balances the pole for 500 steps
+            x, x_dot, theta, theta_dot = (float(v) for v in obs)
+            return int(theta + 0.5 * theta_dot + 0.02 * x + 0.1 * x_dot > 0)
+        return int(rng.integers(2))
+
+
+class StackedProbeModel:
+    """:class:`~seedrl.conformance.probe.StackedProbe`: exact, 3 stacked uint8 frames."""
+
+    max_episode_steps = probe.STACKED_TIME_LIMIT
+    frame_stack = probe.STACK
+    clips_box_actions_visibly = False
+
+    def step(self, obs: np.ndarray, action: np.ndarray) -> Transition:
+        a = int(action)
+        position = int(obs[-1, 0]) + a - 1
+        steps = int(obs[-1, 2]) + 1
+        nxt = np.empty_like(obs)
+        nxt[:-1] = obs[1:]
+        nxt[-1] = (position, a, steps, probe.MARKER)
+        terminated = not probe.END_LOW < position < probe.END_HIGH
+        return Transition(nxt, float(a - 1), terminated)
+
+    def is_reset(self, obs: np.ndarray) -> bool:
+        if obs.shape != (probe.STACK, probe.FRAME) or obs[:-1].any():
+            return False
+        position, action, steps, marker = (int(v) for v in obs[-1])
+        in_range = probe.START_LOW <= position <= probe.START_HIGH
+        return in_range and (action, steps, marker) == (0, 0, probe.MARKER)
+
+    def same(self, predicted: np.ndarray, actual: np.ndarray) -> bool:
+        return predicted.shape == actual.shape and bool(np.array_equal(predicted, actual))
+
+    def choose(self, obs: np.ndarray, env_index: int, rng: np.random.Generator) -> Any:
+        if env_index == 0:  # stay inside the bounds until the time limit
+            position = int(obs[-1, 0])
+            safe = [
+                a for a in (0, 1, 2) if probe.END_LOW + 1 < position + a - 1 < probe.END_HIGH - 1
+            ]
+            return int(rng.choice(safe))
+        return int(rng.integers(3))
+
+
+class BoxProbeModel:
+    """:class:`~seedrl.conformance.probe.BoxProbe`: exact, Box actions it does not clip."""
+
+    max_episode_steps = probe.BOX_TIME_LIMIT
+    frame_stack = 1
+    clips_box_actions_visibly = True
+
+    def step(self, obs: np.ndarray, action: np.ndarray) -> Transition:
+        a = np.clip(np.asarray(action, np.float32).reshape(2), probe.BOX_LOW, probe.BOX_HIGH)
+        nxt = np.asarray(obs, np.float32).copy()
+        nxt[0] = np.float32(nxt[0] + a[0] + a[1] - np.float32(1.0))
+        nxt[1:3] = a
+        nxt[3] += 1
+        return Transition(nxt, float(-abs(nxt[0])), bool(abs(nxt[0]) > probe.BOX_BOUND))
+
+    def is_reset(self, obs: np.ndarray) -> bool:
+        return obs.shape == (4,) and abs(float(obs[0])) <= 0.5 and not obs[1:].any()
+
+    def same(self, predicted: np.ndarray, actual: np.ndarray) -> bool:
+        return predicted.shape == actual.shape and bool(
+            np.allclose(predicted, actual, rtol=1e-6, atol=1e-6)
+        )
+
+    def choose(self, obs: np.ndarray, env_index: int, rng: np.random.Generator) -> Any:
+        if env_index == 0:  # toward 0, with a first coordinate an actor must clip to its bound
+            return np.array([3.0 if obs[0] < 0 else -3.0, 1.0], np.float32)
+        return rng.uniform((-2.0, -1.0), (2.0, 3.0)).astype(np.float32)
+
+
+MODELS: dict[str, Callable[[], Any]] = {
+    "CartPole-v1": CartPoleModel,
+    "seedrl.conformance.probe:StackedProbe": StackedProbeModel,
+    "seedrl.conformance.probe:BoxProbe": BoxProbeModel,
+}
+"""Env id -> its model, for the env's default kwargs."""
+
+
+def model_for(env_id: str, env_kwargs: dict[str, Any]) -> EnvModel | None:
+    """The model of this env, or None (no model, or kwargs that change the dynamics)."""
+    make = MODELS.get(env_id)
+    model: EnvModel | None = make() if make is not None and not env_kwargs else None
+    return model

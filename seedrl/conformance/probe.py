@@ -1,0 +1,107 @@
+"""Probe environments: tiny deterministic envs whose every observation tells the
+conformance suite what the actor did, for the rules CartPole cannot show.
+
+``StackedProbe`` stacks D frames of uint8 the way Atari does in seedrl (each step shifts
+the stack and appends the newest frame; an episode starts as zeros plus its first
+frame), so an actor that can run Python envs can be checked on frame-once stacking.
+``BoxProbe`` takes Box actions and does not clip them itself, so its observation shows
+whether the actor clipped. Both report the action they applied, a step counter and the
+position their dynamics moved, so one frame is enough to predict the next exactly
+(:mod:`seedrl.conformance.models`). Name them as ``seedrl.conformance.probe:StackedProbe``
+and ``seedrl.conformance.probe:BoxProbe``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+STACK = 3
+"""Frames per StackedProbe observation."""
+FRAME = 4
+"""A StackedProbe frame: position, last action, steps taken, a marker byte."""
+MARKER = 7
+START_LOW, START_HIGH = 100, 104
+"""A StackedProbe episode starts at a position in [START_LOW, START_HIGH]."""
+END_LOW, END_HIGH = 96, 108
+"""A StackedProbe episode terminates when its position leaves (END_LOW, END_HIGH)."""
+STACKED_TIME_LIMIT = 12
+
+
+class StackedProbe(gym.Env):
+    """Observations ``uint8 [3, 4]``: the last three frames ``[position, last action,
+    steps, 7]``, oldest first. Action ``a`` in {0, 1, 2} moves the position by ``a - 1``;
+    the reward is ``a - 1``; the episode terminates when the position leaves (96, 108)
+    and is truncated after 12 steps."""
+
+    metadata = {"render_modes": []}  # noqa: RUF012
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(0, 255, (STACK, FRAME), np.uint8)
+        self.action_space = gym.spaces.Discrete(3)
+        self._stack = np.zeros((STACK, FRAME), np.uint8)
+        self._position = START_LOW
+        self._steps = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._position = int(self.np_random.integers(START_LOW, START_HIGH + 1))
+        self._steps = 0
+        self._stack[:] = 0
+        self._stack[-1] = (self._position, 0, 0, MARKER)
+        return self._stack.copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        a = int(action)
+        if a not in (0, 1, 2):
+            raise ValueError(f"StackedProbe: action {action!r} is not in Discrete(3)")
+        self._position += a - 1
+        self._steps += 1
+        self._stack[:-1] = self._stack[1:]
+        self._stack[-1] = (self._position, a, self._steps, MARKER)
+        terminated = not END_LOW < self._position < END_HIGH
+        truncated = self._steps >= STACKED_TIME_LIMIT
+        return self._stack.copy(), float(a - 1), terminated, truncated, {}
+
+
+BOX_LOW = np.array([-1.0, 0.0], np.float32)
+BOX_HIGH = np.array([1.0, 2.0], np.float32)
+BOX_BOUND = 4.0
+"""A BoxProbe episode terminates when |position| exceeds this."""
+BOX_TIME_LIMIT = 10
+
+
+class BoxProbe(gym.Env):
+    """Observations ``float32 [4]``: ``[position, applied action 0, applied action 1,
+    steps]``. Actions ``float32 [2]`` in ``[-1, 1] x [0, 2]``, applied as given (an actor
+    must clip): the position moves by ``a0 + a1 - 1``, the reward is ``-|position|``;
+    the episode terminates when ``|position| > 4`` and is truncated after 10 steps."""
+
+    metadata = {"render_modes": []}  # noqa: RUF012
+
+    def __init__(self) -> None:
+        inf = np.float32(np.inf)
+        self.observation_space = gym.spaces.Box(-inf, inf, (4,), np.float32)
+        self.action_space = gym.spaces.Box(BOX_LOW, BOX_HIGH, dtype=np.float32)
+        self._obs = np.zeros(4, np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._obs[:] = (self.np_random.uniform(-0.5, 0.5), 0.0, 0.0, 0.0)
+        return self._obs.copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        a = np.asarray(action, np.float32).reshape(2)
+        obs = self._obs
+        obs[0] = np.float32(obs[0] + a[0] + a[1] - np.float32(1.0))
+        obs[1:3] = a
+        obs[3] += 1
+        terminated = bool(abs(obs[0]) > BOX_BOUND)
+        truncated = bool(obs[3] >= BOX_TIME_LIMIT)
+        return obs.copy(), float(-abs(obs[0])), terminated, truncated, {}

@@ -1,0 +1,267 @@
+"""The conformance suite passes seedrl's own actor and learner, and fails broken ones.
+
+Each broken actor is seedrl's actor with one rule corrupted by one line
+(tests/broken_actor.py); the suite must fail exactly the case guarding that rule, with a
+message naming what went wrong. The three cheapest run in ``make test``, the rest with
+``make test-slow``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from support import ROOT, learner_process, running
+
+from seedrl.conformance import probe
+from seedrl.conformance.__main__ import main as conformance_main
+from seedrl.conformance.actor_suite import run_actor_suite
+from seedrl.conformance.cases import ACTOR_CASES, CASES, LEARNER_CASES, Status
+from seedrl.conformance.config import ActorSuiteConfig, LearnerSuiteConfig
+from seedrl.conformance.learner_suite import run_learner_suite
+from seedrl.conformance.models import BoxProbeModel, StackedProbeModel
+
+ACTOR_FLAGS = ["--learner", "{learner}", "--envs-per-actor", "{num_envs}",
+               "--max-backoff-s", "{max_backoff_s}"]  # fmt: skip
+PYTHON_ACTOR = [sys.executable, "-m", "actors", "actor", *ACTOR_FLAGS]
+STACKED = "seedrl.conformance.probe:StackedProbe"
+BOX = "seedrl.conformance.probe:BoxProbe"
+
+
+def broken(name: str) -> list[str]:
+    return [sys.executable, str(ROOT / "tests" / "broken_actor.py"), name, *ACTOR_FLAGS]
+
+
+def test_seedrl_actor_passes_every_case_on_cartpole():
+    report = run_actor_suite(PYTHON_ACTOR, ActorSuiteConfig())
+    assert report.ok, report.text()
+    skipped = {v.case.id for v in report.verdicts if v.status is Status.SKIP}
+    assert skipped == {"box-actions-clipped", "frame-stack-offered", "frame-stack-not-offered"}
+    assert len(report.verdicts) == len(ACTOR_CASES)
+
+
+@pytest.mark.parametrize(
+    ("env", "cases"),
+    [
+        (STACKED, ["frame-stack-offered", "frame-stack-not-offered", "actions-applied",
+                   "time-limit-truncation", "next-step-autoreset", "reset-frame-first"]),
+        (BOX, ["box-actions-clipped", "actions-applied", "time-limit-truncation"]),
+    ],
+)  # fmt: skip
+def test_seedrl_actor_passes_the_probe_envs(env, cases, monkeypatch):
+    """The cases CartPole cannot show: frame-once stacks (uint8), Box actions clipped."""
+    from seedrl.conformance import actor_suite
+
+    kept = {}
+    stream_session = actor_suite.stream_session
+
+    def keep(ctx):  # type: ignore[no-untyped-def]
+        kept["stream"] = stream_session(ctx)
+        return kept["stream"]
+
+    monkeypatch.setitem(actor_suite.SESSION_RUNNERS, "stream", keep)
+    report = run_actor_suite(PYTHON_ACTOR, ActorSuiteConfig(env=env, only=",".join(cases)))
+    assert [v.status for v in report.verdicts] == [Status.PASS] * len(cases), report.text()
+    first, second = kept["stream"].learner.streams[:2]
+    if env == STACKED:  # the offer was taken: newest frames first, whole stacks after
+        assert first.info.frame_stack == probe.STACK and second.info.frame_stack == 0
+        assert (first.hello.frame_stack, second.hello.frame_stack) == (probe.STACK, 0)
+
+
+# (break, env, the case it must fail, words its message must hold)
+CP = "CartPole-v1"
+BROKEN = [
+    ("reuse-run-id", CP, "fresh-run-id", "reused run_id"),
+    ("reset-reward", CP, "reset-frame-first", "first frame's rewards are [1.0, 1.0, 1.0]"),
+    ("swap-actions", CP, "actions-applied", "actions applied to the wrong env?"),
+    ("truncation-as-termination", CP, "time-limit-truncation",
+     "reached the 500-step limit but is terminated"),
+    ("reward-after-reset", STACKED, "next-step-autoreset", "reward 1.0, not 0"),
+    ("k-changes", CP, "k-constant", "carry 2 envs but the Hello said K=3"),
+    ("float64-rewards", CP, "tensor-layout", "rewards: dtype float64 but expected float32"),
+    ("nan-observation", CP, "finite-values", "observations hold NaN or inf"),
+    ("no-clip", BOX, "box-actions-clipped", "is outside [[-1.,  0.], [1., 2.]]"),
+    ("stack-unoffered", STACKED, "frame-stack-not-offered",
+     "Hello.frame_stack 3 but GetInfo offered 0"),
+    ("wrong-stack", STACKED, "frame-stack-offered", "Hello.frame_stack 4 but GetInfo offered 3"),
+    ("no-auth", CP, "auth-metadata", "carried no authorization metadata"),
+    ("wrong-kwargs", CP, "hello-env", "env_kwargs_json"),
+    ("wrong-version", CP, "hello-fields", "protocol_version 2, not 1"),
+    ("second-hello", CP, "hello-first", "is 'hello', not a Frame"),
+    ("skip-getinfo", CP, "getinfo-first", "opened with no GetInfo answered"),
+    ("late-half-close", CP, "shutdown-ends-stream", "had not ended its side 3 s later"),
+    ("ignore-final", CP, "shutdown-final-exits", "after Shutdown{final: true}"),
+    ("exit-on-restart", CP, "shutdown-restart-reconnects", "no new stream"),
+    ("no-retry", CP, "retry-unreachable", "then never reached it"),
+    ("no-retry-unavailable", CP, "retry-unavailable",
+     "after UNAVAILABLE (nothing listening yet) the actor exited with status 2"),
+    ("no-retry-exhausted", CP, "retry-resource-exhausted", "never tried again"),
+    ("retry-everything", CP, "stop-invalid-argument", "more call(s) after INVALID_ARGUMENT"),
+    ("retry-everything", CP, "stop-unauthenticated", "more call(s) after UNAUTHENTICATED"),
+    ("no-jitter", CP, "backoff-jittered", "lie within 15 ms of each other: no jitter"),
+    ("no-cap", CP, "backoff-capped", "exceed the cap of 0.5 s"),
+    ("no-backoff", CP, "backoff-waits", "a tight retry loop"),
+]  # fmt: skip
+FAST = {"reset-reward", "swap-actions"}
+SLOW = pytest.mark.slow
+"""Run in ``make test`` (reuse-run-id runs there through the command line, below)."""
+
+
+def _broken_params() -> list[object]:
+    return [
+        pytest.param(
+            *row, id=f"{row[0]}:{row[2]}", marks=() if row[0] in FAST else pytest.mark.slow
+        )
+        for row in BROKEN
+    ]
+
+
+@pytest.mark.parametrize(("name", "env", "case", "words"), _broken_params())
+def test_a_broken_actor_fails_the_case_guarding_its_rule(name, env, case, words):
+    config = ActorSuiteConfig(env=env, only=case, session_timeout_s=15 if name == "no-cap" else 60)
+    verdict = run_actor_suite(broken(name), config).of(case)
+    assert verdict.status is Status.FAIL, (name, verdict)
+    assert words in verdict.detail, verdict.detail
+
+
+def test_every_actor_case_has_a_broken_actor():
+    """Each rule is shown to fail once (make test-slow runs them all)."""
+    assert {case for _, _, case, _ in BROKEN} == {c.id for c in ACTOR_CASES}
+
+
+def test_the_command_line_fails_a_reused_run_id(tmp_path):
+    """Exit 1, the case named with what was wrong, and the JSON report beside it."""
+    out = tmp_path / "report.json"
+    args = [sys.executable, "-m", "seedrl.conformance", "actor", "--only", "fresh-run-id",
+            "--report-json", str(out), "--", *broken("reuse-run-id")]  # fmt: skip
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL  fresh-run-id" in done.stdout
+    assert "stream 1 of the stream session reused run_id '0000000000000000000000000000003b'" in (
+        done.stdout
+    )
+    report = json.loads(out.read_text())
+    assert report["counts"] == {"pass": 0, "fail": 1, "skip": 0}
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["actor", "--", sys.executable, "-m", "actors"], "must contain {learner}"),
+        (["actor", sys.executable], "give the actor command after --"),
+        (["actor", "--only", "no-such-case", "--", "x", "{learner}"], "no actor case no-such-case"),
+        (["actor", "--num-envs", "0", "--", "x"], "--num-envs must be in [1, 4096]"),
+        (["learner"], "give HOST:PORT first"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args, words, capsys):
+    try:
+        code = conformance_main(args)
+    except SystemExit as exit_:  # the flag parser exits by itself
+        code = exit_.code
+    stderr = capsys.readouterr().err
+    assert code == 2
+    assert words in stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+
+
+# ---------------------------------------------------------------------- the learner side
+
+
+def test_seedrl_learner_passes_the_learner_side(tmp_path):
+    """A real learner with a token, stopping on its own at --total-frames."""
+    token = "conformance-token"
+    extra = ["--auth-token", token, "--total-frames", "600", "--no-train"]
+    with learner_process(tmp_path, *extra) as (learner, port):
+        config = LearnerSuiteConfig(auth_token=token, wait_shutdown_s=60)
+        report = run_learner_suite(f"127.0.0.1:{port}", config)
+        assert learner.wait(timeout=60) == 0, learner.output()
+    assert report.ok, report.text()
+    skipped = {v.case.id for v in report.verdicts if v.status is Status.SKIP}
+    assert skipped == {"frame-stack-accepted"}
+    assert len(report.verdicts) == len(LEARNER_CASES)
+
+
+@pytest.mark.slow
+def test_a_learner_that_takes_an_empty_run_id_fails(tmp_path):
+    """seedrl's learner with its run_id check removed by one line."""
+    script = ROOT / "tests" / "broken_learner.py"
+    args = [sys.executable, str(script), "--port", "0", "--logdir", str(tmp_path), "--no-train",
+            "--progress", "plain", "--no-tensorboard"]  # fmt: skip
+    with running(args) as learner:
+        line = learner.wait_for("listening on", 60)
+        port = int(re.search(r"listening on \S*:(\d+) ", line)[1])
+        report = run_learner_suite(
+            f"127.0.0.1:{port}", LearnerSuiteConfig(only="rejects-bad-hello")
+        )
+    verdict = report.of("rejects-bad-hello")
+    assert verdict.status is Status.FAIL, report.text()
+    assert verdict.detail.startswith("an empty run_id: ended with"), verdict.detail
+
+
+# ---------------------------------------------------------------------- the parts
+
+
+@pytest.mark.parametrize(("make_env", "make_model"), [(probe.StackedProbe, StackedProbeModel),
+                                                      (probe.BoxProbe, BoxProbeModel)])  # fmt: skip
+def test_probe_models_predict_their_envs_exactly(make_env, make_model):
+    """The models are written apart from the envs; 300 random steps must agree bit for bit."""
+    env, model = make_env(), make_model()
+    rng = np.random.default_rng(3)
+    obs, _ = env.reset(seed=5)
+    assert model.is_reset(obs)
+    for _ in range(300):
+        action = model.choose(obs, int(rng.integers(3)), rng)
+        want = model.step(obs, action)
+        if isinstance(env.action_space, gym.spaces.Box):  # as a conforming actor clips
+            action = np.clip(action, env.action_space.low, env.action_space.high)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        assert np.array_equal(want.obs, obs) and want.reward == reward
+        assert want.terminated == terminated
+        if terminated or truncated:
+            obs, _ = env.reset()
+            assert model.is_reset(obs)
+
+
+def test_cases_are_unique_and_each_has_a_check():
+    from seedrl.conformance import actor_suite, learner_suite
+
+    assert len(CASES) == len(ACTOR_CASES) + len(LEARNER_CASES)
+    assert set(actor_suite.CHECKS) == {c.id for c in ACTOR_CASES}
+    assert set(learner_suite.CHECKS) == {c.id for c in LEARNER_CASES}
+
+
+# ---------------------------------------------------------------------- the documents
+
+WIRE = ROOT / "docs" / "wire-protocol.md"
+PAGE = ROOT / "docs" / "conformance.md"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def test_the_protocol_links_every_case_and_only_cases():
+    linked = set(re.findall(r"conformance\.md#([a-z0-9-]+)", WIRE.read_text()))
+    assert linked == set(CASES), (set(CASES) - linked, linked - set(CASES))
+
+
+def test_every_case_names_a_section_of_the_protocol():
+    sections = {_slug(line[3:]) for line in WIRE.read_text().splitlines() if line.startswith("## ")}
+    assert {case.rule for case in CASES.values()} <= sections
+
+
+def test_the_conformance_page_lists_the_cases_as_generated():
+    from seedrl.conformance.cases import UPDATE_COMMAND, markdown, update_page
+
+    text = PAGE.read_text()
+    assert update_page(text, markdown()) == text, f"docs/conformance.md is stale: {UPDATE_COMMAND}"
+    for case_id in CASES:
+        assert f'<a id="{case_id}"></a>' in text

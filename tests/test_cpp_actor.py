@@ -1,0 +1,110 @@
+"""The reference C++ actor (actors/cpp/): it passes the conformance suite and trains
+CartPole-v1 to 475 against an unmodified learner.
+
+The module builds it (``make actors-cpp``) when the toolchain is there and skips, saying
+what to install, when it is not; CI installs the toolchain and sets
+``SEEDRL_REQUIRE_CPP=1``, which turns that skip into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from contextlib import ExitStack
+
+import pytest
+from support import ROOT, learner_process, running
+
+from seedrl import envs
+from seedrl.conformance.actor_suite import run_actor_suite
+from seedrl.conformance.cases import ACTOR_CASES, Status
+from seedrl.conformance.config import ActorSuiteConfig
+from seedrl.conformance.scripted import Script, ScriptedLearner, Serve
+
+BINARY = ROOT / "actors" / "cpp" / "build" / "seedrl-actor"
+PACKAGES = "libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc cmake g++"
+TOOLS = ("cmake", "c++", "protoc", "grpc_cpp_plugin")
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def cpp_actor() -> str:
+    """The built actor, (re)built by ``make actors-cpp``; skipped without a toolchain."""
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    required = os.environ.get("SEEDRL_REQUIRE_CPP") == "1"
+    if missing:
+        reason = f"C++ toolchain missing ({', '.join(missing)}): apt-get install {PACKAGES}"
+        if required:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    done = subprocess.run(["make", "actors-cpp"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=840)  # fmt: skip
+    if done.returncode != 0:
+        pytest.fail(f"make actors-cpp failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return str(BINARY)
+
+
+def test_cpp_actor_passes_the_conformance_suite(cpp_actor):
+    command = [cpp_actor, "--learner", "{learner}", "--envs-per-actor", "{num_envs}",
+               "--max-backoff-s", "{max_backoff_s}"]  # fmt: skip
+    report = run_actor_suite(command, ActorSuiteConfig())
+    assert report.ok, report.text()
+    skipped = {v.case.id for v in report.verdicts if v.status is Status.SKIP}
+    assert skipped == {"box-actions-clipped", "frame-stack-offered", "frame-stack-not-offered"}
+    assert len(report.verdicts) == len(ACTOR_CASES)
+
+
+def test_cpp_actors_train_cartpole_to_475(cpp_actor, tmp_path):
+    """Two C++ actors x 32 envs and `python -m learner` as `make learner` starts it."""
+    extra = ["--target-return", "475", "--max-seconds", "600"]
+    with learner_process(tmp_path, *extra, timeout=180) as (learner, port), ExitStack() as stack:
+        args = [cpp_actor, "--learner", f"127.0.0.1:{port}", "--envs-per-actor", "32"]
+        actors = [stack.enter_context(running([*args, "--seed", str(s)])) for s in (1, 2)]
+        assert learner.wait(timeout=700) == 0, learner.output()
+        for actor in actors:  # told Shutdown{final: true}: they exit 0 by themselves
+            assert actor.wait(timeout=30) == 0, actor.output()
+            assert "the learner finished training" in actor.output()
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["solved"] and result["episode_return_mean"] >= 475, result
+
+
+def test_cpp_actor_exits_2_on_an_env_it_cannot_run(cpp_actor):
+    learner = ScriptedLearner(envs.describe_env("Acrobot-v1"), Script(acts=[Serve(1, True)]), None)
+    port = learner.start("127.0.0.1:0")
+    try:
+        done = subprocess.run([cpp_actor, "--learner", f"127.0.0.1:{port}"],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    finally:
+        learner.stop()
+    assert done.returncode == 2
+    assert "unsupported env Acrobot-v1" in done.stderr
+    assert not learner.streams, "it must not open a stream for an env it cannot run"
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ([], "--learner HOST:PORT is required"),
+        (["--learner", "x:1", "--envs-per-actor", "0"], "--envs-per-actor must be in [1, 4096]"),
+        (["--learner", "x:1", "--frobnicate", "1"], "unknown flag --frobnicate"),
+        (["--learner", "x:1", "--seed", "many"], "--seed: not a number: many"),
+    ],
+)
+def test_cpp_actor_bad_flags_exit_2_with_one_line(cpp_actor, args, words):
+    done = subprocess.run([cpp_actor, *args], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"seedrl-actor: {words}"
+
+
+def test_sigterm_ends_a_retrying_cpp_actor_with_0(cpp_actor):
+    with running([cpp_actor, "--learner", "127.0.0.1:9"]) as actor:
+        actor.wait_for("learner unavailable", 30)
+        started = time.monotonic()
+        actor.signal(signal.SIGTERM)
+        assert actor.wait(timeout=10) == 0
+    assert time.monotonic() - started < 5, "a retry wait must not delay the exit"
