@@ -237,10 +237,12 @@ gpu-table: $(STAMP)
 		--bench $(GPU_RESULTS)/bench-$(GPU_TAG)-atari.json $(GPU_RESULTS)/bench-$(GPU_TAG)-cartpole.json \
 		--update docs/performance.md
 
-## Regenerate docs/configuration.md from the config dataclasses (a test fails while it is stale).
+## Regenerate docs/configuration.md from the config dataclasses and docs/usage.md's table of
+## env families from their registry (a test fails while either is stale).
 .PHONY: docs
 docs: $(STAMP)
 	$(PY) -m seedrl.config_docs > docs/configuration.md
+	$(PY) -m seedrl.envs.docs docs/usage.md
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache bench.json bench-minatar.json \

@@ -43,6 +43,7 @@ def train_main(argv: Sequence[str]) -> int:
         return 2
     from learner.run import serve
     from learner.state.checkpoint import CheckpointError
+    from seedrl.envs import EnvError
     from seedrl.transport import run_event_loop
 
     try:
@@ -57,6 +58,9 @@ def train_main(argv: Sequence[str]) -> int:
         return 2
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except EnvError as exc:
+        print(f"python -m learner: error: --env {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)

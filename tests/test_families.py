@@ -26,6 +26,7 @@ from support import (
 from seedrl import envs
 from seedrl.cli import parse_config
 from seedrl.config import LearnerConfig
+from seedrl.envs import atari
 from seedrl.presets import build_config, load_preset, preset_names
 
 
@@ -59,7 +60,7 @@ def test_atari_spaces_are_the_deepmind_setting():
         assert vec.metadata["autoreset_mode"] == envs.gym.vector.AutoresetMode.NEXT_STEP
     finally:
         vec.close()
-    kwargs = envs.atari_kwargs("ALE/Pong-v5", {"episodic_life": True})
+    kwargs = atari.atari_kwargs("ALE/Pong-v5", {"episodic_life": True})
     assert kwargs["repeat_action_probability"] == 0.25 and kwargs["frameskip"] == 4
     assert kwargs["episodic_life"] is True and kwargs["reward_clipping"] is False
 

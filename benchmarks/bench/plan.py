@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from seedrl import envs
+
 SCHEMA = "seedrl-bench/1"
 MODES = ("ideal", "ideal_train", "echo", "inference", "system")
 
@@ -73,9 +75,15 @@ class Target:
     env_prefix: str = ""
     """The target judges only benches of envs whose id starts with this (all when empty):
     a per-frame budget set for CartPole's MLP means nothing for Atari's CNN."""
+    family: str = ""
+    """The target judges only benches of this env family (``seedrl.envs`` registry name;
+    all when empty)."""
 
     def applies_to(self, env: str | None) -> bool:
-        return env is None or env.startswith(self.env_prefix)
+        if env is None:
+            return True
+        in_family = not self.family or envs.family_of(env).name == self.family
+        return in_family and env.startswith(self.env_prefix)
 
 
 BEST_TARGET = "best_system_over_ideal"
@@ -115,7 +123,7 @@ TARGETS = (
         "system_over_ideal_train",
         "best system fps / in-process ideal with training at the same point",
         0.9,
-        env_prefix="ALE/",
+        family="atari",
     ),
 )
 

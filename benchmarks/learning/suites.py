@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from seedrl import envs
+
 
 @dataclass(frozen=True)
 class Reference:
@@ -33,24 +35,33 @@ class EnvSpec:
     """One env of a suite: how seedrl trains it and what it is measured against."""
 
     env: str
-    preset: str | None
     frames: int
     """Default budget per run, in seedrl frames (env steps)."""
     reference: Reference
     thresholds: tuple[float, ...]
     """Returns whose first crossing (frames, wall time) the summary records."""
+    preset: str | None = ""
+    """The learner preset it trains with: "" for its env family's (``seedrl.envs``
+    registry), None for the learner's defaults."""
     same_setting: tuple[Reference, ...] = ()
     """Published figures under this env's own conventions, where ``reference``'s were
     easier (no sticky actions, a life lost ends the episode): they show what the setting
     allows; the verdict is against ``reference`` alone, as the target was set."""
-    frames_per_step: int = 1
-    """Emulator frames per seedrl frame (Atari's frame skip)."""
     overrides: dict[str, Any] = field(default_factory=dict)
     """LearnerConfig fields on top of the preset (none by default: presets carry them)."""
+
+    def __post_init__(self) -> None:
+        if self.preset == "":
+            object.__setattr__(self, "preset", envs.family_of(self.env).preset)
 
     @property
     def name(self) -> str:
         return self.env.replace("/", "-")
+
+    @property
+    def frames_per_step(self) -> int:
+        """Emulator frames per seedrl frame (Atari's frame skip), as the env family sets it."""
+        return envs.family_of(self.env).frames_per_step
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,6 @@ _MINATAR_BUDGET = "5 M frames (= steps)"
 def _minatar(game: str, reference: float) -> EnvSpec:
     return EnvSpec(
         env=f"MinAtar/{game}-v1",
-        preset="minatar",
         frames=5_000_000,
         reference=Reference(
             reference, _MINATAR_PAPER, _MINATAR_BUDGET, _MINATAR_SETTING, _MINATAR_URL
@@ -110,24 +120,24 @@ SUITES: dict[str, Suite] = {
         envs=(
             EnvSpec(
                 "CartPole-v1",
-                None,
                 1_000_000,
                 Reference(500.0, _ZOO, "100 k timesteps (= frames)", "CartPole-v1", _ZOO_URL),
                 thresholds=(195.0, 475.0),
+                preset=None,
             ),
             EnvSpec(
                 "Acrobot-v1",
-                None,
                 1_000_000,
                 Reference(-73.5, _ZOO, "1 M timesteps (= frames)", "Acrobot-v1", _ZOO_URL),
                 thresholds=(-200.0, -100.0),
+                preset=None,
             ),
             EnvSpec(
                 "Pendulum-v1",
-                "pendulum",
                 2_000_000,
                 Reference(-172.2, _ZOO, "100 k timesteps (= frames)", "Pendulum-v1", _ZOO_URL),
                 thresholds=(-500.0, -200.0),
+                preset="pendulum",
             ),
         ),
         num_actors=2,
@@ -154,7 +164,6 @@ SUITES: dict[str, Suite] = {
         envs=(
             EnvSpec(
                 "ALE/Pong-v5",
-                "atari",
                 10_000_000,
                 Reference(
                     20.99,
@@ -168,11 +177,9 @@ SUITES: dict[str, Suite] = {
                     _dopamine(10.0, "DQN (Nature CNN)", "Pong"),
                     _dopamine(19.3, "Rainbow", "Pong"),
                 ),
-                frames_per_step=4,
             ),
             EnvSpec(
                 "ALE/Breakout-v5",
-                "atari",
                 10_000_000,
                 Reference(
                     398.0,
@@ -186,7 +193,6 @@ SUITES: dict[str, Suite] = {
                     _dopamine(81.7, "DQN (Nature CNN)", "Breakout"),
                     _dopamine(47.7, "Rainbow", "Breakout"),
                 ),
-                frames_per_step=4,
             ),
         ),
         num_actors=2,

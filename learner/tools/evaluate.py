@@ -69,12 +69,11 @@ class EvalResult:
 
 
 def evaluation_env(policy: Policy, render_mode: str | None = None) -> Any:
-    """The training env, but scored the way Atari results are published: an episode is a
-    full game (all lives), whatever ``episodic_life`` the policy was trained with; sticky
-    actions and the 108 k-frame cap stay as configured."""
-    kwargs = dict(policy.env_kwargs)
-    if policy.env_id.startswith(envs.ATARI_PREFIX):
-        kwargs["episodic_life"] = False
+    """The training env, but scored the way the family's results are published
+    (:attr:`seedrl.envs.EnvFamily.evaluation_kwargs`; Atari: an episode is a full game,
+    all lives, whatever ``episodic_life`` the policy was trained with; sticky actions and
+    the 108 k-frame cap stay as configured)."""
+    kwargs = envs.evaluation_kwargs(policy.env_id, policy.env_kwargs)
     return envs.make_env(policy.env_id, kwargs, render_mode=render_mode)
 
 
