@@ -108,8 +108,16 @@ def test_every_family_builds_its_example_alone_and_as_actors_step_it(family):
         assert vec.metadata["autoreset_mode"] == envs.gym.vector.AutoresetMode.NEXT_STEP
         obs, _ = vec.reset(seed=0)
         assert obs.shape == (2, *shape)
-        obs, reward, *_ = vec.step(np.zeros(2, np.int64))
-        assert obs.shape == (2, *shape) and reward.shape == (2,)
+        # A family that declares stacking keeps the rule the learner rebuilds stacks by:
+        # an episode starts as zeros but its newest frame, and each step shifts by one.
+        assert stack == 1 or not obs[:, :-1].any()
+        for _ in range(3):  # too few steps for any example's episode to end
+            prev = obs.copy()
+            obs, reward, terminated, truncated, _ = vec.step(np.zeros(2, np.int64))
+            assert obs.shape == (2, *shape) and reward.shape == (2,)
+            assert not (terminated | truncated).any()
+            if stack > 1:
+                np.testing.assert_array_equal(obs[:, :-1], prev[:, 1:])
     finally:
         vec.close()
 

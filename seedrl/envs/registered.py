@@ -40,8 +40,8 @@ FAMILY = EnvFamily(
     make_vector=make_vector,
     preprocessing=(
         "none: the env as `gymnasium.make` builds it (classic control is in the base "
-        "install; other ids need their package); from K = 6 envs an actor steps the "
-        "env's native vector env where it has one"
+        f"install; other ids need their package); from K = {NATIVE_VECTOR_MIN_ENVS} envs an "
+        "actor steps the env's native vector env where it has one"
     ),
     preset="cartpole",
 )
