@@ -31,7 +31,7 @@ from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, stored_fr
 from learner.training.allocator import keep_freed_memory
 from learner.training.trainer import Trainer, TrainerParts, apply_optimizer_settings, make_optimizer
 from seedrl import codec, envs
-from seedrl.config import LearnerConfig, to_json_dict
+from seedrl.config import LearnerConfig, public_config_dict, to_json_dict
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def build_learner(config: LearnerConfig) -> Learner:
     torso = choose_torso(env_spec.observation_space, config.model)
     model = agent.build_model(obs_space, torso).to(device)
     optimizer = make_optimizer(model, config)
-    stats = LearnerStats()
+    stats = LearnerStats(log_episodes=config.log_episodes)
     step_counter = StepCounter()
     if config.resume and config.checkpoint_path.exists():
         saved = checkpoint.restore(
@@ -167,7 +167,7 @@ def save_checkpoint(
         frames=frames,
         episodes=episodes,
         returns=list(stats.returns),
-        config=to_json_dict(learner.config),
+        config=public_config_dict(learner.config),
         env_spec=learner.env_spec.SerializeToString(),
         model_spec=to_json_dict(learner.model.spec),
         **extra,

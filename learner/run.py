@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from learner.agents.models import resolve_precision
-from learner.metrics import MetricsWriter
+from learner.metrics import MetricsWriter, PrometheusSink
 from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
 from learner.progress import Progress
 from learner.serving.batcher import DynamicBatcher, ProcessFn
@@ -35,7 +35,7 @@ from learner.state.stats import LearnerStats
 from learner.training.device_host import DeviceHost
 from learner.training.hosts import ThreadHost, TrainerHost, trainer_mode
 from learner.training.process_host import ProcessHost
-from seedrl.config import LearnerConfig, to_json_dict
+from seedrl.config import LearnerConfig, public_config_dict
 from seedrl.metrics import RunResult
 from seedrl.security import check_bind_protected, resolve_auth_token
 from seedrl.transport import offered_local_socket
@@ -250,7 +250,7 @@ async def _serve(
     rank.attach(learner)
     logdir = Path(config.logdir)
     logdir.mkdir(parents=True, exist_ok=True)
-    (logdir / "config.json").write_text(json.dumps(to_json_dict(config), indent=2) + "\n")
+    (logdir / "config.json").write_text(json.dumps(public_config_dict(config), indent=2) + "\n")
     trainer = rank.make_host(learner)
     serving = build_serving(learner, trainer, rank.rank_addresses, local_address, auth_token)
     stop = StopRequest()
@@ -284,7 +284,8 @@ async def _serve(
         if rank.writes_checkpoints:
             counters = rank.checkpoint_counters()
             await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
-        writer.write({**learner.stats.snapshot(len(learner.queue)), **rank.metrics()})
+        record = {**learner.stats.snapshot(len(learner.queue)), **rank.metrics()}
+        writer.write(record, learner.stats.drain_episodes())
         writer.close()
     result = _result(learner, stop.reason, time.perf_counter() - start)
     print(summary_line(result), flush=True)
@@ -313,7 +314,7 @@ async def _supervise(
         record = stats.snapshot(len(learner.queue))
         record.update(trainer.metrics())
         record.update(rank.metrics())
-        writer.write(record)
+        writer.write(record, stats.drain_episodes())
         progress.update(record)
         reason = _stop_condition(config, stats, start, trainer) or rank.stop_reason
         if reason:
@@ -330,12 +331,10 @@ async def _supervise(
 
 
 def _metrics_writer(config: LearnerConfig, logdir: Path) -> MetricsWriter:
-    prometheus = (config.bind, config.metrics_port) if config.metrics_port else None
-    writer = MetricsWriter(logdir, tensorboard=config.tensorboard, prometheus=prometheus)
-    if writer.prometheus is not None:
-        print(
-            f"seedrl metrics on http://{config.bind}:{writer.prometheus.port}/metrics", flush=True
-        )
+    writer = MetricsWriter.from_config(config, logdir)
+    prometheus = writer.sink(PrometheusSink)
+    if prometheus is not None:
+        print(f"seedrl metrics on http://{config.bind}:{prometheus.port}/metrics", flush=True)
     return writer
 
 

@@ -13,11 +13,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from seedrl.config import AUTH_TOKEN_ENV, ActorConfig
-
-SECRET_FIELDS = frozenset({"auth_token"})
-"""Fields never written on a command line (other users see it in ``ps``): the token
-travels in ``$SEEDRL_AUTH_TOKEN`` (:func:`secret_env`)."""
+# Secret fields never go on a command line: the token travels in $SEEDRL_AUTH_TOKEN.
+from seedrl.config import AUTH_TOKEN_ENV, SECRET_FIELDS, ActorConfig
 
 
 def config_flags(config: Any) -> list[str]:

@@ -24,6 +24,10 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 
 LR_SCHEDULES = ("auto", "constant", "linear")
+WANDB_MODES = ("online", "offline")
+SECRET_FIELDS = frozenset({"auth_token"})
+"""Config fields never written down or sent anywhere: not on a command line (other users
+see it in ``ps``), in ``config.json``, checkpoints or a W&B run."""
 
 
 def flag_name(field: str) -> str:
@@ -254,6 +258,20 @@ class LearnerConfig:
     """Write TensorBoard event files into logdir."""
     metrics_port: int = 0
     """Serve Prometheus /metrics on this port (on --bind's address); 0: off."""
+    log_episodes: bool = True
+    """Append one JSON line per finished episode (frames, elapsed_s, return, length) to
+    logdir/episodes.jsonl, as SB3's Monitor does, so the plotted learning curve starts at
+    the first episode; off for envs whose episodes end so often that the file grows fast."""
+    wandb: bool = False
+    """Also log to Weights & Biases (``pip install -e '.[wandb]'``): the resolved config
+    without secrets, and every metric as a curve over frames."""
+    wandb_project: str = "seedrl"
+    """W&B project of the run (with --wandb)."""
+    wandb_entity: str | None = None
+    """W&B team or user the run belongs to (default: the logged-in user's)."""
+    wandb_mode: str = "online"
+    """online (sync to the W&B server as the run goes) or offline (write the run under
+    logdir/wandb with no network; upload it later with ``wandb sync``)."""
 
     def __post_init__(self) -> None:
         _require_range(
@@ -288,6 +306,7 @@ class LearnerConfig:
         _require_choice(self, "trainer", TRAINER_MODES)
         _require_choice(self, "precision", PRECISIONS)
         _require_choice(self, "progress", ("auto", "bar", "plain", "off"))
+        _require_choice(self, "wandb_mode", WANDB_MODES)
         _require_choice(self, "lr_schedule", LR_SCHEDULES)
         if self.lr_schedule == "linear" and not self.total_frames:
             raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
@@ -430,3 +449,8 @@ START_METHODS = ("fork", "exec")
 def to_json_dict(config: Any) -> dict[str, Any]:
     """A JSON-friendly dict of a config (tuples become lists)."""
     return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def public_config_dict(config: Any) -> dict[str, Any]:
+    """:func:`to_json_dict` without the :data:`SECRET_FIELDS`: what a run may write down."""
+    return {k: v for k, v in to_json_dict(config).items() if k not in SECRET_FIELDS}
