@@ -352,6 +352,11 @@ def test_learner_passes_the_check_with_a_token_client_certificates_or_insecure(t
             assert learner.wait(90) == 2, (name, learner.output())
         assert "error: could not bind the learner to 192.0.2.1:" in learner.output(), name
         assert REFUSAL not in learner.output(), name
+        # What the run wrote before the bind failed (config.json) holds no token.
+        assert (tmp_path / name / "config.json").is_file(), name
+        for written in (tmp_path / name).rglob("*"):
+            if written.is_file():
+                assert TOKEN.encode() not in written.read_bytes(), written
 
 
 # ------------------------------------------------------------------ hosts run only what they chose
