@@ -4,6 +4,7 @@ every repository path and code name the docs use exists, so they cannot go stale
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import glob
 import importlib
@@ -80,10 +81,17 @@ FILE_SUFFIXES = {
 EXTERNAL_NAMES = {
     # library names the docs mention bare (gymnasium, SB3, torch, CPython)
     "Box", "Discrete", "SyncVectorEnv", "FlattenObservation", "VecNormalize", "Tanh",
+    "CartPoleEnv",
     "TorchDispatchMode", "PyObject_GetAttr",
     # the health service's Watch RPC, a CPU-kernel weight layout, a /proc/PID/smaps field
     "Watch", "NxKbB", "Referenced",
+    # gRPC C++'s stream call the C++ actor ends its writes with; the HTTP auth scheme
+    "WritesDone", "Bearer",
 }  # fmt: skip
+HOST_SUFFIXES = {"svc", "local", "internal"}
+"""Last labels of a DNS name (``learner.seedrl.svc``): a host, not code."""
+CPP_SOURCES = ("actors/cpp",)
+"""Folders of the reference actors in other languages, whose names the docs may cite."""
 FENCE = re.compile(r"^\s*(```|~~~)\s*([\w+-]*)")
 PATH = re.compile(
     r"(?<![\w/.~$:-])((?:" + "|".join(re.escape(d) for d in TOP_DIRS) + r")/[\w./*{},<>-]*)"
@@ -130,11 +138,17 @@ def _path_patterns(path: str) -> list[str]:
 
 
 def _ignored_by_git(path: str) -> bool:
-    """A path the repository ignores: something a command makes (``deploy/seedrl.env``)."""
-    done = subprocess.run(
-        ["git", "check-ignore", "-q", path], cwd=ROOT, capture_output=True, check=False
-    )
-    return done.returncode == 0
+    """A path the repository ignores: something a command makes (``deploy/seedrl.env``,
+    the folder ``deploy/tls``, asked as a folder too since it may not exist yet)."""
+    path = path.rstrip("/")
+    for candidate in (path, path + "/"):
+        done = subprocess.run(
+            ["git", "check-ignore", "-q", "--no-index", candidate],
+            cwd=ROOT, capture_output=True, check=False,
+        )  # fmt: skip
+        if done.returncode == 0:
+            return True
+    return False
 
 
 @functools.cache
@@ -151,6 +165,19 @@ def _project_classes() -> dict[str, list[str]]:
                 if isinstance(node, ast.ClassDef):
                     found.setdefault(node.name, []).append(module)
     return found
+
+
+@functools.cache
+def _cpp_names() -> set[str]:
+    """Classes, structs and functions the reference actors in other languages define."""
+    names: set[str] = set()
+    for folder in CPP_SOURCES:
+        for source in sorted((ROOT / folder).rglob("*")):
+            if source.suffix in (".h", ".cc", ".cpp", ".hpp"):
+                text = source.read_text()
+                names |= set(re.findall(r"\b(?:class|struct)\s+([A-Z]\w*)", text))
+                names |= set(re.findall(r"^[\w:<>&*\s]+?\b([A-Z]\w*)\(", text, re.M))
+    return names
 
 
 @functools.cache
@@ -219,6 +246,8 @@ def _dotted_name_problem(name: str) -> str | None:
     parts = name.split(".")
     if parts[-1] in FILE_SUFFIXES or any(p.isupper() for p in parts[1:]):
         return None  # a file name (``metrics.jsonl``), a placeholder (``relay.tar.NN``)
+    if HOST_SUFFIXES & set(parts[1:]):
+        return None  # a host name (``learner.seedrl.svc.cluster.local``)
     if name.startswith("seedrl.v1"):  # the wire contract's package
         rest = parts[2:]
         ok = not rest or _resolve_class_path(".".join(rest)) or rest[0] in _proto_names()
@@ -278,9 +307,11 @@ def test_every_code_name_the_docs_use_exists() -> None:
 def test_every_class_the_docs_name_in_code_exists() -> None:
     """A capitalised identifier in a code span (`DynamicBatcher`, `LearnerConfig`) is a
     project class, a wire message, service or RPC, or one of the few library names listed
-    in EXTERNAL_NAMES: a class renamed in the code fails here."""
+    in EXTERNAL_NAMES, a Python builtin (``TypeError``) or a name the reference C++ actor
+    defines (``CartPoleEnv``): a class renamed in the code fails here."""
     proto = _proto_names()
     known = set(_project_classes()) | set(proto) | {m for ms in proto.values() for m in ms}
+    known |= set(dir(builtins)) | _cpp_names()
     unknown = sorted(
         {
             f"{doc.relative_to(ROOT)}: {name}"
