@@ -226,6 +226,16 @@ class LearnerConfig:
     (each slot holds T+1 observations), so one Hello cannot claim gigabytes."""
     max_message_bytes: int = 16 * 1024 * 1024
     """Largest gRPC message accepted, in bytes."""
+    hello_timeout_s: float = 30.0
+    """An Act stream must send its Hello within this many seconds, or it ends with
+    DEADLINE_EXCEEDED: a connection that never says who it is holds no server resources
+    for long (0: wait for ever)."""
+    stream_idle_timeout_s: float = 120.0
+    """An admitted stream whose actor sends no frame for this many seconds after its last
+    reply ends with DEADLINE_EXCEEDED, freeing its place and its K env slots (a live but
+    stuck actor; a dead host is dropped sooner by the keepalive). Time the stream waits
+    for the learner does not count. Raise it for envs whose step or reset takes longer
+    (0: never)."""
     auth_token: str | None = dataclasses.field(default=None, repr=False)
     """Shared token every call must carry (default: --auth-token-file, else
     $SEEDRL_AUTH_TOKEN); None disables it. On the command line every user of this host
@@ -293,7 +303,8 @@ class LearnerConfig:
         _require_range(
             self,
             ("seed", "torch_threads", "total_frames", "max_seconds", "inference_timeout_ms",
-             "entropy_cost", "final_entropy_cost", "baseline_cost", "checkpoint_history_frames"),
+             "entropy_cost", "final_entropy_cost", "baseline_cost", "checkpoint_history_frames",
+             "hello_timeout_s", "stream_idle_timeout_s"),
             low=0,
         )  # fmt: skip
         _require_range(

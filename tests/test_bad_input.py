@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import threading
+import time
 import uuid
 
 import grpc
@@ -19,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import actor_args, engine_for, learner_process, running, wait_until
-from wire_clients import act, child_pids, frame, get_info, hello, lockstep
+from wire_clients import HeldStream, act, child_pids, frame, get_info, hello, lockstep, stub
 
 from learner.parts import build_learner
-from learner.serving.batcher import PendingRequest
+from learner.serving.batcher import DynamicBatcher, PendingRequest
 from learner.serving.inference import (
     Connection,
     FramePayload,
@@ -30,6 +32,7 @@ from learner.serving.inference import (
     nonfinite_problem,
 )
 from learner.serving.servicer import LearnerServicer
+from learner.state.stats import LearnerStats
 from seedrl import PROTOCOL_VERSION, codec
 from seedrl.config import LearnerConfig
 from seedrl.envs import describe_env
@@ -39,6 +42,8 @@ MAX_MESSAGE_BYTES = 200_000
 MAX_ENVS = 64  # the real actor (4 envs) and the good client (2) leave 58
 K = 2
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
+HELLO_TIMEOUT_S = 2.0
+IDLE_TIMEOUT_S = 4.0
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +51,10 @@ def served(tmp_path_factory):
     """(channel, env spec, good client, learner proc, actor launcher proc)."""
     logdir = tmp_path_factory.mktemp("bad_input")
     env = {"SEEDRL_LOG_LEVEL": "INFO"}
-    extra = ["--max-message-bytes", str(MAX_MESSAGE_BYTES), "--max-envs", str(MAX_ENVS)]
+    extra = [
+        "--max-message-bytes", str(MAX_MESSAGE_BYTES), "--max-envs", str(MAX_ENVS),
+        "--hello-timeout-s", str(HELLO_TIMEOUT_S), "--stream-idle-timeout-s", str(IDLE_TIMEOUT_S),
+    ]  # fmt: skip
     with learner_process(logdir, *extra, env=env) as (learner, port):
         with running(actor_args(port, 1, 4), env=env) as actors:
             wait_until(lambda: child_pids(actors.popen.pid), 30, what="actor process")
@@ -240,6 +248,55 @@ def test_a_valid_frame_in_another_field_order_is_served(served):
     for message in messages[1:]:
         actions = codec.decode_tensor(message.actions.actions, "actions", np.int64, (K,))
         assert set(actions.tolist()) <= {0, 1}
+    good.wait_for_more(5)
+
+
+def test_a_stream_that_sends_no_hello_is_ended(served):
+    """A connection that never says who it is ends after --hello-timeout-s."""
+    channel, _env, good, _learner, _actors = served
+    release = threading.Event()
+
+    def nothing():
+        release.wait(30)
+        yield from ()
+
+    began = time.monotonic()
+    call = stub(channel).Act(nothing(), timeout=30)
+    try:
+        with pytest.raises(grpc.RpcError) as caught:
+            next(call)
+    finally:
+        release.set()
+    elapsed = time.monotonic() - began
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert f"no Hello within {HELLO_TIMEOUT_S:g} s" in caught.value.details()
+    assert HELLO_TIMEOUT_S - 0.1 <= elapsed < 20, elapsed
+    good.wait_for_more(5)
+
+
+def test_a_silent_admitted_stream_is_ended_and_its_place_freed(served):
+    """An admitted actor that stops sending (its connection alive) loses its place and its
+    K env slots after --stream-idle-timeout-s; the others are served throughout."""
+    channel, env, good, learner, _actors = served
+    room = MAX_ENVS - 4 - K  # what the real actor and the good client leave
+    held = HeldStream(channel, env, num_envs=room, frames=2, actor_id="silent-actor")
+    try:
+        # While it is admitted, its envs are taken: one more stream does not fit.
+        outcome = act(channel, [hello(env, K)])
+        assert outcome.code == grpc.StatusCode.RESOURCE_EXHAUSTED, outcome
+        good.wait_for_more(5)
+        code, details = held.status(timeout=IDLE_TIMEOUT_S + 20)
+        silent_for = time.monotonic() - held.last_reply_at
+    finally:
+        held.close()
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED, (code, details)
+    assert f"no frame for {IDLE_TIMEOUT_S:g} s after the last reply" in details
+    assert silent_for >= IDLE_TIMEOUT_S - 0.1, silent_for
+    learner.wait_for("'silent-actor' sent no frame", 10)
+    # Its place and all its env slots are free again: a stream of that size is served.
+    outcome = act(channel, [hello(env, room), frame(room)])
+    assert outcome.code == grpc.StatusCode.OK, outcome
+    assert [r.WhichOneof("kind") for r in outcome.replies] == ["accept", "actions"]
     good.wait_for_more(5)
 
 
@@ -452,3 +509,78 @@ def test_nonfinite_frame_in_a_batch_fails_only_its_own_request(field):
         assert request.future.result().shape == (k,)
     assert learner.stats.frames == 2 * k
     assert (conns[0].frames, conns[1].frames, conns[2].frames) == (k, 0, k)
+
+
+def test_a_stream_waiting_for_the_learner_is_not_silent():
+    """Only time the actor owes a frame counts: a frame the learner holds for many idle
+    bounds (a batch forming, back-pressure) does not end the stream; once answered, the
+    silent actor is ended after the bound."""
+    bound, held_s = 0.2, 1.5
+    config = LearnerConfig(env="CartPole-v1", stream_idle_timeout_s=bound)
+    spec = describe_env(config.env, config.env_kwargs)
+    k = 1
+    hello_bytes = hello(spec, k).SerializeToString()
+    frame_bytes = frame(k).SerializeToString()
+
+    class Aborted(Exception):
+        pass
+
+    class SilentAfterOneFrame:
+        """An Act context: Hello, one frame, then no more (the read never returns)."""
+
+        def __init__(self) -> None:
+            self.reads = [hello_bytes, frame_bytes]
+            self.replies: list[float] = []
+            self.status: tuple[grpc.StatusCode, str] | None = None
+
+        async def read(self) -> bytes:
+            if self.reads:
+                return self.reads.pop(0)
+            await asyncio.Event().wait()  # silent for ever
+            raise AssertionError("unreachable")
+
+        async def write(self, data: bytes) -> None:
+            self.replies.append(time.monotonic())
+
+        def peer(self) -> str:
+            return "in-process"
+
+        async def abort(self, code: grpc.StatusCode, details: str) -> None:
+            self.status = (code, details)
+            raise Aborted
+
+    class SlotsAndEnds:
+        def allocate(self, count: int) -> np.ndarray:
+            return np.arange(count)
+
+        def release_later(self, conn: Connection) -> None:
+            conn.closed = True
+
+    async def slow_learner(batch: list[PendingRequest]) -> None:
+        await asyncio.sleep(held_s)  # the learner holds the frame, as back-pressure does
+        for request in batch:
+            request.payload.conn.frames += request.num_frames
+            request.future.set_result(np.zeros(request.num_frames, np.int64))
+
+    async def run() -> tuple[SilentAfterOneFrame, float, float]:
+        batcher = DynamicBatcher(slow_learner, max_frames=1, timeout_s=0.01)
+        ends = SlotsAndEnds()
+        servicer = LearnerServicer(config, spec, batcher, ends, ends, LearnerStats())
+        batching = asyncio.create_task(batcher.run())
+        context = SilentAfterOneFrame()
+        began = time.monotonic()
+        with pytest.raises(Aborted):
+            await asyncio.wait_for(servicer.Act(None, context), 30)
+        ended = time.monotonic()
+        servicer.begin_shutdown("test over", final=True)
+        batching.cancel()
+        assert not servicer.connections and servicer.stats.streams_timed_out == 1
+        return context, began, ended
+
+    context, began, ended = asyncio.run(run())
+    assert context.status is not None
+    assert context.status[0] == grpc.StatusCode.DEADLINE_EXCEEDED, context.status
+    assert len(context.replies) == 2  # the Accept, then the actions after the long hold
+    answered = context.replies[-1]
+    assert answered - began >= held_s  # held for many bounds, and not ended meanwhile
+    assert bound <= ended - answered < bound + 1.0, ended - answered

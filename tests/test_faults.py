@@ -186,13 +186,13 @@ def test_stuck_slow_hung_actors_and_overload(tmp_path):
     """A silent stream, a slow one and a SIGSTOPped one never stall the others; overload is
     refused with RESOURCE_EXHAUSTED until a place frees."""
     max_actors = 4
-    with running(
-        learner_args(port := free_port(), tmp_path, "--max-actors", str(max_actors)), env=INFO
-    ) as learner:
+    # --stream-idle-timeout-s 0: the held stream stays until the test frees it.
+    flags = ["--max-actors", str(max_actors), "--stream-idle-timeout-s", "0"]
+    with running(learner_args(port := free_port(), tmp_path, *flags), env=INFO) as learner:
         learner.wait_for("listening on", 60)
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             env = get_info(channel).env
-            held = HeldStream(channel, env)  # admitted, then silent forever
+            held = HeldStream(channel, env)  # admitted, then silent (no idle bound here)
             slow = LockstepClient(channel, env, pause_s=2.0).start()  # seconds between frames
             try:
                 with running(actor_args(port, 1, 4), env=INFO) as real:  # full speed

@@ -192,18 +192,41 @@ def lockstep(
 
 
 class HeldStream:
-    """An admitted Act stream that sends its Hello, gets the Accept, then sends nothing."""
+    """An admitted Act stream that sends its Hello (and ``frames`` frames, each after the
+    previous reply), gets the Accept (and the actions), then sends nothing."""
 
-    def __init__(self, channel: grpc.Channel, env: pb.EnvSpec, num_envs: int = 2) -> None:
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        env: pb.EnvSpec,
+        num_envs: int = 2,
+        frames: int = 0,
+        actor_id: str = "held-stream",
+    ) -> None:
         self._release = threading.Event()
-        self._hello = hello(env, num_envs, actor_id="held-stream")
+        self._requests: queue.Queue[pb.ActorMessage] = queue.Queue()
+        self._requests.put(hello(env, num_envs, actor_id=actor_id))
         self.call = stub(channel).Act(self._messages(), timeout=600)
         first = next(self.call)
         assert first.WhichOneof("kind") == "accept", first
+        for _ in range(frames):
+            self._requests.put(frame(num_envs))
+            reply = next(self.call)
+            assert reply.WhichOneof("kind") == "actions", reply
+        self.last_reply_at = time.monotonic()
 
     def _messages(self) -> Iterator[pb.ActorMessage]:
-        yield self._hello
-        self._release.wait(600)
+        while not self._release.is_set():
+            with contextlib.suppress(queue.Empty):
+                yield self._requests.get(timeout=0.1)
+
+    def status(self, timeout: float) -> tuple[grpc.StatusCode, str]:
+        """How the stream ended (waiting at most ``timeout`` s for the learner to end it)."""
+        try:
+            self.call.exception(timeout)
+        except grpc.FutureTimeoutError:
+            raise AssertionError(f"the held stream was not ended within {timeout} s") from None
+        return self.call.code(), self.call.details() or ""
 
     def close(self) -> None:
         self._release.set()

@@ -5,7 +5,10 @@ validates the K observations/rewards/flags, submits them to the dynamic batcher 
 answers with the K actions. For envs that stack frames (see LearnerConfig.frame_once)
 it offers actors to send the newest frame only, and keeps just that frame of actors that
 send whole stacks. Anything malformed ends *that* stream with
-``INVALID_ARGUMENT`` and a message saying what was wrong; the other streams go on.
+``INVALID_ARGUMENT`` and a message saying what was wrong; the other streams go on. A
+stream that sends no Hello within ``hello_timeout_s``, or no frame for
+``stream_idle_timeout_s`` after its last reply, ends with ``DEADLINE_EXCEEDED`` and
+frees what it held.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ log = logging.getLogger(__name__)
 MAX_ENVS_PER_ACTOR = 4096
 SHUTDOWN_ACK_TIMEOUT_S = 2.0
 """How long a stream that was sent its Shutdown waits for the actor to end its side."""
+MAX_IDLE_CHECK_INTERVAL_S = 1.0
+"""The silent-stream check runs at a quarter of the bound, at least this often, so a
+stream ends at most this long after its bound."""
 
 _parse_actor_message = undecodable_on_error(pb.ActorMessage.FromString)
 """``Act``'s own parse (it takes raw bytes): an ActorMessage, or :class:`Undecodable`."""
@@ -87,6 +93,8 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         self._frame_layouts: dict[tuple[int, bool], FrameLayout] = {}
         self._reply_wires: dict[tuple[np.dtype, tuple[int, ...]], codec.WireTemplate] = {}
         self._shutdown: pb.Shutdown | None = None
+        self._watches: dict[Connection, StreamWatch] = {}
+        self._idle_check: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ GetInfo
 
@@ -115,10 +123,11 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """
         if self._shutdown is not None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "learner is shutting down")
-        first = await context.read()
+        first = await self._read_hello(context)
         if first is grpc.aio.EOF:
             return
         conn = await self._admit(await self._parse(first, context), context)
+        watch = self._watch(conn)
         layout = self.frame_layout(conn.num_envs, conn.newest_frame_only)
         split, submit, k = layout.wire.split, self.batcher.submit, conn.num_envs
         keep_newest = layout.keep_newest
@@ -127,6 +136,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             await write(_accept(self.learner_run_id))
             while True:
                 raw = await read()
+                watch.reads += 1
                 if raw is grpc.aio.EOF:
                     return
                 payloads = split(raw)
@@ -146,8 +156,81 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                     await _await_actor_end(read)
                     return
                 await write(self.reply_bytes(actions))
+        except asyncio.CancelledError:
+            if not watch.timed_out:  # the server or the actor cancelled the call
+                raise
+            await self._end_silent(conn, context)
         finally:
             self._disconnect(conn)
+
+    async def _read_hello(self, context: Any) -> Any:
+        """The stream's first message, or DEADLINE_EXCEEDED after ``hello_timeout_s``."""
+        bound = self.config.hello_timeout_s
+        if not bound:
+            return await context.read()
+        try:
+            async with asyncio.timeout(bound):
+                return await context.read()
+        except TimeoutError:
+            self.stats.streams_timed_out += 1
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"no Hello within {bound:g} s of opening the stream (--hello-timeout-s)",
+            )
+
+    def _watch(self, conn: Connection) -> StreamWatch:
+        """Put an admitted stream under the silent-stream check (started with the first)."""
+        watch = StreamWatch(asyncio.current_task(), asyncio.get_running_loop().time())
+        bound = self.config.stream_idle_timeout_s
+        if bound:
+            self._watches[conn] = watch
+            if self._idle_check is None:
+                self._idle_check = asyncio.create_task(
+                    self._end_silent_streams(bound), name="silent-streams"
+                )
+        return watch
+
+    async def _end_silent_streams(self, bound: float) -> None:
+        """Cancel the handler of every stream whose actor owes a frame for ``bound`` s.
+
+        A stream owes a frame once each frame it sent was answered (``conn.frames``, which
+        the engine counts as it answers, equals the frames read); while the learner holds
+        a frame (a batch forming, back-pressure) the stream is not silent. Its silence is
+        counted from the first sweep that sees it owe a frame with no answer since the
+        previous sweep, so it ends at least one bound after its last reply and at most two
+        sweeps later. A sweep every quarter bound costs nothing per frame beyond the read
+        count.
+        """
+        loop = asyncio.get_running_loop()
+        interval = min(max(bound / 4, 0.05), MAX_IDLE_CHECK_INTERVAL_S)
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for conn, watch in self._watches.items():
+                frames = conn.frames
+                if frames != watch.seen_frames or frames != watch.reads * conn.num_envs:
+                    watch.seen_frames, watch.quiet_since = frames, now
+                elif now - watch.quiet_since >= bound and not watch.timed_out:
+                    watch.timed_out = True
+                    if watch.task is not None:
+                        watch.task.cancel()
+
+    async def _end_silent(self, conn: Connection, context: Any) -> None:
+        """End a stream the silent-stream check cancelled, with DEADLINE_EXCEEDED."""
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()  # the cancel was ours; let abort's own awaits run
+        bound = self.config.stream_idle_timeout_s
+        self.stats.streams_timed_out += 1
+        log.warning(
+            "actor %r sent no frame for %g s (--stream-idle-timeout-s): stream ended, its "
+            "place and %d env slots freed", conn.actor_id, bound, conn.num_envs,
+        )  # fmt: skip
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"no frame for {bound:g} s after the last reply (--stream-idle-timeout-s); "
+            "the stream's place was freed, reconnect with a new run_id",
+        )
 
     async def _parse(self, raw: bytes, context: Any) -> pb.ActorMessage:
         """Parse an ActorMessage, or end the stream with INVALID_ARGUMENT if it does not parse."""
@@ -281,6 +364,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             raise
 
     def _disconnect(self, conn: Connection) -> None:
+        self._watches.pop(conn, None)
         if conn in self.connections:
             self.connections.discard(conn)
             self.engine.release_later(conn)
@@ -292,6 +376,25 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """Stop serving frames: every stream gets a Shutdown message and ends."""
         self._shutdown = pb.Shutdown(reason=reason, final=final)
         self.batcher.close()
+        if self._idle_check is not None:
+            self._idle_check.cancel()
+
+
+class StreamWatch:
+    """What the silent-stream check knows of one admitted stream's handler."""
+
+    __slots__ = ("quiet_since", "reads", "seen_frames", "task", "timed_out")
+
+    def __init__(self, task: asyncio.Task[Any] | None, now: float) -> None:
+        self.task = task
+        self.reads = 0
+        """Messages the handler has read since the Hello (counted per frame)."""
+        self.seen_frames = 0
+        """The stream's answered frames at the previous check."""
+        self.quiet_since = now
+        """Loop time the check first saw the stream owe a frame, answered up to
+        ``seen_frames``."""
+        self.timed_out = False
 
 
 class FrameLayout(NamedTuple):

@@ -25,6 +25,7 @@ class LearnerStats:
         self.frames_dropped = 0
         self.actors_connected = 0
         self.streams_rejected = 0
+        self.streams_timed_out = 0
         self.learner_steps = 0
         self.nonfinite_skipped = 0
         self.returns: collections.deque[float] = collections.deque(maxlen=RETURN_WINDOW)
@@ -120,6 +121,7 @@ class LearnerStats:
             "queue_unrolls": queue_unrolls,
             "frames_dropped": self.frames_dropped,
             "streams_rejected": self.streams_rejected,
+            "streams_timed_out": self.streams_timed_out,
             "nonfinite_skipped": self.nonfinite_skipped,
             "learner_rss_mb": process_rss_mb(),
         }
