@@ -237,8 +237,28 @@ gpu-table: $(STAMP)
 		--bench $(GPU_RESULTS)/bench-$(GPU_TAG)-atari.json $(GPU_RESULTS)/bench-$(GPU_TAG)-cartpole.json \
 		--update docs/performance.md
 
+<<<<<<< HEAD
 ## Regenerate docs/configuration.md from the config dataclasses and docs/usage.md's table of
 ## env families from their registry (a test fails while either is stale).
+=======
+## The learner's ceiling under synthetic actors (python -m benchmarks.loadgen): CartPole-v1 at
+## 64 streams x 1 env and Atari Pong single frames at 16 x 1, each mode repeated; writes
+## LOADGEN_RESULTS/loadgen-{cartpole,atari}.json and docs/performance.md's loadgen block.
+LOADGEN_RESULTS ?= benchmarks/results
+LOADGEN_JSONS = $(LOADGEN_RESULTS)/loadgen-cartpole.json $(LOADGEN_RESULTS)/loadgen-atari.json
+.PHONY: loadgen loadgen-table
+loadgen: $(STAMP)
+	$(PY) -m benchmarks.loadgen --env CartPole-v1 --streams 64 --envs 1 \
+		--out $(LOADGEN_RESULTS)/loadgen-cartpole.json $(ARGS)
+	$(PY) -m benchmarks.loadgen --env ALE/Pong-v5 --preset atari --streams 16 --envs 1 \
+		--out $(LOADGEN_RESULTS)/loadgen-atari.json $(ARGS)
+	$(MAKE) --no-print-directory loadgen-table
+
+loadgen-table: $(STAMP)
+	$(PY) -m benchmarks.loadgen table $(wildcard $(LOADGEN_JSONS)) --update docs/performance.md
+
+## Regenerate docs/configuration.md from the config dataclasses (a test fails while it is stale).
+>>>>>>> 3b991ac (benchmarks: python -m benchmarks.loadgen, synthetic actors on real streams against the real learner (issue 61 item 1))
 .PHONY: docs
 docs: $(STAMP)
 	$(PY) -m seedrl.config_docs > docs/configuration.md

@@ -211,6 +211,11 @@ class LearnerConfig:
     otherwise), torch, or numpy (an error for models it cannot run). See learner.agents.policy."""
     max_queue_unrolls: int = 256
     """Finished unrolls waiting for the trainer; when full, inference waits (back-pressure)."""
+    time_phases: bool = False
+    """Time the serving phases on the event loop (decode, batch assembly, forward,
+    trajectory write, trainer hand-off, reply) and write their running totals to
+    metrics.jsonl as ``phase_s/<phase>``, to see where the learner's CPU per frame goes
+    (``python -m benchmarks.loadgen``). Off by default: every boundary reads the clock."""
     frame_once: bool = True
     """For envs whose observations stack frames (Atari): actors send only the newest
     frame, the learner keeps each slot's stack and stores single frames. Off: whole

@@ -21,6 +21,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def task_cpu_seconds(pid: int, tid: int) -> float:
+    """User + system CPU seconds of one thread of a live process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds of a live process and its live children (the learner's trainer process)."""
     return sum(split_cpu_seconds(pid))

@@ -138,6 +138,7 @@ class InferenceEngine:
         self.refresh_weights = refresh_weights
         """Called before each forward pass when training runs on other weights (the trainer
         process, the device trainer)."""
+        self._phase_marks = stats.phase_marks()
 
     def release_later(self, conn: Connection) -> None:
         """Free a closed stream's slots between batches, never under a batch in flight."""
@@ -150,6 +151,8 @@ class InferenceEngine:
             self.stats.frames_dropped += lost
 
     async def process(self, batch: list[PendingRequest]) -> None:
+        begin, mark = self._phase_marks  # each mark ends a phase (--time-phases)
+        begin()
         self._release_closed()
         live = [r for r in batch if not r.payload.conn.closed]
         if not live:
@@ -162,7 +165,9 @@ class InferenceEngine:
             fb = self._gather(live)
         first_B = self.builder.first_flags(fb.slot_B)
         if self.refresh_weights is not None:
+            mark("batch_assembly")
             self.refresh_weights()
+            mark("trainer_handoff")
 
         obs_BO = fb.obs_BO
         if self.builder.frame_stack > 1:
@@ -170,10 +175,12 @@ class InferenceEngine:
         if self.normalizer is not None:
             self.normalizer.update(obs_BO)
             obs_BO = self.normalizer.normalize(obs_BO)
+        mark("batch_assembly")
 
         action_BA, params_BP, state_before, state_after, step = self._policy(
             fb.slot_B, obs_BO, first_B
         )
+        mark("forward")
         # With frame stacking the builder keeps the newest frames (stacking is off when the
         # learner normalizes), else what the policy saw.
         stored_BO = fb.obs_BO if self.builder.frame_stack > 1 else obs_BO
@@ -182,6 +189,7 @@ class InferenceEngine:
             action_BA, params_BP, state_before, state_after, step,
         )  # fmt: skip
         self.stats.on_batch(len(fb.slot_B), episodes)
+        mark("trajectory_write")
 
         offset = 0
         for request in live:
@@ -191,9 +199,15 @@ class InferenceEngine:
             if not request.future.done():
                 request.future.set_result(action_BA[offset : offset + k])
             offset += k
+        mark("reply")
 
         if unrolls is not None and self.keep_unrolls:
-            await self._enqueue(unrolls)
+            if self.queue.has_room():
+                self.queue.put(unrolls)
+                mark("trainer_handoff")
+            else:  # back-pressure: the wait is inference_wait_trainer, not a phase
+                with self.stats.timer("inference_wait_trainer"):
+                    await asyncio.to_thread(self.queue.put, unrolls)
 
     def _gather(self, requests: list[PendingRequest]) -> FrameBatch:
         return gather_frames(
@@ -220,10 +234,3 @@ class InferenceEngine:
             action_BA, params_BP, state_after = self.policy(obs_BO, first_B, state_before)
             step = self.learner_step.value
         return action_BA, params_BP, state_before, state_after, step
-
-    async def _enqueue(self, unrolls) -> None:
-        if self.queue.has_room():
-            self.queue.put(unrolls)
-            return
-        with self.stats.timer("inference_wait_trainer"):
-            await asyncio.to_thread(self.queue.put, unrolls)

@@ -129,8 +129,14 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         conn = await self._admit(await self._parse(first, context), context)
         watch = self._watch(conn)
         layout = self.frame_layout(conn.num_envs, conn.newest_frame_only)
-        split, submit, k = layout.wire.split, self.batcher.submit, conn.num_envs
-        keep_newest = layout.keep_newest
+        submit, k, keep_newest = self.batcher.submit, conn.num_envs, layout.keep_newest
+        split: Callable[[bytes], list[bytes] | None] = layout.wire.split
+        reply_bytes: Callable[[np.ndarray], bytes] = self.reply_bytes
+        phases = self.stats.phases
+        if phases is not None:  # --time-phases
+            split, reply_bytes = phases.timed("decode", split), phases.timed("reply", reply_bytes)
+            if keep_newest is not None:
+                keep_newest = phases.timed("decode", keep_newest)
         read, write = context.read, context.write
         try:
             await write(_accept(self.learner_run_id))
@@ -155,7 +161,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                     await write(shutdown.SerializeToString())
                     await _await_actor_end(read)
                     return
-                await write(self.reply_bytes(actions))
+                await write(reply_bytes(actions))
         except asyncio.CancelledError:
             if not watch.timed_out:  # the server or the actor cancelled the call
                 raise

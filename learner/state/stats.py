@@ -5,21 +5,70 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from learner.state.trajectories import FinishedEpisodes
 from seedrl.timing import PhaseTimer, process_rss_mb
 
+T = TypeVar("T")
+
 RETURN_WINDOW = 100
 """Episodes in the moving mean (the CartPole 'solved' criterion uses the last 100)."""
+SERVING_PHASES = (
+    "decode", "batch_assembly", "forward", "trajectory_write", "trainer_handoff", "reply",
+)  # fmt: skip
+"""The serving path's phases, in the order a frame meets them (``--time-phases``)."""
+
+
+class ServingPhases:
+    """Running seconds per serving phase on the event-loop thread (``--time-phases``).
+
+    Per batch, the engine calls ``begin`` and then ``mark(phase)`` at the end of each
+    phase (the time since the previous mark goes to that phase); per message, the
+    servicer's decode and reply functions are wrapped with ``timed``. Wall time of
+    synchronous code on one thread: its CPU time unless the thread was preempted inside.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(SERVING_PHASES, 0.0)
+        self._clock = time.perf_counter
+        self._last = 0.0
+
+    def begin(self) -> None:
+        self._last = self._clock()
+
+    def mark(self, phase: str) -> None:
+        now = self._clock()
+        self.seconds[phase] += now - self._last
+        self._last = now
+
+    def timed(self, phase: str, fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn`` with its time added to ``phase``."""
+        seconds, clock = self.seconds, self._clock
+
+        def run(*args: Any) -> T:
+            began = clock()
+            try:
+                return fn(*args)
+            finally:
+                seconds[phase] += clock() - began
+
+        return run
+
+
+def _ignore(phase: str = "") -> None:
+    """The phase marks when phases are not timed."""
 
 
 class LearnerStats:
     """Counters written by the event loop (frames, episodes) and the trainer (losses)."""
 
-    def __init__(self, log_episodes: bool = False) -> None:
+    def __init__(self, log_episodes: bool = False, time_phases: bool = False) -> None:
+        self.phases = ServingPhases() if time_phases else None
+        """Seconds per serving phase, with ``--time-phases``."""
         self.frames = 0
         self.episodes = 0
         self.frames_dropped = 0
@@ -75,6 +124,12 @@ class LearnerStats:
         self.episodes = episodes
         self.returns.extend(returns)
 
+    def phase_marks(self) -> tuple[Callable[[], None], Callable[[str], None]]:
+        """(begin, mark) of the serving phases; they do nothing unless phases are timed."""
+        if self.phases is None:
+            return _ignore, _ignore
+        return self.phases.begin, self.phases.mark
+
     # ------------------------------------------------------------------ readers
 
     def drain_episodes(self) -> list[tuple[int, float, np.ndarray, np.ndarray]]:
@@ -126,6 +181,8 @@ class LearnerStats:
             "learner_rss_mb": process_rss_mb(),
         }
         record.update(train)
+        if self.phases is not None:
+            record.update({f"phase_s/{k}": v for k, v in self.phases.seconds.items()})
         self._last_time, self._last_frames, self._last_steps = now, self.frames, steps
         self._interval_batches = self._interval_batch_frames = 0
         return record

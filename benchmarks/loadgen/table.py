@@ -1,0 +1,138 @@
+"""Render load-generator results (``seedrl-loadgen/1``) as the Markdown block of the docs.
+
+``python -m benchmarks.loadgen table FILE... --update docs/performance.md`` writes the
+block between the page's ``<!-- loadgen:begin -->`` and ``<!-- loadgen:end -->``
+markers, from the JSON alone (an old file renders with today's script).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from benchmarks.loadgen.summary import summarize
+
+BEGIN = "<!-- loadgen:begin -->"
+END = "<!-- loadgen:end -->"
+MODE_ORDER = ("echo", "inference", "system", "phases")
+PHASE_NAMES = {
+    "decode": "decode",
+    "batch_assembly": "batch assembly",
+    "forward": "forward",
+    "trajectory_write": "trajectory write",
+    "trainer_handoff": "trainer hand-off",
+    "reply": "reply",
+    "loop_rest": "rest of the loop thread (gRPC, asyncio, batcher)",
+    "other_threads": "other threads (gRPC poller, trainer feeder)",
+}
+COLUMNS = (
+    "env, S × K", "mode", "learner CPU µs/frame", "beyond echo", "frames/s answered",
+    "trained frames/s", "round trip p50/p99 ms", "batch", "loop / other threads µs",
+    "trainer µs/frame", "generator µs/frame",
+)  # fmt: skip
+
+
+def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def _runs(values: list[float]) -> str:
+    return " / ".join(f"{v:.1f}" for v in values)
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    lines: list[str] = []
+    for result in results:
+        s = result["settings"]
+        m = result["machine"]
+        versions = ", ".join(f"{k} {v}" for k, v in sorted(m.get("versions", {}).items()))
+        lines.append(
+            f"Measured {result['date']} on {m.get('cpu_model') or 'unknown CPU'} "
+            f"({m.get('cpus')} CPUs), Python {m.get('python')}, {versions}. "
+            f"`python -m benchmarks.loadgen --env {s['env']}"
+            + (f" --preset {s['preset']}" if s.get("preset") else "")
+            + f" --streams {s['streams']} --envs {s['envs']}`: {s['repeats']} repeat(s) of "
+            f"{', '.join(s['modes'])}, windows of {s['measure_s']:g} s, {s['connections']} "
+            f"connections, transport {s['transport']}; {result['wall_time_s'] / 60:.1f} min."
+        )
+        lines.append("")
+    lines.append("| " + " | ".join(COLUMNS) + " |")
+    lines.append("|" + "---|" * len(COLUMNS))
+    for result in results:
+        lines.extend(_rows(result))
+    lines.append("")
+    lines.append(
+        "Learner CPU µs/frame: the learner process's CPU (all its threads, not its trainer "
+        "process) over the frames answered in the window, median with each repeat's value "
+        "in brackets; beyond echo: that minus the echo server's. Trained frames/s: learner "
+        "steps/s × frames per step. Loop / other threads: the learner process's main "
+        "thread (the event loop) and the rest. The phases row runs with `--time-phases`."
+    )
+    for result in results:
+        lines.extend(_phases(result))
+        lines.extend(_targets(result))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _rows(result: dict[str, Any]) -> list[str]:
+    s = result["settings"]
+    summary = summarize(result["results"], s["env"], s["envs"])
+    label = f"{s['env']}, {s['streams']} × {s['envs']}"
+    out = []
+    for mode in MODE_ORDER:
+        m = summary["summary"].get(mode)
+        if m is None:
+            continue
+        beyond = summary["beyond_echo_us_per_frame"].get(mode)
+        cells = [
+            label, mode,
+            f"**{_num(m['learner_cpu_us_per_frame'], '{:.1f}')}** "
+            f"[{_runs(m['learner_cpu_us_per_frame_runs'])}]",
+            _num(beyond, "{:+.1f}"), _num(m["fps_answered"]), _num(m["trained_fps"]),
+            f"{_num(m['rtt_p50_ms'], '{:.2f}')} / {_num(m['rtt_p99_ms'], '{:.2f}')}",
+            _num(m["inference_batch_mean"], "{:.1f}"),
+            f"{_num(m['learner_loop_thread_us_per_frame'], '{:.1f}')} / "
+            f"{_num(m['learner_other_threads_us_per_frame'], '{:.1f}')}",
+            _num(m["trainer_cpu_us_per_frame"], "{:.1f}"),
+            _num(m["generator_cpu_us_per_frame"], "{:.1f}"),
+        ]  # fmt: skip
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _phases(result: dict[str, Any]) -> list[str]:
+    s = result["settings"]
+    summary = summarize(result["results"], s["env"], s["envs"])
+    phases = summary["summary"].get("phases", {}).get("phases_us_per_frame")
+    if not phases:
+        return []
+    parts = ", ".join(f"{PHASE_NAMES.get(k, k)} {v:.1f}" for k, v in phases.items())
+    total = summary["summary"]["phases"]["learner_cpu_us_per_frame"]
+    non_model = summary["non_model_us_per_frame"]
+    return [
+        "",
+        f"Where the learner's CPU per frame goes, {s['env']} {s['streams']} × {s['envs']} "
+        f"(µs/frame, training on, medians): {parts}; total {total:.1f}, timing included. "
+        f"Beyond the forward pass: {_num(non_model.get('inference'), '{:.1f}')} with "
+        f"`--no-train`, {_num(non_model.get('system'), '{:.1f}')} training.",
+    ]
+
+
+def _targets(result: dict[str, Any]) -> list[str]:
+    s = result["settings"]
+    targets = summarize(result["results"], s["env"], s["envs"])["targets"]
+    out = []
+    for t in targets:
+        verdict = "not measured" if t["pass"] is None else ("met" if t["pass"] else "not met")
+        out += ["", f"- {t['description']}: **{_num(t['value'], '{:.1f}')}**, wanted "
+                    f"{t['comparison']} {t['target']:g}: {verdict}"]  # fmt: skip
+    return out
+
+
+def update_doc(path: Path, block: str) -> None:
+    """Replace the text between the loadgen markers of ``path`` with ``block``."""
+    text = path.read_text()
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers")
+    path.write_text(text[: start + len(BEGIN)] + "\n" + block + text[end:])
