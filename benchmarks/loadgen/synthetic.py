@@ -35,6 +35,9 @@ RTT_CAPACITY = 1 << 16
 _NO_FLAGS = 0
 _RECEIVE_MESSAGE = cygrpc.OperationType.receive_message
 _RECEIVE_STATUS = cygrpc.OperationType.receive_status_on_client
+_OPERATION_COMPLETE = cygrpc.CompletionType.operation_complete
+OPENING_BATCHES = 4
+"""Operation batches a stream starts with: metadata out, metadata in, status, Hello."""
 
 
 @dataclass
@@ -190,7 +193,8 @@ class StreamDriver:
             if stream.call is not None:
                 stream.call.cancel(cygrpc.StatusCode.cancelled, "load generator stopping")
         self._thread.join(timeout=30)
-        self._channel.close()
+        if not self._thread.is_alive():  # else closing would wait for its completions
+            self._channel.close()
 
     def _open(self, stream: _Stream) -> None:
         hello = pb.ActorMessage(
@@ -219,18 +223,22 @@ class StreamDriver:
     def _run(self) -> None:
         for stream in self.streams:
             self._open(stream)
-        open_calls = len(self.streams)
+        # Every operation batch started must be taken off the queue before the channel
+        # can close: gRPC frees a call only once all of its completions were consumed.
+        pending = OPENING_BATCHES * len(self.streams)
         next_event, clock = self._core.next_call_event, time.perf_counter
         rtt, mask, reply_size = self.rtt_s, RTT_CAPACITY - 1, self._reply_size
         cancelled = False
-        while open_calls:
+        while pending:
             cancelled = cancelled or self._stop.is_set()
             event = next_event()
+            if event.completion_type != _OPERATION_COMPLETE:
+                continue  # the queue's periodic timeout
+            pending -= 1
             tag = event.tag
-            if tag is None:  # metadata sent or received, or the queue's periodic timeout
+            if tag is None:  # metadata sent or received
                 continue
             if type(tag) is tuple:  # a stream's status: it has ended
-                open_calls -= 1
                 if not cancelled:
                     self.errors.append(_status_line(tag[1], event))
                 continue
@@ -252,13 +260,14 @@ class StreamDriver:
             else:
                 continue
             tag.sent_at = clock()
-            tag.call.operate(
+            started = tag.call.operate(
                 (
                     cygrpc.SendMessageOperation(tag.source.next(), _NO_FLAGS),
                     cygrpc.ReceiveMessageOperation(_NO_FLAGS),
                 ),
                 tag,
             )
+            pending += bool(started)  # False: the call has ended, no completion comes
 
 
 def _status_line(stream: _Stream, event: Any) -> str:
