@@ -265,5 +265,5 @@ docs: $(STAMP)
 	$(PY) -m seedrl.envs.docs docs/usage.md
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache bench.json bench-minatar.json \
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache $(CPP_BUILD) bench.json bench-minatar.json \
 		bench-atari.json

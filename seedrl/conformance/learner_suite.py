@@ -51,13 +51,17 @@ class ScriptedStream:
     """One Act stream in lockstep, with every wait bounded; messages as raw bytes."""
 
     def __init__(
-        self, channel: grpc.Channel, metadata: tuple[tuple[str, str], ...], timeout: float
+        self,
+        channel: grpc.Channel,
+        metadata: tuple[tuple[str, str], ...],
+        timeout: float,
+        lifetime: float,
     ) -> None:
         self._requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._replies: queue.SimpleQueue[bytes | Ended] = queue.SimpleQueue()
         self._timeout = timeout
         self._call: Any = channel.stream_stream(ACT_METHOD)(
-            iter(self._requests.get, None), metadata=metadata, timeout=timeout * 20
+            iter(self._requests.get, None), metadata=metadata, timeout=lifetime
         )
         threading.Thread(target=self._read, daemon=True, name="scripted-actor").start()
         self.ended: Ended | None = None
@@ -140,7 +144,9 @@ class LearnerContext:
 
     def stream(self, metadata: tuple[tuple[str, str], ...] | None = None) -> ScriptedStream:
         md = self.metadata if metadata is None else metadata
-        return ScriptedStream(self.channel, md, self.config.call_timeout_s)
+        c = self.config
+        lifetime = max(20 * c.call_timeout_s, c.wait_shutdown_s + 2 * c.call_timeout_s)
+        return ScriptedStream(self.channel, md, c.call_timeout_s, lifetime)
 
     def need_info(self) -> pb.LearnerInfo:
         if self.info is None:
