@@ -381,7 +381,12 @@ def run_point(point: Point, modes: Sequence[str], repeat: int, s: Settings, log:
     with point_address(s.transport, s.workdir) as (address, bind, port):
         groups = s.env_groups if k % s.env_groups == 0 else 1
         stats_dir = s.workdir / f"actors-{point.label}-{repeat}"
-        fleet = ActorFleet(address, n, k, groups, stats_dir, s.actor_args, s.pin_cpus)
+        from seedrl.envs import env_module
+
+        # The bench chose the env, so its actors may build it, a module:callable one too.
+        allow = ("--allow-env-module", s.env) if env_module(s.env) else ()
+        actor_args = (*allow, *s.actor_args)
+        fleet = ActorFleet(address, n, k, groups, stats_dir, actor_args, s.pin_cpus)
         try:
             for mode in networked:
                 try:
