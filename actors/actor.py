@@ -188,7 +188,8 @@ class Actor:
         """Build (or rebuild, if the learner changed env) the K envs; check spaces agree.
 
         Raises EnvNotAllowed, before importing anything, for an env id this host did not
-        allow (``--allow-env-module``)."""
+        allow (``--allow-env-module``), and EnvError for one it cannot build (an unknown
+        id, a family whose extra is not installed here)."""
         key = (info.env.env_id, info.env.env_kwargs_json)
         if self.vec_env is None or key != self._env_key:
             # Before anything is imported: the learner's env id may name code to run here.
@@ -279,7 +280,7 @@ class Actor:
                 )  # fmt: skip
                 self._stop.wait(delay)
                 continue
-            except envs.EnvNotAllowed as exc:
+            except envs.EnvError as exc:  # refused or unbuildable: retrying won't help
                 log.error("actor %s: %s", self.actor_id, exc)
                 return 2
             finally:

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import ROOT
+from support import ROOT, actor_args, running
+from wire_clients import fake_learner
 
 from seedrl import envs
 from seedrl.config import LearnerConfig
 from seedrl.envs import custom, docs
 from seedrl.envs.registry import FAMILIES
 from seedrl.presets import load_preset, preset_names
+from seedrl.proto import seedrl_pb2 as pb
 
 CODE = ("seedrl", "learner", "actors", "benchmarks")
 """Where a test of an id's family could hide."""
@@ -168,6 +170,18 @@ def test_the_learner_refuses_an_unknown_module_id_in_one_line(tmp_path):
         "python -m learner: error: --env seedrl_no_such_module:make: cannot import module "
         "'seedrl_no_such_module' (No module named 'seedrl_no_such_module')"
     ]
+
+
+def test_an_actor_told_an_env_it_cannot_build_exits_2_in_one_line():
+    """A host without the env's package (or a learner naming an unknown id): the stock
+    actor says which env and why once, and the launcher does not restart it."""
+    with fake_learner() as (fake, port):
+        fake.env = pb.EnvSpec(env_id="NoSuchEnv-v0", env_kwargs_json="{}")
+        with running(actor_args(port, 1, 1)) as actor:
+            assert actor.wait(60) == 2, actor.output()
+        said = [line for line in actor.lines if "NoSuchEnv-v0: Environment" in line]
+        assert len(said) == 1 and "Traceback" not in actor.output(), actor.output()
+        assert fake.hellos == []
 
 
 def test_every_module_id_is_resolved_in_one_function(monkeypatch):

@@ -3,7 +3,6 @@ host runs an env module it did not choose; no secret is written down."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime
 import ipaddress
 import json
@@ -12,9 +11,7 @@ import secrets
 import signal
 import stat
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -35,13 +32,12 @@ from support import (
     running,
     wait_until,
 )
-from wire_clients import act, get_info, hello
+from wire_clients import act, fake_learner, get_info, hello
 
-from seedrl import PROTOCOL_VERSION, envs
+from seedrl import envs
 from seedrl.cli import parse_config
 from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, LearnerConfig, to_json_dict
 from seedrl.proto import seedrl_pb2 as pb
-from seedrl.proto import seedrl_pb2_grpc as pb_grpc
 from seedrl.security import UnprotectedBindError, check_bind_protected, is_loopback_bind
 from seedrl.transport import auth_metadata
 
@@ -402,27 +398,6 @@ def test_the_env_allowance_rule():
         assert "\n" not in str(refusal.value)
 
 
-class FakeLearner(pb_grpc.LearnerServicer):
-    """Whoever answers at the learner's address: names any env in GetInfo, accepts the
-    Hello and says training is over at the first frame."""
-
-    def __init__(self) -> None:
-        self.env = pb.EnvSpec()
-        self.hellos: list[str] = []
-
-    def GetInfo(self, request: pb.GetInfoRequest, context: Any) -> pb.LearnerInfo:
-        return pb.LearnerInfo(protocol_version=PROTOCOL_VERSION, env=self.env)
-
-    def Act(self, request_iterator: Any, context: Any) -> Iterator[pb.LearnerMessage]:
-        for message in request_iterator:
-            if message.WhichOneof("kind") == "hello":
-                self.hellos.append(message.hello.env.env_id)
-                yield pb.LearnerMessage(accept=pb.Accept(learner_run_id="fake"))
-            else:
-                yield pb.LearnerMessage(shutdown=pb.Shutdown(reason="done", final=True))
-                return
-
-
 def test_stock_actors_refuse_a_learner_that_names_code(tmp_path):
     """A fake learner names builtins:open (which would create a file) or an importable
     module: a stock `python -m actors` exits 2 with one line naming the flag, and
@@ -431,14 +406,9 @@ def test_stock_actors_refuse_a_learner_that_names_code(tmp_path):
     probe, imported = write_probe(modules)
     victim = tmp_path / "created-by-the-learner"
     cartpole = envs.describe_env("CartPole-v1")
-    fake = FakeLearner()
-    server = grpc.server(concurrent.futures.ThreadPoolExecutor(4))
-    pb_grpc.add_LearnerServicer_to_server(fake, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
     pythonpath = os.pathsep.join([str(modules), os.environ.get("PYTHONPATH", "")])
     env = {"PYTHONPATH": pythonpath}
-    try:
+    with fake_learner() as (fake, port):
         attacks = {
             "builtins:open": json.dumps({"file": str(victim), "mode": "w"}),
             f"{probe}:make": "{}",
@@ -464,8 +434,6 @@ def test_stock_actors_refuse_a_learner_that_names_code(tmp_path):
         with running(actor_args(port, 1, 1, ALLOW_FLAG, probe), env=env) as actor:
             assert actor.wait(60) == 0, actor.output()
         assert imported.exists() and fake.hellos == [f"{probe}:make"]
-    finally:
-        server.stop(0)
 
 
 def test_evaluate_refuses_a_crafted_checkpoints_callable_env(tmp_path, monkeypatch, capsys):

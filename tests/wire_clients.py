@@ -8,6 +8,7 @@ API (thread-safe, no event loop in the test process). Every call has a deadline.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import queue
@@ -17,6 +18,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -259,3 +261,38 @@ def pid_alive(pid: int) -> bool:
     with contextlib.suppress(OSError):
         return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return False
+
+
+class FakeLearner(pb_grpc.LearnerServicer):
+    """Whoever answers at the learner's address: names any env in GetInfo, accepts the
+    Hello and says training is over at the first frame."""
+
+    def __init__(self) -> None:
+        self.env = pb.EnvSpec()
+        self.hellos: list[str] = []
+
+    def GetInfo(self, request: pb.GetInfoRequest, context: Any) -> pb.LearnerInfo:
+        return pb.LearnerInfo(protocol_version=PROTOCOL_VERSION, env=self.env)
+
+    def Act(self, request_iterator: Any, context: Any) -> Iterator[pb.LearnerMessage]:
+        for message in request_iterator:
+            if message.WhichOneof("kind") == "hello":
+                self.hellos.append(message.hello.env.env_id)
+                yield pb.LearnerMessage(accept=pb.Accept(learner_run_id="fake"))
+            else:
+                yield pb.LearnerMessage(shutdown=pb.Shutdown(reason="done", final=True))
+                return
+
+
+@contextlib.contextmanager
+def fake_learner() -> Iterator[tuple[FakeLearner, int]]:
+    """A :class:`FakeLearner` served on a free loopback port, stopped on exit."""
+    fake = FakeLearner()
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(4))
+    pb_grpc.add_LearnerServicer_to_server(fake, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield fake, port
+    finally:
+        server.stop(0)

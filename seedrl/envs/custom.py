@@ -146,7 +146,7 @@ FAMILY = EnvFamily(
     make=make,
     make_vector=make_vector,
     preprocessing=(
-        "none: the callable's env with `--env-kwargs` as its keyword arguments; "
-        "the actors' hosts need the module installed too"
+        "none: the callable's env with `--env-kwargs` as its keyword arguments; an actor "
+        f"host needs the module installed and allowed (`{ALLOW_ENV_MODULE_FLAG} MODULE`)"
     ),
 )
