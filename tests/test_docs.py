@@ -1,9 +1,18 @@
-"""The README stays a short map whose links and named paths exist; docs/ has its pages."""
+"""The README stays a short map whose links and named paths exist; docs/ has its pages;
+every repository path and code name the docs use exists, so they cannot go stale silently."""
 
 from __future__ import annotations
 
+import ast
+import functools
+import glob
+import importlib
+import inspect
 import re
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -56,3 +65,230 @@ def test_the_repository_map_names_paths_that_exist() -> None:
         first_cell = row.split(" | ")[0]
         for path in re.findall(r"`([^`]+)`", first_cell):
             assert (ROOT / path).exists(), f"README's map names {path}, which does not exist"
+
+
+# ------------------------------------------------ names in the docs that must exist
+
+DOCS = (README, *sorted((ROOT / "docs").glob("*.md")))
+PROJECT_PACKAGES = ("seedrl", "learner", "actors", "benchmarks")
+TOP_DIRS = ("actors", "benchmarks", "deploy", "docs", "learner", "protos", "seedrl", "tests", ".ci")
+FILE_SUFFIXES = {
+    "md", "py", "pyi", "toml", "json", "jsonl", "yml", "yaml", "txt", "csv", "png", "gif",
+    "mp4", "pt", "sh", "proto", "env", "example", "log", "whl", "tar", "gz", "pem", "key",
+    "so", "cfg", "ini", "html", "sock",
+}  # fmt: skip
+EXTERNAL_NAMES = {
+    # library names the docs mention bare (gymnasium, SB3, torch, CPython)
+    "Box", "Discrete", "SyncVectorEnv", "FlattenObservation", "VecNormalize", "Tanh",
+    "TorchDispatchMode", "PyObject_GetAttr",
+    # the health service's Watch RPC, a CPU-kernel weight layout, a /proc/PID/smaps field
+    "Watch", "NxKbB", "Referenced",
+}  # fmt: skip
+FENCE = re.compile(r"^\s*(```|~~~)\s*([\w+-]*)")
+PATH = re.compile(
+    r"(?<![\w/.~$:-])((?:" + "|".join(re.escape(d) for d in TOP_DIRS) + r")/[\w./*{},<>-]*)"
+)
+DOTTED = re.compile(r"(?<![\w./:-])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?![\w/-])")
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+BARE_CLASS = re.compile(r"^[A-Z][a-z]\w*[A-Z]\w*$|^[A-Z][a-z]+$")
+URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+")
+
+
+def _chunks(text: str) -> Iterator[tuple[str, str]]:
+    """(language, text) of each fenced block ('' for none) and ('prose', text) between them."""
+    lines, lang = [], "prose"
+    for line in text.splitlines():
+        match = FENCE.match(line)
+        if match is None:
+            lines.append(line)
+            continue
+        yield lang, "\n".join(lines)
+        lines, lang = [], (match.group(2) if lang == "prose" else "prose")
+    yield lang, "\n".join(lines)
+
+
+def _named(pattern: re.Pattern[str]) -> Iterator[tuple[str, str]]:
+    """(doc, name) for every match of ``pattern`` in the docs, URLs left out."""
+    for doc in DOCS:
+        for _lang, text in _chunks(doc.read_text()):
+            for match in pattern.finditer(URL.sub(" ", text)):
+                yield str(doc.relative_to(ROOT)), match.group(1)
+
+
+def _path_patterns(path: str) -> list[str]:
+    """Glob patterns for a path as written: ``{a,b}`` expanded, placeholders (``NAME``,
+    ``SUITE``, ``seedN``, ``<pid>``) matching anything."""
+    path = path.rstrip(".,;:")
+    brace = re.search(r"\{([^{}]*)\}", path)
+    if brace:
+        return [
+            p
+            for option in brace.group(1).split(",")
+            for p in _path_patterns(path[: brace.start()] + option + path[brace.end() :])
+        ]
+    return [re.sub(r"[A-Z]+(?![a-z])|<[^>]*>", "*", path)]
+
+
+def _ignored_by_git(path: str) -> bool:
+    """A path the repository ignores: something a command makes (``deploy/seedrl.env``)."""
+    done = subprocess.run(
+        ["git", "check-ignore", "-q", path], cwd=ROOT, capture_output=True, check=False
+    )
+    return done.returncode == 0
+
+
+@functools.cache
+def _project_classes() -> dict[str, list[str]]:
+    """Class name -> the project modules defining it at top level (read, not imported)."""
+    found: dict[str, list[str]] = {}
+    for package in PROJECT_PACKAGES:
+        for source in sorted((ROOT / package).rglob("*.py")):
+            if "_pb2" in source.name:
+                continue
+            module = ".".join(source.relative_to(ROOT).with_suffix("").parts)
+            module = module.removesuffix(".__init__")
+            for node in ast.parse(source.read_text()).body:
+                if isinstance(node, ast.ClassDef):
+                    found.setdefault(node.name, []).append(module)
+    return found
+
+
+@functools.cache
+def _proto_names() -> dict[str, set[str]]:
+    """Each message and service of the wire contract -> its fields or methods."""
+    from seedrl.proto import seedrl_pb2
+
+    messages = seedrl_pb2.DESCRIPTOR.message_types_by_name.values()
+    names = {m.name: set(m.fields_by_name) for m in messages}
+    for service in seedrl_pb2.DESCRIPTOR.services_by_name.values():
+        names[service.name] = set(service.methods_by_name)
+    return names
+
+
+def _has_attribute(owner: Any, attr: str) -> bool:
+    """``owner.attr`` exists, counting instance attributes a class declares (annotations,
+    dataclass fields) or assigns in its methods (``self.attr = ...``)."""
+    if hasattr(owner, attr):
+        return True
+    if not inspect.isclass(owner):
+        return False
+    for cls in owner.__mro__:
+        if attr in getattr(cls, "__annotations__", {}):
+            return True
+        try:
+            source = inspect.getsource(cls)
+        except (OSError, TypeError):
+            continue
+        if re.search(rf"\bself\.{re.escape(attr)}\s*(?::[^=\n]+)?=[^=]", source):
+            return True
+    return False
+
+
+def _resolve(owner: Any, chain: list[str]) -> bool:
+    for attr in chain:
+        if not _has_attribute(owner, attr):
+            return False
+        owner = getattr(owner, attr, None)
+    return True
+
+
+def _resolve_module_path(name: str) -> bool:
+    """``package.module.Symbol.attr``: import the longest module prefix, getattr the rest."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            module = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        return _resolve(module, parts[cut:])
+    return False
+
+
+def _resolve_class_path(name: str) -> bool:
+    """``Class.attr``: some project class (or wire message/service) of that name has it."""
+    head, *chain = name.split(".")
+    for module in _project_classes().get(head, []):
+        if _resolve(getattr(importlib.import_module(module), head), chain):
+            return True
+    proto = _proto_names()
+    return head in proto and len(chain) == 1 and chain[0] in proto[head]
+
+
+def _dotted_name_problem(name: str) -> str | None:
+    """Why a dotted name the docs use does not exist (None: it does, or is not ours)."""
+    parts = name.split(".")
+    if parts[-1] in FILE_SUFFIXES or any(p.isupper() for p in parts[1:]):
+        return None  # a file name (``metrics.jsonl``), a placeholder (``relay.tar.NN``)
+    if name.startswith("seedrl.v1"):  # the wire contract's package
+        rest = parts[2:]
+        ok = not rest or _resolve_class_path(".".join(rest)) or rest[0] in _proto_names()
+        return None if ok else "is not in protos/seedrl/proto/seedrl.proto"
+    if parts[0] in PROJECT_PACKAGES:
+        return None if _resolve_module_path(name) else "does not import"
+    if parts[0][0].isupper():
+        if parts[0] not in _project_classes() and parts[0] not in _proto_names():
+            return f"names no project class or wire message {parts[0]}"
+        return None if _resolve_class_path(name) else "has no such attribute"
+    return None  # a library's (``torch.compile``) or a variable's (``result.frames``)
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    """A path that starts at one of the repository's top folders (``learner/run.py``,
+    ``deploy/k8s/``) must exist, in prose, code spans and code blocks alike. ``{a,b}``
+    expands; a capitalised placeholder (``NAME``, ``SUITE``, ``seedN``) or ``<pid>``
+    matches anything; a path git ignores is one a command makes (``deploy/seedrl.env``)
+    and passes. URLs are left out."""
+    missing = sorted(
+        {
+            f"{doc}: {path}"
+            for doc, path in _named(PATH)
+            if not any(glob.glob(p, root_dir=ROOT) for p in _path_patterns(path))
+            and not _ignored_by_git(path.rstrip(".,;:"))
+        }
+    )
+    assert not missing, "the docs name paths that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_code_name_the_docs_use_exists() -> None:
+    """Every dotted name of ours in README.md and docs/*.md exists, in prose, code spans
+    and code blocks alike (shell blocks included: ``python -m benchmarks.echo`` names a
+    module too):
+
+    - ``package.module.Symbol.attr`` under seedrl, learner, actors or benchmarks: the
+      longest importable prefix is imported and the rest found with getattr;
+    - ``Class.attr`` (a capitalised head): some project class of that name (found by
+      reading the packages' sources), or a message or service of the wire contract, has
+      the attribute; instance attributes count when the class declares or assigns them;
+    - ``seedrl.v1...``: the proto package and its messages.
+
+    Other dotted words are a library's (``torch.compile``), a variable's
+    (``result.frames``) or a file's (``metrics.jsonl``) and are not checked. A renamed
+    or removed function, class or module therefore fails here, not in a reader's hands.
+    """
+    problems = sorted(
+        {
+            f"{doc}: {name} {problem}"
+            for doc, name in _named(DOTTED)
+            if (problem := _dotted_name_problem(name)) is not None
+        }
+    )
+    assert not problems, "the docs name code that does not exist:\n" + "\n".join(problems)
+
+
+def test_every_class_the_docs_name_in_code_exists() -> None:
+    """A capitalised identifier in a code span (`DynamicBatcher`, `LearnerConfig`) is a
+    project class, a wire message, service or RPC, or one of the few library names listed
+    in EXTERNAL_NAMES: a class renamed in the code fails here."""
+    proto = _proto_names()
+    known = set(_project_classes()) | set(proto) | {m for ms in proto.values() for m in ms}
+    unknown = sorted(
+        {
+            f"{doc.relative_to(ROOT)}: {name}"
+            for doc in DOCS
+            for lang, text in _chunks(doc.read_text())
+            if lang == "prose"
+            for name in CODE_SPAN.findall(text)
+            if BARE_CLASS.match(name) and name not in known | EXTERNAL_NAMES
+        }
+    )
+    assert not unknown, "the docs name classes that do not exist:\n" + "\n".join(unknown)

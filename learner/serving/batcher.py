@@ -1,11 +1,12 @@
 """Dynamic batcher: many actors' pending frames -> one forward pass.
 
-A batch closes when ``max_frames`` frames are pending, when a quorum of the open
-streams (all of them by default) has a request pending, or when ``timeout_s`` has passed
-since the first pending request, whichever comes first. Waiting for streams that are
-already pending is pure latency; a quorum below 1 also stops a few stragglers among many
-streams from holding every batch to the timeout. Nothing waits without a bound, so a
-stalled or dead actor never stalls the others.
+A batch closes when ``max_frames`` frames are pending, when a share ``quorum`` of the
+open streams (``--inference-quorum``, whose default is below 1: not all of them) has a
+request pending, or when ``timeout_s`` has passed since the first pending request,
+whichever comes first. Waiting for streams that are already pending is pure latency; a
+quorum below 1 also stops a few stragglers among many streams from holding every batch
+to the timeout. Nothing waits without a bound, so a stalled or dead actor never stalls
+the others.
 """
 
 from __future__ import annotations
