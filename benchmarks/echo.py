@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from learner.metrics import MetricsWriter
+from learner.metrics import JsonlSink, MetricsWriter
 from learner.run import Serving, StopRequest, make_batcher
 from learner.serving.batcher import DynamicBatcher, PendingRequest
 from learner.serving.inference import Connection
@@ -102,7 +102,8 @@ async def serve(config: LearnerConfig) -> None:
         serving.start_batching()
         stop = StopRequest()
         print(f"seedrl echo listening on {listen_address(config.bind, serving.port)}", flush=True)
-        writer = MetricsWriter(Path(config.logdir), tensorboard=False)
+        Path(config.logdir).mkdir(parents=True, exist_ok=True)
+        writer = MetricsWriter([JsonlSink(config.logdir)])
         try:
             while not stop.event.is_set():
                 with contextlib.suppress(TimeoutError):

@@ -41,6 +41,11 @@ def train_main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if config.wandb and find_spec("wandb") is None:
+        from learner.metrics import WANDB_MISSING
+
+        print(f"python -m learner: error: {WANDB_MISSING}", file=sys.stderr)
+        return 2
     from learner.run import serve
     from learner.state.checkpoint import CheckpointError
     from seedrl.envs import EnvError

@@ -90,7 +90,7 @@ def build_learner(config: LearnerConfig) -> Learner:
     torso = choose_torso(env_spec.observation_space, config.model)
     model = agent.build_model(obs_space, torso).to(device)
     optimizer = make_optimizer(model, config)
-    stats = LearnerStats()
+    stats = LearnerStats(log_episodes=config.log_episodes)
     step_counter = StepCounter()
     if config.resume and config.checkpoint_path.exists():
         saved = checkpoint.restore(

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from learner.agents.models import resolve_precision
-from learner.metrics import MetricsWriter
+from learner.metrics import MetricsWriter, PrometheusSink
 from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
 from learner.progress import Progress
 from learner.serving.batcher import DynamicBatcher, ProcessFn
@@ -285,7 +285,8 @@ async def _serve(
         if rank.writes_checkpoints:
             counters = rank.checkpoint_counters()
             await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
-        writer.write({**learner.stats.snapshot(len(learner.queue)), **rank.metrics()})
+        record = {**learner.stats.snapshot(len(learner.queue)), **rank.metrics()}
+        writer.write(record, learner.stats.drain_episodes())
         writer.close()
     result = _result(learner, stop.reason, time.perf_counter() - start)
     print(summary_line(result), flush=True)
@@ -314,7 +315,7 @@ async def _supervise(
         record = stats.snapshot(len(learner.queue))
         record.update(trainer.metrics())
         record.update(rank.metrics())
-        writer.write(record)
+        writer.write(record, stats.drain_episodes())
         progress.update(record)
         reason = _stop_condition(config, stats, start, trainer) or rank.stop_reason
         if reason:
@@ -331,12 +332,10 @@ async def _supervise(
 
 
 def _metrics_writer(config: LearnerConfig, logdir: Path) -> MetricsWriter:
-    prometheus = (config.bind, config.metrics_port) if config.metrics_port else None
-    writer = MetricsWriter(logdir, tensorboard=config.tensorboard, prometheus=prometheus)
-    if writer.prometheus is not None:
-        print(
-            f"seedrl metrics on http://{config.bind}:{writer.prometheus.port}/metrics", flush=True
-        )
+    writer = MetricsWriter.from_config(config, logdir)
+    prometheus = writer.sink(PrometheusSink)
+    if prometheus is not None:
+        print(f"seedrl metrics on http://{config.bind}:{prometheus.port}/metrics", flush=True)
     return writer
 
 

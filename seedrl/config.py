@@ -18,8 +18,9 @@ T = TypeVar("T")
 
 AUTH_TOKEN_ENV = "SEEDRL_AUTH_TOKEN"
 SECRET_FIELDS = frozenset({"auth_token"})
-"""Fields never written down: left out of ``config.json``, checkpoints and ``repr``, and
-never put on a command line another process builds (other users see those in ``ps``)."""
+"""Fields never written down: left out of ``config.json``, checkpoints, a W&B run's config
+and ``repr``, and never put on a command line another process builds (other users see
+those in ``ps``)."""
 REPEATABLE = "repeatable"
 """Field metadata key: the flag may be given several times, each adding to the tuple."""
 INFERENCE_BACKENDS = ("auto", "torch", "numpy")
@@ -29,6 +30,7 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 
 LR_SCHEDULES = ("auto", "constant", "linear")
+WANDB_MODES = ("online", "offline")
 
 
 def flag_name(field: str) -> str:
@@ -264,6 +266,20 @@ class LearnerConfig:
     """Write TensorBoard event files into logdir."""
     metrics_port: int = 0
     """Serve Prometheus /metrics on this port (on --bind's address); 0: off."""
+    log_episodes: bool = True
+    """Append one JSON line per finished episode (frames, elapsed_s, return, length) to
+    logdir/episodes.jsonl, as SB3's Monitor does, so the plotted learning curve starts at
+    the first episode; off for envs whose episodes end so often that the file grows fast."""
+    wandb: bool = False
+    """Also log to Weights & Biases (``pip install -e '.[wandb]'``): the resolved config
+    without secrets, and every metric as a curve over frames."""
+    wandb_project: str = "seedrl"
+    """W&B project of the run (with --wandb)."""
+    wandb_entity: str | None = None
+    """W&B team or user the run belongs to (default: the logged-in user's)."""
+    wandb_mode: str = "online"
+    """online (sync to the W&B server as the run goes) or offline (write the run under
+    logdir/wandb with no network; upload it later with ``wandb sync``)."""
 
     def __post_init__(self) -> None:
         _require_range(
@@ -298,6 +314,7 @@ class LearnerConfig:
         _require_choice(self, "trainer", TRAINER_MODES)
         _require_choice(self, "precision", PRECISIONS)
         _require_choice(self, "progress", ("auto", "bar", "plain", "off"))
+        _require_choice(self, "wandb_mode", WANDB_MODES)
         _require_choice(self, "lr_schedule", LR_SCHEDULES)
         if self.lr_schedule == "linear" and not self.total_frames:
             raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")

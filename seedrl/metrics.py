@@ -1,5 +1,6 @@
 """What a learner run leaves behind that tools on either side read: ``metrics.jsonl``
-(one JSON object per log interval) and the final :class:`RunResult`.
+(one JSON object per log interval), ``episodes.jsonl`` (one per finished episode) and
+the final :class:`RunResult`.
 
 The sinks that write them (and TensorBoard, Prometheus) are the learner's:
 :mod:`learner.metrics`.
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
+EPISODES_FILE = "episodes.jsonl"
 
 
 @dataclass
@@ -34,7 +36,16 @@ def read_metrics(logdir: str | Path) -> list[dict[str, Any]]:
 
     A line that does not parse is one the learner is still writing: it is left out.
     """
-    path = Path(logdir) / METRICS_FILE
+    return _read_jsonl(Path(logdir) / METRICS_FILE)
+
+
+def read_episodes(logdir: str | Path) -> list[dict[str, Any]]:
+    """All records of a run's episodes.jsonl (``frames``, ``elapsed_s``, ``return``,
+    ``length``), oldest first; empty when the run kept none (``--no-log-episodes``)."""
+    return _read_jsonl(Path(logdir) / EPISODES_FILE)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     records = []

@@ -28,6 +28,7 @@ from seedrl.cli import parse_config
 from seedrl.config import LearnerConfig
 from seedrl.envs import atari
 from seedrl.presets import build_config, load_preset, preset_names
+from seedrl.metrics import read_episodes
 
 
 def train_briefly(tmp_path, learner_extra, actors=1, envs_per_actor=2, timeout=120):
@@ -246,6 +247,10 @@ def test_lstm_run_is_watched_and_evaluated(tmp_path):
         assert name in scraped, sorted(scraped)
     records = read_records(tmp_path)
     assert records[-1]["learner_steps"] > 0
+    # The episode log holds every episode the metrics counted, and their mean is its mean.
+    returns = [e["return"] for e in read_episodes(tmp_path)]
+    assert len(returns) == records[-1]["episodes"] > 0
+    assert np.mean(returns[-100:]) == pytest.approx(records[-1]["episode_return_mean"])
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -19,7 +19,7 @@ RETURN_WINDOW = 100
 class LearnerStats:
     """Counters written by the event loop (frames, episodes) and the trainer (losses)."""
 
-    def __init__(self) -> None:
+    def __init__(self, log_episodes: bool = False) -> None:
         self.frames = 0
         self.episodes = 0
         self.frames_dropped = 0
@@ -40,6 +40,11 @@ class LearnerStats:
         self._last_steps = 0
         self._start = time.perf_counter()
         self._start_frames = 0
+        # (frames, elapsed_s, return_E, length_E) per batch that ended episodes, until
+        # drained; kept only when a writer drains them, so nothing grows unread.
+        self._ended: list[tuple[int, float, np.ndarray, np.ndarray]] | None = (
+            [] if log_episodes else None
+        )
 
     # ------------------------------------------------------------------ writers
 
@@ -51,6 +56,9 @@ class LearnerStats:
             self.episodes += len(episodes.returns)
             self.returns.extend(episodes.returns.tolist())
             self.lengths.extend(episodes.lengths.tolist())
+            if self._ended is not None:
+                elapsed = time.perf_counter() - self._start
+                self._ended.append((self.frames, elapsed, episodes.returns, episodes.lengths))
 
     def on_train_step(self, scalars: dict[str, float]) -> None:
         with self._lock:
@@ -67,6 +75,14 @@ class LearnerStats:
         self.returns.extend(returns)
 
     # ------------------------------------------------------------------ readers
+
+    def drain_episodes(self) -> list[tuple[int, float, np.ndarray, np.ndarray]]:
+        """The episodes that ended since the last call, per batch: (frames at its end,
+        seconds since start, returns, lengths); empty unless built with ``log_episodes``."""
+        if not self._ended:
+            return []
+        ended, self._ended = self._ended, []
+        return ended
 
     @property
     def return_mean(self) -> float | None:

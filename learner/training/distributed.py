@@ -103,6 +103,7 @@ def rank_config(config: LearnerConfig, env: RankEnv) -> LearnerConfig:
         seed=config.seed + env.rank,
         logdir=str(logdir if env.is_main else logdir / f"rank{env.rank}"),
         progress=config.progress if env.is_main else "off",
+        wandb=config.wandb and env.is_main,  # one W&B run: rank 0's, with the totals
     )
 
 

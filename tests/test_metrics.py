@@ -1,0 +1,233 @@
+"""The metrics sinks behind one interface, the per-episode log, W&B offline, the curve."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from learner.metrics import (
+    JsonlSink,
+    MetricsWriter,
+    PrometheusSink,
+    TensorBoardSink,
+    WandbSink,
+    build_sinks,
+)
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import FinishedEpisodes
+from learner.tools.plot import return_curve, trailing_mean
+from seedrl.config import AUTH_TOKEN_ENV, LearnerConfig
+from seedrl.metrics import read_episodes, read_metrics
+from seedrl.transport import free_port
+
+TOKEN = "s3cret-token-never-sent"
+RECORD = {"time": 1.0, "elapsed_s": 2.0, "frames": 640, "fps": 320.0, "episodes": 3,
+          "episode_return_mean": 21.5, "loss_policy": -0.25, "entropy": 0.69,
+          "episode_length_mean": None, "actors_connected": 2}  # fmt: skip
+
+
+class Recorder:
+    """A sink that keeps what it is given (and can fail on close)."""
+
+    def __init__(self, log: list[Any], name: str, fail_close: bool = False) -> None:
+        self.log, self.name, self.fail_close = log, name, fail_close
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.log.append((self.name, "write", record["frames"]))
+
+    def close(self) -> None:
+        self.log.append((self.name, "close"))
+        if self.fail_close:
+            raise OSError(f"{self.name} could not flush")
+
+
+def test_writer_hands_each_record_to_every_sink_and_closes_all_even_after_a_failure():
+    log: list[Any] = []
+    writer = MetricsWriter([Recorder(log, "a", fail_close=True), Recorder(log, "b")])
+    writer.write({"frames": 1})
+    writer.write({"frames": 2})
+    with pytest.raises(OSError, match="a could not flush"):
+        writer.close()
+    writes = [entry for entry in log if entry[1] == "write"]
+    assert writes == [("a", "write", 1), ("b", "write", 1), ("a", "write", 2), ("b", "write", 2)]
+    assert {entry for entry in log if entry[1] == "close"} == {("a", "close"), ("b", "close")}
+    assert writer.sinks == []
+
+
+def test_the_config_picks_the_sinks(tmp_path):
+    def kinds(**kw: Any) -> list[type]:
+        writer = MetricsWriter(build_sinks(LearnerConfig(**kw), tmp_path))
+        try:
+            return [type(sink) for sink in writer.sinks]
+        finally:
+            writer.close()
+
+    assert kinds(tensorboard=False) == [JsonlSink]
+    assert kinds(tensorboard=True) == [JsonlSink, TensorBoardSink]
+    port = free_port()
+    assert kinds(tensorboard=False, metrics_port=port) == [JsonlSink, PrometheusSink]
+
+
+def test_jsonl_tensorboard_and_prometheus_get_the_same_record(tmp_path):
+    config = LearnerConfig(tensorboard=True, metrics_port=free_port())
+    writer = MetricsWriter.from_config(config, tmp_path)
+    writer.write(RECORD)
+    prometheus = writer.sink(PrometheusSink)
+    url = f"http://127.0.0.1:{prometheus.port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        scraped = reply.read().decode()
+    writer.close()
+
+    assert read_metrics(tmp_path) == [RECORD]
+    assert "seedrl_fps 320.0" in scraped and "seedrl_loss_policy -0.25" in scraped
+    assert "seedrl_episode_length_mean" not in scraped  # None is not a number
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == {
+        "perf/fps", "perf/episodes", "perf/actors_connected", "episode/return_mean",
+        "losses/policy", "learner/entropy",
+    }  # fmt: skip
+    (point,) = events.Scalars("losses/policy")
+    assert (point.step, point.value) == (640, -0.25)
+
+
+def test_the_episode_log_has_one_line_per_ended_episode(tmp_path):
+    stats = LearnerStats(log_episodes=True)
+    stats.on_batch(64, None)
+    stats.on_batch(64, FinishedEpisodes(np.array([10.0, 12.5]), np.array([10, 13])))
+    stats.on_batch(64, FinishedEpisodes(np.array([30.0]), np.array([30])))
+    writer = MetricsWriter.from_config(LearnerConfig(tensorboard=False), tmp_path)
+    writer.write(stats.snapshot(), stats.drain_episodes())
+    assert stats.drain_episodes() == []  # drained once
+    stats.on_batch(64, FinishedEpisodes(np.array([9.0, 1e-20]), np.array([9, 4])))
+    writer.write(stats.snapshot(), stats.drain_episodes())
+    writer.close()
+
+    episodes = read_episodes(tmp_path)
+    assert [(e["frames"], e["return"], e["length"]) for e in episodes] == [
+        (128, 10.0, 10), (128, 12.5, 13), (192, 30.0, 30), (256, 9.0, 9), (256, 1e-20, 4),
+    ]  # fmt: skip
+    elapsed = [e["elapsed_s"] for e in episodes]
+    assert elapsed == sorted(elapsed) and elapsed[-1] <= read_metrics(tmp_path)[-1]["elapsed_s"]
+    # Off: nothing is kept, so nothing grows unread.
+    quiet = LearnerStats()
+    quiet.on_batch(64, FinishedEpisodes(np.array([1.0]), np.array([1])))
+    assert quiet.drain_episodes() == []
+    off = MetricsWriter.from_config(LearnerConfig(log_episodes=False), tmp_path / "off")
+    assert off.episodes is None
+    off.close()
+
+
+def test_the_curve_starts_at_the_first_episode_with_the_mean_of_the_last_100(tmp_path):
+    rng = np.random.default_rng(0)
+    returns = rng.uniform(0, 500, size=250)
+    with open(tmp_path / "episodes.jsonl", "w") as f:
+        for i, r in enumerate(returns):
+            f.write(json.dumps({"frames": 10 * i, "elapsed_s": 0.1 * i, "return": r, "length": 1}))
+            f.write("\n")
+    curve = return_curve(tmp_path)
+    assert curve.episodes and len(curve.frames) == 250 and curve.frames[0] == 0
+    slow = [sum(returns[max(0, i - 99) : i + 1]) / len(returns[max(0, i - 99) : i + 1])
+            for i in range(250)]  # fmt: skip
+    np.testing.assert_allclose(curve.mean, slow, rtol=1e-12)
+    np.testing.assert_allclose(trailing_mean(np.array([1.0, 2.0, 6.0]), 2), [1.0, 1.5, 4.0])
+
+    # A run without the episode log: one point per metrics record that has a mean.
+    old = tmp_path / "old"
+    old.mkdir()
+    records = [{"frames": 0, "elapsed_s": 1.0, "episode_return_mean": None},
+               {"frames": 900, "elapsed_s": 3.0, "episode_return_mean": 42.0}]  # fmt: skip
+    (old / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    curve = return_curve(old)
+    assert not curve.episodes and curve.frames.tolist() == [900] and curve.mean.tolist() == [42.0]
+
+
+def wandb_records(run_file: Path) -> list[Any]:
+    """The records of an offline W&B run file: leveldb-log framing (a 7-byte file header,
+    32 KiB blocks, chunks of CRC32 + length + type), each record a wandb ``Record`` proto."""
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data = run_file.read_bytes()
+    assert data[:4] == b":W&B", data[:8]
+    block, pos, pending, records = 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if pos + 7 + length > len(data):  # a chunk still being written
+            break
+        pending += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a whole record, or the last chunk of one
+            records.append(Record.FromString(pending))
+            pending = b""
+    return records
+
+
+def test_wandb_offline_run_has_the_config_and_curves_and_never_the_token(tmp_path, monkeypatch):
+    """The W&B sink, offline (no network, no account): the resolved config without the
+    token, every scalar over frames, and the token nowhere in what wandb wrote, though it
+    was in the config, the environment and the command line."""
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv(AUTH_TOKEN_ENV, TOKEN)
+    monkeypatch.setattr(sys, "argv", ["learner", "--auth-token", TOKEN, "--wandb"])
+    config = LearnerConfig(
+        env="CartPole-v1", auth_token=TOKEN, wandb=True, wandb_mode="offline",
+        wandb_project="seedrl-test", tensorboard=False, logdir=str(tmp_path),
+    )  # fmt: skip
+    try:
+        writer = MetricsWriter.from_config(config, tmp_path)
+        assert [type(s) for s in writer.sinks] == [JsonlSink, WandbSink]
+        for i in range(3):
+            writer.write({**RECORD, "frames": 1000 * (i + 1), "fps": 100.0 + i})
+        writer.close()
+    finally:
+        wandb.teardown()  # ends the service process wandb started for this one
+
+    (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    records = wandb_records(run_file)
+    kinds = [r.WhichOneof("record_type") for r in records]
+    assert "exit" in kinds, kinds  # the whole run, to its end
+    runs = [r.run for r, kind in zip(records, kinds, strict=True) if kind == "run"]
+    assert len(runs) == 1, kinds
+    run = runs[0]
+    config_items = {item.key: json.loads(item.value_json) for item in run.config.update}
+    assert run.project == "seedrl-test"
+    assert config_items["env"] == "CartPole-v1" and config_items["wandb_mode"] == "offline"
+    assert "auth_token" not in config_items
+    history = [
+        {
+            "/".join(item.nested_key) or item.key: json.loads(item.value_json)
+            for item in r.history.item
+        }
+        for r, kind in zip(records, kinds, strict=True)
+        if kind == "history"
+    ]
+    assert [(h["frames"], h["perf/fps"], h["losses/policy"]) for h in history] == [
+        (1000, 100.0, -0.25), (2000, 101.0, -0.25), (3000, 102.0, -0.25),
+    ]  # fmt: skip
+    assert (tmp_path / "wandb-run-id").read_text().strip() in run_file.name
+    for written in tmp_path.rglob("*"):
+        if written.is_file():
+            assert TOKEN.encode() not in written.read_bytes(), written
+
+
+def test_wandb_without_the_package_exits_2_naming_the_flag(monkeypatch, capsys):
+    import learner.__main__ as cli
+
+    monkeypatch.setattr(cli, "find_spec", lambda name: None if name == "wandb" else object())
+    assert cli.train_main(["--wandb"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("python -m learner: error: --wandb needs the wandb package"), line
