@@ -27,8 +27,8 @@ from seedrl import envs
 from seedrl.cli import parse_config
 from seedrl.config import LearnerConfig
 from seedrl.envs import atari
-from seedrl.presets import build_config, load_preset, preset_names
 from seedrl.metrics import read_episodes
+from seedrl.presets import build_config, load_preset, preset_names
 
 
 def train_briefly(tmp_path, learner_extra, actors=1, envs_per_actor=2, timeout=120):
