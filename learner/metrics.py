@@ -25,7 +25,7 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -48,6 +48,7 @@ _LEARNER_KEYS = {
     "nonfinite_skipped",
 }
 _SKIP_TB = {"time", "elapsed_s", "frames"}
+SinkT = TypeVar("SinkT")
 WANDB_MISSING = "--wandb needs the wandb package: pip install 'seedrl[wandb]'"
 WANDB_RUN_ID_FILE = "wandb-run-id"
 """Where a W&B sink keeps its run id in the logdir, so ``--resume`` continues that run."""
@@ -252,7 +253,7 @@ class MetricsWriter:
         sinks = build_sinks(config, logdir)
         return cls(sinks, EpisodeLog(logdir) if config.log_episodes else None)
 
-    def sink(self, kind: type[Any]) -> Any:
+    def sink(self, kind: type[SinkT]) -> SinkT | None:
         """The first sink of class ``kind`` (None when there is none)."""
         return next((s for s in self.sinks if isinstance(s, kind)), None)
 
@@ -265,7 +266,7 @@ class MetricsWriter:
             sink.write(record)
 
     def close(self) -> None:
-        # Every sink gets closed even when one fails; the first failure is raised.
+        # Every sink gets closed even when one fails; a failure is raised after the rest.
         with contextlib.ExitStack() as stack:
             for sink in self.sinks:
                 stack.callback(sink.close)
