@@ -4,6 +4,7 @@ every repository path and code name the docs use exists, so they cannot go stale
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import glob
 import importlib
@@ -78,12 +79,13 @@ FILE_SUFFIXES = {
     "so", "cfg", "ini", "html", "sock",
 }  # fmt: skip
 EXTERNAL_NAMES = {
-    # library names the docs mention bare (gymnasium, SB3, torch, CPython)
-    "Box", "Discrete", "SyncVectorEnv", "FlattenObservation", "VecNormalize", "Tanh",
-    "TorchDispatchMode", "PyObject_GetAttr",
-    # the health service's Watch RPC, a CPU-kernel weight layout, a /proc/PID/smaps field
-    "Watch", "NxKbB", "Referenced",
+    # library names the docs mention bare that no source file here spells out
+    "PyObject_GetAttr", "TorchDispatchMode",
+    # a /proc/PID/smaps field
+    "Referenced",
 }  # fmt: skip
+HOST_SUFFIXES = {"local", "svc", "com", "org", "net", "io", "internal"}
+"""A dotted name ending so is a host name (``learner.seedrl.svc``), not code."""
 FENCE = re.compile(r"^\s*(```|~~~)\s*([\w+-]*)")
 PATH = re.compile(
     r"(?<![\w/.~$:-])((?:" + "|".join(re.escape(d) for d in TOP_DIRS) + r")/[\w./*{},<>-]*)"
@@ -130,11 +132,36 @@ def _path_patterns(path: str) -> list[str]:
 
 
 def _ignored_by_git(path: str) -> bool:
-    """A path the repository ignores: something a command makes (``deploy/seedrl.env``)."""
-    done = subprocess.run(
-        ["git", "check-ignore", "-q", path], cwd=ROOT, capture_output=True, check=False
-    )
-    return done.returncode == 0
+    """A path the repository ignores: something a command makes (``deploy/seedrl.env``,
+    or a folder such as ``deploy/tls/``, which git matches only with its slash)."""
+    for candidate in {path, path.rstrip("/") + "/"}:
+        done = subprocess.run(
+            ["git", "check-ignore", "-q", candidate], cwd=ROOT, capture_output=True, check=False
+        )
+        if done.returncode == 0:
+            return True
+    return False
+
+
+@functools.cache
+def _code_words() -> frozenset[str]:
+    """Every identifier in the repository's tracked files other than its docs and this
+    test: Python, the C++ actor, the proto, the Makefile, the deploy files."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    words: set[str] = set()
+    for name in listed.split("\0"):
+        path = ROOT / name
+        if name.endswith(".md") or path == Path(__file__) or not path.is_file():
+            continue
+        if path.stat().st_size > 2**20:
+            continue
+        try:
+            words.update(re.findall(r"[A-Za-z_]\w*", path.read_text()))
+        except UnicodeDecodeError:  # an image
+            continue
+    return frozenset(words)
 
 
 @functools.cache
@@ -219,6 +246,8 @@ def _dotted_name_problem(name: str) -> str | None:
     parts = name.split(".")
     if parts[-1] in FILE_SUFFIXES or any(p.isupper() for p in parts[1:]):
         return None  # a file name (``metrics.jsonl``), a placeholder (``relay.tar.NN``)
+    if parts[-1] in HOST_SUFFIXES:
+        return None  # a host name (``learner.seedrl.svc.cluster.local``)
     if name.startswith("seedrl.v1"):  # the wire contract's package
         rest = parts[2:]
         ok = not rest or _resolve_class_path(".".join(rest)) or rest[0] in _proto_names()
@@ -276,11 +305,14 @@ def test_every_code_name_the_docs_use_exists() -> None:
 
 
 def test_every_class_the_docs_name_in_code_exists() -> None:
-    """A capitalised identifier in a code span (`DynamicBatcher`, `LearnerConfig`) is a
-    project class, a wire message, service or RPC, or one of the few library names listed
-    in EXTERNAL_NAMES: a class renamed in the code fails here."""
+    """A capitalised identifier in a code span (`DynamicBatcher`, `ReadActions`) is a
+    project class, a wire message, service or RPC, a Python builtin, or a word some
+    tracked source file spells out (the C++ actor's names, a library class the code
+    uses), or one of the few library names in EXTERNAL_NAMES: a class renamed or removed
+    everywhere in the code fails here."""
     proto = _proto_names()
     known = set(_project_classes()) | set(proto) | {m for ms in proto.values() for m in ms}
+    known |= _code_words() | set(dir(builtins)) | EXTERNAL_NAMES
     unknown = sorted(
         {
             f"{doc.relative_to(ROOT)}: {name}"
@@ -288,7 +320,7 @@ def test_every_class_the_docs_name_in_code_exists() -> None:
             for lang, text in _chunks(doc.read_text())
             if lang == "prose"
             for name in CODE_SPAN.findall(text)
-            if BARE_CLASS.match(name) and name not in known | EXTERNAL_NAMES
+            if BARE_CLASS.match(name) and name not in known
         }
     )
     assert not unknown, "the docs name classes that do not exist:\n" + "\n".join(unknown)
