@@ -54,6 +54,10 @@ WANDB_RUN_ID_FILE = "wandb-run-id"
 """Where a W&B sink keeps its run id in the logdir, so ``--resume`` continues that run."""
 
 
+class SinkError(RuntimeError):
+    """A metrics sink the config asks for cannot start (one line saying which and why)."""
+
+
 class MetricsSink(Protocol):
     """A destination for metrics records."""
 
@@ -183,21 +187,29 @@ class WandbSink:
         try:
             import wandb
         except ImportError as exc:
-            raise ImportError(WANDB_MISSING) from exc
+            raise SinkError(WANDB_MISSING) from exc
 
         logdir = Path(logdir)
         id_file = logdir / WANDB_RUN_ID_FILE
         run_id = id_file.read_text().strip() if resume and id_file.exists() else None
-        self._run = wandb.init(
-            project=project,
-            entity=entity,
-            mode=cast(Any, mode),  # checked against WANDB_MODES by the config
-            dir=str(logdir),
-            config=config,
-            id=run_id,
-            resume="allow" if run_id else None,
-            settings=wandb.Settings(x_disable_meta=True, console="off", save_code=False),
-        )
+        try:
+            self._run = wandb.init(
+                project=project,
+                entity=entity,
+                mode=cast(Any, mode),  # checked against WANDB_MODES by the config
+                dir=str(logdir),
+                config=config,
+                id=run_id,
+                resume="allow" if run_id else None,
+                settings=wandb.Settings(x_disable_meta=True, console="off", save_code=False),
+            )
+        except wandb.errors.Error as exc:  # not logged in, server unreachable
+            first_line = (
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            )
+            raise SinkError(
+                f"--wandb: {first_line} (--wandb-mode offline needs no account or network)"
+            ) from exc
         id_file.write_text(self._run.id + "\n")
         self._run.define_metric("frames")
         self._run.define_metric("*", step_metric="frames")
