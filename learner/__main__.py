@@ -46,6 +46,7 @@ def train_main(argv: Sequence[str]) -> int:
 
         print(f"python -m learner: error: {WANDB_MISSING}", file=sys.stderr)
         return 2
+    from learner.metrics import SinkError
     from learner.run import serve
     from learner.state.checkpoint import CheckpointError
     from seedrl.envs import EnvError
@@ -66,6 +67,9 @@ def train_main(argv: Sequence[str]) -> int:
         return 2
     except EnvError as exc:
         print(f"python -m learner: error: --env {exc}", file=sys.stderr)
+        return 2
+    except SinkError as exc:
+        print(f"python -m learner: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)

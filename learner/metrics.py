@@ -25,7 +25,7 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -48,9 +48,14 @@ _LEARNER_KEYS = {
     "nonfinite_skipped",
 }
 _SKIP_TB = {"time", "elapsed_s", "frames"}
+SinkT = TypeVar("SinkT")
 WANDB_MISSING = "--wandb needs the wandb package: pip install 'seedrl[wandb]'"
 WANDB_RUN_ID_FILE = "wandb-run-id"
 """Where a W&B sink keeps its run id in the logdir, so ``--resume`` continues that run."""
+
+
+class SinkError(RuntimeError):
+    """A metrics sink the config asks for cannot start (one line saying which and why)."""
 
 
 class MetricsSink(Protocol):
@@ -182,21 +187,29 @@ class WandbSink:
         try:
             import wandb
         except ImportError as exc:
-            raise ImportError(WANDB_MISSING) from exc
+            raise SinkError(WANDB_MISSING) from exc
 
         logdir = Path(logdir)
         id_file = logdir / WANDB_RUN_ID_FILE
         run_id = id_file.read_text().strip() if resume and id_file.exists() else None
-        self._run = wandb.init(
-            project=project,
-            entity=entity,
-            mode=cast(Any, mode),  # checked against WANDB_MODES by the config
-            dir=str(logdir),
-            config=config,
-            id=run_id,
-            resume="allow" if run_id else None,
-            settings=wandb.Settings(x_disable_meta=True, console="off", save_code=False),
-        )
+        try:
+            self._run = wandb.init(
+                project=project,
+                entity=entity,
+                mode=cast(Any, mode),  # checked against WANDB_MODES by the config
+                dir=str(logdir),
+                config=config,
+                id=run_id,
+                resume="allow" if run_id else None,
+                settings=wandb.Settings(x_disable_meta=True, console="off", save_code=False),
+            )
+        except wandb.errors.Error as exc:  # not logged in, server unreachable
+            first_line = (
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            )
+            raise SinkError(
+                f"--wandb: {first_line} (--wandb-mode offline needs no account or network)"
+            ) from exc
         id_file.write_text(self._run.id + "\n")
         self._run.define_metric("frames")
         self._run.define_metric("*", step_metric="frames")
@@ -252,7 +265,7 @@ class MetricsWriter:
         sinks = build_sinks(config, logdir)
         return cls(sinks, EpisodeLog(logdir) if config.log_episodes else None)
 
-    def sink(self, kind: type[Any]) -> Any:
+    def sink(self, kind: type[SinkT]) -> SinkT | None:
         """The first sink of class ``kind`` (None when there is none)."""
         return next((s for s in self.sinks if isinstance(s, kind)), None)
 
@@ -265,7 +278,7 @@ class MetricsWriter:
             sink.write(record)
 
     def close(self) -> None:
-        # Every sink gets closed even when one fails; the first failure is raised.
+        # Every sink gets closed even when one fails; a failure is raised after the rest.
         with contextlib.ExitStack() as stack:
             for sink in self.sinks:
                 stack.callback(sink.close)

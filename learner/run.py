@@ -252,10 +252,10 @@ async def _serve(
     # Owner-only: checkpoints hold the weights, and the run's files are nobody else's business.
     logdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     (logdir / "config.json").write_text(json.dumps(to_json_dict(config), indent=2) + "\n")
+    writer = _metrics_writer(config, logdir)  # a sink that cannot start fails before serving
     trainer = rank.make_host(learner)
     serving = build_serving(learner, trainer, rank.rank_addresses, local_address, auth_token)
     stop = StopRequest()
-    writer = _metrics_writer(config, logdir)
     progress = Progress(config.progress, config.total_frames, config.target_return)
     if config.train:
         trainer.start()  # a trainer process is ready before the first actor is served

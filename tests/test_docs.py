@@ -79,19 +79,13 @@ FILE_SUFFIXES = {
     "so", "cfg", "ini", "html", "sock",
 }  # fmt: skip
 EXTERNAL_NAMES = {
-    # library names the docs mention bare (gymnasium, SB3, torch, CPython)
-    "Box", "Discrete", "SyncVectorEnv", "FlattenObservation", "VecNormalize", "Tanh",
-    "CartPoleEnv",
-    "TorchDispatchMode", "PyObject_GetAttr",
-    # the health service's Watch RPC, a CPU-kernel weight layout, a /proc/PID/smaps field
-    "Watch", "NxKbB", "Referenced",
-    # gRPC C++'s stream call the C++ actor ends its writes with; the HTTP auth scheme
-    "WritesDone", "Bearer",
+    # library names the docs mention bare that no source file here spells out
+    "PyObject_GetAttr", "TorchDispatchMode",
+    # a /proc/PID/smaps field
+    "Referenced",
 }  # fmt: skip
-HOST_SUFFIXES = {"svc", "local", "internal"}
-"""Last labels of a DNS name (``learner.seedrl.svc``): a host, not code."""
-CPP_SOURCES = ("actors/cpp",)
-"""Folders of the reference actors in other languages, whose names the docs may cite."""
+HOST_SUFFIXES = {"local", "svc", "com", "org", "net", "io", "internal"}
+"""A dotted name ending so is a host name (``learner.seedrl.svc``), not code."""
 FENCE = re.compile(r"^\s*(```|~~~)\s*([\w+-]*)")
 PATH = re.compile(
     r"(?<![\w/.~$:-])((?:" + "|".join(re.escape(d) for d in TOP_DIRS) + r")/[\w./*{},<>-]*)"
@@ -139,16 +133,35 @@ def _path_patterns(path: str) -> list[str]:
 
 def _ignored_by_git(path: str) -> bool:
     """A path the repository ignores: something a command makes (``deploy/seedrl.env``,
-    the folder ``deploy/tls``, asked as a folder too since it may not exist yet)."""
-    path = path.rstrip("/")
-    for candidate in (path, path + "/"):
+    or a folder such as ``deploy/tls/``, which git matches only with its slash)."""
+    for candidate in {path, path.rstrip("/") + "/"}:
         done = subprocess.run(
-            ["git", "check-ignore", "-q", "--no-index", candidate],
-            cwd=ROOT, capture_output=True, check=False,
-        )  # fmt: skip
+            ["git", "check-ignore", "-q", candidate], cwd=ROOT, capture_output=True, check=False
+        )
         if done.returncode == 0:
             return True
     return False
+
+
+@functools.cache
+def _code_words() -> frozenset[str]:
+    """Every identifier in the repository's tracked files other than its docs and this
+    test: Python, the C++ actor, the proto, the Makefile, the deploy files."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    words: set[str] = set()
+    for name in listed.split("\0"):
+        path = ROOT / name
+        if name.endswith(".md") or path == Path(__file__) or not path.is_file():
+            continue
+        if path.stat().st_size > 2**20:
+            continue
+        try:
+            words.update(re.findall(r"[A-Za-z_]\w*", path.read_text()))
+        except UnicodeDecodeError:  # an image
+            continue
+    return frozenset(words)
 
 
 @functools.cache
@@ -165,19 +178,6 @@ def _project_classes() -> dict[str, list[str]]:
                 if isinstance(node, ast.ClassDef):
                     found.setdefault(node.name, []).append(module)
     return found
-
-
-@functools.cache
-def _cpp_names() -> set[str]:
-    """Classes, structs and functions the reference actors in other languages define."""
-    names: set[str] = set()
-    for folder in CPP_SOURCES:
-        for source in sorted((ROOT / folder).rglob("*")):
-            if source.suffix in (".h", ".cc", ".cpp", ".hpp"):
-                text = source.read_text()
-                names |= set(re.findall(r"\b(?:class|struct)\s+([A-Z]\w*)", text))
-                names |= set(re.findall(r"^[\w:<>&*\s]+?\b([A-Z]\w*)\(", text, re.M))
-    return names
 
 
 @functools.cache
@@ -246,7 +246,7 @@ def _dotted_name_problem(name: str) -> str | None:
     parts = name.split(".")
     if parts[-1] in FILE_SUFFIXES or any(p.isupper() for p in parts[1:]):
         return None  # a file name (``metrics.jsonl``), a placeholder (``relay.tar.NN``)
-    if HOST_SUFFIXES & set(parts[1:]):
+    if parts[-1] in HOST_SUFFIXES:
         return None  # a host name (``learner.seedrl.svc.cluster.local``)
     if name.startswith("seedrl.v1"):  # the wire contract's package
         rest = parts[2:]
@@ -305,13 +305,14 @@ def test_every_code_name_the_docs_use_exists() -> None:
 
 
 def test_every_class_the_docs_name_in_code_exists() -> None:
-    """A capitalised identifier in a code span (`DynamicBatcher`, `LearnerConfig`) is a
-    project class, a wire message, service or RPC, or one of the few library names listed
-    in EXTERNAL_NAMES, a Python builtin (``TypeError``) or a name the reference C++ actor
-    defines (``CartPoleEnv``): a class renamed in the code fails here."""
+    """A capitalised identifier in a code span (`DynamicBatcher`, `ReadActions`) is a
+    project class, a wire message, service or RPC, a Python builtin, or a word some
+    tracked source file spells out (the C++ actor's names, a library class the code
+    uses), or one of the few library names in EXTERNAL_NAMES: a class renamed or removed
+    everywhere in the code fails here."""
     proto = _proto_names()
     known = set(_project_classes()) | set(proto) | {m for ms in proto.values() for m in ms}
-    known |= set(dir(builtins)) | _cpp_names()
+    known |= _code_words() | set(dir(builtins)) | EXTERNAL_NAMES
     unknown = sorted(
         {
             f"{doc.relative_to(ROOT)}: {name}"
@@ -319,7 +320,7 @@ def test_every_class_the_docs_name_in_code_exists() -> None:
             for lang, text in _chunks(doc.read_text())
             if lang == "prose"
             for name in CODE_SPAN.findall(text)
-            if BARE_CLASS.match(name) and name not in known | EXTERNAL_NAMES
+            if BARE_CLASS.match(name) and name not in known
         }
     )
     assert not unknown, "the docs name classes that do not exist:\n" + "\n".join(unknown)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -26,6 +28,8 @@ from learner.tools.plot import return_curve, trailing_mean
 from seedrl.config import AUTH_TOKEN_ENV, LearnerConfig
 from seedrl.metrics import read_episodes, read_metrics
 from seedrl.transport import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TOKEN = "s3cret-token-never-sent"
 RECORD = {"time": 1.0, "elapsed_s": 2.0, "frames": 640, "fps": 320.0, "episodes": 3,
@@ -118,7 +122,9 @@ def test_the_episode_log_has_one_line_per_ended_episode(tmp_path):
         (128, 10.0, 10), (128, 12.5, 13), (192, 30.0, 30), (256, 9.0, 9), (256, 1e-20, 4),
     ]  # fmt: skip
     elapsed = [e["elapsed_s"] for e in episodes]
-    assert elapsed == sorted(elapsed) and elapsed[-1] <= read_metrics(tmp_path)[-1]["elapsed_s"]
+    # to the millisecond the line keeps: no later than the record that followed
+    assert elapsed == sorted(elapsed)
+    assert elapsed[-1] <= read_metrics(tmp_path)[-1]["elapsed_s"] + 0.0005
     # Off: nothing is kept, so nothing grows unread.
     quiet = LearnerStats()
     quiet.on_batch(64, FinishedEpisodes(np.array([1.0]), np.array([1])))
@@ -231,3 +237,20 @@ def test_wandb_without_the_package_exits_2_naming_the_flag(monkeypatch, capsys):
     assert cli.train_main(["--wandb"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("python -m learner: error: --wandb needs the wandb package"), line
+
+
+def test_wandb_without_an_account_exits_2_in_one_line(tmp_path):
+    """Online mode with no W&B login: the learner stops before serving, in one line that
+    names the flag and the offline way out (wandb refuses before it reaches the network)."""
+    pytest.importorskip("wandb")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_SILENT="true", WANDB_CONFIG_DIR=str(tmp_path / "cfg"))
+    run = subprocess.run(
+        [sys.executable, "-m", "learner", "--port", "0", "--logdir", str(tmp_path / "run"),
+         "--progress", "off", "--no-tensorboard", "--wandb", "--wandb-mode", "online"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stdout + run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("python -m learner: error: --wandb: "), line
+    assert "--wandb-mode offline" in line and "listening" not in run.stdout, run.stdout
