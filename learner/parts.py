@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from learner.agents.base import Agent
+from learner.agents.base import Agent, Store
 from learner.agents.models import ActionHead, ActorCritic, choose_torso, resolve_device
 from learner.agents.policy import set_compute_threads
 from learner.agents.registry import make_agent
@@ -27,7 +27,7 @@ from learner.state import checkpoint
 from learner.state.counters import StepCounter
 from learner.state.normalize import ObservationNormalizer, normalized_space
 from learner.state.stats import LearnerStats
-from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, stored_frame_stack
+from learner.state.trajectories import TrajectoryBuilder, stored_frame_stack
 from learner.training.allocator import keep_freed_memory
 from learner.training.trainer import Trainer, TrainerParts, apply_optimizer_settings, make_optimizer
 from seedrl import codec, envs
@@ -48,7 +48,7 @@ class Learner:
     optimizer: torch.optim.Optimizer
     stats: LearnerStats
     builder: TrajectoryBuilder
-    queue: UnrollQueue
+    queue: Store
     step_counter: StepCounter
     weights_lock: threading.Lock
     normalizer: ObservationNormalizer | None = None
@@ -109,8 +109,9 @@ def build_learner(config: LearnerConfig) -> Learner:
                     key.replace("_", " "), saved_state, state,
                 )  # fmt: skip
     lstm_size = model.spec.lstm_size
+    unroll_length, overlap = agent.sequence_layout()
     builder = TrajectoryBuilder(
-        unroll_length=config.unroll_length,
+        unroll_length=unroll_length,
         obs_shape=obs_shape,
         obs_dtype=obs_space.dtype,
         action_shape=agent.head.action_shape,
@@ -118,6 +119,7 @@ def build_learner(config: LearnerConfig) -> Learner:
         param_size=agent.head.param_size,
         core_state_sizes=(lstm_size, lstm_size) if lstm_size else (),
         frame_stack=stored_frame_stack(config),
+        overlap=overlap,
     )
     return Learner(
         config=config,

@@ -285,7 +285,10 @@ async def _serve(
         if rank.writes_checkpoints:
             counters = rank.checkpoint_counters()
             await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
-        record = {**learner.stats.snapshot(len(learner.queue)), **rank.metrics()}
+        record = {
+            **learner.stats.snapshot(len(learner.queue)), **learner.queue.metrics(),
+            **rank.metrics(),
+        }  # fmt: skip
         writer.write(record, learner.stats.drain_episodes())
         writer.close()
     result = _result(learner, stop.reason, time.perf_counter() - start)
@@ -313,6 +316,7 @@ async def _supervise(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.event.wait(), config.log_interval_s)
         record = stats.snapshot(len(learner.queue))
+        record.update(learner.queue.metrics())
         record.update(trainer.metrics())
         record.update(rank.metrics())
         writer.write(record, stats.drain_episodes())

@@ -25,7 +25,7 @@ REPEATABLE = "repeatable"
 """Field metadata key: the flag may be given several times, each adding to the tuple."""
 INFERENCE_BACKENDS = ("auto", "torch", "numpy")
 TRAINER_MODES = ("auto", "process", "thread", "device")
-AGENTS = ("vtrace",)
+AGENTS = ("vtrace", "r2d2")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
@@ -108,9 +108,10 @@ class LearnerConfig:
 
     # model
     agent: str = "vtrace"
-    """The learning algorithm: vtrace (IMPALA's V-trace actor-critic). An agent is its
-    network head, action choice, what it keeps to train on and its loss
-    (learner/agents/)."""
+    """The learning algorithm: vtrace (IMPALA's V-trace actor-critic) or r2d2 (recurrent
+    replay distributed DQN with Ape-X prioritized replay and per-slot epsilon-greedy;
+    discrete actions; its presets turn --lstm on). An agent is its network head, action
+    choice, what it keeps to train on and its loss (learner/agents/)."""
     model: str = "auto"
     """Torso: auto (cnn for image observations, else mlp), mlp, cnn (Nature CNN; a small
     one for small grids) or resnet (IMPALA's deep encoder: larger and slower, for a GPU)."""
@@ -193,6 +194,41 @@ class LearnerConfig:
     optimizer stay fp32), or auto (bf16 on CUDA, fp32 elsewhere). fp32 by default: on a GPU
     the shipped networks are too small for bf16 to pay for its casts; a CPU with native bf16
     instructions (AVX-512 BF16, AMX) trains the CNNs faster in bf16, the MLP slower."""
+
+    # r2d2 (read only by --agent r2d2)
+    burn_in: int = 40
+    """R2D2: rows at the start of each replayed sequence that only unroll the LSTM from
+    its stored state (no gradient); --unroll-length transitions follow them."""
+    sequence_overlap: int = 40
+    """R2D2: rows a slot's consecutive sequences share (besides the bootstrap frame); equal
+    to --burn-in, every transition is trained in exactly one sequence."""
+    n_step: int = 5
+    """R2D2: steps of the n-step double-Q target."""
+    target_update_interval: int = 2500
+    """R2D2: optimizer steps between copies of the online network into the target one."""
+    value_rescale_eps: float = 1e-3
+    """R2D2: epsilon of the invertible value rescaling h(x) = sign(x)(sqrt(|x|+1)-1)+eps*x."""
+    replay_frames: int = 1_000_000
+    """R2D2: replay capacity in stored frames (sequences x rows); the oldest go first."""
+    replay_bytes: int = 8 * 1024**3
+    """R2D2: replay capacity in bytes of stored sequences (Atari frames stored once)."""
+    replay_min_frames: int = 20_000
+    """R2D2: stored frames before the first learner step."""
+    replay_ratio: float = 1.0
+    """R2D2: trained frames (sampled sequences x --unroll-length) per inserted frame; the
+    learner waits rather than exceed it (0: no limit)."""
+    priority_exponent: float = 0.9
+    """R2D2: alpha, sequences are sampled in proportion to priority ** alpha."""
+    importance_exponent: float = 0.6
+    """R2D2: beta of the importance weights (N * P(i)) ** -beta, normalised by their max."""
+    priority_eta: float = 0.9
+    """R2D2: a sequence's priority is eta * max|td| + (1 - eta) * mean|td|."""
+    epsilon: float = 0.4
+    """R2D2: Ape-X base epsilon; slot i explores with epsilon ** (1 + alpha * i / (N - 1))."""
+    epsilon_alpha: float = 7.0
+    """R2D2: Ape-X alpha of the per-slot epsilon ladder."""
+    epsilon_slots: int = 256
+    """R2D2: N, rungs of the epsilon ladder; trajectory slot s takes rung s mod N."""
 
     # serving
     inference_batch_size: int = 64
@@ -301,7 +337,8 @@ class LearnerConfig:
             self,
             ("unroll_length", "batch_size", "updates_per_batch", "inference_batch_size",
              "max_queue_unrolls", "max_actors", "max_envs", "max_message_bytes", "lstm_size",
-             "hidden_sizes"),
+             "hidden_sizes", "n_step", "target_update_interval", "replay_frames",
+             "replay_bytes", "epsilon_slots"),
             low=1,
         )  # fmt: skip
         _require_range(self, ("port", "metrics_port"), low=0, high=65535)
@@ -309,7 +346,9 @@ class LearnerConfig:
             self,
             ("seed", "torch_threads", "total_frames", "max_seconds", "inference_timeout_ms",
              "entropy_cost", "final_entropy_cost", "baseline_cost", "checkpoint_history_frames",
-             "hello_timeout_s", "stream_idle_timeout_s"),
+             "hello_timeout_s", "stream_idle_timeout_s", "burn_in", "sequence_overlap",
+             "replay_min_frames", "replay_ratio", "epsilon_alpha", "value_rescale_eps",
+             "importance_exponent"),
             low=0,
         )  # fmt: skip
         _require_range(
@@ -320,7 +359,15 @@ class LearnerConfig:
             low=0,
             low_open=True,
         )  # fmt: skip
-        _require_range(self, ("discount", "lambda_"), low=0, high=1)
+        _require_range(
+            self, ("discount", "lambda_", "priority_exponent", "priority_eta", "epsilon"),
+            low=0, high=1,
+        )  # fmt: skip
+        if self.sequence_overlap > self.burn_in + self.unroll_length - 1:
+            raise ValueError(
+                f"--sequence-overlap ({self.sequence_overlap}) must leave a sequence at least one"
+                f" new row (<= --burn-in + --unroll-length - 1)"
+            )
         _require_range(self, ("inference_quorum",), low=0, high=1, low_open=True)
         if not self.hidden_sizes:
             raise ValueError("--hidden-sizes needs at least one layer width")

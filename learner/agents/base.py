@@ -11,16 +11,50 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from learner.agents.models import ActionHead, ActorCritic
 from learner.agents.policy import Policy
-from learner.state.trajectories import UnrollQueue
+from learner.state.trajectories import Unrolls
 from learner.training.schedules import StepClock
 from seedrl.proto import seedrl_pb2 as pb
 
 LossTerms = dict[str, torch.Tensor]
-"""A loss's parts by metric name (``loss_policy``, ``entropy``, ...), detached."""
+"""A loss's parts by metric name (``loss_policy``, ``entropy``, ...), detached; scalars,
+except :data:`SAMPLE_PRIORITY`."""
+
+SAMPLE_PRIORITY = "sample_priority"
+"""Loss-term key of a ``[B]`` tensor: each sampled unroll's new priority, which the
+trainer host hands back to the store (:meth:`Store.feedback`) instead of the metrics."""
+
+
+class Store(Protocol):
+    """What the learner keeps of finished unrolls between inference and the trainer: a
+    bounded queue (each unroll trained on once) or a replay (sampled by priority)."""
+
+    def __len__(self) -> int: ...
+    def has_room(self) -> bool:
+        """A ``put`` now would not wait."""
+        ...
+
+    def put(self, unrolls: Unrolls, timeout: float | None = None) -> bool:
+        """Keep finished unrolls (may wait while full: back-pressure); False if it timed
+        out or the store is closed."""
+        ...
+
+    def get(self, n: int, timeout: float | None = None) -> Unrolls | None:
+        """``n`` unrolls to train on, or None on timeout or close."""
+        ...
+
+    def close(self) -> None: ...
+    def feedback(self, sample_id: np.ndarray, priority: np.ndarray) -> None:
+        """New priorities of unrolls ``get`` handed out (by ``Unrolls.sample_id``)."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """Extra keys for each metrics record."""
+        ...
 
 
 class Agent(Protocol):
@@ -42,8 +76,13 @@ class Agent(Protocol):
         of the acting policy) out."""
         ...
 
-    def make_store(self) -> UnrollQueue:
-        """Where finished unrolls wait for the trainer (bounded: back-pressure)."""
+    def sequence_layout(self) -> tuple[int, int]:
+        """(T, k): transitions per stored unroll, and rows beyond the bootstrap frame a
+        slot's consecutive unrolls share (the trajectory builder's shape)."""
+        ...
+
+    def make_store(self) -> Store:
+        """Where finished unrolls wait for the trainer (bounded)."""
         ...
 
     def loss(

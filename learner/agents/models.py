@@ -158,6 +158,7 @@ class ModelSpec:
     continuous: bool = False  # Gaussian head: state-independent log-std (params = mean, log-std)
     action_low: tuple[float, ...] = ()  # finite Box bounds: the mean is squashed into them
     action_high: tuple[float, ...] = ()
+    dueling: bool = False  # Q-network: params are Q = V + A - mean(A), from shared features
 
 
 def choose_torso(obs_spec: pb.SpaceSpec, requested: str) -> str:
@@ -433,6 +434,9 @@ class ActorCritic(nn.Module):
 
     def _params(self, features: torch.Tensor, t: int, b: int) -> torch.Tensor:
         params = self.policy(features).reshape(t, b, -1)
+        if self.spec.dueling:  # Wang et al. 2016: the advantages' mean is the baseline's
+            value = self.baseline(features).reshape(t, b, 1)
+            return value + params - params.mean(dim=-1, keepdim=True)
         if self.action_centre is not None and self.action_half_range is not None:
             params = self.action_centre + self.action_half_range * torch.tanh(params)
         if self.log_std is not None:
@@ -447,6 +451,7 @@ def build_model(
     hidden_sizes: tuple[int, ...] = (64, 64),
     lstm_size: int = 0,
     separate_value: bool = True,
+    dueling: bool = False,
 ) -> ActorCritic:
     """The ActorCritic for an env's spaces."""
     spec = ModelSpec(
@@ -460,6 +465,7 @@ def build_model(
         continuous=head.continuous,
         action_low=head.low if isinstance(head, GaussianHead) else (),
         action_high=head.high if isinstance(head, GaussianHead) else (),
+        dueling=dueling,
     )
     return ActorCritic(spec)
 

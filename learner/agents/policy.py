@@ -48,8 +48,15 @@ def set_compute_threads(threads: int) -> None:
 
 
 class Policy(Protocol):
+    """``slot_B`` names each row's trajectory slot, for an action choice that differs by
+    slot (R2D2's per-slot epsilon); sampling policies ignore it."""
+
     def __call__(
-        self, obs_BO: np.ndarray, first_B: np.ndarray, state: CoreStateArrays
+        self,
+        obs_BO: np.ndarray,
+        first_B: np.ndarray,
+        state: CoreStateArrays,
+        slot_B: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, CoreStateArrays]: ...
 
 
@@ -86,7 +93,11 @@ class TorchPolicy:
         return staged.to(self.device, non_blocking=True)
 
     def __call__(
-        self, obs_BO: np.ndarray, first_B: np.ndarray, state: CoreStateArrays
+        self,
+        obs_BO: np.ndarray,
+        first_B: np.ndarray,
+        state: CoreStateArrays,
+        slot_B: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, CoreStateArrays]:
         obs = self._to_device("obs", obs_BO)
         first = self._to_device("first", first_B)
@@ -137,7 +148,7 @@ class NumpyMLPPolicy:
     ) -> NumpyMLPPolicy | None:
         """The numpy twin of ``model`` reading its parameters, or None if it has none."""
         spec = model.spec
-        if spec.torso != "mlp" or model.core is not None:
+        if spec.torso != "mlp" or model.core is not None or spec.dueling:
             return None
         if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
             return None
@@ -149,7 +160,11 @@ class NumpyMLPPolicy:
         return cls(layers, policy, _preparer(spec.obs_dtype), _finisher(model), sample)
 
     def __call__(
-        self, obs_BO: np.ndarray, first_B: np.ndarray, state: CoreStateArrays
+        self,
+        obs_BO: np.ndarray,
+        first_B: np.ndarray,
+        state: CoreStateArrays,
+        slot_B: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, CoreStateArrays]:
         x = self._prepare(obs_BO)
         for weight_T, bias in self._layers:

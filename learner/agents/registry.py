@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 
 from learner.agents.base import Agent
+from learner.agents.r2d2 import R2D2Agent
 from learner.agents.vtrace import VTraceAgent
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
@@ -15,6 +16,7 @@ AgentFactory = Callable[[LearnerConfig, pb.SpaceSpec, torch.device], Agent]
 
 AGENTS: dict[str, AgentFactory] = {
     VTraceAgent.name: VTraceAgent,
+    R2D2Agent.name: R2D2Agent,
 }
 """``--agent`` name -> the agent's factory (its config, the env's action space, the device)."""
 

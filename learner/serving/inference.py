@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from learner.agents.base import Store
 from learner.agents.policy import Policy
 from learner.serving.batcher import PendingRequest
 from learner.state.counters import StepCounter
 from learner.state.normalize import ObservationNormalizer
 from learner.state.stats import LearnerStats
-from learner.state.trajectories import TrajectoryBuilder, UnrollQueue
+from learner.state.trajectories import TrajectoryBuilder
 from seedrl.codec import WireError, all_finite
 
 
@@ -112,7 +113,7 @@ class InferenceEngine:
         self,
         policy: Policy,
         builder: TrajectoryBuilder,
-        queue: UnrollQueue,
+        queue: Store,
         stats: LearnerStats,
         weights_lock: AbstractContextManager[Any],
         learner_step: StepCounter,
@@ -231,6 +232,6 @@ class InferenceEngine:
         lands between two forward passes, never between a pass and its step number)."""
         state_before = tuple(s[slot_B] for s in self.builder.core_state_SH)
         with self.weights_lock:
-            action_BA, params_BP, state_after = self.policy(obs_BO, first_B, state_before)
+            action_BA, params_BP, state_after = self.policy(obs_BO, first_B, state_before, slot_B)
             step = self.learner_step.value
         return action_BA, params_BP, state_before, state_after, step

@@ -61,6 +61,8 @@ class Unrolls:
     policy_params: np.ndarray  # [N, T+1, P] float32
     core_state: tuple[np.ndarray, ...]  # each [N, H]: the core state before row 0
     acted_step: np.ndarray  # [N, T+1] int64: learner step of the weights that acted on each row
+    sample_id: np.ndarray | None = None  # [N] int64: replay key of a sampled unroll (None: queued)
+    sample_weight: np.ndarray | None = None  # [N] float32: its importance weight (None: all 1)
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
@@ -88,6 +90,8 @@ class Unrolls:
                 for i in range(len(parts[0].core_state))
             ),
             acted_step=np.concatenate([p.acted_step for p in parts]),
+            sample_id=_concat_optional([p.sample_id for p in parts]),
+            sample_weight=_concat_optional([p.sample_weight for p in parts]),
         )
 
     def split(self, n: int) -> tuple[Unrolls, Unrolls]:
@@ -99,9 +103,18 @@ class Unrolls:
             if f.name == "core_state":
                 head[f.name] = tuple(s[:n] for s in value)
                 tail[f.name] = tuple(s[n:] for s in value)
+            elif value is None:
+                head[f.name] = tail[f.name] = None
             else:
                 head[f.name], tail[f.name] = value[:n], value[n:]
         return Unrolls(**head), Unrolls(**tail)  # type: ignore[arg-type]
+
+
+def _concat_optional(arrays: list[np.ndarray | None]) -> np.ndarray | None:
+    """The arrays joined, or None when any part lacks one."""
+    if any(a is None for a in arrays):
+        return None
+    return np.concatenate(arrays)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -126,10 +139,16 @@ class TrajectoryBuilder:
         core_state_sizes: tuple[int, ...] = (),
         initial_capacity: int = 64,
         frame_stack: int = 1,
+        overlap: int = 0,
     ) -> None:
+        """``overlap`` rows beyond the bootstrap frame are shared by a slot's consecutive
+        unrolls: the next one starts at row ``T - overlap`` (R2D2's overlapping sequences)."""
+        if not 0 <= overlap < unroll_length:
+            raise ValueError(f"overlap {overlap} must be in [0, {unroll_length})")
         if frame_stack > 1 and (len(obs_shape) < 2 or obs_shape[0] != frame_stack):
             raise ValueError(f"frame_stack {frame_stack} does not fit observations {obs_shape}")
         self.unroll_length = unroll_length
+        self.overlap = overlap
         self._rows = unroll_length + 1
         self.obs_shape = obs_shape
         self.obs_dtype = np.dtype(obs_dtype)
@@ -183,6 +202,13 @@ class TrajectoryBuilder:
             resized(s, (h,), np.float32)
             for s, h in zip(get("start_state_SH", old_states), self._state_sizes, strict=True)
         ]
+        # With overlap the next unroll starts at a past row: the state before every row is
+        # kept so that row's can become the start state.
+        old_rows = get("row_state_SRH", [None] * len(self._state_sizes))
+        self.row_state_SRH = [
+            resized(s, (rows if self.overlap else 0, h), np.float32)
+            for s, h in zip(old_rows, self._state_sizes, strict=True)
+        ]
         self._free.extend(range(capacity - 1, old - 1, -1))
         self.capacity = capacity
 
@@ -199,6 +225,8 @@ class TrajectoryBuilder:
             policy_params=np.zeros((n, rows, self._param_size), np.float32),
             core_state=tuple(np.zeros((n, h), np.float32) for h in self._state_sizes),
             acted_step=np.zeros((n, rows), np.int64),
+            sample_id=np.full(n, -1, np.int64),
+            sample_weight=np.ones(n, np.float32),
         )
 
     def allocate(self, count: int) -> np.ndarray:
@@ -271,6 +299,9 @@ class TrajectoryBuilder:
         self.step_SR[slot_B, pos_B] = learner_step
         for store, after in zip(self.core_state_SH, state_after_BH, strict=True):
             store[slot_B] = after
+        if self.overlap:
+            for rows_store, before in zip(self.row_state_SRH, state_before_BH, strict=True):
+                rows_store[slot_B, pos_B] = before
 
         starting = pos_B == 0
         if starting.any():
@@ -286,7 +317,7 @@ class TrajectoryBuilder:
             full_slots = slot_B[full]
             unrolls = self._take_unrolls(full_slots)
             self._roll_over(full_slots, [s[full] for s in state_before_BH])
-        self.position_S[slot_B] = np.where(full, 1, pos_B + 1)
+        self.position_S[slot_B] = np.where(full, 1 + self.overlap, pos_B + 1)
         return unrolls, episodes
 
     def _mark_start(self, slots: np.ndarray, state_before: list[np.ndarray]) -> None:
@@ -324,7 +355,11 @@ class TrajectoryBuilder:
         )
 
     def _roll_over(self, slots: np.ndarray, state_before: list[np.ndarray]) -> None:
-        """Row T becomes row 0 of the next unroll (the one-frame overlap)."""
+        """Row T becomes row 0 of the next unroll (the one-frame overlap); with
+        ``overlap`` k, rows T-k..T become rows 0..k."""
+        if self.overlap:
+            self._roll_over_rows(slots)
+            return
         last = self.unroll_length
         if self.frame_stack > 1:
             # Row 0's whole stack, its zeros included: the rows before it are not kept.
@@ -342,6 +377,35 @@ class TrajectoryBuilder:
         ):
             arr[slots, 0] = arr[slots, last]
         self._mark_start(slots, state_before)
+
+    def _roll_over_rows(self, slots: np.ndarray) -> None:
+        """Rows T-k..T (and their frames) become rows 0..k of the next unroll, with the
+        core state before row T-k as its start state."""
+        k, last, depth = self.overlap, self.unroll_length, self.frame_stack
+        start = last - k
+        if depth > 1:
+            # Row `start`'s stack without planes from before its episode (not kept after).
+            keep_ND = stacked_plane_mask(self.first_SR[slots], depth)[:, start]
+            head = self.obs_SRO[slots, start : start + depth]
+            keep = keep_ND.reshape(*keep_ND.shape, *(1,) * (head.ndim - 2))
+            self.obs_SRO[slots, :depth] = np.where(keep, head, 0)
+            newer = self.obs_SRO[slots, start + depth : last + depth]
+            self.obs_SRO[slots, depth : k + depth] = newer
+        else:
+            self.obs_SRO[slots, : k + 1] = self.obs_SRO[slots, start : last + 1]
+        for arr in (
+            self.first_SR,
+            self.reward_SR,
+            self.terminated_SR,
+            self.truncated_SR,
+            self.action_SRA,
+            self.params_SRP,
+            self.step_SR,
+        ):
+            arr[slots, : k + 1] = arr[slots, start : last + 1]
+        self._mark_start(slots, [rows[slots, start] for rows in self.row_state_SRH])
+        for rows in self.row_state_SRH:
+            rows[slots, : k + 1] = rows[slots, start : last + 1]
 
 
 def stack_unroll_frames(frames_NXF: np.ndarray, first_NR: np.ndarray) -> np.ndarray:
@@ -418,3 +482,10 @@ class UnrollQueue:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    def feedback(self, sample_id: np.ndarray, priority: np.ndarray) -> None:
+        """Nothing: a queue hands each unroll out once, so it keeps no priorities."""
+
+    def metrics(self) -> dict[str, float]:
+        """Nothing beyond its length, which the stats already report."""
+        return {}

@@ -26,12 +26,14 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
+from learner.agents.base import Store
 from learner.agents.models import ActorCritic
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
-from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
+from learner.state.trajectories import TrajectoryBuilder, Unrolls
 from learner.training.hosts import ThreadHost
 from learner.training.trainer import Trainer, TrainerParts, stack_frames
 
@@ -69,6 +71,7 @@ class _StagedBatch:
             "behaviour_params": host(empty.policy_params),
         }
         self.core_state = tuple(host(s) for s in empty.core_state)
+        self.sample_weight = host(np.ones(len(empty), np.float32))  # [B]: per unroll
         self.copied: torch.cuda.Event | None = None
 
     def fill(self, unrolls: Unrolls) -> None:
@@ -87,6 +90,8 @@ class _StagedBatch:
             self.tensors[name].numpy()[...] = array
         for dst, src in zip(self.core_state, unrolls.core_state, strict=True):
             dst.numpy()[...] = src
+        weight = unrolls.sample_weight
+        self.sample_weight.numpy()[...] = 1.0 if weight is None else weight
 
     def to_device(
         self, device: torch.device, stream: torch.cuda.Stream | None
@@ -95,6 +100,7 @@ class _StagedBatch:
         sent = {name: t.to(device, non_blocking=True) for name, t in self.tensors.items()}
         sent["obs"] = stack_frames(sent["obs"], self.tensors["first"].numpy(), self.frame_stack)
         batch = {name: t.transpose(0, 1) for name, t in sent.items()}
+        batch["sample_weight"] = self.sample_weight.to(device, non_blocking=True)
         core = tuple(s.to(device, non_blocking=True) for s in self.core_state)
         if stream is not None:
             self.copied = torch.cuda.Event()
@@ -113,7 +119,7 @@ class DeviceHost(ThreadHost):
 
     mode = "device"
 
-    def __init__(self, parts: TrainerParts, queue: UnrollQueue, builder: TrajectoryBuilder) -> None:
+    def __init__(self, parts: TrainerParts, queue: Store, builder: TrajectoryBuilder) -> None:
         """``parts.weights_lock`` and ``parts.step_counter`` are the ones inference holds;
         the trainer keeps its own lock and counter and hands finished steps over."""
         inference_step = parts.step_counter

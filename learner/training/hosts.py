@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from learner.agents.base import Store
 from learner.state import checkpoint
 from learner.state.stats import LearnerStats
-from learner.state.trajectories import UnrollQueue, Unrolls
+from learner.state.trajectories import Unrolls
 from learner.training.trainer import Trainer
 from seedrl.config import LearnerConfig
 
@@ -71,7 +72,7 @@ class ThreadHost:
 
     mode = "thread"
 
-    def __init__(self, trainer: Trainer, queue: UnrollQueue, stats: LearnerStats) -> None:
+    def __init__(self, trainer: Trainer, queue: Store, stats: LearnerStats) -> None:
         self.trainer = trainer
         self.queue = queue
         self.stats = stats
@@ -97,6 +98,8 @@ class ThreadHost:
                 continue
             with self.stats.timer("trainer_step"):
                 results = self.train(unrolls)
+            for sample_id, priority in self.trainer.take_feedback():
+                self.queue.feedback(sample_id, priority)
             for scalars in results:
                 if scalars is not None:
                     self.stats.on_train_step(scalars)

@@ -91,6 +91,8 @@ class SharedUnrolls:
             value = getattr(unrolls, f.name)
             if f.name == "core_state":
                 tensors[f.name] = tuple(_shared_like(s) for s in value)
+            elif value is None:
+                tensors[f.name] = None
             else:
                 tensors[f.name] = _shared_like(value)
         return cls(tensors)
@@ -98,7 +100,9 @@ class SharedUnrolls:
     def view(self) -> Unrolls:
         """Unrolls whose arrays are this slot's memory (writes land in the slot)."""
         fields = {
-            name: tuple(t.numpy() for t in value) if name == "core_state" else value.numpy()
+            name: tuple(t.numpy() for t in value)
+            if name == "core_state"
+            else (None if value is None else value.numpy())
             for name, value in self.tensors.items()
         }
         return Unrolls(**fields)  # type: ignore[arg-type]
@@ -107,11 +111,16 @@ class SharedUnrolls:
 def copy_unrolls(dst: Unrolls, src: Unrolls) -> None:
     """Copy every field of ``src`` into ``dst`` (same shapes and dtypes)."""
     for f in dataclasses.fields(src):
+        d, s = getattr(dst, f.name), getattr(src, f.name)
         if f.name == "core_state":
-            for d, s in zip(dst.core_state, src.core_state, strict=True):
-                np.copyto(d, s, casting="no")
+            for d_part, s_part in zip(d, s, strict=True):
+                np.copyto(d_part, s_part, casting="no")
+        elif d is None:
+            continue
+        elif s is None:  # queued unrolls: not sampled, weight 1
+            d.fill(-1 if f.name == "sample_id" else 1)
         else:
-            np.copyto(getattr(dst, f.name), getattr(src, f.name), casting="no")
+            np.copyto(d, s, casting="no")
 
 
 @dataclasses.dataclass
@@ -328,7 +337,9 @@ class ProcessHost:
                 if kind == "waited":
                     stats.timer.add("trainer_wait_data", message[1])
                 elif kind == "trained":
-                    _, slot, results_of_steps, wait_s, step_s = message
+                    _, slot, results_of_steps, feedback, wait_s, step_s = message
+                    for sample_id, priority in feedback:
+                        self.queue.feedback(sample_id, priority)
                     self._free_slots.put(slot)
                     stats.timer.add("trainer_wait_data", wait_s)
                     stats.timer.add("trainer_step", step_s)
@@ -441,7 +452,9 @@ def _train_until_stopped(args: _ChildArgs, commands: Connection, results: Connec
                     for dst, src in zip(args.weights, params, strict=True):
                         dst.copy_(src)
                     args.published_step.value = steps.value
-            results.send(("trained", slot, trained, began - waited, time.perf_counter() - began))
+            feedback = trainer.take_feedback()
+            elapsed = time.perf_counter() - began
+            results.send(("trained", slot, trained, feedback, began - waited, elapsed))
         elif kind == "state":
             results.send(("state", state_bytes()))
         elif kind == "stop":

@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from learner.agents.base import Agent
+from learner.agents.base import SAMPLE_PRIORITY, Agent
 from learner.agents.models import ActorCritic
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
@@ -44,7 +44,7 @@ def to_time_major(unrolls: Unrolls, device: torch.device) -> dict[str, torch.Ten
         return torch.from_numpy(array).to(device, non_blocking=True).transpose(0, 1)
 
     frames = torch.from_numpy(unrolls.obs).to(device, non_blocking=True)
-    return {
+    batch = {
         "obs": stack_frames(frames, unrolls.first, unrolls.frame_stack).transpose(0, 1),
         "first": tm(unrolls.first),
         "reward": tm(unrolls.reward),
@@ -53,6 +53,9 @@ def to_time_major(unrolls: Unrolls, device: torch.device) -> dict[str, torch.Ten
         "action": tm(unrolls.action),
         "behaviour_params": tm(unrolls.policy_params),
     }
+    if unrolls.sample_weight is not None:  # [B]: per unroll, not per row
+        batch["sample_weight"] = torch.from_numpy(unrolls.sample_weight).to(device)
+    return batch
 
 
 def stack_frames(frames: torch.Tensor, first: np.ndarray, depth: int) -> torch.Tensor:
@@ -193,6 +196,9 @@ class Trainer:
         self.update_guard = update_guard or (lambda: self.weights_lock)
         self.grads = GradientBuffer(self.model.parameters(), self.device)
         self.learning_rate = learning_rate_schedule(config)
+        self.feedback: list[tuple[np.ndarray, np.ndarray]] = []
+        """(sample ids, new priorities) of the steps since :meth:`take_feedback`, for the
+        host to hand to the store."""
         self.frames_per_step = (
             config.batch_size * config.unroll_length / config.updates_per_batch
         ) * self.exchange.world_size
@@ -269,12 +275,20 @@ class Trainer:
             self.step_counter.value += 1
         if terms is None or unrolls is None:
             return None
+        priority = terms.pop(SAMPLE_PRIORITY, None)
+        if priority is not None and unrolls.sample_id is not None:
+            self.feedback.append((unrolls.sample_id.copy(), priority.float().cpu().numpy()))
         scalars = {k: float(v) for k, v in terms.items()}
         scalars["grad_norm"] = float(grad_norm)
         scalars["learning_rate"] = lr
         scalars["policy_lag"] = policy_lag(step, unrolls)
         scalars.update(self.exchange.scalars())
         return scalars
+
+    def take_feedback(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The (sample ids, priorities) pairs gathered since the last call."""
+        taken, self.feedback = self.feedback, []
+        return taken
 
     def set_learning_rate(self, step: int) -> float:
         """Set the scheduled learning rate of optimizer step ``step`` (0-based); returns it."""

@@ -46,6 +46,9 @@ class VTraceAgent:
             model, self.head, self.device, self.config.inference_backend, seed, self.precision
         )
 
+    def sequence_layout(self) -> tuple[int, int]:
+        return self.config.unroll_length, 0
+
     def make_store(self) -> UnrollQueue:
         return UnrollQueue(self.config.max_queue_unrolls)
 

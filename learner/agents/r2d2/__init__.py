@@ -1,0 +1,185 @@
+"""The R2D2 agent (Kapturowski et al. 2019) with Ape-X prioritized replay (Horgan et al.
+2018): a recurrent dueling Q-network acting epsilon-greedily per slot
+(:mod:`.policy`), sequences kept in a prioritized replay on the learner (:mod:`.replay`),
+and n-step double-Q learning on rescaled values with burn-in (:mod:`.targets`).
+
+Shape suffixes: T rows trained on after the burn-in (their last one only bootstraps),
+B sequences, A actions.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from learner.agents.base import SAMPLE_PRIORITY, LossTerms
+from learner.agents.models import (
+    ActorCritic,
+    CategoricalHead,
+    action_head,
+    autocast,
+    build_model,
+    resolve_precision,
+)
+from learner.agents.policy import Policy
+from learner.agents.r2d2.policy import EpsilonGreedyPolicy, ape_x_epsilons
+from learner.agents.r2d2.replay import PrioritizedReplay
+from learner.agents.r2d2.targets import (
+    n_step_double_q_targets,
+    sequence_priorities,
+    valid_transitions,
+)
+from learner.training.schedules import StepClock
+from seedrl.config import LearnerConfig
+from seedrl.proto import seedrl_pb2 as pb
+
+TARGET_KEY = "r2d2_target"
+TARGET_STEP_KEY = "r2d2_target_step"
+
+
+class R2D2Agent:
+    """R2D2: epsilon-greedy on a dueling Q-network, a prioritized replay, n-step double Q."""
+
+    name = "r2d2"
+
+    def __init__(
+        self, config: LearnerConfig, action_space: pb.SpaceSpec, device: torch.device
+    ) -> None:
+        self.config = config
+        self.device = device
+        self.precision = resolve_precision(config.precision, device)
+        self.head = action_head(action_space)
+        if not isinstance(self.head, CategoricalHead):
+            raise ValueError("--agent r2d2 needs a discrete action space (Q-learning)")
+        self.epsilons = ape_x_epsilons(config.epsilon, config.epsilon_alpha, config.epsilon_slots)
+        self.store: PrioritizedReplay | None = None
+        self.target: ActorCritic | None = None
+        """The target network: a copy of the online one, refreshed every
+        --target-update-interval optimizer steps."""
+        self.target_step = -1
+        """The optimizer step the target was last copied at (-1: never)."""
+        self._saved_target: dict[str, torch.Tensor] | None = None
+
+    def build_model(self, observation_space: pb.SpaceSpec, torso: str) -> ActorCritic:
+        cfg = self.config
+        lstm_size = cfg.lstm_size if cfg.lstm else 0
+        return build_model(
+            observation_space, self.head, torso, cfg.hidden_sizes, lstm_size,
+            separate_value=False, dueling=True,
+        )  # fmt: skip
+
+    def inference_policy(self, model: ActorCritic, seed: int | tuple[int, ...]) -> Policy:
+        report = None
+        if self.store is not None:
+            store = self.store
+
+            def report(rates: tuple[float, float]) -> None:
+                store.epsilon_range = rates
+
+        return EpsilonGreedyPolicy(model, self.device, self.epsilons, seed, self.precision, report)
+
+    def sequence_layout(self) -> tuple[int, int]:
+        return self.config.burn_in + self.config.unroll_length, self.config.sequence_overlap
+
+    def make_store(self) -> PrioritizedReplay:
+        cfg = self.config
+        self.store = PrioritizedReplay(
+            max_frames=cfg.replay_frames,
+            max_bytes=cfg.replay_bytes,
+            min_frames=cfg.replay_min_frames,
+            replay_ratio=cfg.replay_ratio,
+            new_frames_per_sequence=cfg.burn_in + cfg.unroll_length - cfg.sequence_overlap,
+            trained_frames_per_sequence=cfg.unroll_length,
+            priority_exponent=cfg.priority_exponent,
+            importance_exponent=cfg.importance_exponent,
+            seed=cfg.seed,
+        )
+        return self.store
+
+    def target_network(self, model: ActorCritic, step: int) -> ActorCritic:
+        """The target network for optimizer step ``step``, copied from ``model`` when it
+        is due (or restored from a checkpoint on first use)."""
+        if self.target is None:
+            self.target = copy.deepcopy(model).requires_grad_(False)
+            if self._saved_target is not None:
+                self.target.load_state_dict(self._saved_target)
+                self._saved_target = None
+            else:
+                self.target_step = step
+        if step - self.target_step >= self.config.target_update_interval:
+            with torch.no_grad():
+                for dst, src in zip(self.target.parameters(), model.parameters(), strict=True):
+                    dst.copy_(src)
+            self.target_step = step
+        return self.target
+
+    def loss(
+        self,
+        model: ActorCritic,
+        batch: dict[str, torch.Tensor],
+        core_state: tuple[torch.Tensor, ...],
+        clock: StepClock,
+    ) -> tuple[torch.Tensor, LossTerms]:
+        cfg = self.config
+        target = self.target_network(model, clock.step)
+        burn = cfg.burn_in
+        obs, first = batch["obs"], batch["first"]
+        with autocast(self.device, self.precision):
+            online_state, target_state = core_state, core_state
+            if burn and model.core is not None:
+                # Burn-in: the stored start state is stale; unroll it without gradient.
+                with torch.no_grad():
+                    _, online_state = model.act(obs[:burn], first[:burn], core_state)
+                    _, target_state = target.act(obs[:burn], first[:burn], core_state)
+            q_T1BA, _ = model.act(obs[burn:], first[burn:], online_state)
+            with torch.no_grad():
+                target_q_T1BA, _ = target.act(obs[burn:], first[burn:], target_state)
+        q_T1BA, target_q_T1BA = q_T1BA.float(), target_q_T1BA.float()
+
+        reward_T1B = batch["reward"][burn:]
+        if cfg.reward_scale != 1.0:
+            reward_T1B = reward_T1B * cfg.reward_scale
+        if cfg.reward_clip is not None:
+            reward_T1B = reward_T1B.clamp(-cfg.reward_clip, cfg.reward_clip)
+        terminated_T1B, truncated_T1B = batch["terminated"][burn:], batch["truncated"][burn:]
+        target_TB = n_step_double_q_targets(
+            reward_T1B, terminated_T1B, truncated_T1B, q_T1BA.detach(), target_q_T1BA,
+            cfg.discount, cfg.n_step, cfg.value_rescale_eps,
+        )  # fmt: skip
+        action_TB = batch["action"][burn:-1].long()
+        q_taken_TB = q_T1BA[:-1].gather(-1, action_TB.unsqueeze(-1)).squeeze(-1)
+        td_TB = target_TB - q_taken_TB
+        valid_TB = valid_transitions(terminated_T1B, truncated_T1B).float()
+        weight_B = batch.get("sample_weight")
+        if weight_B is None:
+            weight_B = torch.ones(valid_TB.shape[1], device=valid_TB.device)
+        count = valid_TB.sum().clamp(min=1.0)
+        total = (0.5 * td_TB.square() * valid_TB * weight_B).sum() / count
+
+        abs_td_TB = td_TB.detach().abs()
+        terms: LossTerms = {
+            "loss_total": total.detach(),
+            "q_mean": (q_taken_TB.detach() * valid_TB).sum() / count,
+            "td_error": (abs_td_TB * valid_TB).sum() / count,
+            "importance_weight_mean": weight_B.mean(),
+            SAMPLE_PRIORITY: sequence_priorities(abs_td_TB, valid_TB, cfg.priority_eta),
+        }
+        return total, terms
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.target is None and self._saved_target is None:
+            return {}
+        weights = self.target.state_dict() if self.target is not None else self._saved_target
+        return {TARGET_KEY: weights, TARGET_STEP_KEY: self.target_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state.get(TARGET_KEY)
+        if saved is None:
+            return
+        self.target_step = int(state.get(TARGET_STEP_KEY, -1))
+        if self.target is not None:
+            self.target.load_state_dict(saved)
+        else:
+            self._saved_target = saved

@@ -1,0 +1,73 @@
+"""R2D2's action choice in the learner's batched inference: Ape-X's per-actor epsilon-greedy.
+
+Each trajectory slot ``s`` acts epsilon-greedily on the Q-network with its own rate from
+a fixed ladder of ``N`` rungs, ``eps_i = eps ** (1 + alpha * i / (N - 1))`` with
+``i = s mod N`` (Horgan et al. 2018), so a few slots explore a lot and most act nearly
+greedily. The rate belongs to the slot, not the actor: a reconnecting actor's envs get
+whatever slots the learner hands out then (freed slots are reused first), and with them
+those slots' rungs.
+
+Shape suffixes: B batch rows, A actions, H core state size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from learner.agents.models import ActorCritic, autocast
+from learner.agents.policy import CoreStateArrays
+
+
+def ape_x_epsilons(base: float, alpha: float, rungs: int) -> np.ndarray:
+    """``[N]`` exploration rates eps ** (1 + alpha * i / (N - 1)); one rung: eps itself."""
+    if rungs == 1:
+        return np.array([base], np.float64)
+    i = np.arange(rungs, dtype=np.float64)
+    return base ** (1.0 + alpha * i / (rungs - 1))
+
+
+class EpsilonGreedyPolicy:
+    """Q-values from ``model.act`` (T = 1), then per row the greedy action or, with its
+    slot's probability, a uniformly random one; numpy in and out. The Q-values travel as
+    the policy parameters the unrolls keep."""
+
+    def __init__(
+        self,
+        model: ActorCritic,
+        device: torch.device,
+        epsilons: np.ndarray,
+        seed: int | tuple[int, ...],
+        precision: str = "fp32",
+        report: Callable[[tuple[float, float]], None] | None = None,
+    ) -> None:
+        """``report`` is told the (min, max) rate of each batch (the metrics' range)."""
+        self.model, self.device, self.precision = model, device, precision
+        self.epsilons = epsilons
+        self.rng = np.random.default_rng(seed)
+        self.report = report
+
+    def __call__(
+        self,
+        obs_BO: np.ndarray,
+        first_B: np.ndarray,
+        state: CoreStateArrays,
+        slot_B: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, CoreStateArrays]:
+        obs = torch.from_numpy(obs_BO).to(self.device)
+        first = torch.from_numpy(first_B).to(self.device)
+        core = tuple(torch.from_numpy(s).to(self.device) for s in state)
+        with torch.no_grad(), autocast(self.device, self.precision):
+            q_1BA, core_after = self.model.act(obs.unsqueeze(0), first.unsqueeze(0), core)
+        q_BA = q_1BA[0].float().cpu().numpy()
+        rows = len(q_BA)
+        slot_B = np.zeros(rows, np.int64) if slot_B is None else slot_B
+        eps_B = self.epsilons[slot_B % len(self.epsilons)]
+        explore_B = self.rng.random(rows) < eps_B
+        random_B = self.rng.integers(0, q_BA.shape[1], rows)
+        action_B = np.where(explore_B, random_B, q_BA.argmax(axis=1)).astype(np.int64)
+        if self.report is not None and rows:
+            self.report((float(eps_B.min()), float(eps_B.max())))
+        return action_B, q_BA, tuple(s.float().cpu().numpy() for s in core_after)

@@ -1,0 +1,274 @@
+"""Prioritized sequence replay (Schaul et al. 2016; Ape-X, R2D2) for the R2D2 agent.
+
+Sequences arrive from inference as finished unrolls (``put``, which never waits: the
+oldest sequences are evicted first once the capacity in frames or bytes is reached),
+enter at the highest priority seen so far, and are sampled by the trainer host in
+proportion to ``priority ** alpha`` (``get``), with importance weights
+``(N * P(i)) ** -beta`` normalised by the batch's largest. The trainer's new priorities
+come back through ``feedback``; a sequence evicted meanwhile keeps none of them.
+
+Copies out of the ring happen outside the lock, so a ``put`` never waits behind a batch
+being gathered; a sequence overwritten during its copy is handed out with weight 0.
+
+Shape suffixes: C capacity in sequences, N sampled sequences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+
+from learner.state.trajectories import Unrolls
+
+
+class SumTree:
+    """Priorities of ``capacity`` leaves with O(log C) prefix-sum search, in numpy."""
+
+    def __init__(self, capacity: int) -> None:
+        self.size = 1 << max(0, (capacity - 1).bit_length())
+        self.tree = np.zeros(2 * self.size, np.float64)  # node i: children 2i, 2i+1; root 1
+
+    @property
+    def total(self) -> float:
+        return float(self.tree[1])
+
+    def leaves(self, index: np.ndarray) -> np.ndarray:
+        return self.tree[self.size + index]
+
+    def update(self, index: np.ndarray, value: np.ndarray) -> None:
+        """Set leaves ``index`` to ``value`` and every sum above them."""
+        nodes = self.size + np.asarray(index, np.int64)
+        self.tree[nodes] = value
+        nodes = np.unique(nodes // 2)
+        while nodes[0] >= 1:
+            self.tree[nodes] = self.tree[2 * nodes] + self.tree[2 * nodes + 1]
+            if nodes[0] == 1:
+                break
+            nodes = np.unique(nodes // 2)
+
+    def find(self, mass: np.ndarray) -> np.ndarray:
+        """The leaf whose prefix-sum interval holds each of ``mass`` (in [0, total))."""
+        node = np.ones(len(mass), np.int64)
+        mass = mass.astype(np.float64, copy=True)
+        while node[0] < self.size:
+            left = 2 * node
+            right = mass >= self.tree[left]
+            mass -= np.where(right, self.tree[left], 0.0)
+            node = left + right
+        return node - self.size
+
+
+@dataclasses.dataclass
+class ReplayCounters:
+    """What the replay has seen, for the replay ratio and the metrics."""
+
+    inserted_sequences: int = 0
+    inserted_frames: int = 0
+    sampled_sequences: int = 0
+
+
+class PrioritizedReplay:
+    """A bounded FIFO ring of sequences sampled by priority (the R2D2 agent's store)."""
+
+    def __init__(
+        self,
+        max_frames: int,
+        max_bytes: int,
+        min_frames: int,
+        replay_ratio: float,
+        new_frames_per_sequence: int,
+        trained_frames_per_sequence: int,
+        priority_exponent: float = 0.9,
+        importance_exponent: float = 0.6,
+        seed: int = 0,
+    ) -> None:
+        """``new_frames_per_sequence`` frames a sequence adds beyond what it shares with
+        its predecessor (counted as inserted); ``trained_frames_per_sequence`` transitions
+        a sampled one trains on (counted against ``replay_ratio``)."""
+        self.max_frames = max_frames
+        self.max_bytes = max_bytes
+        self.min_frames = min_frames
+        self.replay_ratio = replay_ratio
+        self.new_frames = new_frames_per_sequence
+        self.trained_frames = trained_frames_per_sequence
+        self.alpha = priority_exponent
+        self.beta = importance_exponent
+        self.rng = np.random.default_rng(seed)
+        self.counters = ReplayCounters()
+        self.capacity = 0
+        self.rows = 0
+        self.bytes_per_sequence = 0
+        self._ring: Unrolls | None = None
+        self._tree: SumTree | None = None
+        self._ids_C = np.zeros(0, np.int64)
+        self._priority_C = np.zeros(0, np.float64)
+        self._size = 0
+        self._max_priority = 1.0
+        self._closed = False
+        self._cond = threading.Condition()
+        self.epsilon_range: tuple[float, float] | None = None
+        """The exploration rates inference used last (set by the R2D2 policy)."""
+
+    # ----------------------------------------------------------------- the store API
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def stored_frames(self) -> int:
+        return self._size * self.rows
+
+    def has_room(self) -> bool:
+        return True
+
+    def put(self, unrolls: Unrolls, timeout: float | None = None) -> bool:
+        """Insert each sequence at the current max priority, evicting the oldest."""
+        with self._cond:
+            if self._closed:
+                return False
+            if self._ring is None:
+                self._allocate(unrolls)
+            assert self._ring is not None and self._tree is not None
+            n = len(unrolls)
+            ids_N = self.counters.inserted_sequences + np.arange(n, dtype=np.int64)
+            if n > self.capacity:  # only the newest fit
+                unrolls = unrolls.split(n - self.capacity)[1]
+                ids_N = ids_N[n - self.capacity :]
+            slots_N = ids_N % self.capacity
+            _write(self._ring, slots_N, unrolls)
+            self._ids_C[slots_N] = ids_N
+            self._priority_C[slots_N] = self._max_priority
+            self._tree.update(slots_N, np.full(len(slots_N), self._max_priority**self.alpha))
+            self._size = min(self.capacity, self._size + n)
+            self.counters.inserted_sequences += n
+            self.counters.inserted_frames += n * self.new_frames
+            self._cond.notify_all()
+            return True
+
+    def get(self, n: int, timeout: float | None = None) -> Unrolls | None:
+        """``n`` sequences drawn with replacement in proportion to priority ** alpha, once
+        the replay holds its minimum and the ratio allows; None on timeout or close."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._ready(n) or self._closed, timeout):
+                return None
+            if self._closed:
+                return None
+            slots_N, weight_N = self._draw(n)
+            ids_N = self._ids_C[slots_N].copy()
+            ring = self._ring
+            self.counters.sampled_sequences += n
+        assert ring is not None
+        batch = _read(ring, slots_N)
+        with self._cond:  # a sequence overwritten while it was copied trains on nothing
+            torn_N = self._ids_C[slots_N] != ids_N
+        batch.sample_id = ids_N
+        batch.sample_weight = np.where(torn_N, 0.0, weight_N).astype(np.float32)
+        return batch
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def feedback(self, sample_id: np.ndarray, priority: np.ndarray) -> None:
+        """New priorities of sampled sequences still stored (evicted ones are skipped)."""
+        with self._cond:
+            if self._tree is None:
+                return
+            slots = sample_id % self.capacity
+            kept = self._ids_C[slots] == sample_id
+            if not kept.any():
+                return
+            slots, value = slots[kept], priority[kept].astype(np.float64)
+            self._priority_C[slots] = value
+            self._tree.update(slots, value**self.alpha)
+            self._max_priority = max(self._max_priority, float(value.max()))
+
+    def metrics(self) -> dict[str, float]:
+        with self._cond:
+            stored = self._priority_C[: self._size]
+            counters = dataclasses.replace(self.counters)
+            record = {
+                "replay_sequences": float(self._size),
+                "replay_frames": float(self.stored_frames),
+                "replay_bytes": float(self._size * self.bytes_per_sequence),
+                "replay_priority_mean": float(stored.mean()) if len(stored) else 0.0,
+                "replay_priority_max": float(stored.max()) if len(stored) else 0.0,
+            }
+        if counters.inserted_frames:
+            record["replay_ratio"] = (
+                counters.sampled_sequences * self.trained_frames / counters.inserted_frames
+            )
+        if self.epsilon_range is not None:
+            record["epsilon_min"], record["epsilon_max"] = self.epsilon_range
+        return record
+
+    # ----------------------------------------------------------------- internals
+
+    def _ready(self, n: int) -> bool:
+        if self._size == 0 or self.stored_frames < self.min_frames:
+            return False
+        if self.replay_ratio <= 0:
+            return True
+        wanted = (self.counters.sampled_sequences + n) * self.trained_frames
+        return wanted <= self.replay_ratio * self.counters.inserted_frames
+
+    def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Slots drawn by priority ** alpha and their normalised importance weights."""
+        assert self._tree is not None
+        total = self._tree.total
+        mass_N = self.rng.random(n) * total
+        slots_N = np.minimum(self._tree.find(mass_N), self._size - 1)
+        prob_N = self._tree.leaves(slots_N) / total
+        weight_N = (self._size * prob_N) ** -self.beta
+        return slots_N, weight_N / weight_N.max()
+
+    def _allocate(self, unrolls: Unrolls) -> None:
+        """The ring, sized by the first sequences' shapes to fit both capacity bounds."""
+        one = unrolls.split(1)[0]
+        self.rows = int(one.first.shape[1])
+        self.bytes_per_sequence = _nbytes(one)
+        by_frames = self.max_frames // self.rows
+        by_bytes = self.max_bytes // max(1, self.bytes_per_sequence)
+        self.capacity = max(1, min(by_frames, by_bytes))
+        self._ring = _zeros_like(one, self.capacity)
+        self._tree = SumTree(self.capacity)
+        self._ids_C = np.full(self.capacity, -1, np.int64)
+        self._priority_C = np.zeros(self.capacity, np.float64)
+
+
+def _arrays(unrolls: Unrolls) -> list[tuple[str, np.ndarray]]:
+    """(name, array) of every stored per-row field; core state parts as core_state.i."""
+    named = [
+        (f.name, getattr(unrolls, f.name))
+        for f in dataclasses.fields(unrolls)
+        if f.name not in ("core_state", "sample_id", "sample_weight")
+    ]
+    named += [(f"core_state.{i}", s) for i, s in enumerate(unrolls.core_state)]
+    return named
+
+
+def _nbytes(unrolls: Unrolls) -> int:
+    return sum(a.nbytes for _, a in _arrays(unrolls))
+
+
+def _zeros_like(one: Unrolls, capacity: int) -> Unrolls:
+    fields = {
+        name: np.zeros((capacity, *a.shape[1:]), a.dtype)
+        for name, a in _arrays(one)
+        if not name.startswith("core_state.")
+    }
+    core = tuple(np.zeros((capacity, *s.shape[1:]), s.dtype) for s in one.core_state)
+    return Unrolls(core_state=core, **fields)
+
+
+def _write(ring: Unrolls, slots_N: np.ndarray, unrolls: Unrolls) -> None:
+    for (_, dst), (_, src) in zip(_arrays(ring), _arrays(unrolls), strict=True):
+        dst[slots_N] = src
+
+
+def _read(ring: Unrolls, slots_N: np.ndarray) -> Unrolls:
+    fields = {name: a[slots_N] for name, a in _arrays(ring) if not name.startswith("core_state.")}
+    return Unrolls(core_state=tuple(s[slots_N] for s in ring.core_state), **fields)

@@ -1,0 +1,380 @@
+"""R2D2 with prioritized replay: each rule checked against a slow loop or a closed form."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from learner.agents.base import SAMPLE_PRIORITY
+from learner.agents.r2d2 import R2D2Agent
+from learner.agents.r2d2.policy import EpsilonGreedyPolicy, ape_x_epsilons
+from learner.agents.r2d2.replay import PrioritizedReplay, SumTree
+from learner.agents.r2d2.targets import (
+    inverse_value_rescale,
+    n_step_double_q_targets,
+    sequence_priorities,
+    value_rescale,
+)
+from learner.state.trajectories import TrajectoryBuilder, Unrolls
+from learner.training.schedules import StepClock
+from learner.training.trainer import to_time_major
+from seedrl.config import LearnerConfig
+from seedrl.proto import seedrl_pb2 as pb
+
+EPS = 1e-3
+
+
+def discrete(n: int) -> pb.SpaceSpec:
+    return pb.SpaceSpec(kind="discrete", n=n)
+
+
+# ------------------------------------------------------------------ value rescaling
+
+
+def test_value_rescale_matches_its_formula_and_inverts() -> None:
+    x = torch.tensor(
+        [-1e4, -37.5, -1.0, -1e-3, 0.0, 2e-4, 0.5, 3.0, 80.0, 1e5], dtype=torch.float64
+    )
+    expected = [math.copysign(math.sqrt(abs(v) + 1) - 1, v) + EPS * v for v in x.tolist()]
+    torch.testing.assert_close(value_rescale(x, EPS), torch.tensor(expected, dtype=torch.float64))
+    torch.testing.assert_close(inverse_value_rescale(value_rescale(x, EPS), EPS), x)
+    y = torch.linspace(-300, 300, 101, dtype=torch.float64)
+    torch.testing.assert_close(value_rescale(inverse_value_rescale(y, EPS), EPS), y)
+
+
+# ------------------------------------------------------------------ n-step double-Q targets
+
+
+def slow_targets(reward, terminated, truncated, online_q, target_q, gamma, n):
+    """Transition by transition, as the R2D2 paper writes it (numpy, float64)."""
+    rows, batch = reward.shape
+    out = np.zeros((rows - 1, batch))
+    for b in range(batch):
+        for t in range(rows - 1):
+            total, scale, k = 0.0, 1.0, 0
+            while True:
+                k += 1
+                row = t + k
+                total += scale * reward[row, b]
+                scale *= gamma
+                if terminated[row, b]:
+                    boot = 0.0
+                    break
+                if truncated[row, b] or k == n or row == rows - 1:
+                    a = int(np.argmax(online_q[row, b]))
+                    h_inv = inverse_value_rescale(torch.tensor(float(target_q[row, b, a])), EPS)
+                    boot = scale * float(h_inv)
+                    break
+            out[t, b] = float(value_rescale(torch.tensor(total + boot, dtype=torch.float64), EPS))
+    return out
+
+
+def test_n_step_double_q_targets_match_a_slow_loop_across_an_end_and_a_truncation() -> None:
+    rng = np.random.default_rng(3)
+    rows, batch, actions, n, gamma = 12, 3, 4, 5, 0.97
+    reward = rng.normal(size=(rows, batch)).astype(np.float32)
+    terminated = np.zeros((rows, batch), bool)
+    truncated = np.zeros((rows, batch), bool)
+    terminated[4, 0] = True  # episode end inside the first transitions' windows
+    truncated[7, 1] = True  # truncation: bootstraps from row 7's final observation
+    terminated[2, 2], truncated[9, 2] = True, True
+    online_q = rng.normal(size=(rows, batch, actions)).astype(np.float32)
+    target_q = rng.normal(size=(rows, batch, actions)).astype(np.float32)
+    got = n_step_double_q_targets(
+        torch.from_numpy(reward), torch.from_numpy(terminated), torch.from_numpy(truncated),
+        torch.from_numpy(online_q), torch.from_numpy(target_q), gamma, n, EPS,
+    )  # fmt: skip
+    expected = slow_targets(reward, terminated, truncated, online_q, target_q, gamma, n)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_sequence_priority_mixes_max_and_mean_of_trained_steps() -> None:
+    abs_td = torch.tensor([[1.0, 4.0], [3.0, 9.0], [2.0, 5.0]])
+    weight = torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+    got = sequence_priorities(abs_td, weight, eta=0.9)
+    torch.testing.assert_close(got, torch.tensor([0.9 * 3 + 0.1 * 2, 0.9 * 9 + 0.1 * 7]))
+
+
+# ------------------------------------------------------------------ prioritized replay
+
+
+def sequences(n: int, rows: int = 4, first_id: int = 0) -> Unrolls:
+    """n one-float-per-row sequences whose observations carry their insertion number."""
+    marker = np.arange(first_id, first_id + n, dtype=np.float32)
+    return Unrolls(
+        obs=np.repeat(marker[:, None, None], rows, axis=1),
+        first=np.zeros((n, rows), bool),
+        reward=np.zeros((n, rows), np.float32),
+        terminated=np.zeros((n, rows), bool),
+        truncated=np.zeros((n, rows), bool),
+        action=np.zeros((n, rows), np.int64),
+        policy_params=np.zeros((n, rows, 2), np.float32),
+        core_state=(np.zeros((n, 3), np.float32),),
+        acted_step=np.zeros((n, rows), np.int64),
+    )
+
+
+def replay(**kwargs) -> PrioritizedReplay:
+    settings = dict(
+        max_frames=10_000, max_bytes=1 << 30, min_frames=0, replay_ratio=0.0,
+        new_frames_per_sequence=3, trained_frames_per_sequence=3, seed=7,
+    )  # fmt: skip
+    settings.update(kwargs)
+    return PrioritizedReplay(**settings)  # type: ignore[arg-type]
+
+
+def test_sampling_frequencies_follow_priority_to_the_alpha() -> None:
+    store = replay()
+    store.put(sequences(5))
+    priority = np.array([0.5, 1.0, 2.0, 4.0, 0.25])
+    store.feedback(np.arange(5), priority)
+    draws = 40_000
+    batch = store.get(draws, timeout=1.0)
+    assert batch is not None
+    freq = np.bincount(batch.sample_id, minlength=5) / draws
+    expected = priority**0.9 / (priority**0.9).sum()
+    np.testing.assert_allclose(freq, expected, atol=0.01)
+    # The sampled rows are the stored sequences of those ids.
+    np.testing.assert_array_equal(batch.obs[:, 0, 0], batch.sample_id.astype(np.float32))
+
+
+def test_importance_weights_are_n_p_to_minus_beta_over_their_max() -> None:
+    store = replay()
+    store.put(sequences(4))
+    priority = np.array([1.0, 3.0, 0.5, 2.0])
+    store.feedback(np.arange(4), priority)
+    batch = store.get(64, timeout=1.0)
+    assert batch is not None and batch.sample_weight is not None
+    prob = priority**0.9 / (priority**0.9).sum()
+    raw = (4 * prob[batch.sample_id]) ** -0.6
+    np.testing.assert_allclose(batch.sample_weight, raw / raw.max(), rtol=1e-6)
+
+
+def test_new_sequences_enter_at_the_max_priority_seen() -> None:
+    store = replay()
+    store.put(sequences(2))
+    store.feedback(np.array([0, 1]), np.array([5.0, 0.1]))
+    store.put(sequences(1, first_id=2))
+    assert store.metrics()["replay_priority_max"] == 5.0
+    np.testing.assert_allclose(store._priority_C[:3], [5.0, 0.1, 5.0])
+
+
+def test_capacity_bound_and_fifo_eviction_under_a_stream_of_inserts() -> None:
+    rows = 4
+    one = sequences(1, rows)
+    per_sequence = sum(a.nbytes for a in (one.obs, one.first, one.reward, one.terminated,
+                       one.truncated, one.action, one.policy_params, one.acted_step,
+                       one.core_state[0]))  # fmt: skip
+    store = replay(max_frames=10 * rows, max_bytes=7 * per_sequence)
+    inserted = 0
+    for n in [3, 1, 5, 2, 9, 4, 1]:
+        store.put(sequences(n, rows, first_id=inserted))
+        inserted += n
+        assert len(store) == min(inserted, 7)
+        assert store.stored_frames <= 10 * rows
+        assert store.metrics()["replay_bytes"] <= 7 * per_sequence
+    # The oldest went first: exactly the newest seven remain, each under its own id.
+    held = sorted(store._ids_C.tolist())
+    assert held == list(range(inserted - 7, inserted))
+    stored_markers = store._ring.obs[:, 0, 0]  # type: ignore[union-attr]
+    np.testing.assert_array_equal(stored_markers, store._ids_C.astype(np.float32))
+    # Feedback for an evicted sequence changes nothing.
+    before = store._priority_C.copy()
+    store.feedback(np.array([0]), np.array([99.0]))
+    np.testing.assert_array_equal(store._priority_C, before)
+
+
+def test_min_fill_and_replay_ratio_gate_sampling() -> None:
+    store = replay(min_frames=8, replay_ratio=2.0, new_frames_per_sequence=3)
+    store.put(sequences(1))  # 4 stored frames < 8
+    assert store.get(1, timeout=0.01) is None
+    store.put(sequences(1, first_id=1))  # 8 stored; 6 inserted: 12 trained frames allowed
+    assert store.get(4, timeout=0.01) is not None  # 4 x 3 = 12
+    assert store.get(1, timeout=0.01) is None  # 15 > 12
+    store.put(sequences(1, first_id=2))  # 9 inserted: 18 allowed
+    assert store.get(2, timeout=0.01) is not None
+    assert store.metrics()["replay_ratio"] == pytest.approx(2.0)
+
+
+def test_sum_tree_finds_the_leaf_of_each_prefix_interval() -> None:
+    tree = SumTree(5)
+    tree.update(np.arange(5), np.array([1.0, 0.0, 2.0, 3.0, 0.5]))
+    assert tree.total == pytest.approx(6.5)
+    found = tree.find(np.array([0.0, 0.99, 1.0, 2.99, 3.0, 5.99, 6.0, 6.49]))
+    np.testing.assert_array_equal(found, [0, 0, 2, 2, 3, 3, 4, 4])
+
+
+# ------------------------------------------------------------------ exploration
+
+
+def test_ape_x_epsilon_ladder_formula() -> None:
+    got = ape_x_epsilons(0.4, 7.0, 8)
+    for i in range(8):
+        assert got[i] == pytest.approx(0.4 ** (1 + 7.0 * i / 7))
+    assert got[0] == pytest.approx(0.4) and got[-1] == pytest.approx(0.4**8)
+    np.testing.assert_allclose(ape_x_epsilons(0.4, 7.0, 1), [0.4])
+
+
+def test_each_slot_explores_at_its_rung_and_is_greedy_otherwise() -> None:
+    config = LearnerConfig(agent="r2d2", hidden_sizes=(8,), epsilon=0.9, epsilon_alpha=3.0,
+                           epsilon_slots=4)  # fmt: skip
+    agent = R2D2Agent(config, discrete(5), torch.device("cpu"))
+    obs_space = pb.SpaceSpec(kind="box", shape=[3], dtype="float32")
+    model = agent.build_model(obs_space, "mlp")
+    policy = agent.inference_policy(model, 0)
+    rows = 20_000
+    slot_B = np.arange(rows) % 8  # slots 4..7 take rungs 0..3 again
+    obs = np.zeros((rows, 3), np.float32)
+    action, q, _ = policy(obs, np.zeros(rows, bool), (), slot_B)
+    greedy = int(np.argmax(q[0]))
+    for slot in range(8):
+        rung = slot % 4
+        eps = 0.9 ** (1 + 3.0 * rung / 3)
+        off_greedy = np.mean(action[slot_B == slot] != greedy)
+        # A random action is the greedy one a fifth of the time.
+        assert off_greedy == pytest.approx(eps * 4 / 5, abs=0.03)
+
+
+# ------------------------------------------------------------------ sequences
+
+
+def test_overlapping_sequences_share_rows_start_states_and_never_cross_an_unmasked_end() -> None:
+    t, k, h = 6, 3, 2
+    builder = TrajectoryBuilder(
+        unroll_length=t, obs_shape=(1,), obs_dtype=np.float32, action_shape=(),
+        action_dtype=np.int64, param_size=1, core_state_sizes=(h,), overlap=k,
+    )  # fmt: skip
+    slot = builder.allocate(1)
+    done_at = {5: "term", 11: "trunc", 13: "term"}
+    emitted: list[Unrolls] = []
+    for i in range(30):
+        ending = done_at.get(i)
+        first = builder.first_flags(slot)
+        before = (np.full((1, h), i, np.float32),)
+        after = (np.full((1, h), i + 1, np.float32),)
+        out, _ = builder.record(
+            slot, np.array([[i]], np.float32), np.array([float(i)], np.float32),
+            np.array([ending == "term"]), np.array([ending == "trunc"]), first,
+            np.array([i]), np.zeros((1, 1), np.float32), before, after, 0,
+        )  # fmt: skip
+        if out is not None:
+            emitted.append(out)
+    starts = [int(u.obs[0, 0, 0]) for u in emitted]
+    assert starts == [0, 3, 6, 9, 12, 15, 18, 21]  # stride T - k
+    for u in emitted:
+        frame = u.obs[0, :, 0].astype(int)
+        np.testing.assert_array_equal(frame, np.arange(frame[0], frame[0] + t + 1))
+        np.testing.assert_array_equal(u.core_state[0][0], np.full(h, frame[0]))  # state before
+        done = u.terminated[0] | u.truncated[0]
+        for row in np.flatnonzero(done[:-1]):
+            assert u.first[0, row + 1]  # the next row starts an episode: the LSTM resets
+        from learner.agents.r2d2.targets import valid_transitions
+
+        valid = valid_transitions(torch.from_numpy(u.terminated.T), torch.from_numpy(u.truncated.T))
+        np.testing.assert_array_equal(valid[:, 0].numpy(), ~done[:-1])
+
+
+# ------------------------------------------------------------------ the loss
+
+
+def r2d2_setup(burn_in: int = 3, length: int = 4):
+    config = LearnerConfig(
+        agent="r2d2", lstm=True, lstm_size=6, hidden_sizes=(8,), burn_in=burn_in,
+        unroll_length=length, sequence_overlap=1, n_step=2, target_update_interval=3,
+    )  # fmt: skip
+    agent = R2D2Agent(config, discrete(3), torch.device("cpu"))
+    obs_space = pb.SpaceSpec(kind="box", shape=[2], dtype="float32")
+    torch.manual_seed(0)
+    model = agent.build_model(obs_space, "mlp")
+    rows, batch = burn_in + length + 1, 2
+    rng = np.random.default_rng(1)
+    unrolls = Unrolls(
+        obs=rng.normal(size=(batch, rows, 2)).astype(np.float32),
+        first=np.zeros((batch, rows), bool),
+        reward=rng.normal(size=(batch, rows)).astype(np.float32),
+        terminated=np.zeros((batch, rows), bool),
+        truncated=np.zeros((batch, rows), bool),
+        action=rng.integers(0, 3, size=(batch, rows)),
+        policy_params=np.zeros((batch, rows, 3), np.float32),
+        core_state=tuple(rng.normal(size=(batch, 6)).astype(np.float32) for _ in range(2)),
+        acted_step=np.zeros((batch, rows), np.int64),
+        sample_id=np.arange(batch),
+        sample_weight=np.array([1.0, 0.5], np.float32),
+    )
+    data = to_time_major(unrolls, torch.device("cpu"))
+    core = tuple(torch.from_numpy(s) for s in unrolls.core_state)
+    return agent, model, data, core
+
+
+def test_burn_in_rows_get_no_gradient() -> None:
+    agent, model, batch, core = r2d2_setup()
+    batch["obs"] = batch["obs"].clone().requires_grad_(True)
+    total, terms = agent.loss(model, batch, core, StepClock(0, 0.0))
+    total.backward()
+    grad = batch["obs"].grad
+    assert grad is not None
+    assert torch.count_nonzero(grad[:3]) == 0
+    assert torch.count_nonzero(grad[3:-1]) > 0
+    assert terms[SAMPLE_PRIORITY].shape == (2,)
+
+
+def test_loss_weights_each_sequence_by_its_importance_weight() -> None:
+    agent, model, batch, core = r2d2_setup()
+    weighted, _ = agent.loss(model, batch, core, StepClock(0, 0.0))
+    per_sequence = []
+    for b in range(2):
+        one = {
+            k: (v[b : b + 1] if k == "sample_weight" else v[:, b : b + 1]) for k, v in batch.items()
+        }
+        one["sample_weight"] = torch.ones(1)
+        loss_b, _ = agent.loss(model, one, tuple(s[b : b + 1] for s in core), StepClock(0, 0.0))
+        per_sequence.append(loss_b)
+    # Each sequence has `length` valid transitions: the batch loss is their weighted mean.
+    expected = (1.0 * per_sequence[0] + 0.5 * per_sequence[1]) / 2
+    torch.testing.assert_close(weighted, expected)
+
+
+def test_target_network_refreshes_every_k_steps_and_survives_a_checkpoint() -> None:
+    agent, model, batch, core = r2d2_setup()
+    agent.loss(model, batch, core, StepClock(0, 0.0))
+    assert agent.target is not None
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    agent.loss(model, batch, core, StepClock(2, 0.0))  # 2 < 3: not yet
+    stale = [p.clone() for p in agent.target.parameters()]
+    assert not torch.equal(stale[0], next(model.parameters()))
+    saved = agent.state_dict()
+
+    restored, model2, _, _ = r2d2_setup()
+    restored.load_state_dict(saved)
+    restored.target_network(model2, 2)
+    assert restored.target is not None and restored.target_step == 0
+    for a, b in zip(restored.target.parameters(), stale, strict=True):
+        torch.testing.assert_close(a, b)
+
+    agent.loss(model, batch, core, StepClock(3, 0.0))  # due: copied from the online net
+    for a, b in zip(agent.target.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert agent.target_step == 3
+
+
+def test_r2d2_needs_discrete_actions() -> None:
+    box = pb.SpaceSpec(kind="box", shape=[1], dtype="float32")
+    with pytest.raises(ValueError, match="discrete"):
+        R2D2Agent(LearnerConfig(agent="r2d2"), box, torch.device("cpu"))
+
+
+def test_epsilon_greedy_policy_without_slots_uses_the_first_rung() -> None:
+    config = LearnerConfig(agent="r2d2", hidden_sizes=(4,), epsilon=0.0)
+    agent = R2D2Agent(config, discrete(3), torch.device("cpu"))
+    obs_space = pb.SpaceSpec(kind="box", shape=[2], dtype="float32")
+    model = agent.build_model(obs_space, "mlp")
+    policy = agent.inference_policy(model, 0)
+    assert isinstance(policy, EpsilonGreedyPolicy)
+    obs = np.random.default_rng(0).normal(size=(50, 2)).astype(np.float32)
+    action, q, _ = policy(obs, np.zeros(50, bool), ())
+    np.testing.assert_array_equal(action, q.argmax(axis=1))
