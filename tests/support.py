@@ -199,8 +199,8 @@ def small_learner(tmp_path: Path, length: int, batch: int, **overrides: Any) -> 
 
 def train_synchronously(config: Any, num_envs: int, frames: int) -> list[tuple[int, float]]:
     """Train ``config``'s env for ``frames`` with the learner's own parts in one process:
-    its inference engine, trajectory builder, queue and trainer, fed by a gymnasium
-    vector env stepped as an actor steps it (Box actions clipped for the env only).
+    its inference engine, trajectory builder, store (queue or replay) and trainer, fed by a
+    gymnasium vector env stepped as an actor steps it (Box actions clipped for the env only).
 
     Frames, unrolls and updates come in a fixed order, so a seeded run gives the same
     numbers every time: a learning claim without the scheduling noise of real processes.
@@ -246,10 +246,12 @@ def train_synchronously(config: Any, num_envs: int, frames: int) -> list[tuple[i
             reward = np.asarray(raw_reward, np.float32)
             terminated = np.asarray(raw_terminated, np.bool_)
             truncated = np.asarray(raw_truncated, np.bool_)
-            while len(learner.queue) >= config.batch_size:
-                unrolls = learner.queue.get(config.batch_size, timeout=0)
-                assert unrolls is not None
+            # Every batch the store will give now: a queue's full ones, or what a replay's
+            # minimum fill and replay ratio allow; new priorities go back as a host sends them.
+            while (unrolls := learner.queue.get(config.batch_size, timeout=0)) is not None:
                 trainer.train_batch(unrolls)
+                for sample_id, priority in trainer.take_feedback():
+                    learner.queue.feedback(sample_id, priority)
                 if learner.stats.return_mean is not None:
                     curve.append((learner.stats.frames, learner.stats.return_mean))
 

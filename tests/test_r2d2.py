@@ -350,6 +350,9 @@ def test_target_network_refreshes_every_k_steps_and_survives_a_checkpoint() -> N
     saved = agent.state_dict()
 
     restored, model2, _, _ = r2d2_setup()
+    with torch.no_grad():  # the resumed online weights are not the saved target's
+        for p in model2.parameters():
+            p.add_(2.0)
     restored.load_state_dict(saved)
     restored.target_network(model2, 2)
     assert restored.target is not None and restored.target_step == 0
@@ -378,3 +381,37 @@ def test_epsilon_greedy_policy_without_slots_uses_the_first_rung() -> None:
     obs = np.random.default_rng(0).normal(size=(50, 2)).astype(np.float32)
     action, q, _ = policy(obs, np.zeros(50, bool), ())
     np.testing.assert_array_equal(action, q.argmax(axis=1))
+
+
+# ------------------------------------------------------------------ on the trainer hosts
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_replay_trains_on_a_host_and_gets_its_priorities_back(tmp_path, mode) -> None:
+    """The replay lives in the learner process; a thread or a child process samples from
+    it, trains, and the new priorities come back to it."""
+    from support import random_unrolls, small_learner, wait_until
+
+    from learner.run import choose_host
+
+    learner = small_learner(
+        tmp_path, 4, 3, agent="r2d2", burn_in=2, sequence_overlap=1, replay_min_frames=0,
+        replay_ratio=0.0, trainer=mode, lstm=True, lstm_size=8, hidden_sizes=(8,),
+    )  # fmt: skip
+    assert learner.builder.unroll_length == 6 and learner.builder.overlap == 1
+    store = learner.queue
+    assert isinstance(store, PrioritizedReplay)
+    unrolls = random_unrolls(5, 6, seed=2)
+    unrolls.core_state = tuple(np.zeros((5, 8), np.float32) for _ in range(2))
+    store.put(unrolls)
+    host = choose_host(learner)
+    host.start()
+    try:
+        wait_until(lambda: learner.stats.learner_steps >= 3, 120.0, interval=0.05)
+        wait_until(lambda: (store._priority_C[:5] != 1.0).any(), 30.0, interval=0.05)
+    finally:
+        host.stop()
+    record = store.metrics()
+    assert record["replay_sequences"] == 5 and record["replay_frames"] == 5 * 7
+    state = host.training_state()
+    assert state is not None and "r2d2_target" in state.agent_state
