@@ -38,3 +38,23 @@ def test_a_seeded_synchronous_run_is_the_same_run_every_time(tmp_path):
     config = build_config(LearnerConfig, overrides, load_preset("pendulum"))
     first = train_synchronously(config, num_envs=8, frames=20_000)
     assert first and first == train_synchronously(config, num_envs=8, frames=20_000)
+
+
+R2D2_FRAMES = 12_000
+
+
+def test_r2d2_learns_cartpole_well_above_random(tmp_path):
+    """R2D2's learning rule (prioritized sequence replay, per-slot epsilon, n-step double
+    Q on rescaled values) with the classic-r2d2 preset's settings, its LSTM core and
+    burn-in off to fit CI: 12 k frames of 8 envs take CartPole's mean-100 return from a
+    near-constant greedy policy (about 12) well past a uniformly random one (about 22)."""
+    overrides = {
+        "logdir": str(tmp_path), "seed": 0, "target_return": None, "lstm": False,
+        "burn_in": 0, "sequence_overlap": 0,
+    }  # fmt: skip
+    config = build_config(LearnerConfig, overrides, load_preset("classic-r2d2"))
+    curve = train_synchronously(config, num_envs=8, frames=R2D2_FRAMES)
+    (_, start), (frames, end) = curve[0], curve[-1]
+    assert frames >= R2D2_FRAMES - 8 * config.unroll_length
+    assert start < 25, f"a fresh Q-network should act about constantly, got {start:.1f}"
+    assert end > 45, f"no learning: {start:.1f} -> {end:.1f}"
