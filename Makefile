@@ -97,10 +97,11 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m learner bench --quick $(ARGS)
 
-## Learning benchmark: `make bench-learning SUITE=classic|minatar|atari [FRAMES=N] [SEEDS=2]
-## [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env x seed trained to FRAMES (0: the suite's
-## budget); the finished runs are archived (thinned, no checkpoints) in BENCH_RESULTS to be
-## committed, and docs/learning.md's table is rebuilt from there. Interrupted, it resumes.
+## Learning benchmark: `make bench-learning SUITE=classic|classic-r2d2|minatar|atari
+## [FRAMES=N] [SEEDS=2] [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env x seed trained to
+## FRAMES (0: the suite's budget); the finished runs are archived (thinned, no checkpoints)
+## in BENCH_RESULTS to be committed, and docs/learning.md's table is rebuilt from there.
+## Interrupted, it resumes.
 SUITE ?= classic
 FRAMES ?= 0
 SEEDS ?= 2

@@ -145,6 +145,29 @@ SUITES: dict[str, Suite] = {
         eval_episodes=100,
         greedy=True,
     ),
+    "classic-r2d2": Suite(
+        name="classic-r2d2",
+        envs=(
+            EnvSpec(
+                "CartPole-v1",
+                "classic-r2d2",
+                200_000,
+                Reference(500.0, _ZOO, "100 k timesteps (= frames)", "CartPole-v1", _ZOO_URL),
+                thresholds=(195.0, 475.0),
+            ),
+            EnvSpec(
+                "Acrobot-v1",
+                "classic-r2d2",
+                500_000,
+                Reference(-73.5, _ZOO, "1 M timesteps (= frames)", "Acrobot-v1", _ZOO_URL),
+                thresholds=(-200.0, -100.0),
+            ),
+        ),
+        num_actors=2,
+        envs_per_actor=8,
+        eval_episodes=100,
+        greedy=True,
+    ),
     "minatar": Suite(
         name="minatar",
         envs=(
