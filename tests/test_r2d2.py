@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -415,3 +416,26 @@ def test_replay_trains_on_a_host_and_gets_its_priorities_back(tmp_path, mode) ->
     assert record["replay_sequences"] == 5 and record["replay_frames"] == 5 * 7
     state = host.training_state()
     assert state is not None and "r2d2_target" in state.agent_state
+
+
+def test_a_resumed_learner_gets_back_the_target_network_from_its_checkpoint(tmp_path) -> None:
+    from support import small_learner
+
+    from learner.parts import build_learner, save_checkpoint
+
+    settings = dict(agent="r2d2", burn_in=1, sequence_overlap=0, hidden_sizes=(8,))
+    learner = small_learner(tmp_path, 3, 2, **settings)
+    agent = learner.agent
+    assert isinstance(agent, R2D2Agent)
+    target = agent.target_network(learner.model, 0)
+    with torch.no_grad():
+        for p in target.parameters():
+            p.mul_(-3.0)  # a target unlike the online weights
+    agent.target_step = 7
+    save_checkpoint(learner)
+
+    resumed = build_learner(dataclasses.replace(learner.config, resume=True))
+    saved = resumed.agent.state_dict()
+    assert saved["r2d2_target_step"] == 7
+    for name, value in target.state_dict().items():
+        torch.testing.assert_close(saved["r2d2_target"][name], value)
