@@ -150,17 +150,17 @@ SUITES: dict[str, Suite] = {
         envs=(
             EnvSpec(
                 "CartPole-v1",
-                "classic-r2d2",
                 200_000,
                 Reference(500.0, _ZOO, "100 k timesteps (= frames)", "CartPole-v1", _ZOO_URL),
                 thresholds=(195.0, 475.0),
+                preset="classic-r2d2",
             ),
             EnvSpec(
                 "Acrobot-v1",
-                "classic-r2d2",
                 500_000,
                 Reference(-73.5, _ZOO, "1 M timesteps (= frames)", "Acrobot-v1", _ZOO_URL),
                 thresholds=(-200.0, -100.0),
+                preset="classic-r2d2",
             ),
         ),
         num_actors=2,
