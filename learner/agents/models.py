@@ -362,7 +362,7 @@ def choose_torso(obs_spec: pb.SpaceSpec, requested: str) -> str:
     """``auto`` picks the CNN for image-like observations (rank 3, or rank 2 uint8) and one
     encoder per leaf ("leaves") for dict/tuple observations."""
     if codec.is_structured(obs_spec):
-        if requested != "auto":
+        if requested not in ("auto", "leaves"):
             raise UnsupportedSetup(
                 f"--model {requested} reads one observation tensor; dict/tuple observations "
                 "need --model auto (one encoder per leaf)"
