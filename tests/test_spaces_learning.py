@@ -57,7 +57,9 @@ def _train(tmp_path: Path, env_id: str, frames: int) -> tuple[int, list[str], li
     args = ["--env", env_id, "--total-frames", str(frames), "--unroll-length", "8",
             "--batch-size", "8", "--checkpoint-interval-s", "3600"]  # fmt: skip
     with learner_process(tmp_path, *args, env=ENV, timeout=180) as (learner, port):
-        with running(actor_args(port, 1, 4), env=ENV) as actors:
+        with running(
+            actor_args(port, 1, 4, "--allow-env-module", "spaces_envs"), env=ENV
+        ) as actors:
             code = learner.wait(300)
             actors.wait(60)
     return code, learner.lines, actors.lines
