@@ -450,7 +450,9 @@ class LeafEncoders(nn.Module):
         """Leaf ``index``'s values ``[N, *shape]`` in their own dtype."""
         _, dtype, shape, _, _ = self.leaves[index]
         start, end = self.slices[index]
-        raw = rows_NR[:, start:end].contiguous()
+        # A fresh dense copy, not .contiguous(): one row's slice counts as contiguous yet
+        # keeps its byte offset and row stride, which a wider dtype cannot be viewed from.
+        raw = rows_NR[:, start:end].clone(memory_format=torch.contiguous_format)
         return raw.view(_torch_dtype(dtype)).reshape(len(rows_NR), *shape)
 
     def mask(self, rows_NR: torch.Tensor) -> torch.Tensor | None:
