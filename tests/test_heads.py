@@ -192,7 +192,7 @@ def test_auto_model_reads_every_leaf_and_masks_inference_whatever_the_weights() 
         np.testing.assert_array_equal(params_BP[:, 7:], mask.astype(np.float32))
         assert mask[np.arange(64), action_BA[:, 0]].all()
         assert mask[np.arange(64), 3 + action_BA[:, 1]].all()
-    one_B, one_params, _ = policy(rows[:1], np.zeros(1, bool), ())  # leaves at odd offsets
+    _, one_params, _ = policy(rows[:1], np.zeros(1, bool), ())  # leaves at odd offsets
     np.testing.assert_array_equal(one_params[:, 7:], mask[:1].astype(np.float32))
     # Training's forward pass sees the same leaves and the same mask.
     params, values_TB, _ = model(torch.from_numpy(rows)[None], torch.zeros(1, 64, dtype=torch.bool))
