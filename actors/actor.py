@@ -97,25 +97,56 @@ class StepWire:
     """
 
     def __init__(self, spec: pb.EnvSpec, k: int, frame_stack: int = 0) -> None:
-        act_spec = spec.action_space
-        self.act_dtype = np.dtype("int64" if act_spec.kind == "discrete" else "float32")
-        self.act_shape = (k, *codec.spec_shape(act_spec))
+        act_spec, obs_spec = spec.action_space, spec.observation_space
+        self.act_spec, self.obs_spec = act_spec, obs_spec
+        self.structured_obs = codec.is_structured(obs_spec)
+        self.structured_act = codec.is_structured(act_spec)
+        self.k = k
+        act_leaves = codec.space_leaves(act_spec, action=True)
+        self.act_dtype = act_leaves[0].dtype
+        self.act_shape = (k, *act_leaves[0].shape)
         self.low, self.high = codec.action_bounds(act_spec)
-        self.obs_dtype = np.dtype(spec.observation_space.dtype)
-        obs_shape = codec.spec_shape(spec.observation_space)
-        # The learner's offer (frame_stack D > 1) is taken where observations are D-frame
-        # stacks: then each frame carries the newest frame of each only.
-        newest = frame_stack > 1 and len(obs_shape) > 1 and obs_shape[0] == frame_stack
-        self.newest_of_stack = frame_stack if newest else 0
+        self.newest_of_stack = 0
         """D when frames carry the newest of D stacked frames (said in the Hello), else 0."""
-        sent_shape = obs_shape[1:] if newest else obs_shape
-        self._frame = codec.frame_template(*codec.frame_layouts(k, self.obs_dtype, sent_shape))
-        self._actions = codec.actions_template(self.act_dtype, self.act_shape)
+        if self.structured_obs:
+            self.obs_leaves = codec.space_leaves(obs_spec)
+            rewards, flags = codec.frame_layouts(k, np.float32, ())[1:]
+            leaves = codec.leaf_layouts(k, self.obs_leaves)
+            self._frame = codec.structured_frame_template(leaves, rewards, flags)
+        else:
+            self.obs_dtype = np.dtype(obs_spec.dtype)
+            obs_shape = codec.spec_shape(obs_spec)
+            # The learner's offer (frame_stack D > 1) is taken where observations are D-frame
+            # stacks: then each frame carries the newest frame of each only.
+            newest = frame_stack > 1 and len(obs_shape) > 1 and obs_shape[0] == frame_stack
+            self.newest_of_stack = frame_stack if newest else 0
+            sent_shape = obs_shape[1:] if newest else obs_shape
+            self._frame = codec.frame_template(*codec.frame_layouts(k, self.obs_dtype, sent_shape))
+        if self.structured_act:
+            self.act_leaves = act_leaves
+            self._act_layouts = codec.leaf_layouts(k, act_leaves)
+            self._act_bounds = [codec.action_bounds(leaf.spec) for leaf in act_leaves]
+            self._actions = codec.actions_leaves_template(self._act_layouts)
+        else:
+            self._actions = codec.actions_template(self.act_dtype, self.act_shape)
 
     def frame(
         self, obs_KO: Any, reward_K: np.ndarray, terminated_K: np.ndarray, truncated_K: np.ndarray
     ) -> bytes:
         """The serialized ActorMessage carrying one Frame."""
+        if self.structured_obs:
+            leaves = codec.flatten_values(self.obs_spec, obs_KO)
+            return self._frame.fill(
+                (
+                    reward_K.tobytes(),
+                    terminated_K.tobytes(),
+                    truncated_K.tobytes(),
+                    *(
+                        np.asarray(v, dtype=leaf.dtype).tobytes()
+                        for v, leaf in zip(leaves, self.obs_leaves, strict=True)
+                    ),
+                )
+            )
         if self.newest_of_stack:
             obs_KO = obs_KO[:, -1]
         return self._frame.fill(
@@ -127,8 +158,13 @@ class StepWire:
             )
         )
 
-    def actions(self, data: bytes) -> np.ndarray | pb.Shutdown:
-        """The K actions of a reply (clipped to a Box's bounds), or the learner's Shutdown."""
+    def actions(self, data: bytes) -> Any:
+        """The K actions of a reply (clipped to a Box's bounds), or the learner's Shutdown.
+
+        A dict/tuple action space gives dicts and tuples of ``[K, *leaf_shape]`` arrays.
+        """
+        if self.structured_act:
+            return self._structured_actions(data)
         payloads = self._actions.split(data)
         if payloads is not None:
             actions_KA = np.frombuffer(payloads[0], self.act_dtype).reshape(self.act_shape)
@@ -141,6 +177,32 @@ class StepWire:
         if self.low is not None:
             actions_KA = np.clip(actions_KA, self.low, self.high)
         return actions_KA
+
+    def _structured_actions(self, data: bytes) -> Any:
+        payloads = self._actions.split(data)
+        if payloads is not None:
+            arrays = [
+                np.frombuffer(p, x.dtype).reshape(x.shape)
+                for p, x in zip(payloads, self._act_layouts, strict=True)
+            ]
+        else:
+            reply = parse_reply(data)
+            if reply.WhichOneof("kind") == "shutdown":
+                return reply.shutdown
+            tensors = reply.actions.action_leaves
+            if len(tensors) != len(self.act_leaves):
+                raise codec.WireError(
+                    f"actions: {len(tensors)} leaves but the action space has "
+                    f"{len(self.act_leaves)}"
+                )
+            arrays = [
+                codec.decode_tensor(t, f"actions {leaf.name}", x.dtype, x.shape)
+                for t, leaf, x in zip(tensors, self.act_leaves, self._act_layouts, strict=True)
+            ]
+        for i, (low, high) in enumerate(self._act_bounds):
+            if low is not None:
+                arrays[i] = np.clip(arrays[i], low, high)
+        return codec.unflatten_values(self.act_spec, arrays)
 
 
 class Actor:

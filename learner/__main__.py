@@ -46,6 +46,7 @@ def train_main(argv: Sequence[str]) -> int:
 
         print(f"python -m learner: error: {WANDB_MISSING}", file=sys.stderr)
         return 2
+    from learner.agents.models import UnsupportedSetup
     from learner.metrics import SinkError
     from learner.run import serve
     from learner.state.checkpoint import CheckpointError
@@ -69,6 +70,9 @@ def train_main(argv: Sequence[str]) -> int:
         print(f"python -m learner: error: --env {exc}", file=sys.stderr)
         return 2
     except SinkError as exc:
+        print(f"python -m learner: error: {exc}", file=sys.stderr)
+        return 2
+    except UnsupportedSetup as exc:  # spaces no model or head here fits, refused at start
         print(f"python -m learner: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

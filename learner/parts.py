@@ -20,7 +20,14 @@ import numpy as np
 import torch
 
 from learner.agents.base import Agent, Store
-from learner.agents.models import ActionHead, ActorCritic, choose_torso, resolve_device
+from learner.agents.models import (
+    ActionHead,
+    ActorCritic,
+    UnsupportedSetup,
+    choose_torso,
+    has_action_mask,
+    resolve_device,
+)
 from learner.agents.policy import set_compute_threads
 from learner.agents.registry import make_agent
 from learner.state import checkpoint
@@ -32,6 +39,7 @@ from learner.training.allocator import keep_freed_memory
 from learner.training.trainer import Trainer, TrainerParts, apply_optimizer_settings, make_optimizer
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, to_json_dict
+from seedrl.proto import seedrl_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +80,14 @@ class Learner:
         )
 
 
+def describe_env(config: LearnerConfig) -> pb.EnvSpec:
+    """The env's description, or UnsupportedSetup naming a space seedrl cannot carry."""
+    try:
+        return envs.describe_env(config.env, config.env_kwargs)
+    except codec.UnsupportedSpace as exc:
+        raise UnsupportedSetup(f"{config.env}: {exc}") from exc
+
+
 def build_learner(config: LearnerConfig) -> Learner:
     """Model, optimizer and data path for ``config`` (restored from a checkpoint with --resume)."""
     keep_freed_memory()
@@ -79,10 +95,17 @@ def build_learner(config: LearnerConfig) -> Learner:
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)
     device = resolve_device(config.device)
-    env_spec = envs.describe_env(config.env, config.env_kwargs)
-    agent = make_agent(config, env_spec.action_space, device)
+    env_spec = describe_env(config)
     obs_space = env_spec.observation_space
+    masked = has_action_mask(obs_space, config.action_mask)
+    agent = make_agent(config, env_spec.action_space, device, masked)
     obs_shape = codec.spec_shape(obs_space)
+    if codec.is_structured(obs_space):  # kept as packed uint8 rows (codec.LeafPacking)
+        obs_shape = (codec.LeafPacking(codec.space_leaves(obs_space)).row_bytes,)
+        if config.normalize_observations:
+            raise UnsupportedSetup(
+                "--normalize-observations takes one observation tensor, not dict/tuple observations"
+            )
     normalizer = None
     if config.normalize_observations:  # the network (and the unrolls) see float32
         normalizer = ObservationNormalizer(obs_shape, obs_space.dtype)
@@ -113,7 +136,7 @@ def build_learner(config: LearnerConfig) -> Learner:
     builder = TrajectoryBuilder(
         unroll_length=unroll_length,
         obs_shape=obs_shape,
-        obs_dtype=obs_space.dtype,
+        obs_dtype=obs_space.dtype or "uint8",
         action_shape=agent.head.action_shape,
         action_dtype=str(agent.head.action_dtype).removeprefix("torch."),
         param_size=agent.head.param_size,

@@ -243,6 +243,88 @@ def actions_template(dtype: np.dtype, shape: Sequence[int]) -> WireTemplate:
     return WireTemplate(build, [layout.nbytes])
 
 
+def structured_frame_template(
+    leaves: Sequence[TensorLayout], rewards: TensorLayout, flags: TensorLayout
+) -> WireTemplate:
+    """The wire bytes of an ``ActorMessage`` carrying one Frame of a "dict"/"tuple"
+    observation space: payloads rewards, terminated, truncated, then each leaf (wire order)."""
+
+    def build(data: list[bytes]) -> pb.ActorMessage:
+        def tensor(layout: TensorLayout, payload: bytes) -> pb.Tensor:
+            return pb.Tensor(dtype=layout.dtype, shape=layout.shape, data=payload)
+
+        return pb.ActorMessage(
+            frame=pb.Frame(
+                rewards=tensor(rewards, data[0]),
+                terminated=tensor(flags, data[1]),
+                truncated=tensor(flags, data[2]),
+                observation_leaves=[tensor(x, d) for x, d in zip(leaves, data[3:], strict=True)],
+            )
+        )
+
+    sizes = [rewards.nbytes, flags.nbytes, flags.nbytes, *(x.nbytes for x in leaves)]
+    return WireTemplate(build, sizes)
+
+
+def leaf_layouts(num_envs: int, leaves: Sequence[Leaf]) -> list[TensorLayout]:
+    """The layout of each leaf's tensor ``[K, *leaf_shape]`` in a frame or a reply."""
+    return [tensor_layout(leaf.dtype, (num_envs, *leaf.shape)) for leaf in leaves]
+
+
+def actions_leaves_template(layouts: Sequence[TensorLayout]) -> WireTemplate:
+    """The wire bytes of a ``LearnerMessage`` answering with one tensor per action leaf."""
+
+    def build(data: list[bytes]) -> pb.LearnerMessage:
+        tensors = [
+            pb.Tensor(dtype=x.dtype, shape=x.shape, data=d)
+            for x, d in zip(layouts, data, strict=True)
+        ]
+        return pb.LearnerMessage(actions=pb.Actions(action_leaves=tensors))
+
+    return WireTemplate(build, [x.nbytes for x in layouts])
+
+
+class LeafPacking:
+    """Structured observations as one ``uint8`` row per env, each leaf's bytes side by side.
+
+    The learner keeps such observations in the same arrays as flat ones (batching,
+    unrolls, checkpoints need no per-leaf code) and the model reads the leaves back out
+    of the row, as PufferLib's emulation layer does.
+    """
+
+    def __init__(self, leaves: Sequence[Leaf]) -> None:
+        self.leaves = list(leaves)
+        self.leaf_bytes = [math.prod(x.shape) * x.dtype.itemsize for x in self.leaves]
+        self.offsets = [0, *itertools.accumulate(self.leaf_bytes)]
+        self.row_bytes = self.offsets[-1]
+
+    def pack(self, payloads: Sequence[bytes], num_envs: int) -> bytes:
+        """K envs' leaf payloads (each ``[K, *leaf_shape]``) -> K packed rows, as bytes."""
+        if len(payloads) == 1:
+            return payloads[0]
+        parts = [np.frombuffer(p, np.uint8).reshape(num_envs, -1) for p in payloads]
+        return np.concatenate(parts, axis=1).tobytes()
+
+    def pack_values(self, values: Sequence[np.ndarray]) -> np.ndarray:
+        """Leaf arrays ``[N, *leaf_shape]`` -> packed rows ``[N, row_bytes]`` (uint8)."""
+        n = len(values[0])
+        parts = [
+            np.ascontiguousarray(v, dtype=leaf.dtype).reshape(n, -1).view(np.uint8)
+            for v, leaf in zip(values, self.leaves, strict=True)
+        ]
+        return np.concatenate(parts, axis=1)
+
+    def unpack(self, rows_NR: np.ndarray) -> list[np.ndarray]:
+        """Packed rows ``[N, row_bytes]`` -> each leaf's values ``[N, *leaf_shape]``."""
+        n = len(rows_NR)
+        return [
+            np.ascontiguousarray(rows_NR[:, start:end]).view(leaf.dtype).reshape(n, *leaf.shape)
+            for leaf, start, end in zip(
+                self.leaves, self.offsets[:-1], self.offsets[1:], strict=True
+            )
+        ]
+
+
 def all_finite(array: np.ndarray) -> bool:
     """False when a floating array holds NaN or inf (integer and bool arrays always pass)."""
     return array.dtype.kind != "f" or bool(np.isfinite(array).all())
@@ -250,36 +332,162 @@ def all_finite(array: np.ndarray) -> bool:
 
 # ---------------------------------------------------------------- spaces
 
+LEAF_KINDS = ("box", "discrete", "multi_discrete", "multi_binary")
+"""Spaces that travel as one tensor each."""
+CONTAINER_KINDS = ("dict", "tuple")
+"""Spaces that travel as their leaves, depth first (a dict's in its key order)."""
+LEAF_SEPARATOR = "."
+"""Joins dict keys and tuple indices into a leaf's name (``"robot.camera"``, ``"1"``)."""
+
+
+class UnsupportedSpace(ValueError):
+    """A gymnasium space seedrl cannot carry on the wire (the message says which)."""
+
 
 def space_to_spec(space: Any) -> pb.SpaceSpec:
-    """Describe a gymnasium Box or Discrete space for the wire."""
+    """Describe a gymnasium space for the wire: Box, Discrete, MultiDiscrete, MultiBinary,
+    and Dict and Tuple of these (nested to any depth)."""
     from gymnasium import spaces
 
     if isinstance(space, spaces.Discrete):
         if int(space.start) != 0:
-            raise ValueError(f"Discrete spaces must start at 0, got start={space.start}")
+            raise UnsupportedSpace(f"Discrete spaces must start at 0, got start={space.start}")
         return pb.SpaceSpec(kind="discrete", shape=[], dtype="int64", n=int(space.n))
     if isinstance(space, spaces.Box):
+        _check_leaf_size(space)
         spec = pb.SpaceSpec(kind="box", shape=list(space.shape), dtype=space.dtype.name)
         encode_tensor(np.asarray(space.low), spec.low)
         encode_tensor(np.asarray(space.high), spec.high)
         return spec
-    raise ValueError(
-        f"unsupported space {space!r}: seedrl supports Box and Discrete "
-        "(wrap other spaces, e.g. with gymnasium.wrappers.FlattenObservation)"
+    if isinstance(space, spaces.MultiDiscrete):
+        _check_leaf_size(space)
+        if np.any(space.start != 0):
+            raise UnsupportedSpace(f"MultiDiscrete spaces must start at 0, got start={space.start}")
+        return pb.SpaceSpec(
+            kind="multi_discrete",
+            shape=list(space.shape),
+            dtype=space.dtype.name,
+            nvec=[int(n) for n in np.ravel(space.nvec)],
+        )
+    if isinstance(space, spaces.MultiBinary):
+        _check_leaf_size(space)
+        return pb.SpaceSpec(kind="multi_binary", shape=list(space.shape), dtype=space.dtype.name)
+    if isinstance(space, spaces.Dict):
+        if not space.spaces:
+            raise UnsupportedSpace("an empty Dict space carries nothing: drop it")
+        children = []
+        for key, child in space.spaces.items():
+            if not isinstance(key, str) or not key or LEAF_SEPARATOR in key:
+                raise UnsupportedSpace(
+                    f"Dict keys must be non-empty strings without '.', got {key!r}"
+                )
+            children.append(space_to_spec(child))
+            children[-1].name = key
+        return pb.SpaceSpec(kind="dict", children=children)
+    if isinstance(space, spaces.Tuple):
+        if not space.spaces:
+            raise UnsupportedSpace("an empty Tuple space carries nothing: drop it")
+        return pb.SpaceSpec(kind="tuple", children=[space_to_spec(s) for s in space.spaces])
+    raise UnsupportedSpace(
+        f"unsupported space {space!r}: seedrl supports Box, Discrete, MultiDiscrete, "
+        "MultiBinary, and Dict and Tuple of them (wrap others into these)"
     )
+
+
+def _check_leaf_size(space: Any) -> None:
+    if math.prod(space.shape) == 0:
+        raise UnsupportedSpace(f"{space!r} holds no values: drop it")
+
+
+def is_structured(spec: pb.SpaceSpec) -> bool:
+    """True for "dict" and "tuple" spaces, which travel as one tensor per leaf."""
+    return spec.kind in CONTAINER_KINDS
+
+
+class Leaf(NamedTuple):
+    """One tensor of a space on the wire: its name, its spec, and the values' dtype and shape."""
+
+    name: str
+    spec: pb.SpaceSpec
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+
+def space_leaves(spec: pb.SpaceSpec, action: bool = False) -> list[Leaf]:
+    """The leaves of a space, depth first; a leaf space is its own single leaf (name "").
+
+    ``action``: the dtype actions of the leaf travel in (float32 for a Box, whatever the
+    env's Box dtype), else the dtype its observations travel in (the spec's).
+    """
+    leaves: list[Leaf] = []
+
+    def walk(node: pb.SpaceSpec, path: tuple[str, ...]) -> None:
+        if node.kind in CONTAINER_KINDS:
+            for index, child in enumerate(node.children):
+                walk(child, (*path, child.name if node.kind == "dict" else str(index)))
+        else:
+            dtype = "float32" if action and node.kind == "box" else node.dtype
+            leaves.append(Leaf(LEAF_SEPARATOR.join(path), node, np.dtype(dtype), spec_shape(node)))
+
+    walk(spec, ())
+    return leaves
+
+
+def flatten_values(spec: pb.SpaceSpec, values: Any) -> list[Any]:
+    """A (batch of) structured values -> its leaves' values, in :func:`space_leaves` order.
+
+    Dicts are read by key, so an env's own key order does not matter.
+    """
+    if spec.kind == "dict":
+        return [v for child in spec.children for v in flatten_values(child, values[child.name])]
+    if spec.kind == "tuple":
+        return [v for child, part in zip(spec.children, values, strict=True) for v in
+                flatten_values(child, part)]  # fmt: skip
+    return [values]
+
+
+def unflatten_values(spec: pb.SpaceSpec, leaves: Sequence[Any]) -> Any:
+    """The inverse of :func:`flatten_values`: dicts (key order of the spec) and tuples."""
+    it = iter(leaves)
+
+    def build(node: pb.SpaceSpec) -> Any:
+        if node.kind == "dict":
+            return {child.name: build(child) for child in node.children}
+        if node.kind == "tuple":
+            return tuple(build(child) for child in node.children)
+        return next(it)
+
+    out = build(spec)
+    if next(it, None) is not None:
+        raise ValueError("more leaf values than the space has leaves")
+    return out
 
 
 def spec_summary(spec: pb.SpaceSpec) -> str:
     """A one-line human description, used in error messages."""
     if spec.kind == "discrete":
         return f"Discrete({spec.n})"
+    if spec.kind == "multi_discrete":
+        return f"MultiDiscrete(nvec={list(spec.nvec)}, shape={list(spec.shape)})"
+    if spec.kind == "multi_binary":
+        return f"MultiBinary(shape={list(spec.shape)})"
+    if spec.kind == "dict":
+        return "Dict(" + ", ".join(f"{c.name}: {spec_summary(c)}" for c in spec.children) + ")"
+    if spec.kind == "tuple":
+        return "Tuple(" + ", ".join(spec_summary(c) for c in spec.children) + ")"
     return f"Box(shape={list(spec.shape)}, dtype={spec.dtype})"
 
 
 def specs_match(a: pb.SpaceSpec, b: pb.SpaceSpec) -> bool:
-    """True when two spaces agree on kind, shape, dtype and number of actions."""
-    return (a.kind, tuple(a.shape), a.dtype, a.n) == (b.kind, tuple(b.shape), b.dtype, b.n)
+    """True when two spaces agree on kind, shape, dtype, number of actions and, for
+    containers, on every child and key."""
+    if (a.kind, tuple(a.shape), a.dtype, a.n, tuple(a.nvec), a.name) != (
+        b.kind, tuple(b.shape), b.dtype, b.n, tuple(b.nvec), b.name
+    ):  # fmt: skip
+        return False
+    if len(a.children) != len(b.children):
+        return False
+    return all(specs_match(x, y) for x, y in zip(a.children, b.children, strict=True))
 
 
 def spec_shape(spec: pb.SpaceSpec) -> tuple[int, ...]:

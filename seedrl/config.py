@@ -113,8 +113,15 @@ class LearnerConfig:
     discrete actions; its presets turn --lstm on). An agent is its network head, action
     choice, what it keeps to train on and its loss (learner/agents/)."""
     model: str = "auto"
-    """Torso: auto (cnn for image observations, else mlp), mlp, cnn (Nature CNN; a small
-    one for small grids) or resnet (IMPALA's deep encoder: larger and slower, for a GPU)."""
+    """Torso: auto (cnn for image observations, else mlp; for dict/tuple observations one
+    encoder per leaf: cnn for images, mlp for vectors, an embedding for small discrete
+    leaves, concatenated), mlp, cnn (Nature CNN; a small one for small grids) or resnet
+    (IMPALA's deep encoder: larger and slower, for a GPU)."""
+    action_mask: str = "action_mask"
+    """The leaf of a dict observation whose non-zero entries mark the allowed actions of a
+    Discrete or MultiDiscrete action space (one entry per action, all choices of a
+    MultiDiscrete side by side); masked actions get probability 0 in inference and in the
+    loss. Empty: never mask."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """MLP hidden layer widths."""
     lstm: bool = False

@@ -225,6 +225,10 @@ def train_synchronously(config: Any, num_envs: int, frames: int) -> list[tuple[i
     conn = Connection("synchronous", "run", "in-process", num_envs, slots)
     vec_env = envs.make_vector_env(config.env, config.env_kwargs, num_envs)
     low, high = codec.action_bounds(learner.env_spec.action_space)  # what actors clip to
+    obs_space = learner.env_spec.observation_space
+    packing = None
+    if codec.is_structured(obs_space):  # what the servicer makes of one tensor per leaf
+        packing = codec.LeafPacking(codec.space_leaves(obs_space))
     curve: list[tuple[int, float]] = []
 
     async def run() -> None:
@@ -233,8 +237,12 @@ def train_synchronously(config: Any, num_envs: int, frames: int) -> list[tuple[i
         reward = np.zeros(num_envs, np.float32)
         terminated = truncated = np.zeros(num_envs, np.bool_)
         while learner.stats.frames < frames:
+            if packing is not None:
+                obs_bytes = packing.pack_values(codec.flatten_values(obs_space, obs)).tobytes()
+            else:
+                obs_bytes = np.ascontiguousarray(obs, learner.builder.obs_dtype).tobytes()
             payload = FramePayload(
-                conn, np.ascontiguousarray(obs, learner.builder.obs_dtype).tobytes(),
+                conn, obs_bytes,
                 reward.tobytes(), terminated.tobytes(), truncated.tobytes(),
             )  # fmt: skip
             request = PendingRequest(payload, num_envs, loop.create_future())

@@ -207,14 +207,14 @@ def test_space_to_spec_discrete_must_start_at_zero() -> None:
 @pytest.mark.parametrize(
     "space",
     [
-        gym.spaces.Dict({"a": gym.spaces.Discrete(2)}),
-        gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3))),
-        gym.spaces.MultiBinary(3),
+        gym.spaces.Text(5),
+        gym.spaces.Sequence(gym.spaces.Discrete(2)),
+        gym.spaces.Graph(gym.spaces.Discrete(2), None),
     ],
-    ids=["Dict", "Tuple", "MultiBinary"],
+    ids=["Text", "Sequence", "Graph"],
 )
 def test_space_to_spec_unsupported_space(space: gym.Space) -> None:
-    with pytest.raises(ValueError, match=r"unsupported space .*Box and Discrete"):
+    with pytest.raises(ValueError, match=r"unsupported space .*Box, Discrete, MultiDiscrete"):
         codec.space_to_spec(space)
 
 

@@ -130,15 +130,33 @@ def test_scalar_envs_step_exactly_like_gymnasiums_sync_vector_env():
         reference.close()
 
 
-def test_scalar_envs_take_discrete_observations_and_refuse_others():
+def test_scalar_envs_take_discrete_and_tuple_observations_and_refuse_others():
     vec = envs.ScalarEnvs([lambda: envs.gym.make("FrozenLake-v1") for _ in range(2)])
     try:
         obs, _ = vec.reset(seed=0)
         assert obs.shape == (2,) and obs.dtype == np.int64
     finally:
         vec.close()
-    with pytest.raises(ValueError, match="Box and Discrete"):
-        envs.ScalarEnvs([lambda: envs.gym.make("Blackjack-v1")])
+    vec = envs.ScalarEnvs([lambda: envs.gym.make("Blackjack-v1") for _ in range(3)])
+    try:  # Tuple(Discrete(32), Discrete(11), Discrete(2)): one array per leaf
+        obs, _ = vec.reset(seed=0)
+        assert isinstance(obs, tuple) and [x.shape for x in obs] == [(3,)] * 3
+        obs, *_ = vec.step(np.zeros(3, np.int64))
+        assert all(x.dtype == np.int64 for x in obs)
+    finally:
+        vec.close()
+    text = envs.gym.spaces.Text(4)
+    with pytest.raises(ValueError, match="unsupported space"):
+        envs.ScalarEnvs([lambda: _WithObservationSpace(envs.gym.make("CartPole-v1"), text)])
+
+
+class _WithObservationSpace(envs.gym.ObservationWrapper):
+    def __init__(self, env, space):
+        super().__init__(env)
+        self.observation_space = space
+
+    def observation(self, observation):
+        return observation
 
 
 # MinAtar renders floats with no declared fps, which gymnasium's checker warns of: that

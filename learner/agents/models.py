@@ -26,10 +26,32 @@ CoreState = tuple[torch.Tensor, ...]
 """Recurrent state, each tensor ``[B, H]``; empty for feed-forward models."""
 
 
+MASKED_LOGIT = torch.finfo(torch.float32).min
+"""A masked action's logit: finite, so log-softmax and entropy stay finite (0 * -inf would
+be NaN), yet its probability is exactly 0."""
+
+
+def masked_logits(params: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked parameters ``[..., 2 * size]`` (logits, then 1 where allowed and 0 where masked)
+    -> (logits with MASKED_LOGIT at masked actions, the boolean mask)."""
+    logits, mask = params[..., :size], params[..., size:] > 0.5
+    return logits.masked_fill(~mask, MASKED_LOGIT), mask
+
+
+def gumbel_argmax(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """An exact categorical sample over the last axis; with ``mask`` never a masked action:
+    the allowed scores are made finite and the masked ones -inf, whatever the logits."""
+    scores = logits - torch.empty_like(logits).exponential_().log()
+    if mask is not None:
+        scores = torch.where(mask, torch.nan_to_num(scores), float("-inf"))
+    return scores.argmax(dim=-1)
+
+
 class CategoricalHead:
     """Discrete actions: the policy parameters are logits ``[..., A]``."""
 
     continuous = False
+    masked = False
 
     def __init__(self, num_actions: int) -> None:
         self.num_actions = num_actions
@@ -73,6 +95,7 @@ class GaussianHead:
     """
 
     continuous = True
+    masked = False
 
     def __init__(
         self,
@@ -120,7 +143,149 @@ class GaussianHead:
         return self.log_prob(params, actions), self.entropy(params)
 
 
-ActionHead = CategoricalHead | GaussianHead
+class MaskedCategoricalHead(CategoricalHead):
+    """Discrete actions under an action mask: the parameters are ``[..., 2A]``, the logits
+    then the mask (1 allowed, 0 masked) the model copied from the observation, so the
+    behaviour parameters kept with each frame carry the mask they were sampled under and
+    the loss applies the same one to the learner's logits."""
+
+    masked = True
+
+    def __init__(self, num_actions: int) -> None:
+        super().__init__(num_actions)
+        self.param_size = 2 * num_actions
+
+    def sample(self, params: torch.Tensor) -> torch.Tensor:
+        return gumbel_argmax(*masked_logits(params, self.num_actions))
+
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        logits, mask = masked_logits(params, self.num_actions)
+        return torch.where(mask, torch.nan_to_num(logits), float("-inf")).argmax(dim=-1)
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return super().log_prob(masked_logits(params, self.num_actions)[0], actions)
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        return super().entropy(masked_logits(params, self.num_actions)[0])
+
+    def log_prob_and_entropy(
+        self, params: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = masked_logits(params, self.num_actions)[0]
+        return super().log_prob_and_entropy(logits, actions)
+
+
+class MultiCategoricalHead:
+    """MultiDiscrete actions: one independent categorical per element, the parameters
+    their logits side by side ``[..., sum(nvec)]`` (then as many mask entries when
+    ``masked``, as for :class:`CategoricalHead`); log-probabilities and entropies add up."""
+
+    continuous = False
+
+    def __init__(
+        self, nvec: tuple[int, ...], action_shape: tuple[int, ...], dtype: str, masked: bool
+    ) -> None:
+        self.nvec = nvec
+        self.masked = masked
+        self.num_logits = sum(nvec)
+        self.param_size = 2 * self.num_logits if masked else self.num_logits
+        self.action_shape = action_shape
+        self.action_dtype = getattr(torch, dtype)
+
+    def _groups(self, params: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        if self.masked:
+            logits, mask = masked_logits(params, self.num_logits)
+            return list(logits.split(self.nvec, -1)), list(mask.split(self.nvec, -1))
+        return list(params.split(self.nvec, -1)), [None] * len(self.nvec)
+
+    def _shape(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat.reshape(*flat.shape[:-1], *self.action_shape).to(self.action_dtype)
+
+    def sample(self, params: torch.Tensor) -> torch.Tensor:
+        logits, masks = self._groups(params)
+        samples = [gumbel_argmax(x, m) for x, m in zip(logits, masks, strict=True)]
+        return self._shape(torch.stack(samples, -1))
+
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        logits, masks = self._groups(params)
+        best = [
+            (x if m is None else torch.where(m, torch.nan_to_num(x), float("-inf"))).argmax(-1)
+            for x, m in zip(logits, masks, strict=True)
+        ]
+        return self._shape(torch.stack(best, -1))
+
+    def log_prob_and_entropy(
+        self, params: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, _ = self._groups(params)
+        actions_G = actions.reshape(*actions.shape[: actions.dim() - len(self.action_shape)], -1)
+        logp_sum = torch.zeros(params.shape[:-1], device=params.device)
+        entropy_sum = torch.zeros_like(logp_sum)
+        for g, group_logits in enumerate(logits):
+            logp = log_softmax_last(group_logits)
+            logp_sum = logp_sum + logp.gather(-1, actions_G[..., g : g + 1].long()).squeeze(-1)
+            entropy_sum = entropy_sum - (logp.exp() * logp).sum(-1)
+        return logp_sum, entropy_sum
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.log_prob_and_entropy(params, actions)[0]
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        logits, _ = self._groups(params)
+        total = torch.zeros(params.shape[:-1], device=params.device)
+        for group_logits in logits:
+            logp = log_softmax_last(group_logits)
+            total = total - (logp.exp() * logp).sum(-1)
+        return total
+
+
+class BernoulliHead:
+    """MultiBinary actions: one independent Bernoulli per element, parameters its logits."""
+
+    continuous = False
+    masked = False
+
+    def __init__(self, action_shape: tuple[int, ...], dtype: str) -> None:
+        self.action_shape = action_shape
+        self.param_size = math.prod(action_shape)
+        self.action_dtype = getattr(torch, dtype)
+
+    def _shape(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat.reshape(*flat.shape[:-1], *self.action_shape).to(self.action_dtype)
+
+    def sample(self, params: torch.Tensor) -> torch.Tensor:
+        return self._shape(torch.rand_like(params) < torch.sigmoid(params))
+
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        return self._shape(params > 0)
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        a = actions.reshape(params.shape).to(params.dtype)
+        # log sigmoid(l) for ones and log sigmoid(-l) for zeros, stable for any logit.
+        return (
+            a * nn.functional.logsigmoid(params) + (1 - a) * nn.functional.logsigmoid(-params)
+        ).sum(-1)
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        p = torch.sigmoid(params)
+        logp, log1mp = nn.functional.logsigmoid(params), nn.functional.logsigmoid(-params)
+        return -(p * logp + (1 - p) * log1mp).sum(-1)
+
+    def log_prob_and_entropy(
+        self, params: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.log_prob(params, actions), self.entropy(params)
+
+
+ActionHead = (
+    CategoricalHead | MaskedCategoricalHead | GaussianHead | MultiCategoricalHead | BernoulliHead
+)
+
+
+class UnsupportedSetup(ValueError):
+    """An env's spaces (or a flag) that no model or head here fits; the learner refuses
+    them at start-up with this one line."""
+
 
 LOG_STD_MIN = -5.0
 LOG_STD_MAX = 2.0
@@ -128,10 +293,24 @@ LOG_STD_MAX = 2.0
 optimizer step: std stays in [0.0067, 7.4], and the gradient is never cut off."""
 
 
-def action_head(action_spec: pb.SpaceSpec) -> ActionHead:
-    """The distribution that matches the env's action space."""
+def action_head(action_spec: pb.SpaceSpec, masked: bool = False) -> ActionHead:
+    """The distribution that matches the env's action space; ``masked``: its parameters
+    carry an action mask (Discrete and MultiDiscrete only)."""
+    if masked and action_spec.kind not in ("discrete", "multi_discrete"):
+        raise UnsupportedSetup(
+            f"an action mask needs a Discrete or MultiDiscrete action space, not "
+            f"{codec.spec_summary(action_spec)}"
+        )
     if action_spec.kind == "discrete":
-        return CategoricalHead(int(action_spec.n))
+        n = int(action_spec.n)
+        return MaskedCategoricalHead(n) if masked else CategoricalHead(n)
+    if action_spec.kind == "multi_discrete":
+        shape = tuple(int(d) for d in action_spec.shape)
+        return MultiCategoricalHead(
+            tuple(int(n) for n in action_spec.nvec), shape, action_spec.dtype, masked
+        )
+    if action_spec.kind == "multi_binary":
+        return BernoulliHead(tuple(int(d) for d in action_spec.shape), action_spec.dtype)
     if action_spec.kind == "box":
         low: tuple[float, ...] = ()
         high: tuple[float, ...] = ()
@@ -141,7 +320,10 @@ def action_head(action_spec: pb.SpaceSpec) -> ActionHead:
             if np.isfinite(low_A).all() and np.isfinite(high_A).all():
                 low, high = tuple(low_A.tolist()), tuple(high_A.tolist())
         return GaussianHead(tuple(int(d) for d in action_spec.shape), low, high)
-    raise ValueError(f"unsupported action space kind {action_spec.kind!r}")
+    raise UnsupportedSetup(
+        f"action space {codec.spec_summary(action_spec)} is not supported: the learner's "
+        "heads take Discrete, Box, MultiDiscrete and MultiBinary"
+    )
 
 
 @dataclass(frozen=True)
@@ -159,15 +341,157 @@ class ModelSpec:
     action_low: tuple[float, ...] = ()  # finite Box bounds: the mean is squashed into them
     action_high: tuple[float, ...] = ()
     dueling: bool = False  # Q-network: params are Q = V + A - mean(A), from shared features
+    # torso "leaves": a dict/tuple observation packed into uint8 rows (seedrl.codec.LeafPacking),
+    # one (name, dtype, shape, encoder, categories) per leaf in wire order; encoder is "cnn",
+    # "mlp", "embed" (categories: the choices of each element) or "mask" (the action mask).
+    leaf_inputs: tuple[tuple[str, str, tuple[int, ...], str, tuple[int, ...]], ...] = ()
+
+
+MAX_EMBEDDED_CHOICES = 256
+"""Discrete observation leaves with up to this many choices per element are embedded;
+larger ones are read as numbers by an MLP."""
+EMBEDDING_SIZE = 16
+
+
+def is_image(spec: pb.SpaceSpec) -> bool:
+    """Image-like: a rank-3 Box, or a rank-2 uint8 one."""
+    rank = len(spec.shape)
+    return spec.kind == "box" and (rank == 3 or (rank == 2 and spec.dtype == "uint8"))
 
 
 def choose_torso(obs_spec: pb.SpaceSpec, requested: str) -> str:
-    """``auto`` picks the CNN for image-like observations (rank 3, or rank 2 uint8)."""
+    """``auto`` picks the CNN for image-like observations (rank 3, or rank 2 uint8) and one
+    encoder per leaf ("leaves") for dict/tuple observations."""
+    if codec.is_structured(obs_spec):
+        if requested not in ("auto", "leaves"):
+            raise UnsupportedSetup(
+                f"--model {requested} reads one observation tensor; dict/tuple observations "
+                "need --model auto (one encoder per leaf)"
+            )
+        return "leaves"
     if requested != "auto":
         return requested
-    rank = len(obs_spec.shape)
-    is_image = rank == 3 or (rank == 2 and obs_spec.dtype == "uint8")
-    return "cnn" if is_image else "mlp"
+    return "cnn" if is_image(obs_spec) else "mlp"
+
+
+def leaf_inputs(
+    obs_spec: pb.SpaceSpec, mask_leaf: str = ""
+) -> tuple[tuple[str, str, tuple[int, ...], str, tuple[int, ...]], ...]:
+    """How ``--model auto`` reads each leaf of a dict/tuple observation: a CNN for images,
+    an embedding for small discrete leaves, an MLP for the rest; ``mask_leaf`` is the
+    action mask, which masks the policy instead of feeding the torso."""
+    inputs = []
+    for leaf in codec.space_leaves(obs_spec):
+        choices: tuple[int, ...] = ()
+        if leaf.name == mask_leaf:
+            encoder = "mask"
+        elif is_image(leaf.spec):
+            encoder = "cnn"
+        elif leaf.spec.kind == "discrete" and leaf.spec.n <= MAX_EMBEDDED_CHOICES:
+            encoder, choices = "embed", (int(leaf.spec.n),)
+        elif leaf.spec.kind == "multi_discrete" and max(leaf.spec.nvec) <= MAX_EMBEDDED_CHOICES:
+            encoder, choices = "embed", tuple(int(n) for n in leaf.spec.nvec)
+        else:
+            encoder = "mlp"
+        inputs.append((leaf.name, leaf.dtype.name, leaf.shape, encoder, choices))
+    if all(encoder == "mask" for *_, encoder, _ in inputs):
+        raise UnsupportedSetup("the observation holds only the action mask: nothing to read")
+    return tuple(inputs)
+
+
+def has_action_mask(obs_spec: pb.SpaceSpec, mask_leaf: str) -> bool:
+    """True when a dict/tuple observation has a leaf named ``mask_leaf`` (``--action-mask``)."""
+    return bool(mask_leaf) and any(x.name == mask_leaf for x in codec.space_leaves(obs_spec))
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    return torch.bool if name == "bool" else getattr(torch, name)
+
+
+class LeafEncoders(nn.Module):
+    """One encoder per leaf of a packed dict/tuple observation, features concatenated.
+
+    Input: uint8 rows ``[N, row_bytes]`` with each leaf's bytes side by side (the learner's
+    storage, :class:`seedrl.codec.LeafPacking`); each leaf is viewed back in its dtype.
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.leaves = spec.leaf_inputs
+        self.slices: list[tuple[int, int]] = []
+        self.mask_index = -1
+        encoders: dict[str, nn.Module] = {}
+        out_size, offset = 0, 0
+        for index, (_, dtype, shape, encoder, choices) in enumerate(self.leaves):
+            nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+            self.slices.append((offset, offset + nbytes))
+            offset += nbytes
+            key = f"leaf{index}"
+            module: nn.Module
+            if encoder == "mask":
+                self.mask_index = index
+                continue
+            if encoder == "cnn":
+                c, h, w, _ = image_layout(shape)
+                module = NatureCNN(c, h, w) if min(h, w) >= 36 else SmallCNN(c, h, w)
+                size = module.out_size
+            elif encoder == "embed":
+                offsets = torch.tensor([0, *np.cumsum(choices)[:-1].tolist()])
+                self.register_buffer(f"{key}_offsets", offsets)
+                module = nn.Embedding(int(sum(choices)), EMBEDDING_SIZE)
+                size = EMBEDDING_SIZE * math.prod(shape)
+            else:
+                module, size = mlp(math.prod(shape), spec.hidden_sizes)
+            encoders[key] = module
+            out_size += size
+        self.encoders = nn.ModuleDict(encoders)
+        self.out_size = out_size
+
+    def leaf(self, rows_NR: torch.Tensor, index: int) -> torch.Tensor:
+        """Leaf ``index``'s values ``[N, *shape]`` in their own dtype."""
+        _, dtype, shape, _, _ = self.leaves[index]
+        start, end = self.slices[index]
+        # A fresh dense copy, not .contiguous(): one row's slice counts as contiguous yet
+        # keeps its byte offset and row stride, which a wider dtype cannot be viewed from.
+        raw = rows_NR[:, start:end].clone(memory_format=torch.contiguous_format)
+        return raw.view(_torch_dtype(dtype)).reshape(len(rows_NR), *shape)
+
+    def mask(self, rows_NR: torch.Tensor) -> torch.Tensor | None:
+        """The action mask leaf as floats ``[N, A]`` (1 allowed), or None without one."""
+        if self.mask_index < 0:
+            return None
+        return (self.leaf(rows_NR, self.mask_index) != 0).flatten(1).float()
+
+    def forward(self, rows_NR: torch.Tensor) -> torch.Tensor:
+        features = []
+        for index, (_, dtype, shape, encoder, _) in enumerate(self.leaves):
+            if encoder == "mask":
+                continue
+            key = f"leaf{index}"
+            x = self.leaf(rows_NR, index)
+            if encoder == "embed":
+                ids = x.long().reshape(len(x), -1) + getattr(self, f"{key}_offsets")
+                features.append(self.encoders[key](ids).flatten(1))
+                continue
+            x = x.float() / 255.0 if dtype == "uint8" else x.float()
+            if encoder == "cnn":
+                c, h, w, hwc = image_layout(shape)
+                images = x.permute(0, 3, 1, 2) if hwc else x.reshape(len(x), c, h, w)
+                features.append(self.encoders[key](images))
+            else:
+                features.append(self.encoders[key](x.flatten(1)))
+        return torch.cat(features, dim=-1)
+
+
+def image_layout(shape: tuple[int, ...]) -> tuple[int, int, int, bool]:
+    """(C, H, W, channels-last) of an image; channels-last when the last dim is the smallest."""
+    if len(shape) == 2:
+        return 1, shape[0], shape[1], False
+    if len(shape) != 3:
+        raise ValueError(f"an image needs rank 2 or 3, got shape {shape}")
+    if shape[-1] < shape[0] and shape[-1] <= 16:
+        return shape[2], shape[0], shape[1], True
+    return shape[0], shape[1], shape[2], False
 
 
 def init_orthogonal_relu(encoder: nn.Module) -> None:
@@ -317,6 +641,9 @@ class ActorCritic(nn.Module):
                 encoder = NatureCNN(c, h, w) if min(h, w) >= 36 else SmallCNN(c, h, w)
             self.torso = encoder
             torso_out = encoder.out_size
+        elif spec.torso == "leaves":
+            self.torso = LeafEncoders(spec)
+            torso_out = self.torso.out_size
         else:
             raise ValueError(f"unknown torso {spec.torso!r}")
         self.core: nn.LSTMCell | None = None
@@ -327,6 +654,9 @@ class ActorCritic(nn.Module):
         # state-dependent std collapses within a few hundred V-trace steps on Pendulum.
         self.log_std: nn.Parameter | None = None
         policy_out = spec.param_size
+        self.masked = isinstance(self.torso, LeafEncoders) and self.torso.mask_index >= 0
+        if self.masked:  # params = logits, then the mask copied from the observation
+            policy_out = spec.param_size // 2
         if spec.continuous:
             policy_out = spec.param_size // 2
             self.log_std = nn.Parameter(torch.zeros(policy_out))
@@ -349,16 +679,12 @@ class ActorCritic(nn.Module):
 
     def _image_layout(self, shape: tuple[int, ...]) -> tuple[int, int, int]:
         """(C, H, W) of an image observation; channels-last when the last dim is the smallest."""
-        if len(shape) == 2:
-            return 1, shape[0], shape[1]
-        if len(shape) != 3:
+        if len(shape) not in (2, 3):
             raise ValueError(
                 f"{self.spec.torso} needs a rank-2 or rank-3 observation, got shape {shape}"
             )
-        if shape[-1] < shape[0] and shape[-1] <= 16:
-            self.hwc_observations = True
-            return shape[2], shape[0], shape[1]
-        return shape[0], shape[1], shape[2]
+        c, h, w, self.hwc_observations = image_layout(shape)
+        return c, h, w
 
     def bound_log_std_(self) -> None:
         """Project a Gaussian policy's log-std into [LOG_STD_MIN, LOG_STD_MAX], in place.
@@ -379,6 +705,8 @@ class ActorCritic(nn.Module):
 
     def _prepare(self, obs_NO: torch.Tensor) -> torch.Tensor:
         """Observations as float network input: scaled bytes, flattened or channels-first."""
+        if self.spec.torso == "leaves":
+            return obs_NO  # packed rows: each leaf's encoder reads its own bytes
         if self.spec.torso == "mlp":
             x = obs_NO.float()
             return (x / 255.0 if self.spec.obs_dtype == "uint8" else x).flatten(1)
@@ -401,7 +729,7 @@ class ActorCritic(nn.Module):
         x, features, core_state = self._features(obs_TBO, first_TB, core_state)
         value_features = features if self.value_torso is None else self.value_torso(x)
         values = self.baseline(value_features).reshape(t, b)
-        return self._params(features, t, b), values, core_state
+        return self._params(features, t, b, x), values, core_state
 
     def act(
         self, obs_TBO: torch.Tensor, first_TB: torch.Tensor, core_state: CoreState = ()
@@ -409,8 +737,8 @@ class ActorCritic(nn.Module):
         """Policy parameters and core state only: what inference needs. Skipping the value
         halves a CartPole forward pass (its value MLP is as big as the policy's)."""
         t, b = obs_TBO.shape[:2]
-        _, features, core_state = self._features(obs_TBO, first_TB, core_state)
-        return self._params(features, t, b), core_state
+        x, features, core_state = self._features(obs_TBO, first_TB, core_state)
+        return self._params(features, t, b, x), core_state
 
     def _features(
         self, obs_TBO: torch.Tensor, first_TB: torch.Tensor, core_state: CoreState
@@ -432,8 +760,13 @@ class ActorCritic(nn.Module):
             core_state = (h, c)
         return x, features, core_state
 
-    def _params(self, features: torch.Tensor, t: int, b: int) -> torch.Tensor:
+    def _params(self, features: torch.Tensor, t: int, b: int, x: torch.Tensor) -> torch.Tensor:
         params = self.policy(features).reshape(t, b, -1)
+        if self.masked:
+            assert isinstance(self.torso, LeafEncoders)
+            mask = self.torso.mask(x)
+            assert mask is not None
+            params = torch.cat([params, mask.reshape(t, b, -1).to(params.dtype)], dim=-1)
         if self.spec.dueling:  # Wang et al. 2016: the advantages' mean is the baseline's
             value = self.baseline(features).reshape(t, b, 1)
             return value + params - params.mean(dim=-1, keepdim=True)
@@ -452,12 +785,30 @@ def build_model(
     lstm_size: int = 0,
     separate_value: bool = True,
     dueling: bool = False,
+    mask_leaf: str = "",
 ) -> ActorCritic:
-    """The ActorCritic for an env's spaces."""
+    """The ActorCritic for an env's spaces; ``mask_leaf`` names a dict observation's action
+    mask (the head must then be a masked one)."""
+    torso = choose_torso(obs_spec, torso)
+    inputs = leaf_inputs(obs_spec, mask_leaf) if torso == "leaves" else ()
+    has_mask = any(encoder == "mask" for *_, encoder, _ in inputs)
+    if has_mask != head.masked:
+        raise ValueError(f"mask leaf {mask_leaf!r} and head (masked={head.masked}) disagree")
+    for name, _, shape, encoder, _ in inputs:
+        if encoder == "mask" and math.prod(shape) != head.param_size // 2:
+            raise UnsupportedSetup(
+                f"action mask {name!r} has {math.prod(shape)} entries but the action space "
+                f"has {head.param_size // 2} choices (one entry per action, side by side)"
+            )
+    obs_shape = tuple(int(d) for d in obs_spec.shape)
+    obs_dtype = obs_spec.dtype
+    if inputs:
+        obs_shape, obs_dtype = (codec.LeafPacking(codec.space_leaves(obs_spec)).row_bytes,), "uint8"
     spec = ModelSpec(
-        obs_shape=tuple(int(d) for d in obs_spec.shape),
-        obs_dtype=obs_spec.dtype,
-        torso=choose_torso(obs_spec, torso),
+        obs_shape=obs_shape,
+        obs_dtype=obs_dtype,
+        torso=torso,
+        leaf_inputs=inputs,
         hidden_sizes=tuple(hidden_sizes),
         param_size=head.param_size,
         lstm_size=lstm_size,

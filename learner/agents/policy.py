@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from learner.agents.cpu_kernels import Linear, Tanh
-from learner.agents.models import ActionHead, ActorCritic, CategoricalHead, autocast
+from learner.agents.models import ActionHead, ActorCritic, CategoricalHead, GaussianHead, autocast
 from seedrl.config import INFERENCE_BACKENDS
 
 CoreStateArrays = tuple[np.ndarray, ...]
@@ -150,6 +150,8 @@ class NumpyMLPPolicy:
         spec = model.spec
         if spec.torso != "mlp" or model.core is not None or spec.dueling:
             return None
+        if type(head) not in (CategoricalHead, GaussianHead):  # the others sample in torch
+            return None
         if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
             return None
         layers = _linear_tanh_layers(model.torso)
@@ -232,6 +234,7 @@ def _sampler(head: ActionHead, rng: np.random.Generator) -> Callable[[np.ndarray
             return (params_BA - log_noise).argmax(axis=-1).astype(np.int64, copy=False)
 
         return categorical
+    assert isinstance(head, GaussianHead)
     size, shape = head.action_size, head.action_shape
 
     def gaussian(params_BP: np.ndarray) -> np.ndarray:

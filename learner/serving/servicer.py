@@ -87,7 +87,12 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """A unix socket this learner also listens on, offered to same-host actors."""
         self.connections: set[Connection] = set()
         self._obs_shape = codec.spec_shape(env_spec.observation_space)
-        self._obs_dtype = np.dtype(env_spec.observation_space.dtype)
+        self._obs_dtype = np.dtype(env_spec.observation_space.dtype or "uint8")
+        self._obs_leaves: list[codec.Leaf] = []
+        self._packing: codec.LeafPacking | None = None
+        if codec.is_structured(env_spec.observation_space):
+            self._obs_leaves = codec.space_leaves(env_spec.observation_space)
+            self._packing = codec.LeafPacking(self._obs_leaves)
         self.frame_stack = stored_frame_stack(config)
         """D > 1: streams may send the newest frame only, and only it is kept of any."""
         self._frame_layouts: dict[tuple[int, bool], FrameLayout] = {}
@@ -130,6 +135,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         watch = self._watch(conn)
         layout = self.frame_layout(conn.num_envs, conn.newest_frame_only)
         submit, k, keep_newest = self.batcher.submit, conn.num_envs, layout.keep_newest
+        make_payload = layout.make_payload or FramePayload
         split: Callable[[bytes], list[bytes] | None] = layout.wire.split
         reply_bytes: Callable[[np.ndarray], bytes] = self.reply_bytes
         phases = self.stats.phases
@@ -148,7 +154,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                 payloads = split(raw)
                 try:
                     if payloads is not None:
-                        payload = FramePayload(conn, *payloads)
+                        payload = make_payload(conn, *payloads)
                     else:
                         payload = await self._parse_frame(conn, layout, raw, context)
                     if keep_newest is not None:
@@ -336,15 +342,72 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """What each field of a K-env Frame must look like (cached per K and kind)."""
         key = (num_envs, newest_frame_only)
         layout = self._frame_layouts.get(key)
+        if layout is None and self._packing is not None:
+            layout = self._frame_layouts[key] = self._structured_layout(num_envs, self._packing)
         if layout is None:
             shape = self._obs_shape[1:] if newest_frame_only else self._obs_shape
             layouts = codec.frame_layouts(num_envs, self._obs_dtype, shape)
             keep_newest = None
             if self.frame_stack > 1 and not newest_frame_only:
                 keep_newest = _newest_frames_of(num_envs, self._obs_dtype, self._obs_shape)
-            layout = FrameLayout(*layouts, codec.frame_template(*layouts), keep_newest)
+            layout = FrameLayout(*layouts, codec.frame_template(*layouts), keep_newest, None, ())
             self._frame_layouts[key] = layout
         return layout
+
+    def _structured_layout(self, num_envs: int, packing: codec.LeafPacking) -> FrameLayout:
+        """A dict/tuple observation space's Frame: one tensor per leaf, kept as packed rows."""
+        rewards, flags = codec.frame_layouts(num_envs, np.float32, ())[1:]
+        leaves = codec.leaf_layouts(num_envs, packing.leaves)
+        float_leaves = [
+            (i, leaf.name, leaf.dtype) for i, leaf in enumerate(packing.leaves)
+            if leaf.dtype.kind == "f"
+        ]  # fmt: skip
+        mask_check = self._mask_check(packing.leaves, num_envs)
+
+        def make_payload(
+            conn: Connection, rewards: bytes, terminated: bytes, truncated: bytes, *obs: bytes
+        ) -> FramePayload:
+            # Packed rows are bytes to the engine's NaN check, so float leaves are checked here.
+            for i, name, dtype in float_leaves:
+                if not codec.all_finite(np.frombuffer(obs[i], dtype)):
+                    raise codec.WireError(f"observation leaf {name!r}: contains NaN or inf")
+            if mask_check is not None:
+                mask_check(obs)
+            return FramePayload(conn, packing.pack(obs, num_envs), rewards, terminated, truncated)
+
+        return FrameLayout(
+            observations=codec.tensor_layout(np.uint8, (num_envs, packing.row_bytes)),
+            rewards=rewards,
+            flags=flags,
+            wire=codec.structured_frame_template(leaves, rewards, flags),
+            keep_newest=None,
+            make_payload=make_payload,
+            leaves=tuple(leaves),
+        )
+
+    def _mask_check(
+        self, leaves: Sequence[codec.Leaf], num_envs: int
+    ) -> Callable[[Sequence[bytes]], None] | None:
+        """Where the observation carries the action mask (--action-mask): a check that every
+        env (every MultiDiscrete element) allows at least one action."""
+        action = self.env_spec.action_space
+        name = self.config.action_mask
+        found = [i for i, leaf in enumerate(leaves) if name and leaf.name == name]
+        if not found or action.kind not in ("discrete", "multi_discrete"):
+            return None
+        index, dtype = found[0], leaves[found[0]].dtype
+        nvec = [int(action.n)] if action.kind == "discrete" else [int(n) for n in action.nvec]
+        starts = np.cumsum([0, *nvec[:-1]])
+
+        def check(obs: Sequence[bytes]) -> None:
+            allowed_KA = np.frombuffer(obs[index], dtype).reshape(num_envs, -1) != 0
+            if not np.logical_or.reduceat(allowed_KA, starts, axis=1).all():
+                raise codec.WireError(
+                    f"observation leaf {name!r}: an env's action mask allows no action "
+                    "(every choice needs at least one non-zero entry)"
+                )
+
+        return check
 
     def frame_payload(self, conn: Connection, layout: FrameLayout, frame: pb.Frame) -> FramePayload:
         """Check one Frame's four tensors against the stream's layout and keep their bytes.
@@ -352,6 +415,13 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         Values are checked (NaN, inf) once per batch by the inference engine, which rejects
         only the offending streams.
         """
+        if layout.make_payload is not None:
+            return self._structured_payload(conn, layout, frame)
+        if frame.observation_leaves:
+            raise codec.WireError(
+                "observation_leaves are for dict/tuple observation spaces; this env's "
+                "observations travel in Frame.observations"
+            )
         try:
             return FramePayload(
                 conn,
@@ -368,6 +438,41 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                     f"num_envs={conn.num_envs} (K cannot change mid-stream; open a new stream)"
                 ) from None
             raise
+
+    def _structured_payload(
+        self, conn: Connection, layout: FrameLayout, frame: pb.Frame
+    ) -> FramePayload:
+        """The full check of a dict/tuple observation Frame: one tensor per leaf, in order."""
+        assert layout.make_payload is not None
+        if frame.HasField("observations"):
+            raise codec.WireError(
+                "observations must be unset for a dict/tuple observation space: send one "
+                "tensor per leaf in observation_leaves"
+            )
+        leaves = self._obs_leaves
+        if len(frame.observation_leaves) != len(leaves):
+            raise codec.WireError(
+                f"observation_leaves: {len(frame.observation_leaves)} tensors but the "
+                f"observation space has {len(leaves)} leaves ({[x.name for x in leaves]})"
+            )
+        obs = []
+        for tensor, leaf, expected in zip(
+            frame.observation_leaves, leaves, layout.leaves, strict=True
+        ):
+            envs_in_frame = tensor.shape[0] if tensor.shape else None
+            if envs_in_frame != conn.num_envs:
+                raise codec.WireError(
+                    f"observation leaf {leaf.name!r} carries {envs_in_frame} envs but the Hello "
+                    f"declared num_envs={conn.num_envs} (K cannot change mid-stream)"
+                )
+            obs.append(codec.checked_bytes(tensor, f"observation leaf {leaf.name!r}", expected))
+        return layout.make_payload(
+            conn,
+            codec.checked_bytes(frame.rewards, "rewards", layout.rewards),
+            codec.checked_bytes(frame.terminated, "terminated", layout.flags),
+            codec.checked_bytes(frame.truncated, "truncated", layout.flags),
+            *obs,
+        )
 
     def _disconnect(self, conn: Connection) -> None:
         self._watches.pop(conn, None)
@@ -413,6 +518,11 @@ class FrameLayout(NamedTuple):
     """The canonical bytes of such a Frame, for the no-parse path."""
     keep_newest: Callable[[bytes], bytes] | None
     """Whole stacks -> their newest frames, where the learner keeps only those."""
+    make_payload: Callable[..., FramePayload] | None
+    """Dict/tuple observations: the template's payloads (rewards, flags, then each leaf)
+    -> a FramePayload of packed rows; None for one observation tensor."""
+    leaves: tuple[codec.TensorLayout, ...]
+    """Dict/tuple observations: each leaf's layout, in wire order."""
 
 
 def _newest_frames_of(

@@ -27,10 +27,13 @@ from seedrl.proto import seedrl_pb2 as pb
 def model_spec_from_dict(data: dict[str, Any]) -> ModelSpec:
     """A ModelSpec from its JSON form in a checkpoint (lists back to tuples)."""
     fields = {f.name for f in dataclasses.fields(ModelSpec)}
-    kwargs: dict[str, Any] = {
-        k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in fields
-    }
+    kwargs: dict[str, Any] = {k: _tuples(v) for k, v in data.items() if k in fields}
     return ModelSpec(**kwargs)
+
+
+def _tuples(value: Any) -> Any:
+    """JSON lists back to (nested) tuples."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 class Policy:
@@ -63,8 +66,10 @@ class Policy:
     def load(cls, path: str | Path, greedy: bool = True) -> Policy:
         state = checkpoint.load(path)
         env_spec = pb.EnvSpec.FromString(state["env_spec"])
-        head = action_head(env_spec.action_space)
-        model = ActorCritic(model_spec_from_dict(state["model_spec"]))
+        spec = model_spec_from_dict(state["model_spec"])
+        masked = any(encoder == "mask" for *_, encoder, _ in spec.leaf_inputs)
+        head = action_head(env_spec.action_space, masked)
+        model = ActorCritic(spec)
         model.load_state_dict(state["model"])
         normalizer = None
         if "obs_normalizer" in state:
@@ -90,8 +95,13 @@ class Policy:
         self._first = True
 
     def act(self, obs: Any) -> Any:
-        dtype = np.dtype(self.env_spec.observation_space.dtype)
-        obs_1O = np.asarray(obs, dtype=dtype)[None]
+        space = self.env_spec.observation_space
+        if codec.is_structured(space):  # the packed rows the learner trained on
+            leaves = codec.space_leaves(space)
+            values = [np.asarray(v)[None] for v in codec.flatten_values(space, obs)]
+            obs_1O = codec.LeafPacking(leaves).pack_values(values)
+        else:
+            obs_1O = np.asarray(obs, dtype=np.dtype(space.dtype))[None]
         if self.normalizer is not None:
             obs_1O = self.normalizer.normalize(obs_1O)
         obs_11O = torch.from_numpy(obs_1O[None])
@@ -106,4 +116,6 @@ class Policy:
         if self.head.continuous:
             action_A = action.numpy().astype(np.float32)
             return action_A if self._low is None else np.clip(action_A, self._low, self._high)
+        if self.head.action_shape:  # MultiDiscrete, MultiBinary: an array like the space's
+            return action.numpy()
         return int(action)

@@ -17,20 +17,26 @@ class Tensor(_message.Message):
     def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class SpaceSpec(_message.Message):
-    __slots__ = ("kind", "shape", "dtype", "n", "low", "high")
+    __slots__ = ("kind", "shape", "dtype", "n", "low", "high", "children", "name", "nvec")
     KIND_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
     LOW_FIELD_NUMBER: _ClassVar[int]
     HIGH_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NVEC_FIELD_NUMBER: _ClassVar[int]
     kind: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     dtype: str
     n: int
     low: Tensor
     high: Tensor
-    def __init__(self, kind: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., n: _Optional[int] = ..., low: _Optional[_Union[Tensor, _Mapping]] = ..., high: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    children: _containers.RepeatedCompositeFieldContainer[SpaceSpec]
+    name: str
+    nvec: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., n: _Optional[int] = ..., low: _Optional[_Union[Tensor, _Mapping]] = ..., high: _Optional[_Union[Tensor, _Mapping]] = ..., children: _Optional[_Iterable[_Union[SpaceSpec, _Mapping]]] = ..., name: _Optional[str] = ..., nvec: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EnvSpec(_message.Message):
     __slots__ = ("env_id", "env_kwargs_json", "observation_space", "action_space")
@@ -61,16 +67,18 @@ class Hello(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., actor_id: _Optional[str] = ..., run_id: _Optional[str] = ..., num_envs: _Optional[int] = ..., env: _Optional[_Union[EnvSpec, _Mapping]] = ..., frame_stack: _Optional[int] = ...) -> None: ...
 
 class Frame(_message.Message):
-    __slots__ = ("observations", "rewards", "terminated", "truncated")
+    __slots__ = ("observations", "rewards", "terminated", "truncated", "observation_leaves")
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     REWARDS_FIELD_NUMBER: _ClassVar[int]
     TERMINATED_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_LEAVES_FIELD_NUMBER: _ClassVar[int]
     observations: Tensor
     rewards: Tensor
     terminated: Tensor
     truncated: Tensor
-    def __init__(self, observations: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., terminated: _Optional[_Union[Tensor, _Mapping]] = ..., truncated: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    observation_leaves: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, observations: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., terminated: _Optional[_Union[Tensor, _Mapping]] = ..., truncated: _Optional[_Union[Tensor, _Mapping]] = ..., observation_leaves: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
 
 class ActorMessage(_message.Message):
     __slots__ = ("hello", "frame")
@@ -87,10 +95,12 @@ class Accept(_message.Message):
     def __init__(self, learner_run_id: _Optional[str] = ...) -> None: ...
 
 class Actions(_message.Message):
-    __slots__ = ("actions",)
+    __slots__ = ("actions", "action_leaves")
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    ACTION_LEAVES_FIELD_NUMBER: _ClassVar[int]
     actions: Tensor
-    def __init__(self, actions: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    action_leaves: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, actions: _Optional[_Union[Tensor, _Mapping]] = ..., action_leaves: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
 
 class Shutdown(_message.Message):
     __slots__ = ("reason", "final")

@@ -18,6 +18,7 @@ from learner.agents.base import SAMPLE_PRIORITY, LossTerms
 from learner.agents.models import (
     ActorCritic,
     CategoricalHead,
+    UnsupportedSetup,
     action_head,
     autocast,
     build_model,
@@ -45,8 +46,14 @@ class R2D2Agent:
     name = "r2d2"
 
     def __init__(
-        self, config: LearnerConfig, action_space: pb.SpaceSpec, device: torch.device
+        self,
+        config: LearnerConfig,
+        action_space: pb.SpaceSpec,
+        device: torch.device,
+        masked: bool = False,
     ) -> None:
+        if masked:  # epsilon-greedy and the Q targets would have to skip masked actions
+            raise UnsupportedSetup("--agent r2d2 does not take action masks yet (use vtrace)")
         self.config = config
         self.device = device
         self.precision = resolve_precision(config.precision, device)

@@ -26,12 +26,16 @@ class VTraceAgent:
     name = "vtrace"
 
     def __init__(
-        self, config: LearnerConfig, action_space: pb.SpaceSpec, device: torch.device
+        self,
+        config: LearnerConfig,
+        action_space: pb.SpaceSpec,
+        device: torch.device,
+        masked: bool = False,
     ) -> None:
         self.config = config
         self.device = device
         self.precision = resolve_precision(config.precision, device)
-        self.head = action_head(action_space)
+        self.head = action_head(action_space, masked)
         self.entropy_cost = entropy_cost_schedule(config)
         self.return_normalizer = ReturnNormalizer() if config.normalize_returns else None
         """Rewards are divided by a running scale of the return (``--normalize-returns``)."""
@@ -39,7 +43,10 @@ class VTraceAgent:
     def build_model(self, observation_space: pb.SpaceSpec, torso: str) -> ActorCritic:
         cfg = self.config
         lstm_size = cfg.lstm_size if cfg.lstm else 0
-        return build_model(observation_space, self.head, torso, cfg.hidden_sizes, lstm_size)
+        return build_model(
+            observation_space, self.head, torso, cfg.hidden_sizes, lstm_size,
+            mask_leaf=cfg.action_mask if self.head.masked else "",
+        )  # fmt: skip
 
     def inference_policy(self, model: ActorCritic, seed: int | tuple[int, ...]) -> Policy:
         return inference_policy(
