@@ -27,7 +27,10 @@ from seedrl.conformance.learner_suite import run_learner_suite
 from seedrl.conformance.models import BoxProbeModel, StackedProbeModel
 
 ACTOR_FLAGS = ["--learner", "{learner}", "--envs-per-actor", "{num_envs}",
-               "--max-backoff-s", "{max_backoff_s}"]  # fmt: skip
+               "--max-backoff-s", "{max_backoff_s}",
+               "--allow-env-module", "seedrl.conformance.probe"]  # fmt: skip
+"""seedrl's actor builds a ``module:callable`` env a learner names only when allowed to:
+the probe envs are."""
 PYTHON_ACTOR = [sys.executable, "-m", "actors", "actor", *ACTOR_FLAGS]
 STACKED = "seedrl.conformance.probe:StackedProbe"
 BOX = "seedrl.conformance.probe:BoxProbe"
