@@ -271,6 +271,10 @@ class LearnerConfig:
     """Also keep the first checkpoint past each multiple of this many frames, as
     logdir/checkpoints/frames-N.pt (0: only the latest), to evaluate or resume a run's
     earlier policies, e.g. from before a collapse."""
+    best_checkpoint_interval_s: float = 10.0
+    """Keep logdir/checkpoint-best.pt, the checkpoint of the best mean return of the last
+    100 episodes so far, rewritten at most this often while the return climbs: a run left
+    on past its best ends with that policy at hand (0: keep no best checkpoint)."""
     resume: bool = False
     """Continue from logdir/checkpoint.pt when it exists."""
     log_interval_s: float = 2.0
@@ -309,7 +313,7 @@ class LearnerConfig:
             self,
             ("seed", "torch_threads", "total_frames", "max_seconds", "inference_timeout_ms",
              "entropy_cost", "final_entropy_cost", "baseline_cost", "checkpoint_history_frames",
-             "hello_timeout_s", "stream_idle_timeout_s"),
+             "hello_timeout_s", "stream_idle_timeout_s", "best_checkpoint_interval_s"),
             low=0,
         )  # fmt: skip
         _require_range(
@@ -360,6 +364,11 @@ class LearnerConfig:
     @property
     def checkpoint_path(self) -> Path:
         return Path(self.logdir) / "checkpoint.pt"
+
+    @property
+    def best_checkpoint_path(self) -> Path:
+        """The checkpoint of the best mean-100 return so far (--best-checkpoint-interval-s)."""
+        return Path(self.logdir) / "checkpoint-best.pt"
 
     def history_checkpoint_path(self, frames: int) -> Path | None:
         """Where the checkpoint at ``frames`` is kept for good: the multiple of

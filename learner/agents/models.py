@@ -36,6 +36,8 @@ class CategoricalHead:
         self.param_size = num_actions
         self.action_shape: tuple[int, ...] = ()
         self.action_dtype = torch.int64
+        self.max_entropy: float | None = math.log(num_actions)
+        """The uniform policy's entropy (what a collapse is measured against)."""
 
     def sample(self, params: torch.Tensor) -> torch.Tensor:
         """Gumbel-max: argmax(logits + Gumbel noise) is an exact categorical sample, and
@@ -85,6 +87,8 @@ class GaussianHead:
         self.action_size = math.prod(action_shape)
         self.param_size = 2 * self.action_size
         self.action_dtype = torch.float32
+        self.max_entropy: float | None = None
+        """None: a Gaussian's entropy has no maximum to measure a collapse against."""
 
     def _split(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # No clamp here: its gradient is zero outside the range, so a log-std pushed past
