@@ -47,6 +47,7 @@ _LEARNER_KEYS = {
     "learning_rate",
     "rho_mean",
     "value_mean",
+    "value_target_mean",
     "nonfinite_skipped",
 }
 _SKIP_TB = {"time", "elapsed_s", "frames"}

@@ -8,8 +8,7 @@ together over gRPC; these show that what they compute learns.
 
 from __future__ import annotations
 
-from support import train_synchronously
-
+from learner.tools.synchronous import train_synchronously
 from seedrl.config import LearnerConfig
 from seedrl.presets import build_config, load_preset
 

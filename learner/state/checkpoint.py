@@ -304,6 +304,7 @@ def schedule_states(config: LearnerConfig) -> dict[str, dict[str, Any]]:
             "learning_rate": config.learning_rate,
             "total_frames": config.total_frames,
             "decay_start": config.lr_decay_start,
+            "hold_frames": config.lr_hold_frames,
         },
         "entropy_schedule": {
             "entropy_cost": config.entropy_cost,
