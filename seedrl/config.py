@@ -138,8 +138,10 @@ class LearnerConfig:
     """Adam epsilon."""
     discount: float = 0.99
     """Discount factor gamma."""
-    entropy_cost: float = 0.003
-    """Weight of the entropy bonus."""
+    entropy_cost: float = 0.001
+    """Weight of the entropy bonus. Once every episode of a solved task ends alike the
+    advantages vanish and only this bonus moves the policy, towards acting at random, to
+    the edge of failing (docs/stability.md): hence small by default."""
     final_entropy_cost: float | None = None
     """Entropy bonus at --total-frames trained frames: when set, the weight moves linearly
     from --entropy-cost to this over the run, so a bonus large enough to explore early
