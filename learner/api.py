@@ -49,6 +49,9 @@ class TrainResult(RunResult):
     checkpoint: Path
     policy: Policy
     """The policy loaded from the final checkpoint (``.act(obs)``)."""
+    best_checkpoint: Path | None = None
+    """checkpoint-best.pt, the best mean-100 return of the run (``Policy.load`` it), when
+    the run kept one: a run that went on past its best may end with a worse policy."""
 
     def metrics(self) -> list[dict[str, Any]]:
         """The run's metrics.jsonl records (for plotting in a notebook)."""
@@ -93,11 +96,13 @@ def train(
     from learner.tools.trained_policy import Policy
 
     checkpoint = config.checkpoint_path
+    best = config.best_checkpoint_path
     return TrainResult(
         **dataclasses.asdict(run),
         logdir=Path(config.logdir),
         checkpoint=checkpoint,
         policy=Policy.load(checkpoint, greedy=greedy),
+        best_checkpoint=best if best.is_file() else None,
     )
 
 

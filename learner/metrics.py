@@ -35,16 +35,19 @@ from seedrl.metrics import EPISODES_FILE, METRICS_FILE
 _TAG_PREFIXES = (
     ("loss_", "losses/"),
     ("episode_", "episode/"),
+    ("collapse_", "collapse/"),
 )
 _LEARNER_KEYS = {
     "learner_steps",
     "learner_steps_per_s",
     "entropy",
+    "entropy_fraction",
     "grad_norm",
     "policy_lag",
     "learning_rate",
     "rho_mean",
     "value_mean",
+    "value_target_mean",
     "nonfinite_skipped",
 }
 _SKIP_TB = {"time", "elapsed_s", "frames"}

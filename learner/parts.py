@@ -169,10 +169,13 @@ def save_checkpoint(
     learner: Learner,
     training: checkpoint.TrainingState | None = None,
     counters: tuple[int, int] | None = None,
+    best_return: float | None = None,
 ) -> None:
     """Write the checkpoint of ``training`` (default: the learner's own model and optimizer).
 
-    ``counters`` overrides (frames, episodes), e.g. all ranks' totals.
+    ``counters`` overrides (frames, episodes), e.g. all ranks' totals. With
+    ``best_return`` (the mean-100 return that makes it the best) it goes to
+    checkpoint-best.pt instead, and checkpoint.pt and the history are left as they are.
     """
     stats = learner.stats
     if training is None:
@@ -195,8 +198,14 @@ def save_checkpoint(
         config=to_json_dict(learner.config),
         env_spec=learner.env_spec.SerializeToString(),
         model_spec=to_json_dict(learner.model.spec),
+        return_first=stats.return_first,
+        return_best=stats.return_best,
         **extra,
     )
+    if best_return is not None:
+        state[checkpoint.BEST_RETURN] = best_return
+        checkpoint.save(learner.config.best_checkpoint_path, state)
+        return
     checkpoint.save(learner.config.checkpoint_path, state)
     kept = learner.config.history_checkpoint_path(frames)
     if kept is not None and not kept.exists():

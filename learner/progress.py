@@ -5,19 +5,30 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from learner.collapse import ENTROPY_FLAG, RETURN_FLAG
+
 
 def _fmt(value: Any, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
 def progress_line(record: dict[str, Any]) -> str:
-    """One human line for a metrics record."""
-    return (
+    """One human line for a metrics record; a collapse flag (``learner.collapse``) adds a
+    warning to it for as long as it stands."""
+    line = (
         f"frames {record['frames']:>10,d}  fps {record['fps']:>8,.0f}  "
         f"episodes {record['episodes']:>7,d}  return {_fmt(record['episode_return_mean']):>6}  "
         f"actors {record['actors_connected']:>3d}  batch {record['inference_batch_mean']:>5.1f}  "
         f"steps {record['learner_steps']:>6,d}"
     )
+    warnings = []
+    if record.get(ENTROPY_FLAG):
+        warnings.append(f"entropy {record.get('entropy_fraction', 0.0):.1%} of max")
+    if record.get(RETURN_FLAG):
+        warnings.append(f"return fell from best {_fmt(record.get('episode_return_best'))}")
+    if warnings:
+        line += "  COLLAPSE? " + ", ".join(warnings)
+    return line
 
 
 class Progress:

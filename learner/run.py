@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from learner.agents.models import resolve_precision
+from learner.collapse import CollapseWatch
 from learner.metrics import MetricsWriter, PrometheusSink
 from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
 from learner.progress import Progress
@@ -31,6 +32,7 @@ from learner.serving.batcher import DynamicBatcher, ProcessFn
 from learner.serving.inference import InferenceEngine
 from learner.serving.server import build_server, set_serving
 from learner.serving.servicer import LearnerServicer
+from learner.state import checkpoint
 from learner.state.stats import LearnerStats
 from learner.training.device_host import DeviceHost
 from learner.training.hosts import ThreadHost, TrainerHost, trainer_mode
@@ -207,17 +209,42 @@ class StopRequest:
 
 
 def write_checkpoint(
-    learner: Learner, trainer: TrainerHost, counters: tuple[int, int] | None
-) -> None:
-    """Checkpoint the trainer's current state; a dead trainer process leaves the last one."""
+    learner: Learner,
+    trainer: TrainerHost,
+    counters: tuple[int, int] | None,
+    best_return: float | None = None,
+) -> bool:
+    """Checkpoint the trainer's current state (to checkpoint-best.pt with ``best_return``);
+    a dead trainer process leaves the last one. True once written."""
     training = trainer.training_state()
     if training is None:
-        log.error(
-            "no checkpoint written: the trainer process died; %s stays as it was",
-            learner.config.checkpoint_path,
-        )
+        path = learner.config.checkpoint_path
+        if best_return is not None:
+            path = learner.config.best_checkpoint_path
+        log.error("no checkpoint written: the trainer process died; %s stays as it was", path)
+        return False
+    save_checkpoint(learner, training, counters, best_return)
+    return True
+
+
+async def keep_best(
+    learner: Learner,
+    trainer: TrainerHost,
+    rank: RankMode,
+    keeper: checkpoint.BestKeeper | None,
+    final: bool = False,
+) -> None:
+    """Write checkpoint-best.pt when the keeper says the mean-100 return is a new best."""
+    mean = learner.stats.full_window_mean
+    if keeper is None or not rank.writes_checkpoints or not keeper.due(mean, final):
         return
-    save_checkpoint(learner, training, counters)
+    assert mean is not None
+    try:
+        counters = rank.checkpoint_counters()
+        if await asyncio.to_thread(write_checkpoint, learner, trainer, counters, mean):
+            keeper.written(mean)
+    except OSError as exc:  # as for checkpoint.pt: the run goes on, the old best stays
+        log.error("could not write checkpoint %s: %s", keeper.path, exc)
 
 
 async def serve(
@@ -276,8 +303,10 @@ async def _serve(
         ready.set_result(serving.port)
 
     start = time.perf_counter()
+    keeper = checkpoint.BestKeeper.for_config(config)
+    watch = CollapseWatch(learner.head.max_entropy)
     try:
-        await _supervise(learner, trainer, rank, stop, writer, progress, start)
+        await _supervise(learner, trainer, rank, stop, writer, progress, start, keeper, watch)
     finally:
         await serving.stop(stop.reason or "learner stopping", stop.final)
         trainer.stop()
@@ -285,10 +314,12 @@ async def _serve(
         if rank.writes_checkpoints:
             counters = rank.checkpoint_counters()
             await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
+            await keep_best(learner, trainer, rank, keeper, final=True)
         record = {
             **learner.stats.snapshot(len(learner.queue)), **learner.queue.metrics(),
             **rank.metrics(),
         }  # fmt: skip
+        watch.check(record, learner.stats.return_first, learner.stats.return_best)
         writer.write(record, learner.stats.drain_episodes())
         writer.close()
     result = _result(learner, stop.reason, time.perf_counter() - start)
@@ -307,9 +338,11 @@ async def _supervise(
     writer: MetricsWriter,
     progress: Progress,
     start: float,
+    keeper: checkpoint.BestKeeper | None,
+    watch: CollapseWatch,
 ) -> None:
-    """Every ``log_interval_s`` until stopped: a metrics record, progress, the stop
-    conditions and, when due, a checkpoint."""
+    """Every ``log_interval_s`` until stopped: a metrics record (with the collapse flags),
+    progress, the stop conditions and, when due, a checkpoint and the best one."""
     config, stats = learner.config, learner.stats
     last_checkpoint = start
     while not stop.event.is_set():
@@ -319,8 +352,10 @@ async def _supervise(
         record.update(learner.queue.metrics())
         record.update(trainer.metrics())
         record.update(rank.metrics())
+        watch.check(record, stats.return_first, stats.return_best)
         writer.write(record, stats.drain_episodes())
         progress.update(record)
+        await keep_best(learner, trainer, rank, keeper)
         reason = _stop_condition(config, stats, start, trainer) or rank.stop_reason
         if reason:
             # A failed trainer is not a finished run: actors wait for the restart.

@@ -29,7 +29,7 @@ AGENTS = ("vtrace", "r2d2")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
-LR_SCHEDULES = ("auto", "constant", "linear")
+LR_SCHEDULES = ("auto", "constant", "linear", "inverse_sqrt")
 WANDB_MODES = ("online", "offline")
 
 
@@ -146,8 +146,10 @@ class LearnerConfig:
     """Adam epsilon."""
     discount: float = 0.99
     """Discount factor gamma."""
-    entropy_cost: float = 0.003
-    """Weight of the entropy bonus."""
+    entropy_cost: float = 0.001
+    """Weight of the entropy bonus. Once every episode of a solved task ends alike the
+    advantages vanish and only this bonus moves the policy, towards acting at random, to
+    the edge of failing (docs/stability.md): hence small by default."""
     final_entropy_cost: float | None = None
     """Entropy bonus at --total-frames trained frames: when set, the weight moves linearly
     from --entropy-cost to this over the run, so a bonus large enough to explore early
@@ -157,10 +159,16 @@ class LearnerConfig:
     max_grad_norm: float = 0.5
     """Global gradient-norm clip (losses are per-frame means, so PPO-sized clips fit)."""
     lr_schedule: str = "auto"
-    """Learning rate over the run: constant, or linear (from --learning-rate down to 0 at
-    --total-frames trained frames, as IMPALA and TorchBeast anneal it); auto is linear for a
-    run planned to --total-frames without --target-return, else constant (a run that keeps
-    its full rate to the end of a budget can lose a solved policy there)."""
+    """Learning rate over the run: constant; linear (from --learning-rate down to 0 at
+    --total-frames trained frames, as IMPALA and TorchBeast anneal it); or inverse_sqrt
+    (--learning-rate for --lr-hold-frames trained frames, then falling as the inverse
+    square root of the frames, with no end in view). auto is linear for a run planned to
+    --total-frames without --target-return, else inverse_sqrt: at a constant rate, Adam
+    keeps moving a solved policy by full-sized steps on gradients that are mostly noise
+    until it loses what it learned (docs/stability.md)."""
+    lr_hold_frames: int = 1_000_000
+    """Trained frames an inverse_sqrt --lr-schedule keeps --learning-rate for; after F
+    frames the rate is --learning-rate x sqrt(this / F) (half at 4x, a quarter at 16x)."""
     lr_decay_start: float = 0.0
     """Share of --total-frames a linear --lr-schedule holds --learning-rate before it starts
     to fall (still to 0 at --total-frames), so the rate stays up through the climb and
@@ -314,6 +322,10 @@ class LearnerConfig:
     """Also keep the first checkpoint past each multiple of this many frames, as
     logdir/checkpoints/frames-N.pt (0: only the latest), to evaluate or resume a run's
     earlier policies, e.g. from before a collapse."""
+    best_checkpoint_interval_s: float = 10.0
+    """Keep logdir/checkpoint-best.pt, the checkpoint of the best mean return of the last
+    100 episodes so far, rewritten at most this often while the return climbs: a run left
+    on past its best ends with that policy at hand (0: keep no best checkpoint)."""
     resume: bool = False
     """Continue from logdir/checkpoint.pt when it exists."""
     log_interval_s: float = 2.0
@@ -355,7 +367,7 @@ class LearnerConfig:
              "entropy_cost", "final_entropy_cost", "baseline_cost", "checkpoint_history_frames",
              "hello_timeout_s", "stream_idle_timeout_s", "burn_in", "sequence_overlap",
              "replay_min_frames", "replay_ratio", "epsilon_alpha", "value_rescale_eps",
-             "importance_exponent"),
+             "importance_exponent", "best_checkpoint_interval_s"),
             low=0,
         )  # fmt: skip
         _require_range(
@@ -389,8 +401,12 @@ class LearnerConfig:
         if self.lr_schedule == "linear" and not self.total_frames:
             raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
         _require_range(self, ("lr_decay_start",), low=0, high=1, high_open=True)
-        if self.lr_decay_start and self.effective_lr_schedule == "constant":
-            raise ValueError("--lr-decay-start shapes a linear schedule; this run's is constant")
+        if self.lr_decay_start and self.effective_lr_schedule != "linear":
+            raise ValueError(
+                "--lr-decay-start shapes a linear schedule; this run's is "
+                f"{self.effective_lr_schedule}"
+            )
+        _require_range(self, ("lr_hold_frames",), low=1)
         if self.final_entropy_cost is not None and not self.total_frames:
             raise ValueError("--final-entropy-cost needs --total-frames (it is reached there)")
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -406,14 +422,20 @@ class LearnerConfig:
 
     @property
     def effective_lr_schedule(self) -> str:
-        """``lr_schedule`` with ``auto`` resolved: linear only when a frame budget is the plan."""
+        """``lr_schedule`` with ``auto`` resolved: linear when a frame budget is the plan,
+        else inverse_sqrt (a run of unknown length)."""
         if self.lr_schedule != "auto":
             return self.lr_schedule
-        return "linear" if self.total_frames and self.target_return is None else "constant"
+        return "linear" if self.total_frames and self.target_return is None else "inverse_sqrt"
 
     @property
     def checkpoint_path(self) -> Path:
         return Path(self.logdir) / "checkpoint.pt"
+
+    @property
+    def best_checkpoint_path(self) -> Path:
+        """The checkpoint of the best mean-100 return so far (--best-checkpoint-interval-s)."""
+        return Path(self.logdir) / "checkpoint-best.pt"
 
     def history_checkpoint_path(self, frames: int) -> Path | None:
         """Where the checkpoint at ``frames`` is kept for good: the multiple of

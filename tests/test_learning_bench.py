@@ -152,7 +152,7 @@ def test_same_setting_figures_are_listed_for_scale_and_the_verdict_stays_the_ref
 
 def test_a_later_host_runs_the_seeds_after_the_first_ones():
     breakout = SUITES["minatar"].envs[1]
-    assert [seed for _, seed in run_plan([breakout], 2, 3)] == [2, 3, 4]
+    assert [seed for _, seed, _ in run_plan(SUITES["minatar"], [breakout], 2, 3)] == [2, 3, 4]
     with pytest.raises(SystemExit) as exit_info:
         main(["run", "--suite", "minatar", "--first-seed", "-1"])
     assert exit_info.value.code == 2
@@ -353,3 +353,60 @@ def test_evaluate_scores_atari_over_full_games_not_lives():
     assert full.truncated == 0 and not full.greedy
     assert full.std == pytest.approx(float(np.std(full.returns)))
     assert "over 2 full episodes (sampled" in full.summary()
+
+
+def test_a_long_run_suite_runs_every_seed_at_every_actor_shape():
+    suite = SUITES["classic-long"]
+    cartpole, _, breakout = suite.envs
+    plan = run_plan(suite, suite.envs, 0, 2)
+    assert [(s.env, seed, shape) for s, seed, shape in plan[:4]] == [
+        ("CartPole-v1", 0, (2, 32)), ("CartPole-v1", 0, (16, 4)), ("CartPole-v1", 0, (64, 1)),
+        ("CartPole-v1", 1, (2, 32)),
+    ]  # fmt: skip
+    assert len(plan) == 2 * 3 * 2 + 2  # MinAtar at one shape
+    assert suite.run_name(1, (16, 4)) == "seed1-16x4"
+    assert SUITES["classic"].run_name(1, (2, 16)) == "seed1"
+    # The classic envs train as an open-ended run does; MinAtar keeps its preset's plan.
+    assert run_overrides(cartpole, None)["lr_schedule"] == "inverse_sqrt"
+    assert learner_config_for(breakout, run_overrides(breakout, None)).lr_schedule == "auto"
+    assert cartpole.frames == breakout.frames == 4 * SUITES["minatar"].envs[1].frames
+
+
+def test_the_stability_table_reports_what_each_run_kept_after_solving(tmp_path):
+    """Best, lowest after first reaching 475 and final mean-100 per run; a run holds while
+    the lowest stays above the floor half way from random (22) to solved (248.5)."""
+    suite = SUITES["classic-long"]
+    spec = suite.envs[0]
+    out = tmp_path / "long"
+    climb = [22.0, 200.0, 480.0, 500.0]
+    falls = {"seed0-2x32": [*climb, 300.0, 499.0], "seed0-16x4": [*climb, 120.0, 490.0]}
+    for name, returns in falls.items():
+        records = [{"elapsed_s": float(i), "frames": 1000 * (i + 1), "episode_return_mean": r}
+                   for i, r in enumerate(returns)]  # fmt: skip
+        _finished_run(out / spec.name / name, 0, records)
+        run = json.loads((out / spec.name / name / RUN_FILE).read_text())
+        actors = [int(n) for n in name.split("-")[1].split("x")]
+        (out / spec.name / name / RUN_FILE).write_text(json.dumps({**run, "actors": actors}))
+    write_metrics(out / spec.name / "seed0-64x1", [])  # unfinished: not tabled
+    (out / spec.name / "random.json").write_text(json.dumps({"mean": 22.0, "std": 1.0}))
+    summary = report.write_summary(suite, out)
+    runs = summary["envs"][0]["runs"]
+    assert [(r["run"], r["best_return_mean100"], r["lowest_after_solved"]) for r in runs] == [
+        ("seed0-16x4", 500.0, 120.0), ("seed0-2x32", 500.0, 300.0),
+    ]  # fmt: skip
+    table = report.markdown_table(summary)
+    assert "| CartPole-v1 | 2x32 | 0 | 6 k | 3 k | 500.0 | 300.0 | 499.0 | 248.5 | yes |" in table
+    assert (
+        "| CartPole-v1 | 16x4 | 0 | 6 k | 3 k | 500.0 | 120.0 | 490.0 | 248.5 | **no** |" in table
+    )
+
+    # A thinned archive keeps the lowest point after solving, so the verdict survives it.
+    long_fall = [{"elapsed_s": float(i), "frames": 1000 * (i + 1),
+                  "episode_return_mean": 480.0 - (i == 1234) * 400.0}
+                 for i in range(5000)]  # fmt: skip
+    _finished_run(out / spec.name / "seed1-2x32", 1, long_fall)
+    results = tmp_path / "results"
+    report.archive(suite, out, results)
+    kept = results / spec.name / "seed1-2x32"
+    assert len(report.read_metrics(kept)) <= report.ARCHIVE_POINTS + 10
+    assert report.run_summary(spec, kept)["lowest_after_solved"] == 80.0

@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import actor_args, learner_process, running, train_synchronously
+from support import actor_args, learner_process, running
 
+from learner.tools.synchronous import train_synchronously
 from seedrl.config import LearnerConfig
 
 TESTS = Path(__file__).resolve().parent

@@ -35,6 +35,13 @@ def test_cartpole_learns_well_above_random(tmp_path):
     for key in ("time", "frames", "fps", "episodes", "actors_connected", "loss_policy"):
         assert any(key in r for r in records), key
     assert (tmp_path / "checkpoint.pt").exists()
+    # The run ended at its best so far: that is kept too; a climbing policy is not flagged.
+    import torch
+
+    best = torch.load(tmp_path / "checkpoint-best.pt", weights_only=True)
+    assert best["best_return_mean"] >= CI_TARGET_RETURN
+    assert records[-1]["episode_return_best"] >= CI_TARGET_RETURN
+    assert records[-1]["collapse_entropy_low"] == 0
     assert "seedrl done:" in learner.output()
 
 

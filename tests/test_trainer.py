@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import threading
 
 import numpy as np
@@ -370,20 +371,34 @@ def test_linear_schedule_can_hold_the_rate_before_it_falls():
         LearnerConfig(lr_schedule="constant", lr_decay_start=0.5)
 
 
+def test_inverse_sqrt_schedule_holds_the_rate_then_falls_with_no_end():
+    """--lr-hold-frames at the full rate, then rate x sqrt(hold / frames): a quarter at 16x."""
+    config = LearnerConfig(learning_rate=4e-3, lr_schedule="inverse_sqrt", lr_hold_frames=1000)
+    schedule = learning_rate_schedule(config)
+    lrs = [schedule(100 * step) for step in (0, 5, 10, 40, 160, 10_000)]
+    assert lrs == pytest.approx([4e-3, 4e-3, 4e-3, 2e-3, 1e-3, 4e-3 / math.sqrt(1000)])
+    with pytest.raises(ValueError, match="--lr-hold-frames must be >= 1"):
+        LearnerConfig(lr_hold_frames=0)
+    with pytest.raises(ValueError, match="linear schedule; this run's is inverse_sqrt"):
+        LearnerConfig(lr_decay_start=0.5)
+
+
 @pytest.mark.parametrize(
     ("total_frames", "target_return", "expected"),
-    [(1000, None, 2e-3), (0, None, 4e-3), (1000, 475.0, 4e-3)],
+    [(1000, None, 8e-4), (0, None, 1e-3), (1000, 475.0, 1e-3)],
 )
-def test_auto_schedule_anneals_only_a_run_planned_to_a_frame_budget(
+def test_auto_schedule_anneals_to_a_budget_or_else_with_no_end(
     total_frames, target_return, expected
 ):
-    """auto: a budget without a target decays linearly; an open-ended run, or one that stops
-    at a target return (the budget is then only a cap), keeps its rate."""
+    """auto: a budget without a target decays linearly to it; an open-ended run, or one that
+    stops at a target return (the budget is then only a cap), falls as the inverse square
+    root once past --lr-hold-frames, here at 16x them."""
     config = LearnerConfig(
-        learning_rate=4e-3, total_frames=total_frames, target_return=target_return
-    )
+        learning_rate=4e-3, total_frames=total_frames, target_return=target_return,
+        lr_hold_frames=50,
+    )  # fmt: skip
     assert config.lr_schedule == "auto"
-    assert learning_rate_schedule(config)(5 * 100) == pytest.approx(expected)
+    assert learning_rate_schedule(config)(8 * 100) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("normalize_returns", [False, True])
@@ -408,7 +423,7 @@ def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path, normalize
     save_checkpoint(first)
     assert checkpoint.load(config.checkpoint_path)["lr_schedule"] == {
         "schedule": "linear", "learning_rate": 1e-2, "total_frames": 10 * B * T,
-        "decay_start": 0.0,
+        "decay_start": 0.0, "hold_frames": 1_000_000,
     }  # fmt: skip
     uninterrupted = trainer.train_step(_unrolls(3))
 

@@ -81,15 +81,16 @@ def progress_line(label: str, record: dict[str, Any] | None, frames: int, starte
 
 def run_one(
     suite: Suite, spec: EnvSpec, seed: int, frames: int, logdir: Path, args: argparse.Namespace,
-    label: str,
+    label: str, shape: tuple[int, int],
 ) -> bool:  # fmt: skip
-    """Train and evaluate one run in a child process; True once it finished."""
+    """Train and evaluate one run (``shape``: actors, envs each) in a child process; True
+    once it finished."""
     logdir.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable, "-m", "benchmarks.learning.runner", "--suite", suite.name,
         "--env", spec.env, "--seed", str(seed), "--frames", str(frames),
         "--logdir", str(logdir), "--eval-episodes", str(args.eval_episodes),
-        "--num-actors", str(args.num_actors), "--envs-per-actor", str(args.envs_per_actor),
+        "--num-actors", str(shape[0]), "--envs-per-actor", str(shape[1]),
         "--overrides", json.dumps(args.overrides),
     ]  # fmt: skip
     root = str(Path(__file__).resolve().parents[2])
@@ -157,9 +158,21 @@ def selected_envs(suite: Suite, names: str) -> list[EnvSpec]:
     return chosen
 
 
-def run_plan(specs: Sequence[EnvSpec], first_seed: int, seeds: int) -> list[tuple[EnvSpec, int]]:
-    """Every env with seeds ``first_seed`` onwards, env by env."""
-    return [(spec, seed) for spec in specs for seed in range(first_seed, first_seed + seeds)]
+def run_plan(
+    suite: Suite,
+    specs: Sequence[EnvSpec],
+    first_seed: int,
+    seeds: int,
+    shape: tuple[int, int] | None = None,
+) -> list[tuple[EnvSpec, int, tuple[int, int]]]:
+    """Every env with seeds ``first_seed`` onwards at each of its actor shapes (or at
+    ``shape`` alone), env by env, seed by seed."""
+    return [
+        (spec, seed, each)
+        for spec in specs
+        for seed in range(first_seed, first_seed + seeds)
+        for each in ((shape,) if shape else suite.shapes_of(spec))
+    ]
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -174,19 +187,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     suite = SUITES[args.suite]
     out = Path(args.out or f"runs/bench-learning/{suite.name}")
     args.eval_episodes = args.eval_episodes or suite.eval_episodes
-    args.num_actors = args.num_actors or suite.num_actors
-    args.envs_per_actor = args.envs_per_actor or suite.envs_per_actor
+    shape = None  # each env's own shapes, unless the command line names one
+    if args.num_actors or args.envs_per_actor:
+        shape = (args.num_actors or suite.num_actors, args.envs_per_actor or suite.envs_per_actor)
     # A host lent for less time than the suite needs: past the deadline the running run
     # checkpoints and the command exits as interrupted, to be resumed on the next host.
     args.deadline = time.monotonic() + args.stop_after if args.stop_after else float("inf")
     specs = selected_envs(suite, args.envs)
-    plan = run_plan(specs, args.first_seed, args.seeds)
+    plan = run_plan(suite, specs, args.first_seed, args.seeds, shape)
     failed = 0
     print(f"seedrl bench-learning: suite {suite.name}, {len(plan)} runs, results in {out}")
-    for index, (spec, seed) in enumerate(plan, 1):
+    for index, (spec, seed, run_shape) in enumerate(plan, 1):
         frames = args.frames or spec.frames
-        logdir = out / spec.name / f"seed{seed}"
+        logdir = out / spec.name / suite.run_name(seed, run_shape)
         label = f"[{index}/{len(plan)}] {spec.env} seed {seed}"
+        if suite.shapes:
+            label += f" at {run_shape[0]}x{run_shape[1]}"
         random_path = out / spec.name / RANDOM_FILE
         if not random_path.exists():
             random_path.parent.mkdir(parents=True, exist_ok=True)
@@ -200,7 +216,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             report.write_summary(suite, out)
             return INTERRUPTED
         try:
-            ok = run_one(suite, spec, seed, frames, logdir, args, label)
+            ok = run_one(suite, spec, seed, frames, logdir, args, label, run_shape)
         except KeyboardInterrupt:
             report.write_summary(suite, out)
             return INTERRUPTED

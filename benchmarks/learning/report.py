@@ -68,6 +68,8 @@ def run_summary(spec: EnvSpec, logdir: Path) -> dict[str, Any] | None:
         )
     return {
         "seed": run["seed"],
+        "run": logdir.name,
+        "actors": run.get("actors"),
         "frames": run["frames"],
         "budget_frames": run["budget_frames"],
         "overrides": run.get("overrides", {}),
@@ -76,6 +78,18 @@ def run_summary(spec: EnvSpec, logdir: Path) -> dict[str, Any] | None:
         "final_return_mean100": run["train_return_mean100"],
         "eval": {k: v for k, v in run["eval"].items() if k not in ("returns", "lengths")},
         "thresholds": crossings,
+        **held_returns(spec, points),
+    }
+
+
+def held_returns(spec: EnvSpec, points: list[tuple[int, float, float]]) -> dict[str, Any]:
+    """What a long run kept: its best mean-100 return, the lowest after it first reached
+    the solved level (the env's last threshold; None if it never did), and the last."""
+    solved = spec.thresholds[-1]
+    first = next((i for i, p in enumerate(points) if p[2] >= solved), None)
+    return {
+        "best_return_mean100": max((p[2] for p in points), default=None),
+        "lowest_after_solved": None if first is None else min(p[2] for p in points[first:]),
     }
 
 
@@ -93,9 +107,16 @@ def compact_records(spec: EnvSpec, logdir: Path, points: int = ARCHIVE_POINTS) -
         return []
     keep = {0, len(timed) - 1}
     keep.update(range(0, len(timed), max(1, len(timed) // points)))
+    returns = [r["episode_return_mean"] for r, _ in timed]
     for threshold in spec.thresholds:
-        crossing = (i for i, (r, _) in enumerate(timed) if r["episode_return_mean"] >= threshold)
+        crossing = (i for i, ret in enumerate(returns) if ret >= threshold)
         keep.update(itertools.islice(crossing, 1))
+    # The best and the lowest after solving, so the stability columns read off the archive
+    # are the run's own.
+    keep.add(max(range(len(returns)), key=returns.__getitem__))
+    solved = next((i for i, ret in enumerate(returns) if ret >= spec.thresholds[-1]), None)
+    if solved is not None:
+        keep.add(min(range(solved, len(returns)), key=returns.__getitem__))
     compact = []
     for i in sorted(keep):
         record, wall = timed[i]
@@ -170,6 +191,7 @@ def env_summary(suite: Suite, spec: EnvSpec, out: Path) -> dict[str, Any]:
         "preset": spec.preset,
         "frames_per_step": spec.frames_per_step,
         "seeds_finished": len(runs),
+        "solved_level": spec.thresholds[-1],
         "final_return_mean100": mean_final,
         "eval_mean": mean_eval,
         "random": json.loads(random_path.read_text()) if random_path.exists() else None,
@@ -185,7 +207,9 @@ def write_summary(suite: Suite, out: Path) -> dict[str, Any]:
     summary = {
         "suite": suite.name,
         "written": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "actors": f"{suite.num_actors} x {suite.envs_per_actor} envs",
+        "actors": ", ".join(
+            sorted({f"{n} x {k} envs" for spec in suite.envs for n, k in suite.shapes_of(spec)})
+        ),
         "eval_mode": "greedy" if suite.greedy else "sampled",
         "envs": [env_summary(suite, spec, out) for spec in suite.envs],
     }
@@ -222,9 +246,13 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
             ax.axhline(other.value, color=color, linestyle="-.", linewidth=1,
                        label=f"{other.label} {other.value:g}, same setting")  # fmt: skip
         random_path = out / spec.name / RANDOM_FILE
-        if random_path.exists():
-            rnd = json.loads(random_path.read_text())["mean"]
+        rnd = json.loads(random_path.read_text())["mean"] if random_path.exists() else None
+        if rnd is not None:
             ax.axhline(rnd, color="gray", linestyle=":", label=f"random {rnd:.1f}")
+        if suite.stability:
+            floor = held_floor({"random": None if rnd is None else {"mean": rnd}},
+                               spec.thresholds[-1])  # fmt: skip
+            ax.axhline(floor, color="tab:red", linestyle=":", label=f"floor {floor:.1f}")
         unit = "env steps" if spec.frames_per_step == 1 else (
             f"agent steps (x{spec.frames_per_step} emulator frames)"
         )  # fmt: skip
@@ -253,9 +281,55 @@ def _frames(value: int | None) -> str:
     return f"{value / 1e6:.2f} M" if value >= 100_000 else f"{value / 1e3:.0f} k"
 
 
+def held_floor(env: dict[str, Any], solved: float) -> float:
+    """The level a solved run must stay above: half way from the random policy's mean
+    return to the solved level (half of it when the random return is unknown), so the
+    rule reads the same for Acrobot's negative returns as for CartPole's."""
+    rnd = env["random"]["mean"] if env["random"] else 0.0
+    return rnd + (solved - rnd) / 2
+
+
+def stability_table(summary: dict[str, Any], curves_dir: str = "") -> str:
+    """A long-run suite's table: per run, what it reached and what it kept after solving."""
+    lines = [
+        f"Suite `{summary['suite']}` (the mean return of the last 100 training episodes; "
+        f"summary written {summary['written']}). A run holds when its lowest mean-100 after "
+        "first reaching the solved level stays above the floor, half way from random to "
+        "solved.",
+        "",
+        "| env | actors | seed | frames | solved at | best | lowest after solving | final "
+        "| floor | holds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for env in summary["envs"]:
+        solved = env["solved_level"]
+        floor = held_floor(env, solved)
+        for r in env["runs"]:
+            hit = r["thresholds"].get(f"{solved:g}")
+            lowest = r.get("lowest_after_solved")
+            holds = "not solved" if lowest is None else ("yes" if lowest >= floor else "**no**")
+            actors = "x".join(str(n) for n in r["actors"]) if r.get("actors") else "-"
+            solved_at = _frames(hit["frames"]) if hit else "-"
+            lines.append(
+                f"| {env['env']} | {actors} | {r['seed']} | {_frames(r['frames'])} "
+                f"| {solved_at} | {_num(r.get('best_return_mean100'))} "
+                f"| {_num(lowest)} | {_num(r['final_return_mean100'])} | {_num(floor)} | {holds} |"
+            )
+    if curves_dir:
+        lines.append("")
+        for env in summary["envs"]:
+            if env["runs"]:
+                name = env["env"].replace("/", "-")
+                lines.append(f"![{env['env']}]({curves_dir}/{name}.png)")
+    return "\n".join(lines) + "\n"
+
+
 def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
-    """The results table and the references table of one suite, in markdown."""
+    """The results table and the references table of one suite, in markdown (a long-run
+    suite's: :func:`stability_table`)."""
     suite = summary["suite"]
+    if SUITES[suite].stability:
+        return stability_table(summary, curves_dir)
     lines = [
         f"Suite `{suite}` ({summary['actors']} per run, final score from `evaluate`, "
         f"{summary['eval_mode']} actions; summary written {summary['written']}).",

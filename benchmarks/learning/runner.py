@@ -100,6 +100,7 @@ def train_and_evaluate(
         "budget_frames": frames,
         "overrides": dict(overrides or {}),
         "frames": result.frames,
+        "actors": [num_actors, envs_per_actor],
         "learner_steps": result.learner_steps,
         "episodes": result.episodes,
         "train_return_mean100": result.episode_return_mean,

@@ -7,7 +7,7 @@ frames (frame skip 4), so Atari references quoted in ALE frames are converted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from seedrl import envs
@@ -49,6 +49,9 @@ class EnvSpec:
     allows; the verdict is against ``reference`` alone, as the target was set."""
     overrides: dict[str, Any] = field(default_factory=dict)
     """LearnerConfig fields on top of the preset (none by default: presets carry them)."""
+    shapes: tuple[tuple[int, int], ...] = ()
+    """Actor shapes (actors, envs each) this env runs at, each seed at every one (empty:
+    the suite's)."""
 
     def __post_init__(self) -> None:
         if self.preset == "":
@@ -73,6 +76,22 @@ class Suite:
     eval_episodes: int
     greedy: bool
     """Final evaluation acts greedily (True) or samples from the policy (False)."""
+    shapes: tuple[tuple[int, int], ...] = ()
+    """Actor shapes (actors, envs each) every env runs at, each seed at every one, in run
+    directories named ``seedS-NxK`` (empty: ``num_actors`` x ``envs_per_actor`` alone, in
+    ``seedS``)."""
+    stability: bool = False
+    """A long-run suite: its table reports, per run, the best mean-100 return, the lowest
+    after first reaching the solved level (the env's last threshold) and the final one."""
+
+    def shapes_of(self, spec: EnvSpec) -> tuple[tuple[int, int], ...]:
+        """The actor shapes ``spec`` runs at in this suite."""
+        return spec.shapes or self.shapes or ((self.num_actors, self.envs_per_actor),)
+
+    def run_name(self, seed: int, shape: tuple[int, int]) -> str:
+        """The run directory of one seed at one shape (``seedS``, or ``seedS-NxK`` in a
+        suite of several shapes)."""
+        return f"seed{seed}-{shape[0]}x{shape[1]}" if self.shapes else f"seed{seed}"
 
 
 _MINATAR_PAPER = (
@@ -114,24 +133,33 @@ def _dopamine(value: float, agent: str, game: str) -> Reference:
     )
 
 
+_CARTPOLE = EnvSpec(
+    "CartPole-v1",
+    1_000_000,
+    Reference(500.0, _ZOO, "100 k timesteps (= frames)", "CartPole-v1", _ZOO_URL),
+    thresholds=(195.0, 475.0),
+    preset=None,
+)
+_ACROBOT = EnvSpec(
+    "Acrobot-v1",
+    1_000_000,
+    Reference(-73.5, _ZOO, "1 M timesteps (= frames)", "Acrobot-v1", _ZOO_URL),
+    thresholds=(-200.0, -100.0),
+    preset=None,
+)
+OPEN_ENDED = {"lr_schedule": "inverse_sqrt"}
+"""What a learner without a frame budget trains with (``auto``'s schedule for it): a
+long-run suite's budget only stops the run, it must not anneal the rate as a plan would."""
+LONG_SHAPES = ((2, 32), (16, 4), (64, 1))
+"""Few actors with many envs each (the demo's), the issue's 16 x 4, one env per actor."""
+
+
 SUITES: dict[str, Suite] = {
     "classic": Suite(
         name="classic",
         envs=(
-            EnvSpec(
-                "CartPole-v1",
-                1_000_000,
-                Reference(500.0, _ZOO, "100 k timesteps (= frames)", "CartPole-v1", _ZOO_URL),
-                thresholds=(195.0, 475.0),
-                preset=None,
-            ),
-            EnvSpec(
-                "Acrobot-v1",
-                1_000_000,
-                Reference(-73.5, _ZOO, "1 M timesteps (= frames)", "Acrobot-v1", _ZOO_URL),
-                thresholds=(-200.0, -100.0),
-                preset=None,
-            ),
+            _CARTPOLE,
+            _ACROBOT,
             EnvSpec(
                 "Pendulum-v1",
                 2_000_000,
@@ -167,6 +195,20 @@ SUITES: dict[str, Suite] = {
         envs_per_actor=8,
         eval_episodes=100,
         greedy=True,
+    ),
+    "classic-long": Suite(
+        name="classic-long",
+        envs=(
+            replace(_CARTPOLE, frames=20_000_000, overrides=OPEN_ENDED),
+            replace(_ACROBOT, frames=20_000_000, overrides=OPEN_ENDED),
+            replace(_minatar("Breakout", 17.5), frames=20_000_000, shapes=((2, 16),)),
+        ),
+        num_actors=2,
+        envs_per_actor=32,
+        eval_episodes=100,
+        greedy=False,
+        shapes=LONG_SHAPES,
+        stability=True,
     ),
     "minatar": Suite(
         name="minatar",

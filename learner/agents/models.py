@@ -58,6 +58,8 @@ class CategoricalHead:
         self.param_size = num_actions
         self.action_shape: tuple[int, ...] = ()
         self.action_dtype = torch.int64
+        self.max_entropy: float | None = math.log(num_actions)
+        """The uniform policy's entropy (what a collapse is measured against)."""
 
     def sample(self, params: torch.Tensor) -> torch.Tensor:
         """Gumbel-max: argmax(logits + Gumbel noise) is an exact categorical sample, and
@@ -108,6 +110,8 @@ class GaussianHead:
         self.action_size = math.prod(action_shape)
         self.param_size = 2 * self.action_size
         self.action_dtype = torch.float32
+        self.max_entropy: float | None = None
+        """None: a Gaussian's entropy has no maximum to measure a collapse against."""
 
     def _split(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # No clamp here: its gradient is zero outside the range, so a log-std pushed past
@@ -189,6 +193,8 @@ class MultiCategoricalHead:
         self.masked = masked
         self.num_logits = sum(nvec)
         self.param_size = 2 * self.num_logits if masked else self.num_logits
+        self.max_entropy: float | None = sum(math.log(n) for n in nvec)
+        """The uniform policy's entropy: the parts' entropies add up."""
         self.action_shape = action_shape
         self.action_dtype = getattr(torch, dtype)
 
@@ -249,6 +255,8 @@ class BernoulliHead:
         self.action_shape = action_shape
         self.param_size = math.prod(action_shape)
         self.action_dtype = getattr(torch, dtype)
+        self.max_entropy: float | None = self.param_size * math.log(2.0)
+        """The uniform policy's entropy: one fair coin per switch."""
 
     def _shape(self, flat: torch.Tensor) -> torch.Tensor:
         return flat.reshape(*flat.shape[:-1], *self.action_shape).to(self.action_dtype)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = "seedrl-checkpoint"
 VERSION = 1
+BEST_RETURN = "best_return_mean"
+"""Key of checkpoint-best.pt's mean-100 return: what made it the best when written."""
 
 
 class CheckpointError(RuntimeError):
@@ -150,6 +154,82 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     return state
 
 
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a loaded checkpoint is: where it came from and how good its run was then."""
+
+    path: Path
+    frames: int
+    return_mean: float | None
+    """Mean of the episode returns the checkpoint kept (the last 100 when it was written)."""
+    best_return: float | None
+    """Set on a best checkpoint: the mean-100 return that made it the run's best."""
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str], state: dict[str, Any]) -> CheckpointInfo:
+        returns = [float(r) for r in state.get("returns", [])]
+        best = state.get(BEST_RETURN)
+        return cls(
+            path=Path(path),
+            frames=int(state.get("frames", 0)),
+            return_mean=sum(returns) / len(returns) if returns else None,
+            best_return=None if best is None else float(best),
+        )
+
+    def describe(self) -> str:
+        """One line saying which checkpoint this is, for ``evaluate`` to print."""
+        if self.best_return is not None:
+            return (
+                f"{self.path}: the run's best, written at {self.frames:,} frames with a "
+                f"mean-100 return of {self.best_return:.1f}"
+            )
+        level = "" if self.return_mean is None else f", mean-100 return {self.return_mean:.1f}"
+        return f"{self.path}: written at {self.frames:,} frames{level}"
+
+
+BEST_FILE = "checkpoint-best.pt"
+"""The best checkpoint's name in a logdir (``LearnerConfig.best_checkpoint_path``)."""
+
+
+class BestKeeper:
+    """When to write checkpoint-best.pt: the mean return of a full window of the last 100
+    episodes beats the one it was last written with, and ``interval_s`` has passed since
+    (so a long climb does not write a checkpoint at every log interval)."""
+
+    def __init__(self, path: Path, interval_s: float, best: float = -math.inf) -> None:
+        self.path = path
+        self.interval_s = interval_s
+        self.best = best
+        """The mean-100 return checkpoint-best.pt holds (-inf: none yet)."""
+        self._last = -math.inf
+
+    @classmethod
+    def for_config(cls, config: LearnerConfig) -> BestKeeper | None:
+        """The keeper of this run (None when --best-checkpoint-interval-s is 0); a resumed
+        run goes on from the best its checkpoint-best.pt holds, a fresh one starts over."""
+        if not config.best_checkpoint_interval_s:
+            return None
+        path = config.best_checkpoint_path
+        best = -math.inf
+        if config.resume and path.is_file():
+            try:
+                best = float(load(path).get(BEST_RETURN, -math.inf))
+            except CheckpointError as exc:
+                log.warning("%s; a new best checkpoint will replace it", exc)
+        return cls(path, config.best_checkpoint_interval_s, best)
+
+    def due(self, return_mean: float | None, final: bool = False) -> bool:
+        """Whether a full window's mean ``return_mean`` (None: not full yet) is to be kept
+        now; ``final``: the run ends, so the interval does not hold it back."""
+        if return_mean is None or not return_mean > self.best:
+            return False
+        return final or time.monotonic() - self._last >= self.interval_s
+
+    def written(self, return_mean: float) -> None:
+        self.best = return_mean
+        self._last = time.monotonic()
+
+
 def check_env(path: str | os.PathLike[str], saved_env_spec: bytes, env_spec: pb.EnvSpec) -> None:
     """Raise CheckpointError when a checkpoint was trained on another env or other spaces."""
     try:
@@ -205,7 +285,10 @@ def restore(
             f"{path}: does not fit this model/config ({one_line(exc)}); "
             "use another --logdir or drop --resume"
         ) from exc
-    stats.restore(frames=frames, steps=steps, episodes=episodes, returns=returns)
+    stats.restore(
+        frames=frames, steps=steps, episodes=episodes, returns=returns,
+        return_first=state.get("return_first"), return_best=state.get("return_best"),
+    )  # fmt: skip
     step_counter.value = steps
     log.info("resumed from %s at frame %d, step %d", path, stats.frames, step_counter.value)
     return state
@@ -221,6 +304,7 @@ def schedule_states(config: LearnerConfig) -> dict[str, dict[str, Any]]:
             "learning_rate": config.learning_rate,
             "total_frames": config.total_frames,
             "decay_start": config.lr_decay_start,
+            "hold_frames": config.lr_hold_frames,
         },
         "entropy_schedule": {
             "entropy_cost": config.entropy_cost,

@@ -78,6 +78,10 @@ class LearnerStats:
         self.learner_steps = 0
         self.nonfinite_skipped = 0
         self.returns: collections.deque[float] = collections.deque(maxlen=RETURN_WINDOW)
+        self.return_first: float | None = None
+        """The first mean return over a full window of episodes: where the run started."""
+        self.return_best: float | None = None
+        """The best mean return over a full window so far (checked once per record)."""
         self.lengths: collections.deque[int] = collections.deque(maxlen=RETURN_WINDOW)
         self.timer = PhaseTimer()
         self._lock = threading.Lock()
@@ -117,12 +121,21 @@ class LearnerStats:
             for key, value in scalars.items():
                 self._train_sums[key] = self._train_sums.get(key, 0.0) + value
 
-    def restore(self, frames: int, steps: int, episodes: int, returns: list[float]) -> None:
+    def restore(
+        self,
+        frames: int,
+        steps: int,
+        episodes: int,
+        returns: list[float],
+        return_first: float | None = None,
+        return_best: float | None = None,
+    ) -> None:
         """Continue counting from a checkpoint."""
         self.frames = self._last_frames = self._start_frames = frames
         self.learner_steps = self._last_steps = steps
         self.episodes = episodes
         self.returns.extend(returns)
+        self.return_first, self.return_best = return_first, return_best
 
     def phase_marks(self) -> tuple[Callable[[], None], Callable[[str], None]]:
         """(begin, mark) of the serving phases; they do nothing unless phases are timed."""
@@ -144,6 +157,20 @@ class LearnerStats:
     def return_mean(self) -> float | None:
         return float(np.mean(self.returns)) if self.returns else None
 
+    @property
+    def full_window_mean(self) -> float | None:
+        """The mean return of the last RETURN_WINDOW episodes; None until there are as many."""
+        return self.return_mean if len(self.returns) >= RETURN_WINDOW else None
+
+    def _track_best(self) -> None:
+        mean = self.full_window_mean
+        if mean is None:
+            return
+        if self.return_first is None:
+            self.return_first = mean
+        if self.return_best is None or mean > self.return_best:
+            self.return_best = mean
+
     def snapshot(self, queue_unrolls: int = 0) -> dict[str, Any]:
         """One metrics record; rates and means cover the time since the previous one."""
         now = time.perf_counter()
@@ -153,6 +180,7 @@ class LearnerStats:
             self._train_sums, self._train_count = {}, 0
             steps = self.learner_steps
         phases = self.timer.drain()
+        self._track_best()
         record: dict[str, Any] = {
             "time": time.time(),
             "elapsed_s": now - self._start,
@@ -161,6 +189,7 @@ class LearnerStats:
             "fps_mean": (self.frames - self._start_frames) / max(now - self._start, 1e-9),
             "episodes": self.episodes,
             "episode_return_mean": self.return_mean,
+            "episode_return_best": self.return_best,
             "episode_length_mean": float(np.mean(self.lengths)) if self.lengths else None,
             "actors_connected": self.actors_connected,
             "inference_batch_mean": (

@@ -11,6 +11,7 @@ when this command's user allows that module (``--allow-env-module``) or names th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -181,9 +182,29 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def loaded_line(info: checkpoint.CheckpointInfo) -> str:
+    """Which checkpoint ``evaluate`` runs, and whether the run kept a better one beside it."""
+    text = info.describe()
+    best_path = info.path.with_name(checkpoint.BEST_FILE)
+    if info.best_return is None and best_path.is_file():
+        with contextlib.suppress(checkpoint.CheckpointError):
+            best = checkpoint.CheckpointInfo.of(best_path, checkpoint.load(best_path))
+            level = info.return_mean
+            if best.best_return is not None and (level is None or best.best_return > level):
+                text += f" (the run's best, {best.best_return:.1f}, is in {best_path}: --best)"
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m learner evaluate", description=__doc__)
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint.pt (or its logdir)")
+    parser.add_argument(
+        "--checkpoint", required=True,
+        help="a checkpoint file, or a logdir: its checkpoint.pt (the latest), or with --best "
+        "its checkpoint-best.pt (the best mean-100 return of the run)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--best", action="store_true", help="with a logdir: load its checkpoint-best.pt"
+    )
     parser.add_argument("--episodes", type=int, default=10, help="full episodes to run")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--greedy", dest="greedy", action="store_true", default=True,
@@ -211,7 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = Path(args.checkpoint)
     if path.is_dir():
-        path = path / "checkpoint.pt"
+        path = path / (checkpoint.BEST_FILE if args.best else "checkpoint.pt")
+    elif args.best:
+        parser.exit(2, f"error: --best picks checkpoint-best.pt in a logdir; {path} is not one\n")
     try:
         policy = Policy.load(path, greedy=args.greedy)
         if args.env is not None:
@@ -222,6 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             use_env(policy, args.env, kwargs)
         else:
             envs.check_env_allowed(policy.env_id, args.allow_env_module, f"checkpoint {path}")
+        assert policy.checkpoint_info is not None  # Policy.load always says where from
+        print(f"seedrl evaluate: loaded {loaded_line(policy.checkpoint_info)}", flush=True)
         torch.manual_seed(args.seed)
         result = evaluate(policy, args.episodes, args.seed, args.max_steps, args.video)
     except (checkpoint.CheckpointError, ValueError) as exc:

@@ -51,8 +51,11 @@ class Policy:
         env_spec: pb.EnvSpec,
         greedy: bool = True,
         normalizer: ObservationNormalizer | None = None,
+        checkpoint_info: checkpoint.CheckpointInfo | None = None,
     ) -> None:
         self.model = model.eval()
+        self.checkpoint_info = checkpoint_info
+        """Which checkpoint this policy came from (None: built in memory)."""
         self.normalizer = normalizer
         """A run trained with --normalize-observations: its final statistics, frozen."""
         self.head = head
@@ -76,7 +79,8 @@ class Policy:
             space = env_spec.observation_space
             normalizer = ObservationNormalizer(codec.spec_shape(space), space.dtype)
             normalizer.load_state_dict(state["obs_normalizer"])
-        return cls(model, head, env_spec, greedy, normalizer)
+        info = checkpoint.CheckpointInfo.of(path, state)
+        return cls(model, head, env_spec, greedy, normalizer, info)
 
     @property
     def env_id(self) -> str:

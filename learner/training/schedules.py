@@ -9,6 +9,7 @@ schedule exactly.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,11 +54,27 @@ class Linear:
         return self.end + (self.start - self.end) * remaining
 
 
+@dataclass(frozen=True)
+class InverseSqrt:
+    """``start`` for the first ``hold_frames``, then ``start * sqrt(hold_frames / frames)``:
+    no end in view, yet the squared steps add up like a harmonic series, so the random walk
+    that noisy updates make of a solved policy spreads only logarithmically."""
+
+    start: float
+    hold_frames: int
+
+    def __call__(self, frames: float) -> float:
+        return self.start * min(1.0, math.sqrt(self.hold_frames / max(frames, 1.0)))
+
+
 def learning_rate_schedule(config: LearnerConfig) -> Schedule:
-    """``--lr-schedule``: constant, or linear to 0 at ``--total-frames`` from
-    ``--lr-decay-start`` of them on."""
-    if config.effective_lr_schedule == "constant":
+    """``--lr-schedule``: constant; linear to 0 at ``--total-frames`` from
+    ``--lr-decay-start`` of them on; or inverse-sqrt after ``--lr-hold-frames``."""
+    schedule = config.effective_lr_schedule
+    if schedule == "constant":
         return Constant(config.learning_rate)
+    if schedule == "inverse_sqrt":
+        return InverseSqrt(config.learning_rate, config.lr_hold_frames)
     return Linear(config.learning_rate, 0.0, config.total_frames, config.lr_decay_start)
 
 

@@ -101,5 +101,6 @@ def vtrace_loss(
         "entropy": entropy.detach(),
         "rho_mean": rho_mean,
         "value_mean": (values_T1B[:t].detach() * weight_TB).sum() / count,
+        "value_target_mean": (vs_TB * weight_TB).sum() / count,
     }
     return VTraceLoss(total, terms, vs_TB, weight_TB)

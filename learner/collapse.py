@@ -1,0 +1,82 @@
+"""Flags a policy that collapsed, in the metrics and on the progress line, and logs it once.
+
+Two signs, checked on each metrics record:
+
+- entropy low: the batch entropy of a discrete policy fell below ENTROPY_FLOOR of its
+  maximum (the log of the number of actions): the policy acts (nearly) deterministically,
+  so on-policy training can no longer find out that another action is better.
+- return drop: the mean return of the last 100 episodes lost more than RETURN_DROP of
+  what the run had gained, from its first full window to its best one (for a return of
+  0 to 500, below 250 after 500; the rule reads the same for Acrobot's negative returns).
+
+Each sign is logged when it appears and not again until it has cleared with margin
+(entropy back above REARM_ENTROPY of its maximum, the return back above REARM_RETURN of
+the gain), so a policy that hovers at a threshold does not flood the log; the metrics
+carry both flags (0 or 1) on every record.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ENTROPY_FLOOR = 0.01
+"""Share of the maximum entropy below which a policy counts as collapsed."""
+REARM_ENTROPY = 0.02
+RETURN_DROP = 0.5
+"""Share of the run's gain (first full window to best) whose loss counts as a collapse."""
+REARM_RETURN = 0.75
+
+ENTROPY_FLAG = "collapse_entropy_low"
+RETURN_FLAG = "collapse_return_drop"
+
+
+class CollapseWatch:
+    """The two collapse flags of a run, given its policy's maximum entropy (None for a
+    continuous policy, whose entropy has no maximum: only the return is watched)."""
+
+    def __init__(self, max_entropy: float | None) -> None:
+        self.max_entropy = max_entropy
+        self.entropy_low = False
+        self.return_dropped = False
+
+    def check(
+        self, record: dict[str, Any], return_first: float | None, return_best: float | None
+    ) -> list[str]:
+        """Add the flags (and ``entropy_fraction``) to ``record``; return a message for
+        each sign that has just appeared."""
+        messages = []
+        entropy = record.get("entropy")
+        if self.max_entropy and entropy is not None and math.isfinite(entropy):
+            fraction = entropy / self.max_entropy
+            record["entropy_fraction"] = fraction
+            if not self.entropy_low and fraction < ENTROPY_FLOOR:
+                self.entropy_low = True
+                messages.append(
+                    f"policy collapse? entropy {entropy:.3g} is {fraction:.2%} of its maximum "
+                    f"{self.max_entropy:.3g} (flagged below {ENTROPY_FLOOR:.0%}) at frame "
+                    f"{record['frames']:,}"
+                )
+            elif self.entropy_low and fraction > REARM_ENTROPY:
+                self.entropy_low = False
+        mean = record.get("episode_return_mean")
+        first, best = return_first, return_best
+        if mean is not None and first is not None and best is not None and best > first:
+            gain = best - first
+            if not self.return_dropped and mean < best - RETURN_DROP * gain:
+                self.return_dropped = True
+                messages.append(
+                    f"policy collapse? mean return {mean:.1f} lost more than half of the "
+                    f"run's gain ({first:.1f} at first, best {best:.1f}) at "
+                    f"frame {record['frames']:,}"
+                )
+            elif self.return_dropped and mean > first + REARM_RETURN * gain:
+                self.return_dropped = False
+        record[ENTROPY_FLAG] = int(self.entropy_low)
+        record[RETURN_FLAG] = int(self.return_dropped)
+        for message in messages:
+            log.warning("%s", message)
+        return messages

@@ -1,0 +1,126 @@
+"""checkpoint-best.pt: the learner keeps the weights of its best mean-100 return beside the
+latest checkpoint, and ``evaluate`` says which of the two it loaded."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
+from learner.run import SingleRank, keep_best
+from learner.state import checkpoint
+from learner.tools.evaluate import main as evaluate_main
+from seedrl.config import LearnerConfig
+
+
+def _config(logdir: Path, **kw: object) -> LearnerConfig:
+    return LearnerConfig(logdir=str(logdir), tensorboard=False, progress="off", **kw)
+
+
+def _window(learner: Learner, mean: float, episodes: int = 100) -> None:
+    """The last ``episodes`` returns, all equal to ``mean``."""
+    learner.stats.returns.clear()
+    learner.stats.returns.extend([mean] * episodes)
+
+
+def _policy_bias(learner: Learner) -> torch.Tensor:
+    return learner.model.policy.bias.detach().clone()
+
+
+def _saved_bias(path: Path) -> torch.Tensor:
+    return checkpoint.load(path)["model"]["policy.bias"]
+
+
+def _offer(learner: Learner, keeper: checkpoint.BestKeeper | None, final: bool = False) -> None:
+    asyncio.run(keep_best(learner, make_trainer(learner), SingleRank(), keeper, final))
+
+
+def test_the_best_checkpoint_holds_the_weights_of_the_best_mean_return(tmp_path):
+    learner = build_learner(_config(tmp_path, best_checkpoint_interval_s=3600.0))
+    keeper = checkpoint.BestKeeper.for_config(learner.config)
+    best = learner.config.best_checkpoint_path
+
+    _window(learner, 50.0, episodes=99)  # not a full window yet: nothing is the best
+    _offer(learner, keeper)
+    assert not best.exists()
+
+    _window(learner, 50.0)
+    learner.model.policy.bias.data.fill_(0.5)
+    _offer(learner, keeper)
+    assert checkpoint.load(best)[checkpoint.BEST_RETURN] == 50.0
+    assert torch.equal(_saved_bias(best), _policy_bias(learner))
+    assert not learner.config.checkpoint_path.exists(), "a best leaves checkpoint.pt alone"
+
+    # Worse, then better within the interval: both leave the best as it was ...
+    learner.model.policy.bias.data.fill_(-1.0)
+    for mean in (30.0, 80.0):
+        _window(learner, mean)
+        _offer(learner, keeper)
+        assert checkpoint.load(best)[checkpoint.BEST_RETURN] == 50.0
+        assert torch.equal(_saved_bias(best), torch.full_like(_policy_bias(learner), 0.5))
+    # ... and the end of the run does not wait for the interval.
+    _offer(learner, keeper, final=True)
+    assert checkpoint.load(best)[checkpoint.BEST_RETURN] == 80.0
+    assert torch.equal(_saved_bias(best), _policy_bias(learner))
+    # A run that ends below its best keeps the best.
+    _window(learner, 60.0)
+    _offer(learner, keeper, final=True)
+    assert checkpoint.load(best)[checkpoint.BEST_RETURN] == 80.0
+
+    # A resumed run goes on from that best; a fresh one in the same logdir starts over.
+    resumed = checkpoint.BestKeeper.for_config(_config(tmp_path, resume=True))
+    assert resumed is not None and resumed.best == 80.0
+    fresh = checkpoint.BestKeeper.for_config(_config(tmp_path))
+    assert fresh is not None and fresh.best == -math.inf
+    assert checkpoint.BestKeeper.for_config(_config(tmp_path, best_checkpoint_interval_s=0)) is None
+
+
+def test_a_keeper_off_writes_no_best(tmp_path):
+    learner = build_learner(_config(tmp_path, best_checkpoint_interval_s=0))
+    _window(learner, 50.0)
+    _offer(learner, checkpoint.BestKeeper.for_config(learner.config), final=True)
+    assert not learner.config.best_checkpoint_path.exists()
+
+
+def test_evaluate_says_which_checkpoint_it_loaded(tmp_path, capsys):
+    learner = build_learner(_config(tmp_path))
+    learner.stats.frames = 4000
+    _window(learner, 20.0)
+    save_checkpoint(learner, best_return=None)
+    learner.stats.frames = 2000
+    _window(learner, 80.0)
+    save_checkpoint(learner, best_return=80.0)
+
+    assert evaluate_main(["--checkpoint", str(tmp_path), "--best", "--episodes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"loaded {tmp_path / 'checkpoint-best.pt'}: the run's best, written at 2,000" in out
+    assert "mean-100 return of 80.0" in out
+
+    assert evaluate_main(["--checkpoint", str(tmp_path), "--episodes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"loaded {tmp_path / 'checkpoint.pt'}: written at 4,000 frames" in out
+    assert "mean-100 return 20.0" in out
+    assert f"(the run's best, 80.0, is in {tmp_path / 'checkpoint-best.pt'}: --best)" in out
+
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate_main(["--checkpoint", str(tmp_path / "checkpoint.pt"), "--best"])
+    assert exit_info.value.code == 2
+    assert "--best picks checkpoint-best.pt in a logdir" in capsys.readouterr().err
+
+
+def test_the_first_and_best_full_windows_are_tracked_and_survive_a_resume(tmp_path):
+    """What the collapse flag measures against: the first and the best mean of a full window
+    of 100 episodes, reported as ``episode_return_best`` and kept by checkpoints."""
+    learner = build_learner(_config(tmp_path))
+    bests = []
+    for mean, episodes in ((5.0, 99), (20.0, 100), (300.0, 100), (100.0, 100)):
+        _window(learner, mean, episodes)
+        bests.append(learner.stats.snapshot()["episode_return_best"])
+    assert bests == [None, 20.0, 300.0, 300.0]
+    save_checkpoint(learner)
+    resumed = build_learner(_config(tmp_path, resume=True)).stats
+    assert (resumed.return_first, resumed.return_best) == (20.0, 300.0)
