@@ -237,10 +237,6 @@ gpu-table: $(STAMP)
 		--bench $(GPU_RESULTS)/bench-$(GPU_TAG)-atari.json $(GPU_RESULTS)/bench-$(GPU_TAG)-cartpole.json \
 		--update docs/performance.md
 
-<<<<<<< HEAD
-## Regenerate docs/configuration.md from the config dataclasses and docs/usage.md's table of
-## env families from their registry (a test fails while either is stale).
-=======
 ## The learner's ceiling under synthetic actors (python -m benchmarks.loadgen): CartPole-v1 at
 ## 64 streams x 1 env and Atari Pong single frames at 16 x 1, each mode repeated; writes
 ## LOADGEN_RESULTS/loadgen-{cartpole,atari}.json and docs/performance.md's loadgen block.
@@ -257,8 +253,8 @@ loadgen: $(STAMP)
 loadgen-table: $(STAMP)
 	$(PY) -m benchmarks.loadgen table $(wildcard $(LOADGEN_JSONS)) --update docs/performance.md
 
-## Regenerate docs/configuration.md from the config dataclasses (a test fails while it is stale).
->>>>>>> 3b991ac (benchmarks: python -m benchmarks.loadgen, synthetic actors on real streams against the real learner (issue 61 item 1))
+## Regenerate docs/configuration.md from the config dataclasses and docs/usage.md's table of
+## env families from their registry (a test fails while either is stale).
 .PHONY: docs
 docs: $(STAMP)
 	$(PY) -m seedrl.config_docs > docs/configuration.md

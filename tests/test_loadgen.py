@@ -12,8 +12,8 @@ from support import ROOT
 
 from benchmarks.loadgen.synthetic import FrameSource, record_tape
 from benchmarks.loadgen.table import BEGIN, END
-from learner.server import LearnerServicer
-from learner.stats import SERVING_PHASES
+from learner.serving.servicer import LearnerServicer
+from learner.state.stats import SERVING_PHASES
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from actors.placement import actor_process_sizes, usable_cpu_count
 from benchmarks.bench.report import machine_info
 from benchmarks.loadgen.measure import MODES, Settings, measure
 from benchmarks.loadgen.summary import SCHEMA, summarize
 from benchmarks.loadgen.table import render as render_table
 from benchmarks.loadgen.table import update_doc
-from seedrl.config import actor_process_sizes, usable_cpu_count
 
 DEFAULT_OUT = "benchmarks/results/loadgen.json"
 

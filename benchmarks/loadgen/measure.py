@@ -26,7 +26,7 @@ import grpc
 from benchmarks.bench.fleet import stop_process
 from benchmarks.bench.procfs import split_cpu_seconds, task_cpu_seconds
 from benchmarks.loadgen.synthetic import SyntheticActors, Tape, record_tape
-from learner.stats import SERVING_PHASES
+from learner.state.stats import SERVING_PHASES
 from seedrl.metrics import read_metrics
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
