@@ -82,7 +82,7 @@ def echo_servicer(
     """The learner's servicer and batcher for ``config``, around an :class:`EchoEngine`
     (run ``batcher.run()`` beside the server)."""
     env_spec = envs.describe_env(config.env, config.env_kwargs)
-    stats = LearnerStats(config.time_phases)
+    stats = LearnerStats(time_phases=config.time_phases)
     engine = EchoEngine(env_spec.action_space, stats)
     batcher = make_batcher(config, engine.process)
     servicer = LearnerServicer(

@@ -187,6 +187,11 @@ class WireTemplate:
                 return None
         return [raw[start:end] for start, end in self._spans]
 
+    def fill_one(self, payload: bytes) -> bytes:
+        """:meth:`fill` for a template of one payload (a reply's actions): one join."""
+        head, tail = self._pieces
+        return b"".join((head, payload, tail))
+
     def fill(self, payloads: Sequence[bytes]) -> bytes:
         """The message's bytes with these payloads (each of its template's size)."""
         pieces = self._pieces
@@ -227,6 +232,11 @@ def frame_template(
 
     sizes = [observations.nbytes, rewards.nbytes, flags.nbytes, flags.nbytes]
     return WireTemplate(build, sizes)
+
+
+def action_dtype(space: pb.SpaceSpec) -> np.dtype:
+    """The dtype actions of this space travel in: int64 for Discrete, else float32."""
+    return np.dtype(np.int64 if space.kind == "discrete" else np.float32)
 
 
 def actions_template(dtype: np.dtype, shape: Sequence[int]) -> WireTemplate:

@@ -361,6 +361,20 @@ def servicer():
     return LearnerServicer(config, spec, stub_parts, stub_parts, stub_parts, stub_parts)
 
 
+def test_replies_are_the_actions_message_for_any_action_layout(servicer):
+    """A stream's reply encoding (a template joined with one payload for the action space's
+    layout, the full encoder for any other) gives the message protobuf would write."""
+    k = 3
+    encode = servicer.reply_encoder(k)
+    for actions in (
+        np.array([0, 1, 1], np.int64),  # the layout of the action space: the template
+        np.array([1, 0, 1], np.int32),  # another dtype
+        np.array([[1], [0], [1]], np.int64),  # another shape
+    ):
+        expected = pb.LearnerMessage(actions=pb.Actions(actions=codec.encode_tensor(actions)))
+        assert encode(actions) == expected.SerializeToString(), actions
+
+
 DTYPES = [*sorted(codec.ALLOWED_DTYPES), "float128", "object", "<f4", "", "V8", "x" * 64]
 
 

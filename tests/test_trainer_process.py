@@ -121,6 +121,35 @@ def test_child_step_is_the_thread_step_and_reaches_inference(tmp_path):
             assert torch.equal(final.optimizer["state"][index][key], moments[key])
 
 
+def test_inference_never_waits_for_the_child_publishing_weights(tmp_path):
+    """While the child holds the weights lock (publishing a step), a refresh returns at once
+    on the old weights, and the next one after the lock is free loads the new step."""
+    import threading
+
+    learner = _learner(tmp_path)
+    before = _weights(learner.model)
+    with _running(learner) as trainer:
+        _train(learner, _unrolls(0), steps_after=1)
+        assert trainer._shared_lock.acquire(timeout=10)  # as the child does to publish
+        try:
+            refresh = threading.Thread(target=trainer.refresh_weights, daemon=True)
+            refresh.start()
+            refresh.join(timeout=5)
+            assert not refresh.is_alive(), "inference waited for the child's lock"
+            assert learner.step_counter.value == 0
+            for got, want in zip(_weights(learner.model), before, strict=True):
+                assert torch.equal(got, want)
+        finally:
+            trainer._shared_lock.release()
+        trainer.refresh_weights()
+        assert learner.step_counter.value == 1
+        assert any(
+            not torch.equal(got, want)
+            for got, want in zip(_weights(learner.model), before, strict=True)
+        )
+    assert trainer.error is None
+
+
 def test_non_finite_batch_is_skipped_in_the_child(tmp_path):
     learner = _learner(tmp_path)
     before = _weights(learner.model)

@@ -61,12 +61,13 @@ def server_command(mode: str, port: int, logdir: Path, s: Settings) -> list[str]
     common = [
         "--env", s.env, "--bind", "127.0.0.1", "--port", str(port), "--logdir", str(logdir),
         "--log-interval-s", str(METRICS_INTERVAL_S), "--max-actors", str(max(s.streams, 1)),
-        *(["--preset", s.preset] if s.preset else []), *tcp_only,
+        *tcp_only,
     ]  # fmt: skip
-    if mode == "echo":
+    if mode == "echo":  # no model: a preset's model and training settings mean nothing here
         return [sys.executable, "-m", "benchmarks.echo", *common, *s.learner_args]
     return [
         sys.executable, "-m", "learner", *common, "--progress", "off", "--no-tensorboard",
+        *(["--preset", s.preset] if s.preset else []),
         "--checkpoint-interval-s", "1e9", "--device", "cpu",
         *(["--no-train"] if mode == "inference" else []),
         *(["--time-phases"] if mode == "phases" else []), *s.learner_args,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,11 @@ class Connection:
     """The stream sends only the newest frame of each stacked observation."""
     frames: int = 0
     closed: bool = False
+    slot_bytes: bytes = field(init=False, repr=False)
+    """``slot_ids`` as int64 bytes: a batch joins them (many tiny arrays concatenate slowly)."""
+
+    def __post_init__(self) -> None:
+        self.slot_bytes = np.ascontiguousarray(self.slot_ids, np.int64).tobytes()
 
 
 class FramePayload:
@@ -87,7 +92,7 @@ def gather_frames(
 ) -> FrameBatch:
     """Join the frames' bytes into one array per field (the observations writable, for torch)."""
     return FrameBatch(
-        slot_B=np.concatenate([f.conn.slot_ids for f in frames]),
+        slot_B=np.frombuffer(b"".join([f.conn.slot_bytes for f in frames]), np.int64),
         obs_BO=np.frombuffer(bytearray().join([f.observations for f in frames]), obs_dtype).reshape(
             -1, *obs_shape
         ),

@@ -137,7 +137,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         submit, k, keep_newest = self.batcher.submit, conn.num_envs, layout.keep_newest
         make_payload = layout.make_payload or FramePayload
         split: Callable[[bytes], list[bytes] | None] = layout.wire.split
-        reply_bytes: Callable[[np.ndarray], bytes] = self.reply_bytes
+        reply_bytes = self.reply_encoder(k)
         phases = self.stats.phases
         if phases is not None:  # --time-phases
             split, reply_bytes = phases.timed("decode", split), phases.timed("reply", reply_bytes)
@@ -261,6 +261,21 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                 grpc.StatusCode.INVALID_ARGUMENT, "only Frame messages may follow the Hello"
             )
         return self.frame_payload(conn, layout, message.frame)
+
+    def reply_encoder(self, num_envs: int) -> Callable[[np.ndarray], bytes]:
+        """A K-env stream's reply encoding: actions of the layout the action space gives
+        (checked by identity and shape, no lookup) join its template with one ``join``;
+        any other layout takes :meth:`reply_bytes`."""
+        space = self.env_spec.action_space
+        dtype, shape = codec.action_dtype(space), (num_envs, *codec.spec_shape(space))
+        fill_one, general = codec.actions_template(dtype, shape).fill_one, self.reply_bytes
+
+        def encode(actions: np.ndarray) -> bytes:
+            if actions.dtype is dtype and actions.shape == shape:
+                return fill_one(actions.tobytes())
+            return general(actions)
+
+        return encode
 
     def reply_bytes(self, actions: np.ndarray) -> bytes:
         """The serialized LearnerMessage carrying these actions (template per dtype and K)."""

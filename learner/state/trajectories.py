@@ -16,9 +16,9 @@ With frame stacking (``frame_stack`` D > 1, observations ``[D, *F]`` that shift 
 frame per step and start each episode as zeros plus its first frame, see
 :func:`seedrl.envs.frame_stack`) a slot stores single frames: the D - 1 frames of the
 stack at row 0, then the newest frame of each row, so an unroll holds T + D frames
-instead of (T + 1) x D. The stack the policy acts on is kept per slot
-(:meth:`TrajectoryBuilder.stack_frames`), and :func:`stack_unroll_frames` rebuilds the
-stacks for training.
+instead of (T + 1) x D. The stack the policy acts on is kept per slot as a ring of its
+D newest frames (:meth:`TrajectoryBuilder.stack_frames`: one frame written per step, the
+stack read in order), and :func:`stack_unroll_frames` rebuilds the stacks for training.
 
 Shape suffixes: B frames in an inference batch, N finished unrolls, T unroll length,
 O observation dims, A action dims, P policy-parameter dims, H core state size.
@@ -157,6 +157,8 @@ class TrajectoryBuilder:
         """What one frame of a stream carries: a single frame with stacking, else the whole
         observation."""
         self._obs_rows = self._rows + frame_stack - 1
+        self._ring_order_D = np.arange(1, frame_stack + 1)
+        """Ring offsets after the newest frame's place, oldest first."""
         self._action_shape = action_shape
         self._action_dtype = np.dtype(action_dtype)
         self._param_size = param_size
@@ -180,7 +182,8 @@ class TrajectoryBuilder:
         get = self.__dict__.get
         self.obs_SRO = resized(get("obs_SRO"), (self._obs_rows, *self.frame_shape), self.obs_dtype)
         if self.frame_stack > 1:
-            self.stack_SDF = resized(get("stack_SDF"), self.obs_shape, self.obs_dtype)
+            self.ring_SDF = resized(get("ring_SDF"), self.obs_shape, self.obs_dtype)
+            self.ring_newest_S = resized(get("ring_newest_S"), (), np.int64)
         self.first_SR = resized(get("first_SR"), (rows,), bool)
         self.reward_SR = resized(get("reward_SR"), (rows,), np.float32)
         self.terminated_SR = resized(get("terminated_SR"), (rows,), bool)
@@ -264,14 +267,22 @@ class TrajectoryBuilder:
         """Push each slot's newest frame onto its stack; returns the stacks ``[B, D, *F]``.
 
         Call it once per frame, before :meth:`record` of the same frames (the unroll that
-        completes there starts the next one from this stack).
+        completes there starts the next one from this stack). Each slot's ring takes the
+        new frame in place of its oldest (all zeros first at an episode start), so a step
+        writes one frame and reads the D in order, where shifting a stored stack wrote
+        and moved all of them.
         """
-        stack_BDF = self.stack_SDF[slot_B]
-        stack_BDF[:, :-1] = stack_BDF[:, 1:]
-        stack_BDF[first_B, :-1] = 0
-        stack_BDF[:, -1] = frame_BF
-        self.stack_SDF[slot_B] = stack_BDF
-        return stack_BDF
+        newest_B = (self.ring_newest_S[slot_B] + 1) % self.frame_stack
+        self.ring_newest_S[slot_B] = newest_B
+        if first_B.any():
+            self.ring_SDF[slot_B[first_B]] = 0
+        self.ring_SDF[slot_B, newest_B] = frame_BF
+        return self._stacks(slot_B, newest_B)
+
+    def _stacks(self, slot_B: np.ndarray, newest_B: np.ndarray) -> np.ndarray:
+        """The slots' stacks in order, oldest frame first: ``[B, D, *F]``."""
+        order_BD = (newest_B[:, None] + self._ring_order_D) % self.frame_stack
+        return self.ring_SDF[slot_B[:, None], order_BD]
 
     def record(
         self,
@@ -363,7 +374,8 @@ class TrajectoryBuilder:
         last = self.unroll_length
         if self.frame_stack > 1:
             # Row 0's whole stack, its zeros included: the rows before it are not kept.
-            self.obs_SRO[slots, : self.frame_stack] = self.stack_SDF[slots]
+            stacks = self._stacks(slots, self.ring_newest_S[slots])
+            self.obs_SRO[slots, : self.frame_stack] = stacks
         else:
             self.obs_SRO[slots, 0] = self.obs_SRO[slots, last]
         for arr in (

@@ -253,7 +253,7 @@ class ProcessHost:
             thread.join(timeout)
         if self._commands is not None:
             self._commands.close()
-        self.refresh_weights()  # the learner ends holding the last step's weights and count
+        self.refresh_weights(wait=True)  # the learner ends with the last step's weights
 
     @property
     def alive(self) -> bool:
@@ -276,14 +276,25 @@ class ProcessHost:
 
     # ------------------------------------------------------------------ weights
 
-    def refresh_weights(self) -> None:
-        """Load the child's newest published weights into the inference model, if newer."""
+    def refresh_weights(self, wait: bool = False) -> None:
+        """Load the child's newest published weights into the inference model, if newer.
+
+        Unless ``wait``, it never waits: while the child holds the lock to publish, this
+        batch runs on the weights it has and the next one loads the new ones. Waiting
+        there stalled every stream for the child's copy, and on a busy host for as long
+        as the child sat preempted holding the lock.
+        """
         if self._published.value == self.step_counter.value:
             return
-        with self._shared_lock, self.weights_lock, torch.no_grad():
-            for dst, src in zip(self._inference_weights, self._shared_weights, strict=True):
-                dst.copy_(src)
-            step = self._published.value
+        if not self._shared_lock.acquire(block=wait):
+            return
+        try:
+            with self.weights_lock, torch.no_grad():
+                for dst, src in zip(self._inference_weights, self._shared_weights, strict=True):
+                    dst.copy_(src)
+                step = self._published.value
+        finally:
+            self._shared_lock.release()
         self.step_counter.value = step
 
     def training_state(self) -> checkpoint.TrainingState | None:
