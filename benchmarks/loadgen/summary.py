@@ -8,6 +8,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from seedrl.envs import family_of
+
 SCHEMA = "seedrl-loadgen/1"
 MEDIAN_KEYS = (
     "learner_cpu_us_per_frame", "learner_loop_thread_us_per_frame",
@@ -67,7 +69,7 @@ def summarize(rows: list[dict[str, Any]], env: str, envs_per_stream: int) -> dic
                 beyond["system"], SERVING_BEYOND_ECHO_TARGET_US,
             )
         )  # fmt: skip
-    if env.startswith("ALE/") and envs_per_stream == 1:
+    if family_of(env).name == "atari" and envs_per_stream == 1:
         targets.append(
             _target(
                 "atari_non_model_us_per_frame",
