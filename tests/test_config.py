@@ -40,8 +40,6 @@ LEARNER_CASES = {
     "quorum": ("--inference-quorum", "0", "--inference-quorum must be in (0, 1]"),
     # choices and dependent fields
     "choice": (
-        "--lr-schedule", "cosine", "--lr-schedule must be auto, constant, linear or inverse_sqrt"
-    ),
         "--lr-schedule",
         "cosine",
         "--lr-schedule must be auto, constant, linear or inverse_sqrt",
