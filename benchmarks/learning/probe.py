@@ -3,7 +3,8 @@ why a solved policy collapses (docs/stability.md).
 
     python -m benchmarks.learning.probe run --env CartPole-v1 --seed 0 --frames 20000000 \\
         --out probe.jsonl [--set lr_schedule=constant] [--stop-below 250]
-    python -m benchmarks.learning.probe plot probe.jsonl [other.jsonl ...] --png out.png
+    python -m benchmarks.learning.probe plot probe.jsonl [other.jsonl ...] --png out.png \
+        [--label "first run" --label "second run" ...]
 
 ``run`` trains in one process (``learner.tools.synchronous``, so a seed gives the same
 run every time) and writes one JSON line per ``--every`` batches: the training scalars
@@ -128,7 +129,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from matplotlib.ticker import EngFormatter
 
     runs = [(Path(p).stem, read_records(Path(p))) for p in args.files]
-    labels = args.labels.split(",") if args.labels else [name for name, _ in runs]
+    labels = args.labels or [name for name, _ in runs]
+    if len(labels) != len(runs):
+        raise SystemExit(f"error: {len(labels)} --label for {len(runs)} files")
     rows = -(-len(PANELS) // 3)
     fig, axes = plt.subplots(rows, 3, figsize=(15, 3.2 * rows), sharex=True,
                              constrained_layout=True)  # fmt: skip
@@ -174,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot = sub.add_parser("plot", help="the probe's records as one PNG of panels")
     plot.add_argument("files", nargs="+")
     plot.add_argument("--png", required=True)
-    plot.add_argument("--labels", default="", help="comma-separated legend labels")
+    plot.add_argument("--label", dest="labels", action="append", default=[],
+                      help="legend label of each file, in order (repeatable)")  # fmt: skip
     plot.add_argument("--title", default="")
     args = parser.parse_args(argv)
     if args.command == "run":
