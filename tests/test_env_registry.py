@@ -22,7 +22,7 @@ from seedrl.envs.registry import FAMILIES
 from seedrl.presets import load_preset, preset_names
 from seedrl.proto import seedrl_pb2 as pb
 
-CODE = ("seedrl", "learner", "actors", "benchmarks")
+CODE = ("seedrl", "learner", "actors", "benchmarks", "tests")
 """Where a test of an id's family could hide."""
 BUILDS = {
     "one env": envs.make_env,

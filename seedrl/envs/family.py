@@ -34,16 +34,18 @@ def _no_overrides() -> Mapping[str, Any]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EnvFamily:
-    """One env family: the ids it owns, how its envs are built, and its conventions."""
+    """One env family: the ids it owns, how its envs are built, and its conventions.
+
+    Compared and hashed by identity: the registry holds one value per family."""
 
     name: str
     """Short name (``atari``): what the docs table and benchmarks call it."""
     title: str
     """What users call it (``Atari (ALE)``), in messages and the docs table."""
     ids: str
-    """The ids it owns, as Markdown for the docs table (```ALE/<Game>-v5```)."""
+    """The ids it owns, as Markdown for the docs table (a code span of ``ALE/<Game>-v5``)."""
     example: str
     """One id of the family that its install can build (docs, tests)."""
     make: EnvMaker
@@ -76,7 +78,9 @@ class EnvFamily:
         if bool(self.prefix) == (self.matches is not None):
             raise ValueError(f"env family {self.name}: give exactly one of prefix and matches")
         if (self.extra is None) != (self.requires is None):
-            raise ValueError(f"env family {self.name}: an extra and the module it provides")
+            raise ValueError(
+                f"env family {self.name}: give an extra and the module it provides, or neither"
+            )
         object.__setattr__(
             self, "evaluation_kwargs", MappingProxyType(dict(self.evaluation_kwargs))
         )
