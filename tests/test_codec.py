@@ -356,7 +356,7 @@ def test_frame_template_splits_what_an_actor_sends(k, obs_shape, obs_dtype) -> N
     raw = _protobuf_frame(obs, reward, terminated, truncated).SerializeToString()
     payloads = [a.tobytes() for a in (obs, reward, terminated, truncated)]
     assert template.size == len(raw)
-    assert template.split(raw) == payloads
+    assert template.split(raw) == tuple(payloads)
     assert template.fill(payloads) == raw
 
 
@@ -411,7 +411,7 @@ def test_frame_template_split_agrees_with_a_full_parse(edits) -> None:
         codec.checked_bytes(field, "field", layout)
         for field, layout in zip(fields, (*layouts, layouts[2]), strict=True)
     ]
-    assert checked == payloads
+    assert tuple(checked) == payloads
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,10 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+QUORUM_NONE = 1 << 62
+"""The quorum while no stream is open: never reached (only size or deadline close a batch)."""
+
+
 class BatcherClosed(Exception):
     """The batcher was stopped: no more frames are served."""
 
@@ -53,7 +57,8 @@ class DynamicBatcher:
         self.max_frames = max_frames
         self.timeout_s = timeout_s
         self.quorum = quorum
-        self.open_streams = 0
+        self._open_streams = 0
+        self._quorum_requests = QUORUM_NONE
         self._pending: list[PendingRequest] = []
         self._pending_frames = 0
         self._wakeup = asyncio.Event()
@@ -65,11 +70,20 @@ class DynamicBatcher:
         self.batches = 0
         self.frames = 0
 
+    @property
+    def open_streams(self) -> int:
+        return self._open_streams
+
+    @open_streams.setter
+    def open_streams(self, count: int) -> None:
+        # The quorum in requests is worked out here, once per stream that comes or goes,
+        # not on every submit.
+        self._open_streams = count
+        self._quorum_requests = math.ceil(self.quorum * count - 1e-9) if count > 0 else QUORUM_NONE
+
     def _batch_ready(self) -> bool:
-        if self._pending_frames >= self.max_frames:
-            return True
-        return self.open_streams > 0 and len(self._pending) >= math.ceil(
-            self.quorum * self.open_streams - 1e-9
+        return (
+            self._pending_frames >= self.max_frames or len(self._pending) >= self._quorum_requests
         )
 
     def set_open_streams(self, count: int) -> None:

@@ -136,7 +136,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         layout = self.frame_layout(conn.num_envs, conn.newest_frame_only)
         submit, k, keep_newest = self.batcher.submit, conn.num_envs, layout.keep_newest
         make_payload = layout.make_payload or FramePayload
-        split: Callable[[bytes], list[bytes] | None] = layout.wire.split
+        split: Callable[[bytes], tuple[bytes, ...] | None] = layout.wire.split
         reply_bytes = self.reply_encoder(k)
         phases = self.stats.phases
         if phases is not None:  # --time-phases
