@@ -39,7 +39,7 @@ LEARNER_CASES = {
     "discount": ("--discount", "-0.1", "--discount must be in [0, 1]"),
     "quorum": ("--inference-quorum", "0", "--inference-quorum must be in (0, 1]"),
     # choices and dependent fields
-    "choice": ("--lr-schedule", "cosine", "--lr-schedule must be auto, constant, linear or inverse_sqrt"),
+    "choice": ("--lr-schedule", "cosine", "--lr-schedule must be auto, constant, linear or inv"),
     "model": ("--model", "vit", "--model must be auto, mlp, cnn or resnet"),
     "dependent": ("--lr-schedule", "linear", "--lr-schedule linear needs --total-frames"),
     "final cost": ("--final-entropy-cost", "-0.1", "--final-entropy-cost must be >= 0"),
