@@ -8,6 +8,8 @@ together over gRPC; these show that what they compute learns.
 
 from __future__ import annotations
 
+import pytest
+
 from learner.tools.synchronous import train_synchronously
 from seedrl.config import LearnerConfig
 from seedrl.presets import build_config, load_preset
@@ -66,6 +68,7 @@ CARTPOLE_FLOOR = 248.5
 """Half way from a random policy's mean return (about 22) to solved (475)."""
 
 
+@pytest.mark.timeout(600)  # a minute and a half on an idle 2-core machine; more when shared
 def test_cartpole_defaults_keep_a_solved_policy(tmp_path):
     """The defaults with no preset (docs/stability.md) solve CartPole and then never fall
     below half way from random to solved over the next ~2 M frames (64 envs, seed 1).
