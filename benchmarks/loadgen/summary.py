@@ -34,7 +34,9 @@ def _ok(rows: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
 
 def summarize(rows: list[dict[str, Any]], env: str, envs_per_stream: int) -> dict[str, Any]:
     """``summary`` (medians per mode), ``beyond_echo_us_per_frame``,
-    ``non_model_us_per_frame`` and ``targets``."""
+    ``non_model_us_per_frame`` (beyond the forward pass),
+    ``non_model_beyond_echo_us_per_frame`` (beyond the forward pass and the echo server's
+    cost) and ``targets``."""
     summary: dict[str, dict[str, Any]] = {}
     for mode in sorted({r["mode"] for r in rows}):
         ok = _ok(rows, mode)
@@ -60,6 +62,11 @@ def summarize(rows: list[dict[str, Any]], env: str, envs_per_stream: int) -> dic
     forward = summary.get("phases", {}).get("phases_us_per_frame", {}).get("forward")
     beyond = {mode: less(mode, echo) for mode in ("inference", "system")}
     non_model = {mode: less(mode, forward) for mode in ("inference", "system")}
+    # What is left beyond the transport too: the learner's own work other than its model.
+    own_non_model = {
+        mode: None if value is None or echo is None else value - echo
+        for mode, value in non_model.items()
+    }
     targets = []
     if env == "CartPole-v1" and envs_per_stream == 1:
         targets.append(
@@ -82,6 +89,7 @@ def summarize(rows: list[dict[str, Any]], env: str, envs_per_stream: int) -> dic
         "summary": summary,
         "beyond_echo_us_per_frame": beyond,
         "non_model_us_per_frame": non_model,
+        "non_model_beyond_echo_us_per_frame": own_non_model,
         "targets": targets,
     }
 

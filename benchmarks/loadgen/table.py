@@ -109,12 +109,15 @@ def _phases(result: dict[str, Any]) -> list[str]:
     parts = ", ".join(f"{PHASE_NAMES.get(k, k)} {v:.1f}" for k, v in phases.items())
     total = summary["summary"]["phases"]["learner_cpu_us_per_frame"]
     non_model = summary["non_model_us_per_frame"]
+    own = summary.get("non_model_beyond_echo_us_per_frame", {})
     return [
         "",
         f"Where the learner's CPU per frame goes, {s['env']} {s['streams']} × {s['envs']} "
         f"(µs/frame, training on, medians): {parts}; total {total:.1f}, timing included. "
         f"Beyond the forward pass: {_num(non_model.get('inference'), '{:.1f}')} with "
-        f"`--no-train`, {_num(non_model.get('system'), '{:.1f}')} training.",
+        f"`--no-train`, {_num(non_model.get('system'), '{:.1f}')} training; beyond the "
+        f"forward pass and the echo server's cost: {_num(own.get('inference'), '{:.1f}')} "
+        f"and {_num(own.get('system'), '{:.1f}')}.",
     ]
 
 
