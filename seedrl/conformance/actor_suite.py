@@ -746,16 +746,15 @@ def _shutdown_ends_stream(runs: Runs, ctx: Context) -> list[str]:
     for stream in _shutdowns(runs):
         kind = "final" if stream.shutdown and stream.shutdown.final else "restart"
         where = f"stream {stream.index} (Shutdown, {kind})"
-        if stream.after_shutdown == SILENT:
+        after, seconds = stream.after_shutdown()
+        if after == SILENT:
             problems.append(
                 f"{where}: the actor had not ended its side {SHUTDOWN_WAIT_S:g} s later"
             )
-        elif stream.after_shutdown not in (HALF_CLOSED, CANCELLED):
-            problems.append(f"{where}: the actor sent {stream.after_shutdown} after it")
-        elif stream.after_shutdown_s is not None and stream.after_shutdown_s > SHUTDOWN_END_S:
-            problems.append(
-                f"{where}: the actor ended its side after {stream.after_shutdown_s:.1f} s"
-            )
+        elif after not in (HALF_CLOSED, CANCELLED):
+            problems.append(f"{where}: the actor sent {after} after it")
+        elif seconds is not None and seconds > SHUTDOWN_END_S:
+            problems.append(f"{where}: the actor ended its side after {seconds:.1f} s")
     return problems
 
 

@@ -119,13 +119,29 @@ class StreamRecord:
     """The status the script ended this stream with, if it did."""
     shutdown: pb.Shutdown | None = None
     shutdown_at: float | None = None
-    after_shutdown: str | None = None
-    """What the actor did after the Shutdown: half-close, cancel, a message, nothing."""
-    after_shutdown_s: float | None = None
+    last_message_at: float | None = None
+    """When the reader last got a message from the actor."""
+    actor_end: str | None = None
+    """How the actor's side ended (half-close or cancel), as the reader saw it."""
+    actor_end_at: float | None = None
     ended: float | None = None
 
     def problem(self, case_id: str, text: str) -> None:
         self.problems.setdefault(case_id, []).append(f"stream {self.index}: {text}")
+
+    def after_shutdown(self) -> tuple[str, float | None]:
+        """What the actor did after the Shutdown (half-close, cancel, a message, nothing)
+        and how many seconds later.
+
+        Read from the reader's record rather than by the serving generator, because an
+        actor that cancels at once can end the call before grpc resumes that generator.
+        """
+        assert self.shutdown_at is not None
+        if self.last_message_at is not None and self.last_message_at > self.shutdown_at:
+            return "a message", self.last_message_at - self.shutdown_at
+        if self.actor_end is not None and self.actor_end_at is not None:
+            return self.actor_end, self.actor_end_at - self.shutdown_at
+        return SILENT, None
 
 
 Chooser = Callable[[int, np.ndarray, np.random.Generator], Any]
@@ -267,7 +283,7 @@ class ScriptedLearner:
         try:
             self._authorized(metadata, context)
             plan = self.script.act(n)
-            reader = _Reader(requests)
+            reader = _Reader(requests, stream)
             first = reader.get(FRAME_TIMEOUT_S)
             hello = self._read_hello(stream, first, context)
             if isinstance(plan, Refuse):
@@ -365,10 +381,7 @@ class ScriptedLearner:
         stream.shutdown = shutdown
         stream.shutdown_at = time.monotonic()
         yield pb.LearnerMessage(shutdown=shutdown).SerializeToString()
-        after = reader.get(SHUTDOWN_WAIT_S)
-        stream.after_shutdown = after if isinstance(after, str) else "a message"
-        if stream.after_shutdown != SILENT:
-            stream.after_shutdown_s = time.monotonic() - stream.shutdown_at
+        reader.get(SHUTDOWN_WAIT_S)  # keep the call open while the actor ends its side
 
     def _read_frame(
         self,
@@ -457,18 +470,22 @@ class ScriptedLearner:
 class _Reader:
     """The actor's messages on a thread of their own, so every wait for one is bounded."""
 
-    def __init__(self, requests: Iterator[bytes]) -> None:
+    def __init__(self, requests: Iterator[bytes], stream: StreamRecord) -> None:
         self._queue: queue.SimpleQueue[bytes | str] = queue.SimpleQueue()
         self._requests = requests
+        self._stream = stream
         threading.Thread(target=self._run, daemon=True, name="scripted-reader").start()
 
     def _run(self) -> None:
         try:
             for raw in self._requests:
+                self._stream.last_message_at = time.monotonic()
                 self._queue.put(raw)
-            self._queue.put(HALF_CLOSED)
+            end = HALF_CLOSED
         except Exception:  # the call was cancelled (grpc raises its RpcError) or torn down
-            self._queue.put(CANCELLED)
+            end = CANCELLED
+        self._stream.actor_end, self._stream.actor_end_at = end, time.monotonic()
+        self._queue.put(end)
 
     def get(self, timeout: float) -> bytes | str:
         """The next message, or what ended the stream, or ``nothing`` after ``timeout``."""
