@@ -140,7 +140,9 @@ class StreamRecord:
         if self.last_message_at is not None and self.last_message_at > self.shutdown_at:
             return "a message", self.last_message_at - self.shutdown_at
         if self.actor_end is not None and self.actor_end_at is not None:
-            return self.actor_end, self.actor_end_at - self.shutdown_at
+            seconds = self.actor_end_at - self.shutdown_at
+            if seconds < SHUTDOWN_WAIT_S:  # later, it was the learner that ended the call
+                return self.actor_end, seconds
         return SILENT, None
 
 
