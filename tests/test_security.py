@@ -332,16 +332,18 @@ def test_learner_refuses_an_unprotected_network_bind(tmp_path):
         assert not (tmp_path / "config.json").exists(), "refused before the run started"
 
 
-def test_learner_passes_the_check_with_a_token_client_certificates_or_insecure(tmp_path):
-    """Each way out gets past the check: the learner then fails only to bind UNASSIGNED."""
+def test_learner_passes_the_check_with_a_token_or_client_certificates(tmp_path):
+    """A way out gets past the check: the learner then fails only to bind UNASSIGNED.
+
+    The token from the environment and mutual TLS run as processes (the two ways whose
+    files and variables the process itself reads); every way out is checked in-process
+    in test_bind_protection_rule."""
     pki = make_certificates(tmp_path / "pki")
     mutual_tls = ["--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"])]
     mutual_tls += ["--tls-client-ca", str(pki["ca"])]
     cases = {
-        "--auth-token": (["--auth-token", TOKEN], {AUTH_TOKEN_ENV: ""}),
         AUTH_TOKEN_ENV: ([], {AUTH_TOKEN_ENV: TOKEN}),
         "mutual TLS": (mutual_tls, {AUTH_TOKEN_ENV: ""}),
-        "--insecure": (["--insecure"], {AUTH_TOKEN_ENV: ""}),
     }
     for name, (extra, env) in cases.items():
         with running(learner_on(UNASSIGNED, tmp_path / name, *extra), env=env) as learner:

@@ -66,7 +66,12 @@ def _train(tmp_path: Path, env_id: str, frames: int) -> tuple[int, list[str], li
     return code, learner.lines, actors.lines
 
 
-@pytest.mark.parametrize("env_id", ["spaces_envs:masked_choice", "spaces_envs:multi_choice"])
+@pytest.mark.parametrize(
+    "env_id",
+    # multi_choice learns in-process in test_structured_envs_learn; its run from the
+    # commands is the same path as masked_choice's, so it runs with the slow tests.
+    ["spaces_envs:masked_choice", pytest.param("spaces_envs:multi_choice", marks=pytest.mark.slow)],
+)
 def test_structured_envs_train_from_the_commands(tmp_path, env_id: str) -> None:
     code, learner_log, actor_log = _train(tmp_path, env_id, 2_000)
     assert code == 0, "\n".join(learner_log[-30:])

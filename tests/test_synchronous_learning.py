@@ -17,6 +17,7 @@ from seedrl.presets import build_config, load_preset
 PENDULUM_FRAMES = 300_000
 
 
+@pytest.mark.slow  # test_families checks the Gaussian path trains and evaluates in CI
 def test_pendulum_preset_learns_from_the_random_level(tmp_path):
     """The Gaussian head, the preset's discount and reward scale: 300 k frames of 32 envs
     take the mean-100 return from random swinging (about -1200) past -800.
