@@ -85,6 +85,12 @@ class LearnerConfig:
     """gymnasium id (e.g. CartPole-v1) or a ``module:callable`` env factory."""
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments for the env constructor, as a JSON object."""
+    self_play: bool = False
+    """Two-player games (a multi-agent env of two agents, e.g. PettingZoo's Connect Four):
+    the learning policy plays one agent, chosen at random each episode, and a frozen
+    snapshot of itself from the opponent pool plays the other (--snapshot-every,
+    --pool-size, --opponent-sampling); only the learning policy's frames are trained on.
+    Off: every agent of a multi-agent env is played, and trained, by the one policy."""
     bind: str = "127.0.0.1"
     """Address to listen on; 0.0.0.0 (or [::]) to accept actors from other hosts, which
     needs --auth-token (or $SEEDRL_AUTH_TOKEN), TLS client certificates or --insecure."""
