@@ -93,7 +93,9 @@ class StepWire:
     """One stream's frames and replies as bytes, for K envs of one env spec.
 
     Frames are joined from, and replies split against, the wire's fixed bytes: no
-    message objects per step. A reply that misses the template is parsed in full.
+    message objects per step. A reply that misses the template is parsed in full. A
+    multi-agent env's frames carry K * A rows (one per agent of each env) and the acting
+    flags.
     """
 
     def __init__(self, spec: pb.EnvSpec, k: int, frame_stack: int = 0) -> None:
@@ -101,6 +103,9 @@ class StepWire:
         self.act_spec, self.obs_spec = act_spec, obs_spec
         self.structured_obs = codec.is_structured(obs_spec)
         self.structured_act = codec.is_structured(act_spec)
+        self.multi_agent = bool(spec.agents)
+        k = k * codec.rows_per_env(spec)  # rows: from here on, K counts rows
+        acting = codec.tensor_layout(np.bool_, (k,)) if self.multi_agent else None
         self.k = k
         act_leaves = codec.space_leaves(act_spec, action=True)
         self.act_dtype = act_leaves[0].dtype
@@ -112,7 +117,7 @@ class StepWire:
             self.obs_leaves = codec.space_leaves(obs_spec)
             rewards, flags = codec.frame_layouts(k, np.float32, ())[1:]
             leaves = codec.leaf_layouts(k, self.obs_leaves)
-            self._frame = codec.structured_frame_template(leaves, rewards, flags)
+            self._frame = codec.structured_frame_template(leaves, rewards, flags, acting)
         else:
             self.obs_dtype = np.dtype(obs_spec.dtype)
             obs_shape = codec.spec_shape(obs_spec)
@@ -121,7 +126,8 @@ class StepWire:
             newest = frame_stack > 1 and len(obs_shape) > 1 and obs_shape[0] == frame_stack
             self.newest_of_stack = frame_stack if newest else 0
             sent_shape = obs_shape[1:] if newest else obs_shape
-            self._frame = codec.frame_template(*codec.frame_layouts(k, self.obs_dtype, sent_shape))
+            layouts = codec.frame_layouts(k, self.obs_dtype, sent_shape)
+            self._frame = codec.frame_template(*layouts, acting)
         if self.structured_act:
             self.act_leaves = act_leaves
             self._act_layouts = codec.leaf_layouts(k, act_leaves)
@@ -131,9 +137,16 @@ class StepWire:
             self._actions = codec.actions_template(self.act_dtype, self.act_shape)
 
     def frame(
-        self, obs_KO: Any, reward_K: np.ndarray, terminated_K: np.ndarray, truncated_K: np.ndarray
+        self,
+        obs_KO: Any,
+        reward_K: np.ndarray,
+        terminated_K: np.ndarray,
+        truncated_K: np.ndarray,
+        acting_K: np.ndarray | None = None,
     ) -> bytes:
-        """The serialized ActorMessage carrying one Frame."""
+        """The serialized ActorMessage carrying one Frame (``acting_K``: a multi-agent
+        env's acting rows)."""
+        tail = () if acting_K is None else (acting_K.tobytes(),)
         if self.structured_obs:
             leaves = codec.flatten_values(self.obs_spec, obs_KO)
             return self._frame.fill(
@@ -145,6 +158,7 @@ class StepWire:
                         np.asarray(v, dtype=leaf.dtype).tobytes()
                         for v, leaf in zip(leaves, self.obs_leaves, strict=True)
                     ),
+                    *tail,
                 )
             )
         if self.newest_of_stack:
@@ -155,6 +169,7 @@ class StepWire:
                 reward_K.tobytes(),
                 terminated_K.tobytes(),
                 truncated_K.tobytes(),
+                *tail,
             )
         )
 
@@ -266,6 +281,7 @@ class Actor:
                 kwargs,
                 self.vec_env.single_observation_space,
                 self.vec_env.single_action_space,
+                agents=getattr(self.vec_env, "agent_ids", ()),
             )
             self._env_key = key
             self._env_spec = mine
@@ -383,10 +399,12 @@ class Actor:
             return self._ended(stream)
         vec_env = self.vec_env
         assert vec_env is not None
-        obs_KO, reward_K, terminated_K, truncated_K = self._reset_envs()
+        obs_KO, reward_K, terminated_K, truncated_K = self._reset_envs(wire.k)
+        # A multi-agent env's rows that act next (updated in place by every step).
+        acting_K = getattr(vec_env, "acting", None) if wire.multi_agent else None
         clock, record_rtt, stopping = time.perf_counter, self.round_trips.record, self._stop.is_set
         while not stopping():
-            frame = wire.frame(obs_KO, reward_K, terminated_K, truncated_K)
+            frame = wire.frame(obs_KO, reward_K, terminated_K, truncated_K, acting_K)
             sent = clock()
             data = stream.exchange(frame)
             record_rtt(clock() - sent)
@@ -422,15 +440,19 @@ class Actor:
         self.connections += 1
         return True
 
-    def _reset_envs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _reset_envs(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Fresh episodes for a new connection (the learner's slots are new too): the first
-        frame's observations, zero rewards, no episode ends. Seeded on the first one."""
+        frame's observations, zero rewards, no episode ends, for ``rows`` rows (K, or K
+        envs times their agents). Seeded on the first one."""
         assert self.vec_env is not None
         k = self.config.envs_per_actor
         seed = None if self._seeded else self.config.seed + self.index * k
         self._seeded = True
         obs_KO, _ = self.vec_env.reset(seed=seed)
-        return obs_KO, np.zeros(k, np.float32), np.zeros(k, np.bool_), np.zeros(k, np.bool_)
+        return (
+            obs_KO, np.zeros(rows, np.float32), np.zeros(rows, np.bool_),
+            np.zeros(rows, np.bool_),
+        )  # fmt: skip
 
     @staticmethod
     def _read_reply(stream: ActorStream) -> pb.LearnerMessage | None:

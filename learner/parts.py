@@ -14,7 +14,7 @@ import shutil
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -41,7 +41,13 @@ from seedrl import codec, envs
 from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.proto import seedrl_pb2 as pb
 
+if TYPE_CHECKING:
+    from learner.serving.selfplay import League
+
 log = logging.getLogger(__name__)
+
+SELF_PLAY_KEY = "self_play"
+"""Checkpoint key of the league (pool of snapshots, ratings) with --self-play."""
 
 
 @dataclass
@@ -60,6 +66,8 @@ class Learner:
     step_counter: StepCounter
     weights_lock: threading.Lock
     normalizer: ObservationNormalizer | None = None
+    league: League | None = None
+    """With --self-play: the pool of past selves and the ratings (checkpointed)."""
     learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
@@ -96,6 +104,7 @@ def build_learner(config: LearnerConfig) -> Learner:
     np.random.seed(config.seed)
     device = resolve_device(config.device)
     env_spec = describe_env(config)
+    league = make_league(config, env_spec)
     obs_space = env_spec.observation_space
     masked = has_action_mask(obs_space, config.action_mask)
     agent = make_agent(config, env_spec.action_space, device, masked)
@@ -120,6 +129,8 @@ def build_learner(config: LearnerConfig) -> Learner:
             config.checkpoint_path, model, optimizer, stats, step_counter, env_spec, normalizer
         )
         agent.load_state_dict(saved)
+        if league is not None and SELF_PLAY_KEY in saved:
+            league.load_state_dict(saved[SELF_PLAY_KEY])
         apply_optimizer_settings(optimizer, config)
         defaults = checkpoint.schedule_states(LearnerConfig())
         for key, state in checkpoint.schedule_states(config).items():
@@ -157,7 +168,26 @@ def build_learner(config: LearnerConfig) -> Learner:
         step_counter=step_counter,
         weights_lock=threading.Lock(),
         normalizer=normalizer,
+        league=league,
     )
+
+
+def make_league(config: LearnerConfig, env_spec: pb.EnvSpec) -> League | None:
+    """With --self-play, the pool and ratings; UnsupportedSetup (one line) for an env that
+    is not a two-player game, or a setup the opponents cannot share."""
+    if not config.self_play:
+        return None
+    agents = list(env_spec.agents)
+    if len(agents) != 2:
+        found = f"agents {agents}" if agents else "one agent"
+        raise UnsupportedSetup(
+            f"--self-play needs a two-player env (two agents); {config.env} has {found}"
+        )
+    if config.lstm:
+        raise UnsupportedSetup("--self-play serves feed-forward policies: drop --lstm")
+    from learner.serving.selfplay import League  # the league loads only for self-play
+
+    return League.for_config(config)
 
 
 def make_trainer(learner: Learner) -> Trainer:
@@ -190,6 +220,8 @@ def save_checkpoint(
     extra: dict[str, Any] = checkpoint.schedule_states(learner.config)
     if learner.normalizer is not None:
         extra["obs_normalizer"] = learner.normalizer.state_dict()
+    if learner.league is not None:
+        extra[SELF_PLAY_KEY] = learner.league.state_dict()
     state = checkpoint.snapshot(
         training,
         frames=frames,

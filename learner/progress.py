@@ -21,6 +21,11 @@ def progress_line(record: dict[str, Any]) -> str:
         f"actors {record['actors_connected']:>3d}  batch {record['inference_batch_mean']:>5.1f}  "
         f"steps {record['learner_steps']:>6,d}"
     )
+    if "selfplay_win_rate" in record:  # --self-play: the recent games against the pool
+        line += (
+            f"  win/draw/loss {record['selfplay_win_rate']:.0%}/{record['selfplay_draw_rate']:.0%}"
+            f"/{record['selfplay_loss_rate']:.0%}  elo {record['elo_learner']:.0f}"
+        )
     warnings = []
     if record.get(ENTROPY_FLAG):
         warnings.append(f"entropy {record.get('entropy_fraction', 0.0):.1%} of max")

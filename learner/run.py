@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import gc
 import json
 import logging
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
 
 from learner.agents.models import resolve_precision
 from learner.collapse import CollapseWatch
@@ -41,6 +45,10 @@ from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.metrics import RunResult
 from seedrl.security import check_bind_protected, config_auth_token
 from seedrl.transport import offered_local_socket
+
+if TYPE_CHECKING:
+    from learner.agents.policy import Policy
+    from learner.serving.selfplay import SelfPlay
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +138,34 @@ def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:
         keep_unrolls=config.train,  # --no-train: nothing drains the queue
         refresh_weights=host.refresh_weights,
         normalizer=learner.normalizer,
+        self_play=make_self_play(learner, host),
     )  # fmt: skip
+
+
+def make_self_play(learner: Learner, host: TrainerHost) -> SelfPlay | None:
+    """With --self-play: the opponents' side of inference, each snapshot's frozen weights
+    in a model of the learner's shape on the device inference runs on."""
+    league = learner.league
+    if league is None:
+        return None
+    from learner.serving.selfplay import SelfPlay
+
+    config, source = learner.config, host.inference_model
+
+    def make_policy(weights: Mapping[str, torch.Tensor]) -> Policy:
+        model = copy.deepcopy(source)  # the learner's architecture, device and dtype
+        model.load_state_dict(weights)
+        model.requires_grad_(False)
+        return learner.agent.inference_policy(model, (config.seed, 1 + len(league.pool.ids())))
+
+    def current_weights() -> dict[str, torch.Tensor]:
+        with host.inference_lock:
+            return {k: v.detach().to("cpu", copy=True) for k, v in source.state_dict().items()}
+
+    agents = len(learner.env_spec.agents)
+    return SelfPlay(
+        league, agents, config.snapshot_every, make_policy, current_weights, config.seed
+    )
 
 
 @dataclass
@@ -317,7 +352,7 @@ async def _serve(
             await keep_best(learner, trainer, rank, keeper, final=True)
         record = {
             **learner.stats.snapshot(len(learner.queue)), **learner.queue.metrics(),
-            **rank.metrics(),
+            **rank.metrics(), **(learner.league.metrics() if learner.league else {}),
         }  # fmt: skip
         watch.check(record, learner.stats.return_first, learner.stats.return_best)
         writer.write(record, learner.stats.drain_episodes())
@@ -352,6 +387,8 @@ async def _supervise(
         record.update(learner.queue.metrics())
         record.update(trainer.metrics())
         record.update(rank.metrics())
+        if learner.league is not None:
+            record.update(learner.league.metrics())
         watch.check(record, stats.return_first, stats.return_best)
         writer.write(record, stats.drain_episodes())
         progress.update(record)

@@ -222,24 +222,31 @@ def frame_layouts(
 
 
 def frame_template(
-    observations: TensorLayout, rewards: TensorLayout, flags: TensorLayout
+    observations: TensorLayout,
+    rewards: TensorLayout,
+    flags: TensorLayout,
+    acting: TensorLayout | None = None,
 ) -> WireTemplate:
-    """The wire bytes of an ``ActorMessage`` carrying one Frame of this layout."""
+    """The wire bytes of an ``ActorMessage`` carrying one Frame of this layout; ``acting``
+    (a multi-agent env's rows) adds the acting flags as the last payload."""
 
     def build(data: list[bytes]) -> pb.ActorMessage:
         def tensor(layout: TensorLayout, payload: bytes) -> pb.Tensor:
             return pb.Tensor(dtype=layout.dtype, shape=layout.shape, data=payload)
 
-        return pb.ActorMessage(
-            frame=pb.Frame(
-                observations=tensor(observations, data[0]),
-                rewards=tensor(rewards, data[1]),
-                terminated=tensor(flags, data[2]),
-                truncated=tensor(flags, data[3]),
-            )
+        frame = pb.Frame(
+            observations=tensor(observations, data[0]),
+            rewards=tensor(rewards, data[1]),
+            terminated=tensor(flags, data[2]),
+            truncated=tensor(flags, data[3]),
         )
+        if acting is not None:
+            frame.acting.CopyFrom(tensor(acting, data[4]))
+        return pb.ActorMessage(frame=frame)
 
     sizes = [observations.nbytes, rewards.nbytes, flags.nbytes, flags.nbytes]
+    if acting is not None:
+        sizes.append(acting.nbytes)
     return WireTemplate(build, sizes)
 
 
@@ -263,25 +270,34 @@ def actions_template(dtype: np.dtype, shape: Sequence[int]) -> WireTemplate:
 
 
 def structured_frame_template(
-    leaves: Sequence[TensorLayout], rewards: TensorLayout, flags: TensorLayout
+    leaves: Sequence[TensorLayout],
+    rewards: TensorLayout,
+    flags: TensorLayout,
+    acting: TensorLayout | None = None,
 ) -> WireTemplate:
     """The wire bytes of an ``ActorMessage`` carrying one Frame of a "dict"/"tuple"
-    observation space: payloads rewards, terminated, truncated, then each leaf (wire order)."""
+    observation space: payloads rewards, terminated, truncated, then each leaf (wire order),
+    then with ``acting`` (a multi-agent env's rows) the acting flags."""
 
     def build(data: list[bytes]) -> pb.ActorMessage:
         def tensor(layout: TensorLayout, payload: bytes) -> pb.Tensor:
             return pb.Tensor(dtype=layout.dtype, shape=layout.shape, data=payload)
 
-        return pb.ActorMessage(
-            frame=pb.Frame(
-                rewards=tensor(rewards, data[0]),
-                terminated=tensor(flags, data[1]),
-                truncated=tensor(flags, data[2]),
-                observation_leaves=[tensor(x, d) for x, d in zip(leaves, data[3:], strict=True)],
-            )
+        frame = pb.Frame(
+            rewards=tensor(rewards, data[0]),
+            terminated=tensor(flags, data[1]),
+            truncated=tensor(flags, data[2]),
+            observation_leaves=[
+                tensor(x, d) for x, d in zip(leaves, data[3 : 3 + len(leaves)], strict=True)
+            ],
         )
+        if acting is not None:
+            frame.acting.CopyFrom(tensor(acting, data[3 + len(leaves)]))
+        return pb.ActorMessage(frame=frame)
 
     sizes = [rewards.nbytes, flags.nbytes, flags.nbytes, *(x.nbytes for x in leaves)]
+    if acting is not None:
+        sizes.append(acting.nbytes)
     return WireTemplate(build, sizes)
 
 
@@ -513,14 +529,27 @@ def spec_shape(spec: pb.SpaceSpec) -> tuple[int, ...]:
     return tuple(int(d) for d in spec.shape)
 
 
-def env_spec(env_id: str, env_kwargs: dict[str, Any], observation_space: Any, action_space: Any):
-    """Build the EnvSpec message the learner publishes and actors echo in their Hello."""
+def env_spec(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    observation_space: Any,
+    action_space: Any,
+    agents: Sequence[str] = (),
+) -> pb.EnvSpec:
+    """Build the EnvSpec message the learner publishes and actors echo in their Hello;
+    ``agents``: a multi-agent env's agent ids (every one with these spaces)."""
     return pb.EnvSpec(
         env_id=env_id,
         env_kwargs_json=json.dumps(env_kwargs, sort_keys=True),
         observation_space=space_to_spec(observation_space),
         action_space=space_to_spec(action_space),
+        agents=list(agents),
     )
+
+
+def rows_per_env(spec: pb.EnvSpec) -> int:
+    """Rows each env has in a Frame: one per agent of a multi-agent env, else one."""
+    return max(1, len(spec.agents))
 
 
 def action_bounds(spec: pb.SpaceSpec) -> tuple[np.ndarray | None, np.ndarray | None]:

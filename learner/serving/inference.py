@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,8 +28,11 @@ from learner.serving.batcher import PendingRequest
 from learner.state.counters import StepCounter
 from learner.state.normalize import ObservationNormalizer
 from learner.state.stats import LearnerStats
-from learner.state.trajectories import TrajectoryBuilder
+from learner.state.trajectories import TrajectoryBuilder, Unrolls
 from seedrl.codec import WireError, all_finite
+
+if TYPE_CHECKING:  # the league's modules load only for --self-play
+    from learner.serving.selfplay import SelfPlay
 
 
 @dataclass(eq=False)
@@ -59,7 +62,7 @@ class FramePayload:
     per frame: at K = 1 that was most of the learner's Python per message.
     """
 
-    __slots__ = ("conn", "observations", "rewards", "terminated", "truncated")
+    __slots__ = ("acting", "conn", "observations", "rewards", "terminated", "truncated")
 
     def __init__(
         self,
@@ -68,12 +71,15 @@ class FramePayload:
         rewards: bytes,
         terminated: bytes,
         truncated: bytes,
+        acting: bytes | None = None,
     ) -> None:
         self.conn = conn
         self.observations = observations
         self.rewards = rewards
         self.terminated = terminated
         self.truncated = truncated
+        self.acting = acting
+        """A multi-agent env's acting rows (bool bytes); None for a single-agent env."""
 
 
 @dataclass
@@ -85,6 +91,8 @@ class FrameBatch:
     reward_B: np.ndarray
     terminated_B: np.ndarray
     truncated_B: np.ndarray
+    acting_B: np.ndarray | None = None
+    """A multi-agent env's rows that act; None for a single-agent env (all act)."""
 
 
 def gather_frames(
@@ -99,7 +107,11 @@ def gather_frames(
         reward_B=np.frombuffer(b"".join([f.rewards for f in frames]), np.float32),
         terminated_B=np.frombuffer(b"".join([f.terminated for f in frames]), np.bool_),
         truncated_B=np.frombuffer(b"".join([f.truncated for f in frames]), np.bool_),
-    )
+        acting_B=(
+            None if frames[0].acting is None
+            else np.frombuffer(b"".join([f.acting for f in frames]), np.bool_)  # type: ignore[misc]
+        ),
+    )  # fmt: skip
 
 
 def nonfinite_problem(batch: FrameBatch) -> str | None:
@@ -125,6 +137,7 @@ class InferenceEngine:
         keep_unrolls: bool = True,
         refresh_weights: Callable[[], None] | None = None,
         normalizer: ObservationNormalizer | None = None,
+        self_play: SelfPlay | None = None,
     ) -> None:
         """``policy`` is the agent's action choice over the weights inference runs
         (``Agent.inference_policy``); ``weights_lock`` is held around each forward pass."""
@@ -145,6 +158,8 @@ class InferenceEngine:
         """Called before each forward pass when training runs on other weights (the trainer
         process, the device trainer)."""
         self._phase_marks = stats.phase_marks()
+        self.self_play = self_play
+        """Two-player games with --self-play: seats, opponents and results."""
 
     def release_later(self, conn: Connection) -> None:
         """Free a closed stream's slots between batches, never under a batch in flight."""
@@ -169,6 +184,9 @@ class InferenceEngine:
             if not live:
                 return
             fb = self._gather(live)
+        if fb.acting_B is not None:
+            await self._process_agents(live, fb)
+            return
         first_B = self.builder.first_flags(fb.slot_B)
         if self.refresh_weights is not None:
             mark("batch_assembly")
@@ -206,7 +224,10 @@ class InferenceEngine:
                 request.future.set_result(action_BA[offset : offset + k])
             offset += k
         mark("reply")
+        await self._hand_over(unrolls, mark)
 
+    async def _hand_over(self, unrolls: Unrolls | None, mark: Callable[[str], None]) -> None:
+        """Finished unrolls to the trainer's store, waiting while it is full."""
         if unrolls is not None and self.keep_unrolls:
             if self.queue.has_room():
                 self.queue.put(unrolls)
@@ -214,6 +235,67 @@ class InferenceEngine:
             else:  # back-pressure: the wait is inference_wait_trainer, not a phase
                 with self.stats.timer("inference_wait_trainer"):
                     await asyncio.to_thread(self.queue.put, unrolls)
+
+    async def _process_agents(self, live: list[PendingRequest], fb: FrameBatch) -> None:
+        """A multi-agent env's batch: only rows that act or end reach a policy, only the
+        learning policy's reach the trajectories; waiting rows add their reward to their
+        slot's next step (``TrajectoryBuilder.credit_waits``), and get action 0."""
+        _, mark = self._phase_marks
+        acting_B = fb.acting_B
+        assert acting_B is not None
+        slot_B, done_B = fb.slot_B, fb.terminated_B | fb.truncated_B
+        step_B = acting_B | done_B
+        reward_B = self.builder.credit_waits(slot_B, fb.reward_B, step_B)
+        learner_B, opponent_B = step_B, None
+        if self.self_play is not None:
+            self.self_play.snapshot_due(self.learner_step.value)  # the first one at once
+            for request in live:
+                if request.payload.conn.frames == 0:  # a new stream: its envs start afresh
+                    self.self_play.reset(request.payload.conn.slot_ids)
+            seat_B, opponent_B = self.self_play.seats(slot_B, acting_B, done_B)
+            learner_B = step_B & seat_B
+        rows = np.flatnonzero(learner_B)
+        slots = slot_B[rows]
+        first_L = self.builder.first_flags(slots)
+        reward_L = np.where(first_L, np.float32(0.0), reward_B[rows])  # nothing before a start
+        if self.refresh_weights is not None:
+            self.refresh_weights()
+        obs_BO = fb.obs_BO
+        if self.normalizer is not None:
+            self.normalizer.update(obs_BO[step_B])
+            obs_BO = self.normalizer.normalize(obs_BO)
+        mark("batch_assembly")
+        action_BA = np.zeros((len(slot_B), *self.builder.action_shape), self.builder.action_dtype)
+        unrolls = None
+        if len(rows):
+            action_LA, params_LP, state_before, state_after, step = self._policy(
+                slots, obs_BO[rows], first_L
+            )
+            action_BA[rows] = action_LA
+        if self.self_play is not None:
+            assert opponent_B is not None
+            self.self_play.act(obs_BO, slot_B, opponent_B, action_BA, step_B & ~learner_B)
+        mark("forward")
+        episodes = None
+        if len(rows):
+            unrolls, episodes = self.builder.record(
+                slots, obs_BO[rows], reward_L, fb.terminated_B[rows], fb.truncated_B[rows],
+                first_L, action_LA, params_LP, state_before, state_after, step,
+            )  # fmt: skip
+            if episodes is not None and self.self_play is not None:
+                self.self_play.finish(rows[done_B[rows]], episodes.returns)
+        self.stats.on_batch(len(rows), episodes)
+        mark("trajectory_write")
+        offset = 0
+        for request in live:
+            conn = request.payload.conn
+            k = conn.num_envs
+            conn.frames += k
+            if not request.future.done():
+                request.future.set_result(action_BA[offset : offset + k])
+            offset += k
+        mark("reply")
+        await self._hand_over(unrolls, mark)
 
     def _gather(self, requests: list[PendingRequest]) -> FrameBatch:
         return gather_frames(

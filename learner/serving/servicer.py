@@ -93,6 +93,8 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         if codec.is_structured(env_spec.observation_space):
             self._obs_leaves = codec.space_leaves(env_spec.observation_space)
             self._packing = codec.LeafPacking(self._obs_leaves)
+        self.agents = codec.rows_per_env(env_spec) if env_spec.agents else 0
+        """A multi-agent env's agents per env (each a row of every frame); 0 for one agent."""
         self.frame_stack = stored_frame_stack(config)
         """D > 1: streams may send the newest frame only, and only it is kept of any."""
         self._frame_layouts: dict[tuple[int, bool], FrameLayout] = {}
@@ -302,22 +304,24 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                 f"learner is full: {len(self.connections)} actors connected, --max-actors "
                 f"{self.config.max_actors}; retry later",
             )
+        # A multi-agent env's agents are rows (and slots) of their own: they count here.
+        rows = hello.num_envs * max(1, self.agents)
         envs_in_use = sum(c.num_envs for c in self.connections)
-        if envs_in_use + hello.num_envs > self.config.max_envs:
+        if envs_in_use + rows > self.config.max_envs:
             self.stats.streams_rejected += 1
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"learner is full: {envs_in_use} envs in use + {hello.num_envs} asked exceeds "
+                f"learner is full: {envs_in_use} envs in use + {rows} asked exceeds "
                 f"--max-envs {self.config.max_envs}; retry later",
             )
         conn = Connection(
             actor_id=hello.actor_id,
             run_id=hello.run_id,
             peer=context.peer(),
-            num_envs=hello.num_envs,
+            num_envs=rows,
             newest_frame_only=hello.frame_stack > 1,
             # A new stream (and so a new run_id) always gets freshly reset slots.
-            slot_ids=self.builder.allocate(hello.num_envs),
+            slot_ids=self.builder.allocate(rows),
         )
         self.connections.add(conn)
         self.batcher.set_open_streams(len(self.connections))
@@ -344,6 +348,11 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         mine = self.env_spec
         if hello.env.env_id != mine.env_id:
             return f"actor runs env {hello.env.env_id!r} but this learner trains {mine.env_id!r}"
+        if list(hello.env.agents) != list(mine.agents):
+            return (
+                f"actor's env has agents {list(hello.env.agents)} but the learner's has "
+                f"{list(mine.agents)} (in this order)"
+            )
         for name in ("observation_space", "action_space"):
             theirs, ours = getattr(hello.env, name), getattr(mine, name)
             if not codec.specs_match(theirs, ours):
@@ -365,9 +374,15 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             keep_newest = None
             if self.frame_stack > 1 and not newest_frame_only:
                 keep_newest = _newest_frames_of(num_envs, self._obs_dtype, self._obs_shape)
-            layout = FrameLayout(*layouts, codec.frame_template(*layouts), keep_newest, None, ())
+            acting = self._acting_layout(num_envs)
+            template = codec.frame_template(*layouts, acting)
+            layout = FrameLayout(*layouts, template, keep_newest, None, (), acting)
             self._frame_layouts[key] = layout
         return layout
+
+    def _acting_layout(self, num_rows: int) -> codec.TensorLayout | None:
+        """A multi-agent env's acting flags ``[rows]`` bool; None for a single-agent env."""
+        return codec.tensor_layout(np.bool_, (num_rows,)) if self.agents else None
 
     def _structured_layout(self, num_envs: int, packing: codec.LeafPacking) -> FrameLayout:
         """A dict/tuple observation space's Frame: one tensor per leaf, kept as packed rows."""
@@ -378,33 +393,42 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             if leaf.dtype.kind == "f"
         ]  # fmt: skip
         mask_check = self._mask_check(packing.leaves, num_envs)
+        acting_layout = self._acting_layout(num_envs)
+        agents = acting_layout is not None
 
         def make_payload(
             conn: Connection, rewards: bytes, terminated: bytes, truncated: bytes, *obs: bytes
         ) -> FramePayload:
+            acting = None
+            if agents:  # the acting flags follow the leaves
+                *obs, acting = obs  # type: ignore[assignment]
             # Packed rows are bytes to the engine's NaN check, so float leaves are checked here.
             for i, name, dtype in float_leaves:
                 if not codec.all_finite(np.frombuffer(obs[i], dtype)):
                     raise codec.WireError(f"observation leaf {name!r}: contains NaN or inf")
             if mask_check is not None:
-                mask_check(obs)
-            return FramePayload(conn, packing.pack(obs, num_envs), rewards, terminated, truncated)
+                mask_check(obs, acting)
+            packed = packing.pack(obs, num_envs)
+            return FramePayload(conn, packed, rewards, terminated, truncated, acting)
 
         return FrameLayout(
             observations=codec.tensor_layout(np.uint8, (num_envs, packing.row_bytes)),
             rewards=rewards,
             flags=flags,
-            wire=codec.structured_frame_template(leaves, rewards, flags),
+            wire=codec.structured_frame_template(leaves, rewards, flags, acting_layout),
             keep_newest=None,
             make_payload=make_payload,
             leaves=tuple(leaves),
+            acting=acting_layout,
         )
 
     def _mask_check(
         self, leaves: Sequence[codec.Leaf], num_envs: int
-    ) -> Callable[[Sequence[bytes]], None] | None:
+    ) -> Callable[[Sequence[bytes], bytes | None], None] | None:
         """Where the observation carries the action mask (--action-mask): a check that every
-        env (every MultiDiscrete element) allows at least one action."""
+        env (every MultiDiscrete element) allows at least one action; of a multi-agent
+        env's rows, only the acting ones (a waiting agent's or a final row's mask may be
+        empty: no action of it is ever applied)."""
         action = self.env_spec.action_space
         name = self.config.action_mask
         found = [i for i, leaf in enumerate(leaves) if name and leaf.name == name]
@@ -414,8 +438,10 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         nvec = [int(action.n)] if action.kind == "discrete" else [int(n) for n in action.nvec]
         starts = np.cumsum([0, *nvec[:-1]])
 
-        def check(obs: Sequence[bytes]) -> None:
+        def check(obs: Sequence[bytes], acting: bytes | None = None) -> None:
             allowed_KA = np.frombuffer(obs[index], dtype).reshape(num_envs, -1) != 0
+            if acting is not None:
+                allowed_KA = allowed_KA[np.frombuffer(acting, np.bool_)]
             if not np.logical_or.reduceat(allowed_KA, starts, axis=1).all():
                 raise codec.WireError(
                     f"observation leaf {name!r}: an env's action mask allows no action "
@@ -444,6 +470,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                 codec.checked_bytes(frame.rewards, "rewards", layout.rewards),
                 codec.checked_bytes(frame.terminated, "terminated", layout.flags),
                 codec.checked_bytes(frame.truncated, "truncated", layout.flags),
+                _acting_bytes(frame, layout),
             )
         except codec.WireError:
             envs_in_frame = frame.observations.shape[0] if frame.observations.shape else None
@@ -481,12 +508,14 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                     f"declared num_envs={conn.num_envs} (K cannot change mid-stream)"
                 )
             obs.append(codec.checked_bytes(tensor, f"observation leaf {leaf.name!r}", expected))
+        acting = _acting_bytes(frame, layout)
         return layout.make_payload(
             conn,
             codec.checked_bytes(frame.rewards, "rewards", layout.rewards),
             codec.checked_bytes(frame.terminated, "terminated", layout.flags),
             codec.checked_bytes(frame.truncated, "truncated", layout.flags),
             *obs,
+            *(() if acting is None else (acting,)),
         )
 
     def _disconnect(self, conn: Connection) -> None:
@@ -538,6 +567,21 @@ class FrameLayout(NamedTuple):
     -> a FramePayload of packed rows; None for one observation tensor."""
     leaves: tuple[codec.TensorLayout, ...]
     """Dict/tuple observations: each leaf's layout, in wire order."""
+    acting: codec.TensorLayout | None = None
+    """A multi-agent env's acting flags; None for a single-agent env (the field unset)."""
+
+
+def _acting_bytes(frame: pb.Frame, layout: FrameLayout) -> bytes | None:
+    """The acting flags of a fully parsed Frame: required exactly for a multi-agent env."""
+    if layout.acting is None:
+        if frame.HasField("acting"):
+            raise codec.WireError("acting is for multi-agent envs; this env has one agent")
+        return None
+    if not frame.HasField("acting"):
+        raise codec.WireError(
+            "acting is missing: a multi-agent env's frame marks the rows that act (bool [rows])"
+        )
+    return codec.checked_bytes(frame.acting, "acting", layout.acting)
 
 
 def _newest_frames_of(

@@ -196,6 +196,7 @@ class TrajectoryBuilder:
         self.next_first_S = resized(get("next_first_S"), (), bool)
         self.episode_return_S = resized(get("episode_return_S"), (), np.float64)
         self.episode_length_S = resized(get("episode_length_S"), (), np.int64)
+        self.pending_reward_S = resized(get("pending_reward_S"), (), np.float64)
         self.step_SR = resized(get("step_SR"), (rows,), np.int64)
         old_states = get("core_state_SH", [None] * len(self._state_sizes))
         self.core_state_SH = [
@@ -241,6 +242,7 @@ class TrajectoryBuilder:
         self.next_first_S[ids] = True
         self.episode_return_S[ids] = 0.0
         self.episode_length_S[ids] = -1  # the reset frame is step 0, as after a done frame
+        self.pending_reward_S[ids] = 0.0
         for state in self.core_state_SH:
             state[ids] = 0.0
         return ids
@@ -254,6 +256,30 @@ class TrajectoryBuilder:
     @property
     def slots_in_use(self) -> int:
         return self.capacity - len(self._free)
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        return self._action_shape
+
+    @property
+    def action_dtype(self) -> np.dtype:
+        return self._action_dtype
+
+    def credit_waits(
+        self, slot_B: np.ndarray, reward_B: np.ndarray, step_B: np.ndarray
+    ) -> np.ndarray:
+        """Multi-agent rows: the rewards of rows that wait (``~step_B``) add up per slot and
+        go to the slot's next row that steps (acts or ends), so an agent's action is
+        credited with everything it received until its next turn. Returns the rewards with
+        those sums added on the stepping rows (waiting rows' own rewards left as sent)."""
+        pending_S = self.pending_reward_S
+        waiting_B = ~step_B
+        np.add.at(pending_S, slot_B[waiting_B], reward_B[waiting_B])
+        stepping = slot_B[step_B]
+        credited_B = reward_B.astype(np.float32, copy=True)
+        credited_B[step_B] += pending_S[stepping].astype(np.float32)
+        pending_S[stepping] = 0.0
+        return credited_B
 
     # ------------------------------------------------------------- the per-batch path
 

@@ -110,7 +110,11 @@ def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> pb.En
     env = make_env(env_id, env_kwargs)
     try:
         return codec.env_spec(
-            env_id, dict(env_kwargs or {}), env.observation_space, env.action_space
+            env_id,
+            dict(env_kwargs or {}),
+            env.observation_space,
+            env.action_space,
+            agents=getattr(env, "agent_ids", ()),
         )
     finally:
         env.close()

@@ -1,4 +1,5 @@
-"""Your own env, ``module:callable``: a factory returning a gymnasium Env.
+"""Your own env, ``module:callable``: a factory returning a gymnasium Env, or a PettingZoo
+env (AEC or Parallel), whose agents become rows of the frame (:mod:`seedrl.envs.agents`).
 
 Users plug in their environments without editing seedrl. An id of gymnasium's own
 ``module:EnvId-v0`` form (importing the module registers the id) is built by gymnasium
@@ -17,7 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from seedrl.envs import registered
+from seedrl.envs import agents, registered
 from seedrl.envs.family import EnvError, EnvFamily
 from seedrl.envs.vector import ScalarEnvs
 
@@ -125,7 +126,10 @@ def make(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None
             env_id, lambda: registered.make(env_id, env_kwargs, render_mode)
         )
     kwargs = env_kwargs if render_mode is None else {**env_kwargs, "render_mode": render_mode}
-    return _checked(env_id, factory(**kwargs))
+    env = factory(**kwargs)
+    if agents.is_multi_agent(env):  # a PettingZoo env: its agents are rows of the frame
+        return agents.AgentsEnv(env_id, env)
+    return _checked(env_id, env)
 
 
 def make_vector(env_id: str, env_kwargs: dict[str, Any], num_envs: int) -> gym.vector.VectorEnv:
@@ -134,6 +138,11 @@ def make_vector(env_id: str, env_kwargs: dict[str, Any], num_envs: int) -> gym.v
         return _registered_by_module(
             env_id, lambda: registered.make_vector(env_id, env_kwargs, num_envs)
         )
+    first = factory(**env_kwargs)
+    if agents.is_multi_agent(first):
+        rest = [lambda: factory(**env_kwargs)] * (num_envs - 1)
+        return agents.AgentEnvs(env_id, [lambda: first, *rest])
+    first.close()
     return ScalarEnvs([lambda: _checked(env_id, factory(**env_kwargs))] * num_envs)
 
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19seedrl/proto/seedrl.proto\x12\tseedrl.v1\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xc7\x01\n\tSpaceSpec\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\t\n\x01n\x18\x04 \x01(\x03\x12\x1e\n\x03low\x18\x05 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12\x1f\n\x04high\x18\x06 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12&\n\x08\x63hildren\x18\x07 \x03(\x0b\x32\x14.seedrl.v1.SpaceSpec\x12\x0c\n\x04name\x18\x08 \x01(\t\x12\x0c\n\x04nvec\x18\t \x03(\x03\"\x8f\x01\n\x07\x45nvSpec\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x17\n\x0f\x65nv_kwargs_json\x18\x02 \x01(\t\x12/\n\x11observation_space\x18\x03 \x01(\x0b\x32\x14.seedrl.v1.SpaceSpec\x12*\n\x0c\x61\x63tion_space\x18\x04 \x01(\x0b\x32\x14.seedrl.v1.SpaceSpec\"\x8b\x01\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x10\n\x08num_envs\x18\x04 \x01(\r\x12\x1f\n\x03\x65nv\x18\x05 \x01(\x0b\x32\x12.seedrl.v1.EnvSpec\x12\x13\n\x0b\x66rame_stack\x18\x06 \x01(\r\"\xd0\x01\n\x05\x46rame\x12\'\n\x0cobservations\x18\x01 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12\"\n\x07rewards\x18\x02 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12%\n\nterminated\x18\x03 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12$\n\ttruncated\x18\x04 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12-\n\x12observation_leaves\x18\x05 \x03(\x0b\x32\x11.seedrl.v1.Tensor\"\\\n\x0c\x41\x63torMessage\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.seedrl.v1.HelloH\x00\x12!\n\x05\x66rame\x18\x02 \x01(\x0b\x32\x10.seedrl.v1.FrameH\x00\x42\x06\n\x04kind\" \n\x06\x41\x63\x63\x65pt\x12\x16\n\x0elearner_run_id\x18\x01 \x01(\t\"W\n\x07\x41\x63tions\x12\"\n\x07\x61\x63tions\x18\x01 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12(\n\raction_leaves\x18\x02 \x03(\x0b\x32\x11.seedrl.v1.Tensor\")\n\x08Shutdown\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\r\n\x05\x66inal\x18\x02 \x01(\x08\"\x8d\x01\n\x0eLearnerMessage\x12#\n\x06\x61\x63\x63\x65pt\x18\x01 \x01(\x0b\x32\x11.seedrl.v1.AcceptH\x00\x12%\n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x12.seedrl.v1.ActionsH\x00\x12\'\n\x08shutdown\x18\x03 \x01(\x0b\x32\x13.seedrl.v1.ShutdownH\x00\x42\x06\n\x04kind\"\x10\n\x0eGetInfoRequest\"\xbf\x01\n\x0bLearnerInfo\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x1f\n\x03\x65nv\x18\x02 \x01(\x0b\x32\x12.seedrl.v1.EnvSpec\x12\x16\n\x0elearner_run_id\x18\x03 \x01(\t\x12\x19\n\x11max_message_bytes\x18\x04 \x01(\x03\x12\x16\n\x0erank_addresses\x18\x05 \x03(\t\x12\x15\n\rlocal_address\x18\x06 \x01(\t\x12\x13\n\x0b\x66rame_stack\x18\x07 \x01(\r2\x86\x01\n\x07Learner\x12=\n\x03\x41\x63t\x12\x17.seedrl.v1.ActorMessage\x1a\x19.seedrl.v1.LearnerMessage(\x01\x30\x01\x12<\n\x07GetInfo\x12\x19.seedrl.v1.GetInfoRequest\x1a\x16.seedrl.v1.LearnerInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19seedrl/proto/seedrl.proto\x12\tseedrl.v1\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xc7\x01\n\tSpaceSpec\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\t\n\x01n\x18\x04 \x01(\x03\x12\x1e\n\x03low\x18\x05 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12\x1f\n\x04high\x18\x06 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12&\n\x08\x63hildren\x18\x07 \x03(\x0b\x32\x14.seedrl.v1.SpaceSpec\x12\x0c\n\x04name\x18\x08 \x01(\t\x12\x0c\n\x04nvec\x18\t \x03(\x03\"\x9f\x01\n\x07\x45nvSpec\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x17\n\x0f\x65nv_kwargs_json\x18\x02 \x01(\t\x12/\n\x11observation_space\x18\x03 \x01(\x0b\x32\x14.seedrl.v1.SpaceSpec\x12*\n\x0c\x61\x63tion_space\x18\x04 \x01(\x0b\x32\x14.seedrl.v1.SpaceSpec\x12\x0e\n\x06\x61gents\x18\x05 \x03(\t\"\x8b\x01\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x10\n\x08num_envs\x18\x04 \x01(\r\x12\x1f\n\x03\x65nv\x18\x05 \x01(\x0b\x32\x12.seedrl.v1.EnvSpec\x12\x13\n\x0b\x66rame_stack\x18\x06 \x01(\r\"\xf3\x01\n\x05\x46rame\x12\'\n\x0cobservations\x18\x01 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12\"\n\x07rewards\x18\x02 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12%\n\nterminated\x18\x03 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12$\n\ttruncated\x18\x04 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12-\n\x12observation_leaves\x18\x05 \x03(\x0b\x32\x11.seedrl.v1.Tensor\x12!\n\x06\x61\x63ting\x18\x06 \x01(\x0b\x32\x11.seedrl.v1.Tensor\"\\\n\x0c\x41\x63torMessage\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.seedrl.v1.HelloH\x00\x12!\n\x05\x66rame\x18\x02 \x01(\x0b\x32\x10.seedrl.v1.FrameH\x00\x42\x06\n\x04kind\" \n\x06\x41\x63\x63\x65pt\x12\x16\n\x0elearner_run_id\x18\x01 \x01(\t\"W\n\x07\x41\x63tions\x12\"\n\x07\x61\x63tions\x18\x01 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12(\n\raction_leaves\x18\x02 \x03(\x0b\x32\x11.seedrl.v1.Tensor\")\n\x08Shutdown\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\r\n\x05\x66inal\x18\x02 \x01(\x08\"\x8d\x01\n\x0eLearnerMessage\x12#\n\x06\x61\x63\x63\x65pt\x18\x01 \x01(\x0b\x32\x11.seedrl.v1.AcceptH\x00\x12%\n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x12.seedrl.v1.ActionsH\x00\x12\'\n\x08shutdown\x18\x03 \x01(\x0b\x32\x13.seedrl.v1.ShutdownH\x00\x42\x06\n\x04kind\"\x10\n\x0eGetInfoRequest\"\xbf\x01\n\x0bLearnerInfo\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x1f\n\x03\x65nv\x18\x02 \x01(\x0b\x32\x12.seedrl.v1.EnvSpec\x12\x16\n\x0elearner_run_id\x18\x03 \x01(\t\x12\x19\n\x11max_message_bytes\x18\x04 \x01(\x03\x12\x16\n\x0erank_addresses\x18\x05 \x03(\t\x12\x15\n\rlocal_address\x18\x06 \x01(\t\x12\x13\n\x0b\x66rame_stack\x18\x07 \x01(\r2\x86\x01\n\x07Learner\x12=\n\x03\x41\x63t\x12\x17.seedrl.v1.ActorMessage\x1a\x19.seedrl.v1.LearnerMessage(\x01\x30\x01\x12<\n\x07GetInfo\x12\x19.seedrl.v1.GetInfoRequest\x1a\x16.seedrl.v1.LearnerInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,25 +36,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SPACESPEC']._serialized_start=95
   _globals['_SPACESPEC']._serialized_end=294
   _globals['_ENVSPEC']._serialized_start=297
-  _globals['_ENVSPEC']._serialized_end=440
-  _globals['_HELLO']._serialized_start=443
-  _globals['_HELLO']._serialized_end=582
-  _globals['_FRAME']._serialized_start=585
-  _globals['_FRAME']._serialized_end=793
-  _globals['_ACTORMESSAGE']._serialized_start=795
-  _globals['_ACTORMESSAGE']._serialized_end=887
-  _globals['_ACCEPT']._serialized_start=889
-  _globals['_ACCEPT']._serialized_end=921
-  _globals['_ACTIONS']._serialized_start=923
-  _globals['_ACTIONS']._serialized_end=1010
-  _globals['_SHUTDOWN']._serialized_start=1012
-  _globals['_SHUTDOWN']._serialized_end=1053
-  _globals['_LEARNERMESSAGE']._serialized_start=1056
-  _globals['_LEARNERMESSAGE']._serialized_end=1197
-  _globals['_GETINFOREQUEST']._serialized_start=1199
-  _globals['_GETINFOREQUEST']._serialized_end=1215
-  _globals['_LEARNERINFO']._serialized_start=1218
-  _globals['_LEARNERINFO']._serialized_end=1409
-  _globals['_LEARNER']._serialized_start=1412
-  _globals['_LEARNER']._serialized_end=1546
+  _globals['_ENVSPEC']._serialized_end=456
+  _globals['_HELLO']._serialized_start=459
+  _globals['_HELLO']._serialized_end=598
+  _globals['_FRAME']._serialized_start=601
+  _globals['_FRAME']._serialized_end=844
+  _globals['_ACTORMESSAGE']._serialized_start=846
+  _globals['_ACTORMESSAGE']._serialized_end=938
+  _globals['_ACCEPT']._serialized_start=940
+  _globals['_ACCEPT']._serialized_end=972
+  _globals['_ACTIONS']._serialized_start=974
+  _globals['_ACTIONS']._serialized_end=1061
+  _globals['_SHUTDOWN']._serialized_start=1063
+  _globals['_SHUTDOWN']._serialized_end=1104
+  _globals['_LEARNERMESSAGE']._serialized_start=1107
+  _globals['_LEARNERMESSAGE']._serialized_end=1248
+  _globals['_GETINFOREQUEST']._serialized_start=1250
+  _globals['_GETINFOREQUEST']._serialized_end=1266
+  _globals['_LEARNERINFO']._serialized_start=1269
+  _globals['_LEARNERINFO']._serialized_end=1460
+  _globals['_LEARNER']._serialized_start=1463
+  _globals['_LEARNER']._serialized_end=1597
 # @@protoc_insertion_point(module_scope)

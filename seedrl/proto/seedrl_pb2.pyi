@@ -39,16 +39,18 @@ class SpaceSpec(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., n: _Optional[int] = ..., low: _Optional[_Union[Tensor, _Mapping]] = ..., high: _Optional[_Union[Tensor, _Mapping]] = ..., children: _Optional[_Iterable[_Union[SpaceSpec, _Mapping]]] = ..., name: _Optional[str] = ..., nvec: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class EnvSpec(_message.Message):
-    __slots__ = ("env_id", "env_kwargs_json", "observation_space", "action_space")
+    __slots__ = ("env_id", "env_kwargs_json", "observation_space", "action_space", "agents")
     ENV_ID_FIELD_NUMBER: _ClassVar[int]
     ENV_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_SPACE_FIELD_NUMBER: _ClassVar[int]
     ACTION_SPACE_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
     env_id: str
     env_kwargs_json: str
     observation_space: SpaceSpec
     action_space: SpaceSpec
-    def __init__(self, env_id: _Optional[str] = ..., env_kwargs_json: _Optional[str] = ..., observation_space: _Optional[_Union[SpaceSpec, _Mapping]] = ..., action_space: _Optional[_Union[SpaceSpec, _Mapping]] = ...) -> None: ...
+    agents: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, env_id: _Optional[str] = ..., env_kwargs_json: _Optional[str] = ..., observation_space: _Optional[_Union[SpaceSpec, _Mapping]] = ..., action_space: _Optional[_Union[SpaceSpec, _Mapping]] = ..., agents: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("protocol_version", "actor_id", "run_id", "num_envs", "env", "frame_stack")
@@ -67,18 +69,20 @@ class Hello(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., actor_id: _Optional[str] = ..., run_id: _Optional[str] = ..., num_envs: _Optional[int] = ..., env: _Optional[_Union[EnvSpec, _Mapping]] = ..., frame_stack: _Optional[int] = ...) -> None: ...
 
 class Frame(_message.Message):
-    __slots__ = ("observations", "rewards", "terminated", "truncated", "observation_leaves")
+    __slots__ = ("observations", "rewards", "terminated", "truncated", "observation_leaves", "acting")
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     REWARDS_FIELD_NUMBER: _ClassVar[int]
     TERMINATED_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_LEAVES_FIELD_NUMBER: _ClassVar[int]
+    ACTING_FIELD_NUMBER: _ClassVar[int]
     observations: Tensor
     rewards: Tensor
     terminated: Tensor
     truncated: Tensor
     observation_leaves: _containers.RepeatedCompositeFieldContainer[Tensor]
-    def __init__(self, observations: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., terminated: _Optional[_Union[Tensor, _Mapping]] = ..., truncated: _Optional[_Union[Tensor, _Mapping]] = ..., observation_leaves: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+    acting: Tensor
+    def __init__(self, observations: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Union[Tensor, _Mapping]] = ..., terminated: _Optional[_Union[Tensor, _Mapping]] = ..., truncated: _Optional[_Union[Tensor, _Mapping]] = ..., observation_leaves: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., acting: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class ActorMessage(_message.Message):
     __slots__ = ("hello", "frame")

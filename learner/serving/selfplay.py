@@ -1,0 +1,247 @@
+"""Self-play in the serving loop: who plays each seat of a two-player game, and the
+frozen opponents' actions from the same batched inference.
+
+With ``--self-play`` every env of a two-agent game is one match at a time: when an env's
+episode starts (its first acting row after all its agents ended), the learning policy
+takes one agent, drawn at random (so it learns to move first and second), and the other
+gets a snapshot from the league's pool (``learner.league.pool.SnapshotPool.sample``).
+Rows of the learning policy's agent are acted on and trained as any slot; rows of the
+opponent's agent are acted on by that snapshot's frozen weights, grouped by snapshot
+into one forward pass each, and never reach the trainer. When the learning policy's agent
+ends its episode, the sign of its return is the result (win > 0, draw 0, loss < 0),
+recorded in the pool (which steers pfsp sampling) and in the Elo ratings.
+
+Every ``--snapshot-every`` learner steps the weights inference runs are copied into the
+pool (the first at once, so an opponent always exists). Pool and ratings are the learner's
+:class:`League`, saved in checkpoints and restored by ``--resume``.
+
+Shape suffixes: B rows of a batch, E envs of a batch, S slots.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from learner.agents.policy import Policy
+from learner.league.pool import Outcome, PoolConfig, SnapshotPool
+from learner.league.ratings import EloRatings
+from seedrl.config import LearnerConfig
+
+LEARNER = "learner"
+"""The learning policy's name in the ratings."""
+RESULT_WINDOW = 200
+"""Recent games the win, draw and loss rates in the metrics cover."""
+SCORE = {Outcome.WIN: 1.0, Outcome.DRAW: 0.5, Outcome.LOSS: 0.0}
+
+
+def snapshot_player(snapshot_id: int) -> str:
+    """A snapshot's name in the ratings."""
+    return f"snapshot-{snapshot_id}"
+
+
+def outcome_of(episode_return: float) -> Outcome:
+    """A zero-sum game's result from the learning policy's return."""
+    if episode_return > 0:
+        return Outcome.WIN
+    return Outcome.LOSS if episode_return < 0 else Outcome.DRAW
+
+
+@dataclass
+class League:
+    """The pool of past selves and the ratings: what self-play keeps across checkpoints.
+
+    The serving loop changes them; a checkpoint (written from another thread) reads them
+    under :attr:`lock`.
+    """
+
+    pool: SnapshotPool
+    ratings: EloRatings
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    recent: deque[Outcome] = field(default_factory=lambda: deque(maxlen=RESULT_WINDOW))
+    """The learning policy's latest results, for the rates in the metrics."""
+
+    @classmethod
+    def for_config(cls, config: LearnerConfig) -> League:
+        return cls(SnapshotPool(PoolConfig.of(config), config.seed), EloRatings())
+
+    def state_dict(self) -> dict[str, Any]:
+        with self.lock:
+            return {"pool": self.pool.state_dict(), "ratings": self.ratings.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        with self.lock:
+            self.pool.load_state_dict(state["pool"])
+            self.ratings.load_state_dict(state["ratings"])
+
+    def record(self, snapshot_id: int, outcome: Outcome) -> None:
+        """One finished game of the learning policy against a snapshot."""
+        with self.lock:
+            self.pool.record(snapshot_id, outcome)
+            self.ratings.update(LEARNER, snapshot_player(snapshot_id), SCORE[outcome])
+            self.recent.append(outcome)
+
+    def metrics(self) -> dict[str, float]:
+        """Rates over the recent games, the learner's rating, and per kept snapshot the
+        learning policy's wins, draws and losses against it."""
+        with self.lock:
+            record: dict[str, float] = {
+                "selfplay_snapshots": float(len(self.pool.ids())),
+                "elo_learner": self.ratings.rating(LEARNER),
+            }
+            recent = list(self.recent)
+            if recent:
+                for outcome in Outcome:
+                    share = sum(o is outcome for o in recent) / len(recent)
+                    record[f"selfplay_{outcome.name.lower()}_rate"] = share
+            for snapshot_id, (wins, draws, losses) in self.pool.results().items():
+                name = snapshot_player(snapshot_id).replace("-", "_")
+                record[f"vs_{name}_wins"] = float(wins)
+                record[f"vs_{name}_draws"] = float(draws)
+                record[f"vs_{name}_losses"] = float(losses)
+            return record
+
+
+class SelfPlay:
+    """Seats and opponents of every env slot, and the opponents' forward passes.
+
+    Envs are keyed by the slot of their first agent's row (a stream's rows come env by
+    env, ``agents`` rows each, and every slot is unique), so per-env state lives in arrays
+    indexed like the trajectory builder's slots.
+    """
+
+    def __init__(
+        self,
+        league: League,
+        agents: int,
+        snapshot_every: int,
+        make_policy: Callable[[Mapping[str, torch.Tensor]], Policy],
+        current_weights: Callable[[], dict[str, torch.Tensor]],
+        seed: int,
+    ) -> None:
+        self.league = league
+        self.agents = agents
+        self.snapshot_every = snapshot_every
+        self._make_policy = make_policy
+        self._current_weights = current_weights
+        self._rng = np.random.default_rng(seed)
+        self._policies: dict[int, Policy] = {}
+        self._next_snapshot = 0 if not league.pool.ids() else None
+        """Learner step at which the next snapshot is due (None: one period from now)."""
+        self.learner_agent_S = np.zeros(0, np.int64)
+        """Which agent of the env the learning policy plays this episode."""
+        self.opponent_S = np.zeros(0, np.int64)
+        """The snapshot that plays the other agent this episode."""
+        self.open_S = np.zeros(0, bool)
+        """The env's episode is under way (seats drawn, not every agent ended yet)."""
+        self.ended_S = np.zeros(0, np.int64)
+        """Agents of the env whose episode ended since the seats were drawn."""
+        self._env_B = np.zeros(0, np.int64)
+
+    # ------------------------------------------------------------- snapshots
+
+    def snapshot_due(self, learner_step: int) -> None:
+        """Freeze the weights inference runs into the pool when a period has passed."""
+        if self._next_snapshot is None:
+            self._next_snapshot = learner_step + self.snapshot_every
+        if learner_step < self._next_snapshot:
+            return
+        weights = self._current_weights()
+        with self.league.lock:
+            self.league.pool.add(learner_step, weights)
+            kept = set(self.league.pool.ids())
+        self._next_snapshot = learner_step + self.snapshot_every
+        playing = set(self.opponent_S[self.open_S].tolist())
+        for snapshot_id in list(self._policies):
+            if snapshot_id not in kept and snapshot_id not in playing:
+                del self._policies[snapshot_id]
+
+    # ------------------------------------------------------------- seats
+
+    def reset(self, slot_ids: np.ndarray) -> None:
+        """A new stream's envs: no episode under way (its slots may have served another)."""
+        self._grow(int(slot_ids.max()) + 1)
+        self.open_S[slot_ids] = False
+
+    def seats(
+        self, slot_B: np.ndarray, acting_B: np.ndarray, done_B: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(rows the learning policy plays, each row's env's opponent snapshot) for one
+        batch; draws the seats of envs whose episode starts here."""
+        rows = len(slot_B)
+        a = self.agents
+        env_B = slot_B[np.arange(rows) // a * a]
+        self._env_B = env_B
+        self._grow(int(env_B.max()) + 1)
+        env_E = env_B[::a]
+        starting_E = acting_B.reshape(-1, a).any(axis=1) & ~self.open_S[env_E]
+        for env in env_E[starting_E].tolist():
+            self._draw(env)
+        self.ended_S[env_E] += done_B.reshape(-1, a).sum(axis=1)
+        self.open_S[env_E] &= self.ended_S[env_E] < a
+        learner_B = np.arange(rows) % a == self.learner_agent_S[env_B]
+        return learner_B, self.opponent_S[env_B]
+
+    def _draw(self, env: int) -> None:
+        self.learner_agent_S[env] = self._rng.integers(self.agents)
+        with self.league.lock:
+            snapshot_id = self.league.pool.sample()
+            if snapshot_id not in self._policies:
+                self._policies[snapshot_id] = self._make_policy(
+                    self.league.pool.weights(snapshot_id)
+                )
+        self.opponent_S[env] = snapshot_id
+        self.open_S[env] = True
+        self.ended_S[env] = 0
+
+    def _grow(self, size: int) -> None:
+        if size <= len(self.open_S):
+            return
+        size = max(size, 2 * len(self.open_S))
+
+        def grown(arr: np.ndarray) -> np.ndarray:
+            new = np.zeros(size, arr.dtype)
+            new[: len(arr)] = arr
+            return new
+
+        self.learner_agent_S = grown(self.learner_agent_S)
+        self.opponent_S = grown(self.opponent_S)
+        self.open_S = grown(self.open_S)
+        self.ended_S = grown(self.ended_S)
+
+    # ------------------------------------------------------------- opponents' actions
+
+    def act(
+        self,
+        obs_BO: np.ndarray,
+        slot_B: np.ndarray,
+        opponent_B: np.ndarray,
+        action_BA: np.ndarray,
+        rows_B: np.ndarray,
+    ) -> None:
+        """Write into ``action_BA[rows_B]`` the opponents' actions: one forward pass per
+        snapshot among those rows (feed-forward policies: no state, no episode flags)."""
+        if not rows_B.any():
+            return
+        index = np.flatnonzero(rows_B)
+        for snapshot_id in np.unique(opponent_B[index]).tolist():
+            group = index[opponent_B[index] == snapshot_id]
+            policy = self._policies[snapshot_id]
+            first = np.zeros(len(group), bool)
+            actions, _, _ = policy(obs_BO[group], first, (), slot_B[group])
+            action_BA[group] = actions
+
+    # ------------------------------------------------------------- results
+
+    def finish(self, rows: np.ndarray, returns: np.ndarray) -> None:
+        """The learning policy's agent ended its episode in batch rows ``rows`` with these
+        returns: record each game against that env's opponent."""
+        for row, episode_return in zip(rows.tolist(), returns.tolist(), strict=True):
+            env = int(self._env_B[row])
+            self.league.record(int(self.opponent_S[env]), outcome_of(episode_return))
