@@ -1,13 +1,15 @@
 """PettingZoo, ``pettingzoo.<family>.<env>_v<N>`` (extra ``[pettingzoo]``): multi-agent envs.
 
-The id is the env's module in the PettingZoo package (``pettingzoo.classic.connect_four_v3``);
-its ``parallel_env`` is used where the module has one (agents act together), else its
-``env`` (an AEC game, played by its turn order). Each agent of each env is a row of the
+The id is the env's module in the PettingZoo package (``pettingzoo.classic.connect_four_v3``,
+which PettingZoo's registry calls ``classic/connect_four-v3``); its Parallel API is used
+where PettingZoo has one for the env (agents act together), else its AEC API (a game
+played by its turn order). Each agent of each env is a row of the
 actor's frame (:mod:`seedrl.envs.agents` has the rules); the agents must share their spaces.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any
 
@@ -19,16 +21,30 @@ from seedrl.envs.family import EnvError, EnvFamily
 PREFIX = "pettingzoo."
 
 
+def registry_id(env_id: str) -> str:
+    """The id PettingZoo's own registry knows the env by (``classic/connect_four-v3``)."""
+    path, _, version = env_id.removeprefix(PREFIX).rpartition("_v")
+    return f"{path.replace('.', '/')}-v{version}"
+
+
 def _factory(env_id: str) -> Any:
-    """The module's ``parallel_env`` (or ``env``); EnvError for a module PettingZoo lacks."""
-    FAMILY.import_requirement(env_id)
+    """What builds the env: PettingZoo's registry (its Parallel API where registered so,
+    else AEC), or on releases before the registry the module's ``parallel_env``/``env``;
+    EnvError for an id PettingZoo does not have."""
+    pettingzoo = FAMILY.import_requirement(env_id)
+    make = getattr(pettingzoo, "make", None)
+    if make is not None:
+        name = registry_id(env_id)
+        for api, registry in (("parallel", "parallel_registry"), ("aec", "aec_registry")):
+            if name in getattr(pettingzoo, registry, {}):
+                return functools.partial(make, api, name)
     try:
         module = importlib.import_module(env_id)
     except ImportError as exc:
-        raise EnvError(f"{env_id}: no such PettingZoo env module ({exc})") from exc
+        raise EnvError(f"{env_id}: no such PettingZoo env ({exc})") from exc
     factory = getattr(module, "parallel_env", None) or getattr(module, "env", None)
     if not callable(factory):
-        raise EnvError(f"{env_id}: module has neither parallel_env() nor env()")
+        raise EnvError(f"{env_id}: not a PettingZoo env module (no parallel_env() or env())")
     return factory
 
 

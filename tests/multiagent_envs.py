@@ -1,0 +1,137 @@
+"""Scripted multi-agent envs with a known turn order (PettingZoo's APIs, duck-typed, so
+the tests need nothing of PettingZoo itself).
+
+:class:`TurnGame` (AEC): agents move in turn; after each move the mover receives its
+action as reward and every other agent still in the game ``-move/10`` (so rewards also
+arrive while an agent waits, and each is distinct). The agent ``leaver`` terminates on its
+second move (PettingZoo's convention: it is then selected and must be stepped with None,
+which removes it), and the game ends for everyone after ``length`` moves.
+
+:class:`JoinLeave` (Parallel): ``a`` plays throughout, ``b`` joins at step 2, ``c`` leaves
+(truncated) at step 3; the episode ends (terminated) at step 5. Each live agent's reward
+is its action plus the step number.
+
+Observations are ``[move or step number, agent index]`` (float32), actions Discrete(4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+OBS = spaces.Box(-100.0, 100.0, (2,), np.float32)
+ACTIONS = spaces.Discrete(4)
+
+
+class TurnGame:
+    def __init__(
+        self, agents: tuple[str, ...] = ("a", "b", "c"), leaver: str | None = "c", length: int = 8
+    ) -> None:
+        self.metadata: dict[str, Any] = {}
+        self.possible_agents = list(agents)
+        self.leaver = leaver
+        self.length = length
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return OBS
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return ACTIONS
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self.agents = list(self.possible_agents)
+        self.moves = 0
+        self.moves_of = dict.fromkeys(self.agents, 0)
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.agent_selection = self.agents[0]
+
+    def observe(self, agent: str) -> np.ndarray:
+        return np.array([self.moves, self.possible_agents.index(agent)], np.float32)
+
+    def last(self) -> Any:  # what makes it an AEC env
+        agent = self.agent_selection
+        return (
+            self.observe(agent), self.rewards[agent], self.terminations[agent],
+            self.truncations[agent], {},
+        )  # fmt: skip
+
+    def step(self, action: Any) -> None:
+        mover = self.agent_selection
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        if self.terminations[mover] or self.truncations[mover]:
+            assert action is None, f"a dead agent is stepped with None, got {action!r}"
+            index = self.agents.index(mover)
+            self.agents.remove(mover)
+            self.agent_selection = self.agents[index % len(self.agents)]
+            return
+        assert action is not None and 0 <= int(action) < 4, f"{mover} sent {action!r}"
+        self.moves += 1
+        self.moves_of[mover] += 1
+        for agent in self.agents:
+            self.rewards[agent] = float(action) if agent == mover else -self.moves / 10
+        if self.moves >= self.length:
+            self.terminations = dict.fromkeys(self.agents, True)
+            return
+        if mover == self.leaver and self.moves_of[mover] == 2:
+            self.terminations[mover] = True  # selected again: must be stepped dead
+            return
+        self.agent_selection = self.agents[(self.agents.index(mover) + 1) % len(self.agents)]
+
+    def close(self) -> None:
+        pass
+
+
+class JoinLeave:
+    def __init__(self) -> None:
+        self.metadata: dict[str, Any] = {}
+        self.possible_agents = ["a", "b", "c"]
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return OBS
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return ACTIONS
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        return {
+            a: np.array([self.t, self.possible_agents.index(a)], np.float32) for a in self.agents
+        }
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Any:
+        self.t = 0
+        self.agents = ["a", "c"]
+        return self._obs(), {}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        assert set(actions) == set(self.agents), f"actions for {sorted(actions)}"
+        self.t += 1
+        rewards = {a: float(actions[a]) + self.t for a in self.agents}
+        terminated = dict.fromkeys(self.agents, self.t == 5)
+        truncated = {a: a == "c" and self.t == 3 for a in self.agents}
+        obs = self._obs()
+        if self.t == 2:  # b joins: its first observation, no reward yet
+            obs["b"] = np.array([self.t, 1], np.float32)
+        if self.t == 5:
+            self.agents = []
+        else:
+            self.agents = [a for a in self.agents if not truncated[a]]
+            if self.t == 2:
+                self.agents.insert(1, "b")
+        return obs, rewards, terminated, truncated, {}
+
+    def close(self) -> None:
+        pass
+
+
+def turn_game(**kwargs: Any) -> TurnGame:
+    """``module:callable`` factory (what a user's own PettingZoo env looks like to seedrl)."""
+    return TurnGame(**kwargs)
+
+
+def two_player(length: int = 6) -> TurnGame:
+    """Two agents, nobody leaves early: a two-player game for self-play."""
+    return TurnGame(agents=("a", "b"), leaver=None, length=length)
