@@ -42,7 +42,7 @@ from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.proto import seedrl_pb2 as pb
 
 if TYPE_CHECKING:
-    from learner.serving.selfplay import League
+    from learner.league.league import League
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ def make_league(config: LearnerConfig, env_spec: pb.EnvSpec) -> League | None:
         )
     if config.lstm:
         raise UnsupportedSetup("--self-play serves feed-forward policies: drop --lstm")
-    from learner.serving.selfplay import League  # the league loads only for self-play
+    from learner.league.league import League  # the league loads only for self-play
 
     return League.for_config(config)
 

@@ -316,11 +316,11 @@ def test_rewards_sent_between_an_agents_end_and_its_next_episode_are_ignored() -
 
 
 def _self_play(seed: int = 0):
-    from learner.league.pool import PoolConfig, SnapshotPool
-    from learner.league.ratings import EloRatings
-    from learner.serving.selfplay import League, SelfPlay
+    from learner.league.league import League
+    from learner.league.pool import PoolConfig
+    from learner.serving.selfplay import SelfPlay
 
-    league = League(SnapshotPool(PoolConfig(1000, 4, "latest"), seed), EloRatings())
+    league = League(PoolConfig(1000, 4, "latest"), seed)
     opponent_calls: list[np.ndarray] = []
 
     def make_policy(weights: Any):

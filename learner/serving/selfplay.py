@@ -9,41 +9,25 @@ Rows of the learning policy's agent are acted on and trained as any slot; rows o
 opponent's agent are acted on by that snapshot's frozen weights, grouped by snapshot
 into one forward pass each, and never reach the trainer. When the learning policy's agent
 ends its episode, the sign of its return is the result (win > 0, draw 0, loss < 0),
-recorded in the pool (which steers pfsp sampling) and in the Elo ratings.
+recorded in the league (the pool's counts steer pfsp sampling; the Elo ratings move).
 
 Every ``--snapshot-every`` learner steps the weights inference runs are copied into the
 pool (the first at once, so an opponent always exists). Pool and ratings are the learner's
-:class:`League`, saved in checkpoints and restored by ``--resume``.
+:class:`~learner.league.league.League`, saved in checkpoints and restored by ``--resume``.
 
 Shape suffixes: B rows of a batch, E envs of a batch, S slots.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 
 from learner.agents.policy import Policy
-from learner.league.pool import Outcome, PoolConfig, SnapshotPool
-from learner.league.ratings import EloRatings
-from seedrl.config import LearnerConfig
-
-LEARNER = "learner"
-"""The learning policy's name in the ratings."""
-RESULT_WINDOW = 200
-"""Recent games the win, draw and loss rates in the metrics cover."""
-SCORE = {Outcome.WIN: 1.0, Outcome.DRAW: 0.5, Outcome.LOSS: 0.0}
-
-
-def snapshot_player(snapshot_id: int) -> str:
-    """A snapshot's name in the ratings."""
-    return f"snapshot-{snapshot_id}"
+from learner.league.league import League
+from learner.league.pool import Outcome
 
 
 def outcome_of(episode_return: float) -> Outcome:
@@ -51,61 +35,6 @@ def outcome_of(episode_return: float) -> Outcome:
     if episode_return > 0:
         return Outcome.WIN
     return Outcome.LOSS if episode_return < 0 else Outcome.DRAW
-
-
-@dataclass
-class League:
-    """The pool of past selves and the ratings: what self-play keeps across checkpoints.
-
-    The serving loop changes them; a checkpoint (written from another thread) reads them
-    under :attr:`lock`.
-    """
-
-    pool: SnapshotPool
-    ratings: EloRatings
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    recent: deque[Outcome] = field(default_factory=lambda: deque(maxlen=RESULT_WINDOW))
-    """The learning policy's latest results, for the rates in the metrics."""
-
-    @classmethod
-    def for_config(cls, config: LearnerConfig) -> League:
-        return cls(SnapshotPool(PoolConfig.of(config), config.seed), EloRatings())
-
-    def state_dict(self) -> dict[str, Any]:
-        with self.lock:
-            return {"pool": self.pool.state_dict(), "ratings": self.ratings.state_dict()}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        with self.lock:
-            self.pool.load_state_dict(state["pool"])
-            self.ratings.load_state_dict(state["ratings"])
-
-    def record(self, snapshot_id: int, outcome: Outcome) -> None:
-        """One finished game of the learning policy against a snapshot."""
-        with self.lock:
-            self.pool.record(snapshot_id, outcome)
-            self.ratings.update(LEARNER, snapshot_player(snapshot_id), SCORE[outcome])
-            self.recent.append(outcome)
-
-    def metrics(self) -> dict[str, float]:
-        """Rates over the recent games, the learner's rating, and per kept snapshot the
-        learning policy's wins, draws and losses against it."""
-        with self.lock:
-            record: dict[str, float] = {
-                "selfplay_snapshots": float(len(self.pool.ids())),
-                "elo_learner": self.ratings.rating(LEARNER),
-            }
-            recent = list(self.recent)
-            if recent:
-                for outcome in Outcome:
-                    share = sum(o is outcome for o in recent) / len(recent)
-                    record[f"selfplay_{outcome.name.lower()}_rate"] = share
-            for snapshot_id, (wins, draws, losses) in self.pool.results().items():
-                name = snapshot_player(snapshot_id).replace("-", "_")
-                record[f"vs_{name}_wins"] = float(wins)
-                record[f"vs_{name}_draws"] = float(draws)
-                record[f"vs_{name}_losses"] = float(losses)
-            return record
 
 
 class SelfPlay:
@@ -152,9 +81,8 @@ class SelfPlay:
             self._next_snapshot = learner_step + self.snapshot_every
         if learner_step < self._next_snapshot:
             return
-        weights = self._current_weights()
+        self.league.add(learner_step, self._current_weights())
         with self.league.lock:
-            self.league.pool.add(learner_step, weights)
             kept = set(self.league.pool.ids())
         self._next_snapshot = learner_step + self.snapshot_every
         playing = set(self.opponent_S[self.open_S].tolist())
@@ -190,12 +118,11 @@ class SelfPlay:
 
     def _draw(self, env: int) -> None:
         self.learner_agent_S[env] = self._rng.integers(self.agents)
-        with self.league.lock:
-            snapshot_id = self.league.pool.sample()
-            if snapshot_id not in self._policies:
-                self._policies[snapshot_id] = self._make_policy(
-                    self.league.pool.weights(snapshot_id)
-                )
+        snapshot_id = self.league.opponent()
+        if snapshot_id not in self._policies:
+            with self.league.lock:
+                weights = self.league.pool.weights(snapshot_id)
+            self._policies[snapshot_id] = self._make_policy(weights)
         self.opponent_S[env] = snapshot_id
         self.open_S[env] = True
         self.ended_S[env] = 0
