@@ -16,8 +16,8 @@ from support import free_port, learner_args, read_records, running, wait_until
 
 from actors.actor import Actor
 from learner import failover
-from seedrl.config import ActorConfig, LearnerConfig
 from seedrl.commands import actors_command
+from seedrl.config import ActorConfig, LearnerConfig
 
 INFO = {"SEEDRL_LOG_LEVEL": "INFO"}
 
