@@ -49,12 +49,12 @@ def test_standby_takes_over_only_after_the_leader_served_then_fell_silent_for_th
     tmp_path,
 ):
     config = LearnerConfig(logdir=str(tmp_path), standby="10.0.0.1:1", standby_grace_s=3.0)
-    # Not up yet for 4 polls (a standby started first must not take over), then serving
-    # for 4, then silent.
-    ask, asked = scripted([False] * 4 + [True] * 4 + [False])
+    # Not up yet for longer than the grace (a standby started first must not take over),
+    # then serving for 4 polls, then silent.
+    ask, asked = scripted([False] * 10 + [True] * 4 + [False])
     clock = FakeClock()
     assert failover.wait_to_lead(config, ask, clock, clock.sleep)
-    last_ok = 7 * failover.POLL_S  # the 8th poll was the last answer
+    last_ok = 13 * failover.POLL_S  # the 14th poll was the last answer
     assert clock.now - last_ok >= config.standby_grace_s
     assert clock.now - last_ok < config.standby_grace_s + failover.POLL_S
     assert set(asked) == {"10.0.0.1:1"}

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import shlex
+import signal
 import sys
 import tempfile
 import time
@@ -66,6 +67,13 @@ def run(argv: Sequence[str]) -> int:
         print(line, flush=True)
 
     soak = Soak(config, work, say)
+
+    def interrupt(signum: int, frame: object) -> None:
+        say(f"soak: {signal.Signals(signum).name}: ending after the fault under way")
+        soak.interrupted = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupt)
     started_wall = time.time()
     try:
         soak.run()
@@ -85,6 +93,7 @@ def run(argv: Sequence[str]) -> int:
         "started_wall": started_wall,
         "stopped_wall": stopped_wall,
         "duration_s": round(stopped_wall - started_wall, 1),
+        "interrupted": soak.interrupted,
         "skipped": soak.skipped,
         "faults": soak.faults,
         "rss": soak.rss.samples,

@@ -176,7 +176,9 @@ def render(result: dict[str, Any], png: str | None = None) -> str:
         f"Measured {result['date']} on {m.get('cpu_model') or 'unknown CPU'} ({m.get('cpus')} "
         f"CPUs, shared), Python {m.get('python')}: `{result['command']}`, "
         f"{result['duration_s'] / 60:.1f} min, {c['env']}, {result['actors']} actors × "
-        f"{c['envs_per_actor']} envs ({c['remote_actors']} behind the cut link), checkpoint "
+        f"{c['envs_per_actor']} envs ({c['remote_actors']} behind the cut link), "
+        + ("ended early by a signal, " if result.get("interrupted") else "")
+        + f"checkpoint "
         f"every {c['checkpoint_interval_s']:g} s, {len(result['faults'])} faults; verdict: "
         f"**{'all bounds held' if result['ok'] else 'BOUND BROKEN'}**.",
         "",

@@ -106,6 +106,8 @@ class Soak:
         self.metrics = MetricsTail(self.logdir / "metrics.jsonl")
         self.rss = RssSampler(self, 5.0)
         self.actors_total = config.host_actors + config.remote_actors
+        self.interrupted = False
+        """Told to end early (SIGINT/SIGTERM): no new fault; the run so far is reported."""
 
     # ------------------------------------------------------------ processes
 
@@ -438,7 +440,7 @@ class Soak:
         runnable = [k for k in KINDS if k not in self.skipped]
         count: dict[str, int] = {}
         index = 0
-        while runnable:
+        while runnable and not self.interrupted:
             if config.once and index >= len(runnable):
                 break
             if not config.once and self.now() + config.fault_every_s > end - config.quiet_end_s:
@@ -455,6 +457,6 @@ class Soak:
         self.sleep_until(end if not config.once else self.now() + config.quiet_end_s)
 
     def sleep_until(self, t: float) -> None:
-        while self.now() < t:
+        while self.now() < t and not self.interrupted:
             time.sleep(min(1.0, t - self.now()))
             self.metrics.poll()
