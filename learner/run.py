@@ -263,8 +263,9 @@ async def serve(
     """
     token = config_auth_token(config)  # the one place it is resolved
     check_bind_protected(config, token)
-    if config.standby or config.resume:
-        # A standby waits here, binding nothing, until the leader is gone.
+    if rank is None and (config.standby or config.resume):
+        # A standby waits here, binding nothing, until the leader is gone (a lone learner:
+        # torchrun ranks restart together, and rank 0's leader.json is not another learner).
         turn = await asyncio.to_thread(failover.standby_turn, config)
         if turn is None:
             return RunResult("the leader finished the run", 0, 0, 0, None, 0.0, False)
