@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,12 @@ def run(argv: Sequence[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, interrupt)
     started_wall = time.time()
+    error = None
     try:
         soak.run()
+    except Exception as exc:  # the run so far is still reported, and judged broken
+        traceback.print_exc()
+        error = repr(exc)
     finally:
         stopped_wall = time.time()
         soak.stop()
@@ -94,6 +99,7 @@ def run(argv: Sequence[str]) -> int:
         "stopped_wall": stopped_wall,
         "duration_s": round(stopped_wall - started_wall, 1),
         "interrupted": soak.interrupted,
+        "error": error,
         "skipped": soak.skipped,
         "faults": soak.faults,
         "rss": soak.rss.samples,
@@ -102,7 +108,7 @@ def run(argv: Sequence[str]) -> int:
         "work": str(work),
     }
     result["checks"] = report.judge(result)
-    result["ok"] = all(c["ok"] for c in result["checks"].values())
+    result["ok"] = error is None and all(c["ok"] for c in result["checks"].values())
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

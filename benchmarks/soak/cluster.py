@@ -131,6 +131,10 @@ def run_cmd(args: Sequence[str]) -> None:
         raise RuntimeError(f"{' '.join(args)} failed: {done.stderr.strip()}")
 
 
+NETEM = ("netem", "loss", "20%", "delay", "100ms", "50ms")
+"""A lossy, slow link: a fifth of the packets lost, 100 ms +- 50 ms each way."""
+
+
 @dataclasses.dataclass
 class ActorHost:
     """A network namespace joined to this host by a veth pair: actors there reach the
@@ -141,6 +145,9 @@ class ActorHost:
     veth_ns: str
     host_address: str
     ns_address: str
+    netem: str = ""
+    """Why ``tc netem`` cannot shape the link here ("" when it can): then every cut is a
+    pulled link."""
 
     @classmethod
     def make(cls) -> ActorHost | str:
@@ -169,6 +176,11 @@ class ActorHost:
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             host.close()
             return f"cannot build a network namespace: {exc}"
+        try:  # the kernel may lack sch_netem (containers without the module)
+            run_cmd(["tc", "qdisc", "add", "dev", host.veth_host, "root", *NETEM])
+            run_cmd(["tc", "qdisc", "del", "dev", host.veth_host, "root"])
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            host.netem = str(exc)
         return host
 
     def command(self, args: Sequence[str]) -> list[str]:
@@ -179,9 +191,8 @@ class ActorHost:
         if mode == "down":
             ip("-n", self.netns, "link", "set", self.veth_ns, "down")
             return
-        rule = ["netem", "loss", "20%", "delay", "100ms", "50ms"]
-        run_cmd(["tc", "qdisc", "add", "dev", self.veth_host, "root", *rule])
-        run_cmd(self.command(["tc", "qdisc", "add", "dev", self.veth_ns, "root", *rule]))
+        run_cmd(["tc", "qdisc", "add", "dev", self.veth_host, "root", *NETEM])
+        run_cmd(self.command(["tc", "qdisc", "add", "dev", self.veth_ns, "root", *NETEM]))
 
     def heal(self, mode: str) -> None:
         if mode == "down":

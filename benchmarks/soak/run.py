@@ -95,6 +95,8 @@ class Soak:
             self.skipped["partition"] = host
         else:
             self.remote = host
+            if host.netem:
+                self.skipped["partition (netem)"] = f"only pulled links: {host.netem}"
         bind = self.remote.host_address if self.remote else "127.0.0.1"
         self.places = [f"{bind}:{free_port()}", f"{bind}:{free_port()}"]
         self.leader = 0
@@ -242,7 +244,16 @@ class Soak:
     # ------------------------------------------------------------ the faults
 
     def inject(self, kind: str, occurrence: int) -> None:
-        getattr(self, f"fault_{kind}")(occurrence)
+        """Do one fault; one that cannot be done (a tool failing) is recorded as broken."""
+        t0 = self.now()
+        try:
+            getattr(self, f"fault_{kind}")(occurrence)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            self.say(f"soak: {kind} failed: {exc}")
+            self.record(
+                kind, t0, recovery_s=None, recovery_bound_s=0.0, frames_lost=None,
+                frames_lost_bound=None, error=str(exc),
+            )  # fmt: skip
 
     def fault_actor_kill(self, occurrence: int) -> None:
         """SIGKILL one actor process of this host's launcher; the launcher restarts it."""
@@ -279,7 +290,7 @@ class Soak:
     def fault_partition(self, occurrence: int) -> None:
         """Cut the actor host's link (pulled, or lossy and slow) for ``partition_s``."""
         assert self.remote is not None
-        mode = "down" if occurrence % 2 == 0 else "netem"
+        mode = "down" if occurrence % 2 == 0 or self.remote.netem else "netem"
         before = self.metrics.last()
         t0, wall = self.now(), time.time()
         self.remote.cut(mode)
@@ -438,6 +449,7 @@ class Soak:
         self.start()
         self.sleep_until(config.warmup_s)
         runnable = [k for k in KINDS if k not in self.skipped]
+        self.say(f"soak: faults {', '.join(runnable)}")
         count: dict[str, int] = {}
         index = 0
         while runnable and not self.interrupted:
