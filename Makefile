@@ -164,7 +164,10 @@ images:
 COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo docker compose; \
 	elif command -v docker-compose >/dev/null; then echo docker-compose; fi)
 CLUSTER ?= seedrl
-COMPOSE_ARGS = -p $(CLUSTER) -f deploy/docker-compose.yml
+## STANDBY=1 adds a standby learner the actors fail over to (deploy/docker-compose.standby.yml).
+STANDBY ?=
+COMPOSE_ARGS = -p $(CLUSTER) -f deploy/docker-compose.yml \
+	$(if $(STANDBY),-f deploy/docker-compose.standby.yml)
 
 cluster: deploy/seedrl.env deploy/tls/ca.pem images
 	@test -n "$(COMPOSE)" || { echo "make cluster needs 'docker compose' or docker-compose" >&2; exit 2; }
@@ -264,3 +267,24 @@ docs: $(STAMP)
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache $(CPP_BUILD) bench.json bench-minatar.json \
 		bench-atari.json
+
+## An endurance run with faults (python -m benchmarks.soak; root for the network partition
+## and the full disk, which are skipped with a line otherwise): SOAK_MINUTES of CartPole with
+## actor and learner kills, a trainer crash, a partition, a full disk and a fail-over to a
+## standby; writes SOAK_JSON and its plot, renders docs/reliability.md's soak block and
+## fails when a bound broke. `make soak-short`: every fault once, a few minutes (CI).
+SOAK_MINUTES ?= 60
+SOAK_JSON ?= benchmarks/results/soak.json
+SOAK_PNG ?= docs/reliability/soak.png
+SOAK_SHORT_DIR ?= runs/soak-short
+.PHONY: soak soak-short soak-table
+soak: $(STAMP)
+	$(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES) --out $(SOAK_JSON) --png $(SOAK_PNG) $(ARGS)
+	$(MAKE) --no-print-directory soak-table SOAK_JSON=$(SOAK_JSON)
+
+soak-short: $(STAMP)
+	$(PY) -m benchmarks.soak --short --out $(SOAK_SHORT_DIR)/soak.json \
+		--png $(SOAK_SHORT_DIR)/soak.png $(ARGS)
+
+soak-table: $(STAMP)
+	$(PY) -m benchmarks.soak table $(SOAK_JSON) --png reliability/soak.png --update docs/reliability.md

@@ -61,6 +61,9 @@ RETRYABLE = frozenset(
     }
 )
 """Statuses after which the actor reconnects; anything else is a configuration error."""
+GONE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+"""Statuses that say the learner is not there (down, unreachable): an actor with
+``--fallback-learner`` tries its next address after them; a full or refusing learner is there."""
 
 
 class StreamEnd(enum.Enum):
@@ -235,7 +238,10 @@ class Actor:
         # and GetInfo's rank_addresses then says which rank this actor belongs to.
         targets = learner_targets(config.learner)
         self.discover_ranks = len(targets) == 1
-        self.home = targets[index % len(targets)]
+        self.addresses = [targets[index % len(targets)], *learner_targets(config.fallback_learner)]
+        """This actor's learner, then the standbys it fails over to (--fallback-learner)."""
+        self._address = 0
+        self.home = self.addresses[0]
         self.target = self.home
         self.local_failed = False
         """The learner's unix socket did not work for this actor: stay on TCP."""
@@ -347,10 +353,12 @@ class Actor:
                         "actor %s: learner refused: %s: %s", self.actor_id, code.name, details
                     )
                     return 2
-                self.target = self.home  # find the ranks again once the learner is back
                 # The first failure of a series is a warning, so a wrong address or TLS CA
                 # is visible at the default log level; the retries after it are not.
                 level = logging.WARNING if self.backoff.attempt == 0 else logging.INFO
+                if code in GONE:
+                    self._fail_over(details, level)
+                self.target = self.home  # find the ranks again once the learner is back
                 delay = self.backoff.next_delay()
                 log.log(
                     level, "actor %s: learner unavailable (%s: %s); retrying in %.1f s",
@@ -372,6 +380,18 @@ class Actor:
             self.target = self.home
             self._stop.wait(self.backoff.next_delay())
         return 0
+
+    def _fail_over(self, details: str, level: int) -> None:
+        """Make the next --fallback-learner address home (wrapping around), if there is one."""
+        if len(self.addresses) < 2:
+            return
+        gone = self.home
+        self._address = (self._address + 1) % len(self.addresses)
+        self.home = self.addresses[self._address]
+        log.log(
+            level, "actor %s: learner at %s gone (%s); failing over to %s",
+            self.actor_id, gone, details, self.home,
+        )  # fmt: skip
 
     def stream_frames(
         self, channel: grpc.Channel, spec: pb.EnvSpec, frame_stack: int = 0

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # imported where used, so a missing package is one line from 
 
 DEFAULT_NAMES = (
     "learner",
+    "learner-standby",
     "learner.seedrl",
     "learner.seedrl.svc",
     "learner.seedrl.svc.cluster.local",
@@ -44,7 +45,8 @@ DEFAULT_NAMES = (
     "::1",
 )
 """Names (DNS or IP) the learner's certificate is valid for: the service name actors dial
-in compose and Kubernetes (namespace seedrl), and this host's loopback for healthchecks."""
+in compose and Kubernetes (namespace seedrl), compose's standby learner (the same
+certificate serves both), and this host's loopback for healthchecks."""
 CA_DAYS = 3650
 SERVER_DAYS = 825
 """Validity; the server certificate can be renewed from the kept CA key (--renew-server)."""

@@ -41,6 +41,13 @@ def train_main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if ranked and config.standby:
+        print(
+            "python -m learner: error: --standby cannot run under torchrun: a standby is one "
+            "learner process (run it beside rank 0's host, without torchrun)",
+            file=sys.stderr,
+        )
+        return 2
     if config.wandb and find_spec("wandb") is None:
         from learner.metrics import WANDB_MISSING
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import re
 import threading
@@ -31,6 +32,8 @@ import numpy as np
 
 from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.metrics import EPISODES_FILE, METRICS_FILE
+
+log = logging.getLogger(__name__)
 
 _TAG_PREFIXES = (
     ("loss_", "losses/"),
@@ -263,6 +266,8 @@ class MetricsWriter:
     def __init__(self, sinks: Sequence[MetricsSink], episodes: EpisodeLog | None = None) -> None:
         self.sinks = list(sinks)
         self.episodes = episodes
+        self.failing = False
+        """The last write failed (a full disk): said once, and again when writes work."""
 
     @classmethod
     def from_config(cls, config: LearnerConfig, logdir: str | Path) -> MetricsWriter:
@@ -278,10 +283,20 @@ class MetricsWriter:
     def write(self, record: dict[str, Any], ended: Sequence[EndedEpisodes] = ()) -> None:
         """One record to every sink; ``ended`` (the episodes since the last record) to the
         episode log."""
-        if self.episodes is not None:
-            self.episodes.write(ended)
-        for sink in self.sinks:
-            sink.write(record)
+        # A full or failing disk loses these records, not the run: training goes on.
+        try:
+            if self.episodes is not None:
+                self.episodes.write(ended)
+            for sink in self.sinks:
+                sink.write(record)
+        except OSError as exc:
+            if not self.failing:
+                log.error("metrics not written (the run goes on): %s", exc)
+            self.failing = True
+            return
+        if self.failing:
+            log.warning("metrics written again")
+            self.failing = False
 
     def close(self) -> None:
         # Every sink gets closed even when one fails; a failure is raised after the rest.

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from learner import failover
 from learner.agents.models import resolve_precision
 from learner.collapse import CollapseWatch
 from learner.metrics import MetricsWriter, PrometheusSink
@@ -297,6 +298,13 @@ async def serve(
     """
     token = config_auth_token(config)  # the one place it is resolved
     check_bind_protected(config, token)
+    if rank is None and (config.standby or config.resume):
+        # A standby waits here, binding nothing, until the leader is gone (a lone learner:
+        # torchrun ranks restart together, and rank 0's leader.json is not another learner).
+        turn = await asyncio.to_thread(failover.standby_turn, config)
+        if turn is None:
+            return RunResult("the leader finished the run", 0, 0, 0, None, 0.0, False)
+        config = turn
     with offered_local_socket(config.local_socket and not config.tls_cert, config.bind) as local:
         return await _serve(config, token, ready, rank or SingleRank(), local)
 
@@ -340,13 +348,19 @@ async def _serve(
     start = time.perf_counter()
     keeper = checkpoint.BestKeeper.for_config(config)
     watch = CollapseWatch(learner.head.max_entropy)
+    fence = None
+    if rank.writes_checkpoints:  # the learner that owns the run directory says so
+        own = failover.Leader(learner.learner_run_id, failover.own_address(config))
+        fence = failover.Fence(logdir, own)
     try:
-        await _supervise(learner, trainer, rank, stop, writer, progress, start, keeper, watch)
+        await _supervise(
+            learner, trainer, rank, stop, writer, progress, start, keeper, watch, fence
+        )
     finally:
         await serving.stop(stop.reason or "learner stopping", stop.final)
         trainer.stop()
         progress.close()
-        if rank.writes_checkpoints:
+        if rank.writes_checkpoints and not (fence is not None and fence.lost):
             counters = rank.checkpoint_counters()
             await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
             await keep_best(learner, trainer, rank, keeper, final=True)
@@ -359,7 +373,9 @@ async def _serve(
         writer.close()
     result = _result(learner, stop.reason, time.perf_counter() - start)
     print(summary_line(result), flush=True)
-    (logdir / "result.json").write_text(json.dumps(result.__dict__, indent=2) + "\n")
+    # "final": the run ended for good, so a standby has nothing to take over.
+    done = {**result.__dict__, "final": stop.final}
+    (logdir / "result.json").write_text(json.dumps(done, indent=2) + "\n")
     if trainer.error is not None:
         raise RuntimeError("the trainer failed") from trainer.error
     return result
@@ -375,14 +391,21 @@ async def _supervise(
     start: float,
     keeper: checkpoint.BestKeeper | None,
     watch: CollapseWatch,
+    fence: failover.Fence | None = None,
 ) -> None:
     """Every ``log_interval_s`` until stopped: a metrics record (with the collapse flags),
-    progress, the stop conditions and, when due, a checkpoint and the best one."""
+    progress, the stop conditions and, when due, a checkpoint and the best one; a learner
+    another has taken over from (``fence``) stops and writes nothing more."""
     config, stats = learner.config, learner.stats
     last_checkpoint = start
     while not stop.event.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.event.wait(), config.log_interval_s)
+        other = fence.superseded() if fence is not None else None
+        if other is not None:
+            log.error("the learner at %s took over %s; stopping", other.address, config.logdir)
+            stop.request(f"superseded by the learner at {other.address}", False)
+            break
         record = stats.snapshot(len(learner.queue))
         record.update(learner.queue.metrics())
         record.update(trainer.metrics())

@@ -350,6 +350,17 @@ class LearnerConfig:
     on past its best ends with that policy at hand (0: keep no best checkpoint)."""
     resume: bool = False
     """Continue from logdir/checkpoint.pt when it exists."""
+    standby: str = ""
+    """Run as the standby of the learner serving at this HOST:PORT: serve nothing, watch its
+    health, and once it has answered and then stopped for --standby-grace-s, take over:
+    resume from the newest checkpoint in --logdir (the primary's, on a shared disk) and
+    serve on --port. A learner whose logdir names another live leader also waits as its
+    standby. Empty: serve at once."""
+    standby_grace_s: float = 5.0
+    """How long the primary must fail its health checks before the standby takes over; a
+    primary restarting in place (SIGKILL and --resume) within it keeps its place."""
+    standby_tls_ca: str | None = None
+    """PEM CA of the primary's certificate, when the primary serves TLS (for --standby)."""
     log_interval_s: float = 2.0
     """Seconds between metrics.jsonl lines and progress updates."""
     progress: str = "auto"
@@ -396,7 +407,7 @@ class LearnerConfig:
             self,
             ("learning_rate", "adam_eps", "max_grad_norm", "clip_rho_threshold",
              "clip_pg_rho_threshold", "reward_scale", "reward_clip", "checkpoint_interval_s",
-             "log_interval_s"),
+             "log_interval_s", "standby_grace_s"),
             low=0,
             low_open=True,
         )  # fmt: skip
@@ -476,6 +487,10 @@ class ActorConfig:
     learner: str = "127.0.0.1:8686"
     """Learner address HOST:PORT (or unix:PATH); with several learner ranks, rank 0's
     address (the rest come from GetInfo) or a comma-separated list (actor i -> entry i mod n)."""
+    fallback_learner: str = ""
+    """Standby learners to fail over to (comma-separated HOST:PORT): when the learner in use
+    is gone (unreachable after the reconnect backoff), the actor tries the next address in
+    turn, wrapping around. Not part of --learner, whose list names ranks that all train at once."""
     num_actors: int = 1
     """N: actors to run, each with its own stream and K envs (see --actors-per-process)."""
     actors_per_process: int = 0

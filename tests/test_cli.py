@@ -85,6 +85,16 @@ def test_a_bad_flag_exits_2_with_one_line_naming_it(args, flag):
     assert flag in last and "Traceback" not in done.stderr
 
 
+def test_torchrun_ranks_refuse_to_stand_by(monkeypatch, capsys):
+    """A standby is one learner process; under torchrun it is refused: one line, exit 2."""
+    import learner.__main__ as cli
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert cli.main(["--standby", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--standby" in err[0]
+
+
 @pytest.mark.parametrize("trainer", ["process", "device"])
 def test_torchrun_ranks_refuse_a_trainer_other_than_thread(trainer, monkeypatch, capsys):
     """Under torchrun the trainer flag is checked before anything starts: one line, exit 2."""

@@ -35,6 +35,7 @@ yaml = pytest.importorskip("yaml", reason="pyyaml is in the dev extra")
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 COMPOSE = DEPLOY / "docker-compose.yml"
+STANDBY = DEPLOY / "docker-compose.standby.yml"
 IMAGES = {"learner": "seedrl-learner", "actor": "seedrl-actor"}
 DOCKERFILES = {"learner": DEPLOY / "Dockerfile.learner", "actor": DEPLOY / "Dockerfile.actor"}
 ENTRY_MODULES = {"learner": "learner", "actor": "actors"}
@@ -207,6 +208,29 @@ def test_compose_actors_reach_the_learner_service_and_wait_for_health(compose):
     assert config.first_index == -1, "identical replicas need distinct seeds"
     assert actor["depends_on"]["learner"]["condition"] == "service_healthy"
     assert actor["restart"] in ("on-failure", "unless-stopped", "always")
+
+
+def test_compose_standby_shares_the_run_and_actors_fail_over_to_it(compose):
+    """The standby file: a learner that waits on the primary's health over TLS, resumes
+    from the same run directory, and is the actors' fallback; each names itself for the
+    other (leader.json) by a name the certificate holds."""
+    (extra,) = load_yaml_docs(STANDBY)
+    primary = parse_flags("learner", extra["services"]["learner"]["command"])
+    standby_service = extra["services"]["learner-standby"]
+    standby = parse_flags("learner", standby_service["command"])
+    actor = parse_flags("actor", extra["services"]["actor"]["command"])
+    base = parse_flags("learner", compose["services"]["learner"]["command"])
+    assert primary.port == base.port and primary.logdir == base.logdir == standby.logdir
+    assert standby.standby == f"{primary.advertise_host}:{primary.port}"
+    assert standby.resume and primary.resume
+    assert standby.standby_tls_ca and primary.standby_tls_ca, "both may stand by over TLS"
+    assert actor.learner == f"{primary.advertise_host}:{primary.port}"
+    assert actor.fallback_learner == f"{standby.advertise_host}:{standby.port}"
+    names = certs_script().DEFAULT_NAMES
+    assert primary.advertise_host in names and standby.advertise_host in names
+    volumes = {interpolate(v) for v in standby_service["volumes"]}
+    assert volumes >= {interpolate(v) for v in compose["services"]["learner"]["volumes"]}
+    assert standby_service["image"] == compose["services"]["learner"]["image"]
 
 
 def test_compose_config_validates_with_docker():

@@ -65,6 +65,36 @@ def test_writer_hands_each_record_to_every_sink_and_closes_all_even_after_a_fail
     assert writer.sinks == []
 
 
+class FullDisk:
+    """A sink on a disk that is full until ``free`` is set."""
+
+    def __init__(self) -> None:
+        self.free = False
+        self.frames: list[int] = []
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.free:
+            raise OSError(28, "No space left on device")
+        self.frames.append(record["frames"])
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_full_disk_loses_records_not_the_run(caplog):
+    sink = FullDisk()
+    writer = MetricsWriter([sink])
+    with caplog.at_level("WARNING", logger="learner.metrics"):
+        writer.write({"frames": 1})
+        writer.write({"frames": 2})
+        sink.free = True
+        writer.write({"frames": 3})
+    assert sink.frames == [3]
+    said = [r.getMessage() for r in caplog.records]
+    assert len([m for m in said if "metrics not written" in m]) == 1, said
+    assert "metrics written again" in said
+
+
 def test_the_config_picks_the_sinks(tmp_path):
     def kinds(**kw: Any) -> list[type]:
         writer = MetricsWriter(build_sinks(LearnerConfig(**kw), tmp_path))

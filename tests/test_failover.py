@@ -1,0 +1,178 @@
+"""Fail-over to a standby learner: the standby's watch, the leader file, the actors' turn.
+
+The end-to-end test kills a primary learner with SIGKILL on loopback and checks that
+the standby (``--standby``) takes over from the shared checkpoint and the actors
+(``--fallback-learner``) follow it; then the old primary, restarted in place with
+``--resume``, waits as the new leader's standby instead of training beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+from support import free_port, learner_args, read_records, running, wait_until
+
+from actors.actor import Actor
+from learner import failover
+from seedrl.commands import actors_command
+from seedrl.config import ActorConfig, LearnerConfig
+
+INFO = {"SEEDRL_LOG_LEVEL": "INFO"}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def scripted(answers: list[bool]):
+    """A health check answering from ``answers`` in turn, then the last one for ever."""
+    asked: list[str] = []
+
+    def ask(address: str) -> tuple[bool, str]:
+        asked.append(address)
+        ok = answers[min(len(asked), len(answers)) - 1]
+        return ok, "SERVING" if ok else "UNAVAILABLE: connection refused"
+
+    return ask, asked
+
+
+def test_standby_takes_over_only_after_the_leader_served_then_fell_silent_for_the_grace(
+    tmp_path,
+):
+    config = LearnerConfig(logdir=str(tmp_path), standby="10.0.0.1:1", standby_grace_s=3.0)
+    # Not up yet for longer than the grace (a standby started first must not take over),
+    # then serving for 4 polls, then silent.
+    ask, asked = scripted([False] * 10 + [True] * 4 + [False])
+    clock = FakeClock()
+    assert failover.wait_to_lead(config, ask, clock, clock.sleep)
+    last_ok = 13 * failover.POLL_S  # the 14th poll was the last answer
+    assert clock.now - last_ok >= config.standby_grace_s
+    assert clock.now - last_ok < config.standby_grace_s + failover.POLL_S
+    assert set(asked) == {"10.0.0.1:1"}
+
+
+def test_standby_stands_down_when_the_run_ended_for_good(tmp_path):
+    config = LearnerConfig(logdir=str(tmp_path), standby="10.0.0.1:1", standby_grace_s=1.0)
+
+    def ask(address: str) -> tuple[bool, str]:
+        if clock.now >= 2.0 and not (tmp_path / "result.json").exists():
+            (tmp_path / "result.json").write_text(json.dumps({"reason": "done", "final": True}))
+        return clock.now < 2.0, "NOT_SERVING"
+
+    clock = FakeClock()
+    assert not failover.wait_to_lead(config, ask, clock, clock.sleep)
+
+
+def test_a_restart_of_the_run_is_not_a_reason_to_stand_down(tmp_path):
+    (tmp_path / "result.json").write_text(json.dumps({"reason": "signal", "final": False}))
+    assert not failover.finished_since(tmp_path, 0.0)
+    (tmp_path / "result.json").write_text(json.dumps({"reason": "done", "final": True}))
+    assert failover.finished_since(tmp_path, 0.0)
+    assert not failover.finished_since(tmp_path, time.time() + 60)  # an older run's result
+
+
+def test_a_resumed_learner_waits_as_standby_of_a_live_leader(tmp_path):
+    failover.write_leader(tmp_path, failover.Leader("other", "127.0.0.1:9"))
+    config = LearnerConfig(logdir=str(tmp_path), resume=True, port=7, standby_grace_s=1.0)
+    ask, asked = scripted([True, True, False])
+    turn = failover.standby_turn(config, ask)
+    assert turn is not None and turn.resume and turn.standby == ""
+    assert asked[0] == "127.0.0.1:9"
+    # Its own address in the file (a restart in place) or a dead leader: serve at once.
+    failover.write_leader(tmp_path, failover.Leader("old", failover.own_address(config)))
+    assert failover.standby_turn(config, scripted([True])[0]) == config
+    failover.write_leader(tmp_path, failover.Leader("other", "127.0.0.1:9"))
+    assert failover.standby_turn(config, scripted([False])[0]) == config
+
+
+def test_a_learner_learns_it_was_superseded_from_the_leader_file(tmp_path):
+    fence = failover.Fence(tmp_path, failover.Leader("me", "127.0.0.1:1"))
+    assert failover.read_leader(tmp_path) == failover.Leader("me", "127.0.0.1:1")
+    assert fence.superseded() is None and not fence.lost
+    time.sleep(0.01)  # a distinct mtime
+    failover.write_leader(tmp_path, failover.Leader("standby", "127.0.0.1:2"))
+    assert fence.superseded() == failover.Leader("standby", "127.0.0.1:2")
+    assert fence.lost
+
+
+def test_actor_fails_over_in_turn_only_when_the_learner_is_gone():
+    config = ActorConfig(learner="127.0.0.1:1", fallback_learner="127.0.0.1:2, 127.0.0.1:3")
+    actor = Actor(config, index=0)
+    assert actor.addresses == ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+    homes = []
+    for _ in range(4):
+        actor._fail_over("gone", 20)
+        homes.append(actor.home)
+    assert homes == ["127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:1", "127.0.0.1:2"]
+    alone = Actor(ActorConfig(learner="127.0.0.1:1"), index=0)
+    alone._fail_over("gone", 20)
+    assert alone.home == "127.0.0.1:1"
+
+
+def frames_of(records: list[dict], learner_run_start: int) -> int:
+    return int(records[-1]["frames"]) if len(records) > learner_run_start else 0
+
+
+def test_standby_takes_over_when_the_primary_is_killed_and_actors_follow(tmp_path):
+    """SIGKILL the primary: the standby resumes from its checkpoint within seconds, the
+    actors fail over to it, and the primary restarted in place waits as its standby."""
+    primary_port, standby_port = free_port(), free_port()
+    common = ("--checkpoint-interval-s", "1", "--standby-grace-s", "2")
+    primary = learner_args(primary_port, tmp_path, *common)
+    standby = learner_args(
+        standby_port, tmp_path, *common, "--standby", f"127.0.0.1:{primary_port}"
+    )
+    actor_config = ActorConfig(
+        learner=f"127.0.0.1:{primary_port}", fallback_learner=f"127.0.0.1:{standby_port}",
+        num_actors=2, envs_per_actor=4, max_backoff_s=0.5,
+    )  # fmt: skip
+    with running(primary, env=INFO) as first, running(standby, env=INFO) as second:
+        first.wait_for("listening on", 60)
+        second.wait_for(f"the leader at 127.0.0.1:{primary_port} serves", 60)
+        with running(actors_command(actor_config), env=INFO) as actors:
+            wait_until(
+                lambda: (r := read_records(tmp_path)) and r[-1]["learner_steps"] >= 20,
+                90, what="the primary to train",
+            )  # fmt: skip
+            wait_until(lambda: (tmp_path / "checkpoint.pt").exists(), 30, what="a checkpoint")
+            before = len(read_records(tmp_path))
+            killed_at = time.monotonic()
+            first.popen.send_signal(signal.SIGKILL)
+            first.popen.wait(10)
+            second.wait_for("stopped answering", 30)
+            noticed_s = time.monotonic() - killed_at
+            second.wait_for("listening on", 60)
+            took_over_s = time.monotonic() - killed_at
+            # Noticing takes the grace; serving again, a learner's start (the trainer
+            # process imports torch), which a loaded CI machine stretches.
+            assert noticed_s < 2 + 10, second.output()
+            # The standby's records: actors back on it, training on from the checkpoint.
+            wait_until(
+                lambda: (
+                    len(r := read_records(tmp_path)) > before
+                    and r[-1]["actors_connected"] == 2
+                    and r[-1]["learner_steps"] > r[before]["learner_steps"]
+                ),
+                60, what="the actors on the standby and training going on",
+            )  # fmt: skip
+            resumed = read_records(tmp_path)[before]
+            assert resumed["learner_steps"] > 0, "the standby started over instead of resuming"
+            assert failover.read_leader(tmp_path).address == f"127.0.0.1:{standby_port}"
+            # The old primary, restarted in place, finds the standby leading and waits.
+            with running([*primary, "--resume"], env=INFO) as again:
+                again.wait_for(f"watching the leader at 127.0.0.1:{standby_port}", 60)
+                time.sleep(3)
+                assert "listening on" not in "\n".join(again.lines)
+    assert took_over_s < 90
+    assert "failing over to 127.0.0.1:" in actors.output() or any(
+        "failing over" in line for line in actors.lines
+    ), actors.output()
