@@ -31,6 +31,8 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 LR_SCHEDULES = ("auto", "constant", "linear", "inverse_sqrt")
 WANDB_MODES = ("online", "offline")
+OPPONENT_SAMPLING = ("latest", "uniform", "pfsp")
+"""How self-play picks an episode's opponent from the pool of past selves."""
 
 
 def flag_name(field: str) -> str:
@@ -245,6 +247,20 @@ class LearnerConfig:
     epsilon_slots: int = 256
     """R2D2: N, rungs of the epsilon ladder; trajectory slot s takes rung s mod N."""
 
+    # self-play (read only for two-player games; docs/self-play.md)
+    snapshot_every: int = 1000
+    """Learner steps between frozen snapshots of the learning policy in the opponent pool."""
+    pool_size: int = 20
+    """Snapshots kept in the opponent pool (the oldest evicted; the newest always kept);
+    each is a CPU copy of the model's weights."""
+    opponent_sampling: str = "pfsp"
+    """How an episode's opponent is picked from the pool: latest (the newest snapshot),
+    uniform, or pfsp (AlphaStar's prioritized fictitious self-play: the snapshots the
+    learner loses to most are played most)."""
+    pfsp_exponent: float = 2.0
+    """p in pfsp's weight (1 - P[learner beats the snapshot])^p; larger focuses harder on
+    the snapshots that still beat the learner (0: uniform)."""
+
     # serving
     inference_batch_size: int = 64
     """Run a forward pass once this many frames are pending ..."""
@@ -357,7 +373,7 @@ class LearnerConfig:
             ("unroll_length", "batch_size", "updates_per_batch", "inference_batch_size",
              "max_queue_unrolls", "max_actors", "max_envs", "max_message_bytes", "lstm_size",
              "hidden_sizes", "n_step", "target_update_interval", "replay_frames",
-             "replay_bytes", "epsilon_slots"),
+             "replay_bytes", "epsilon_slots", "snapshot_every", "pool_size"),
             low=1,
         )  # fmt: skip
         _require_range(self, ("port", "metrics_port"), low=0, high=65535)
@@ -367,7 +383,7 @@ class LearnerConfig:
              "entropy_cost", "final_entropy_cost", "baseline_cost", "checkpoint_history_frames",
              "hello_timeout_s", "stream_idle_timeout_s", "burn_in", "sequence_overlap",
              "replay_min_frames", "replay_ratio", "epsilon_alpha", "value_rescale_eps",
-             "importance_exponent", "best_checkpoint_interval_s"),
+             "importance_exponent", "best_checkpoint_interval_s", "pfsp_exponent"),
             low=0,
         )  # fmt: skip
         _require_range(
@@ -398,6 +414,7 @@ class LearnerConfig:
         _require_choice(self, "progress", ("auto", "bar", "plain", "off"))
         _require_choice(self, "wandb_mode", WANDB_MODES)
         _require_choice(self, "lr_schedule", LR_SCHEDULES)
+        _require_choice(self, "opponent_sampling", OPPONENT_SAMPLING)
         if self.lr_schedule == "linear" and not self.total_frames:
             raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
         _require_range(self, ("lr_decay_start",), low=0, high=1, high_open=True)

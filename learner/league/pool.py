@@ -1,0 +1,246 @@
+"""A bounded pool of frozen past selves and the choice of each episode's opponent.
+
+Every ``snapshot_every`` learner steps the learning policy's weights are copied to CPU
+and frozen as a snapshot; at each episode start the opponent seat gets one of them,
+chosen by ``opponent_sampling``:
+
+* ``latest``: the newest snapshot (classic self-play, prone to strategy cycles);
+* ``uniform``: any kept snapshot with equal chance (fictitious self-play over the pool);
+* ``pfsp``: prioritized fictitious self-play (Vinyals et al., "Grandmaster level in
+  StarCraft II using multi-agent reinforcement learning", Nature 575, 2019, Methods,
+  "Prioritized fictitious self-play"): opponent ``B`` is drawn with probability
+  proportional to ``f_hard(P[learner beats B]) = (1 - P[learner beats B]) ** p``, so
+  snapshots the learner still loses to are played most and ones it always beats rarely.
+  ``P`` is the learner's score against ``B`` (a draw counts half) smoothed by one prior
+  draw, ``(wins + draws / 2 + 1 / 2) / (games + 1)``, so an unplayed snapshot weighs as
+  an even match and no snapshot's weight is ever exactly 0.
+
+Snapshots are whole ``state_dict`` copies in CPU memory (device memory is kept for the
+learner's own model and batches); a snapshot costs the model's parameter bytes
+(:meth:`SnapshotPool.nbytes`; docs/self-play.md gives the figure for the Connect Four
+model). The pool keeps at most ``pool_size``: adding one more evicts the oldest, so the
+newest is always there. The pool, its results and its random generator go into the
+learner's checkpoint (:meth:`SnapshotPool.state_dict`), so ``--resume`` continues with
+the same opponents and the same draws.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from seedrl.config import OPPONENT_SAMPLING, LearnerConfig
+
+
+class Outcome(enum.Enum):
+    """An episode's result from the learning policy's side."""
+
+    WIN = "win"
+    DRAW = "draw"
+    LOSS = "loss"
+
+
+SCORE = {Outcome.WIN: 1.0, Outcome.DRAW: 0.5, Outcome.LOSS: 0.0}
+"""The learning policy's score per outcome, as Elo counts it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolConfig:
+    """How the pool of past selves fills and picks opponents (the LearnerConfig flags of
+    the same names)."""
+
+    snapshot_every: int = LearnerConfig.snapshot_every
+    """--snapshot-every: learner steps between frozen snapshots."""
+    pool_size: int = LearnerConfig.pool_size
+    """--pool-size: snapshots kept (oldest evicted; the newest always kept)."""
+    opponent_sampling: str = LearnerConfig.opponent_sampling
+    """--opponent-sampling latest|uniform|pfsp: how an episode's opponent is chosen."""
+    pfsp_exponent: float = LearnerConfig.pfsp_exponent
+    """--pfsp-exponent: p in AlphaStar's f_hard(x) = (1 - x)^p; larger focuses harder on
+    the snapshots the learner loses to (0: uniform)."""
+
+    def __post_init__(self) -> None:
+        if self.snapshot_every < 1:
+            raise ValueError(f"--snapshot-every must be >= 1, got {self.snapshot_every}")
+        if self.pool_size < 1:
+            raise ValueError(f"--pool-size must be >= 1, got {self.pool_size}")
+        if self.opponent_sampling not in OPPONENT_SAMPLING:
+            allowed = ", ".join(OPPONENT_SAMPLING[:-1]) + f" or {OPPONENT_SAMPLING[-1]}"
+            raise ValueError(
+                f"--opponent-sampling must be {allowed}, got {self.opponent_sampling!r}"
+            )
+        if not self.pfsp_exponent >= 0:  # also refuses NaN
+            raise ValueError(f"--pfsp-exponent must be >= 0, got {self.pfsp_exponent}")
+
+    @classmethod
+    def of(cls, config: Any) -> PoolConfig:
+        """The pool fields of a :class:`seedrl.config.LearnerConfig` (or any object with them)."""
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+
+
+def pfsp_weight(wins: int, draws: int, losses: int, exponent: float) -> float:
+    """AlphaStar's f_hard of the learner's smoothed score against one snapshot."""
+    games = wins + draws + losses
+    p_beat = (wins + 0.5 * draws + 0.5) / (games + 1)
+    return float((1.0 - p_beat) ** exponent)
+
+
+@dataclasses.dataclass
+class _Snapshot:
+    learner_step: int
+    weights: dict[str, torch.Tensor]
+    results: list[int]  # wins, draws, losses
+
+
+class SnapshotPool:
+    """Frozen CPU copies of the learning policy, ids counting up from 0, at most
+    ``config.pool_size`` kept."""
+
+    def __init__(self, config: PoolConfig, seed: int) -> None:
+        self.config = config
+        self._rng = np.random.default_rng(seed)
+        self._snapshots: dict[int, _Snapshot] = {}  # insertion order: oldest first
+        self._next_id = 0
+        self._last_step: int | None = None
+
+    def maybe_add(self, learner_step: int, state_dict: Mapping[str, torch.Tensor]) -> int | None:
+        """Freeze a snapshot when the pool is empty or ``snapshot_every`` steps have passed
+        since the last one; its id, else None."""
+        if self._last_step is not None and (
+            learner_step - self._last_step < self.config.snapshot_every
+        ):
+            return None
+        return self.add(learner_step, state_dict)
+
+    def add(self, learner_step: int, state_dict: Mapping[str, torch.Tensor]) -> int:
+        """Freeze a CPU copy of ``state_dict`` now (evicting the oldest if full); its id."""
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in state_dict.items()}
+        snapshot_id = self._next_id
+        self._next_id += 1
+        self._snapshots[snapshot_id] = _Snapshot(learner_step, weights, [0, 0, 0])
+        self._last_step = learner_step
+        while len(self._snapshots) > self.config.pool_size:
+            del self._snapshots[next(iter(self._snapshots))]
+        return snapshot_id
+
+    def ids(self) -> list[int]:
+        """Kept snapshots, oldest first."""
+        return list(self._snapshots)
+
+    def learner_step(self, snapshot_id: int) -> int:
+        """The learner step at which the snapshot was frozen."""
+        return self._get(snapshot_id).learner_step
+
+    def weights(self, snapshot_id: int) -> dict[str, torch.Tensor]:
+        """The snapshot's frozen weights (CPU tensors; shared, so do not write to them)."""
+        return dict(self._get(snapshot_id).weights)
+
+    def __len__(self) -> int:
+        return len(self._snapshots)
+
+    def __contains__(self, snapshot_id: object) -> bool:
+        return snapshot_id in self._snapshots
+
+    def probabilities(self) -> dict[int, float]:
+        """Each kept snapshot's chance of being the next opponent under the pool's rule."""
+        ids = self.ids()
+        if not ids:
+            return {}
+        rule = self.config.opponent_sampling
+        if rule == "latest":
+            weights = [0.0] * (len(ids) - 1) + [1.0]
+        elif rule == "uniform":
+            weights = [1.0] * len(ids)
+        else:
+            p = self.config.pfsp_exponent
+            weights = []
+            for i in ids:
+                wins, draws, losses = self._snapshots[i].results
+                weights.append(pfsp_weight(wins, draws, losses, p))
+        total = sum(weights)
+        return {i: w / total for i, w in zip(ids, weights, strict=True)}
+
+    def sample(self) -> int:
+        """An opponent for a new episode (LookupError while the pool is empty)."""
+        if not self._snapshots:
+            raise LookupError("the snapshot pool is empty: add the first snapshot before sampling")
+        if self.config.opponent_sampling == "latest":
+            return next(reversed(self._snapshots))
+        probabilities = self.probabilities()
+        ids = list(probabilities)
+        return ids[int(self._rng.choice(len(ids), p=list(probabilities.values())))]
+
+    def record(self, snapshot_id: int, outcome: Outcome) -> None:
+        """Count the learning policy's result of one episode against the snapshot (an id
+        evicted while the episode ran is ignored: its games no longer steer sampling)."""
+        snapshot = self._snapshots.get(snapshot_id)
+        if snapshot is None:
+            if not 0 <= snapshot_id < self._next_id:
+                raise KeyError(f"no snapshot {snapshot_id} was ever in this pool")
+            return
+        snapshot.results[_INDEX[outcome]] += 1
+
+    def results(self) -> dict[int, tuple[int, int, int]]:
+        """Kept snapshot id -> the learning policy's (wins, draws, losses) against it."""
+        return {i: (s.results[0], s.results[1], s.results[2]) for i, s in self._snapshots.items()}
+
+    def nbytes(self) -> int:
+        """CPU memory the kept snapshots' tensors take."""
+        return sum(
+            t.numel() * t.element_size()
+            for s in self._snapshots.values()
+            for t in s.weights.values()
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pool for a checkpoint: tensors, ints and strings only
+        (``torch.load(weights_only=True)`` reads it back)."""
+        return {
+            "config": dataclasses.asdict(self.config),
+            "next_id": self._next_id,
+            "last_step": self._last_step,
+            "snapshots": [
+                {
+                    "id": i,
+                    "learner_step": s.learner_step,
+                    "weights": s.weights,
+                    "results": list(s.results),
+                }
+                for i, s in self._snapshots.items()
+            ],
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a pool saved by :meth:`state_dict`. This run's config rules: a smaller
+        ``pool_size`` evicts the oldest snapshots at once."""
+        self._snapshots = {
+            int(s["id"]): _Snapshot(
+                int(s["learner_step"]),
+                {k: v.detach().to("cpu") for k, v in s["weights"].items()},
+                [int(n) for n in s["results"]],
+            )
+            for s in state["snapshots"]
+        }
+        self._next_id = int(state["next_id"])
+        last = state["last_step"]
+        self._last_step = None if last is None else int(last)
+        self._rng.bit_generator.state = state["rng"]
+        while len(self._snapshots) > self.config.pool_size:
+            del self._snapshots[next(iter(self._snapshots))]
+
+    def _get(self, snapshot_id: int) -> _Snapshot:
+        try:
+            return self._snapshots[snapshot_id]
+        except KeyError:
+            raise KeyError(
+                f"snapshot {snapshot_id} is not in the pool (kept: {self.ids()})"
+            ) from None
+
+
+_INDEX = {Outcome.WIN: 0, Outcome.DRAW: 1, Outcome.LOSS: 2}
