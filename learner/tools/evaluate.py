@@ -6,6 +6,11 @@ network and the env are rebuilt exactly as they were trained, with no other flag
 checkpoint is a file from anywhere, so a ``module:callable`` env it names is built only
 when this command's user allows that module (``--allow-env-module``) or names the env
 (``--env``).
+
+With ``--opponent`` (two-player PettingZoo games such as Connect Four) the policy plays
+``--games`` games as the first player and as many as the second against a scripted
+opponent (random, heuristic), another checkpoint or a ``module:callable`` of the user's,
+and win / draw / loss rates are printed per seat (:mod:`learner.league.arena`).
 """
 
 from __future__ import annotations
@@ -229,12 +234,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="build the checkpoint's module:callable env when it comes from MODULE (or is this "
         "exact id); repeatable. Without it (or --env) such a checkpoint is refused",
     )  # fmt: skip
+    parser.add_argument(
+        "--opponent",
+        help="two-player games: play against random, heuristic (Connect Four's one-step "
+        "lookahead), a CHECKPOINT (file or logdir) or a module:callable (observation dict, "
+        "action_mask included -> action); prints win/draw/loss per seat",
+    )
+    parser.add_argument(
+        "--games", type=int, default=100,
+        help="with --opponent: games per seat (as many as the first player as the second)",
+    )  # fmt: skip
+    parser.add_argument("--json", help="with --opponent: also write the results to this file")
     args = parser.parse_args(argv)
     path = Path(args.checkpoint)
     if path.is_dir():
         path = path / (checkpoint.BEST_FILE if args.best else "checkpoint.pt")
     elif args.best:
         parser.exit(2, f"error: --best picks checkpoint-best.pt in a logdir; {path} is not one\n")
+    if args.opponent is not None:
+        return _match_main(parser, args, path)
     try:
         policy = Policy.load(path, greedy=args.greedy)
         if args.env is not None:
@@ -255,3 +273,82 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result.video:
         print(f"video: {result.video}")
     return 0 if math.isfinite(result.mean) else 1
+
+
+def _checkpoint_file(text: str) -> Path:
+    path = Path(text)
+    return path / "checkpoint.pt" if path.is_dir() else path
+
+
+def _match_main(parser: argparse.ArgumentParser, args: argparse.Namespace, path: Path) -> int:
+    """``evaluate --opponent``: the policy against an opponent in both seats of a
+    two-player game, rates printed per seat."""
+    from learner.league import arena
+
+    try:
+        if args.games < 1:
+            raise ValueError(f"--games must be >= 1, got {args.games}")
+        policy = Policy.load(path, greedy=args.greedy)
+        env_id = args.env if args.env is not None else policy.env_id
+        if args.env is None:
+            arena.check_aec_env_allowed(env_id, args.allow_env_module, f"checkpoint {path}")
+        kwargs = args.env_kwargs
+        if kwargs is None:
+            kwargs = policy.env_kwargs if env_id == policy.env_id else {}
+        env = arena.make_aec_env(env_id, kwargs)
+        _check_spaces(policy, env, env_id)
+        opponent = _opponent(args.opponent, env_id, args.seed, args.greedy)
+        if isinstance(opponent, Policy):
+            _check_spaces(opponent, env, env_id)
+        assert policy.checkpoint_info is not None  # Policy.load always says where from
+        print(f"seedrl evaluate: loaded {loaded_line(policy.checkpoint_info)}", flush=True)
+        torch.manual_seed(args.seed)
+        player = opponent if isinstance(opponent, Policy) else arena.ScriptedPlayer(opponent)
+        result = arena.play_match(
+            env, policy, player, args.games, args.opponent, args.seed, args.max_steps
+        )
+    except (checkpoint.CheckpointError, envs.EnvError, ValueError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    mode = "greedy" if policy.greedy else "sampled"
+    games = f"{args.games} games per seat ({mode})"
+    print(f"seedrl evaluate: {env_id} against {args.opponent}, {games}")
+    print(result.summary())
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    return 0
+
+
+def _opponent(spec: str, env_id: str, seed: int, greedy: bool) -> Any:
+    """``--opponent``: a built-in name, a checkpoint (a Policy) or a module:callable."""
+    from learner.league import opponents
+
+    if spec in opponents.SCRIPTED:
+        if spec == "heuristic" and not any(g in env_id for g in opponents.HEURISTIC_ENVS):
+            raise ValueError(
+                f"--opponent heuristic reads a Connect Four board; {env_id} is not Connect Four "
+                "(bring your own as module:callable)"
+            )
+        return opponents.SCRIPTED[spec](seed + 1)  # its own stream, apart from the env seeds
+    if Path(spec).exists():
+        return Policy.load(_checkpoint_file(spec), greedy=greedy)
+    if ":" in spec:
+        return opponents.load_callable(spec)
+    raise ValueError(
+        f"--opponent {spec!r}: not random, heuristic, an existing checkpoint or module:callable"
+    )
+
+
+def _check_spaces(policy: Policy, env: Any, env_id: str) -> None:
+    """The game's per-agent spaces must be the ones the policy was trained on."""
+    agent = env.possible_agents[0]
+    for name, space in (
+        ("observation_space", env.observation_space(agent)),
+        ("action_space", env.action_space(agent)),
+    ):
+        ours, theirs = getattr(policy.env_spec, name), codec.space_to_spec(space)
+        if not codec.specs_match(ours, theirs):
+            raise ValueError(
+                f"{env_id}: {name} {codec.spec_summary(theirs)}, the checkpoint "
+                f"{policy.checkpoint_info.path if policy.checkpoint_info else ''} was trained "
+                f"with {codec.spec_summary(ours)}"
+            )

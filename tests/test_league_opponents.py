@@ -1,0 +1,122 @@
+"""Scripted Connect Four opponents: the one-step-lookahead heuristic wins and blocks on
+crafted boards, and random players keep to the action mask."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from learner.league.opponents import ConnectFourHeuristic, RandomOpponent, load_callable
+
+
+def board(rows: list[str]) -> dict[str, np.ndarray]:
+    """The mover's observation from a picture, top row first: ``x`` the mover's pieces,
+    ``o`` the other's, ``.`` empty; the mask allows the columns with room."""
+    grid = np.array([list(r) for r in rows])
+    assert grid.shape == (6, 7)
+    obs = np.stack([grid == "x", grid == "o"], axis=-1).astype(np.int8)
+    mask = (grid[0] == ".").astype(np.int8)
+    return {"observation": obs, "action_mask": mask}
+
+
+def moves(obs: dict[str, np.ndarray], n: int = 50, seed: int = 0) -> set[int]:
+    heuristic = ConnectFourHeuristic(seed)
+    return {heuristic(obs) for _ in range(n)}
+
+
+def test_it_wins_when_it_can_rather_than_block() -> None:
+    obs = board([
+        ".......",
+        ".......",
+        ".......",
+        "......o",
+        "......o",
+        "xxx...o",
+    ])  # fmt: skip
+    assert moves(obs) == {3}  # a win at column 3 beats blocking column 6
+
+
+def test_it_blocks_a_vertical_threat() -> None:
+    obs = board([
+        ".......",
+        ".......",
+        ".......",
+        ".....o.",
+        "x....o.",
+        "x...xo.",
+    ])  # fmt: skip
+    assert moves(obs) == {5}
+
+
+def test_it_finds_a_diagonal_win_that_lands_on_support() -> None:
+    # x on (5,0), (4,1), (3,2): column 3 holds three pieces, so a drop lands on (2,3) and
+    # completes the diagonal. o's diagonal (5,1), (4,2), (3,3) needs (2,4), out of reach.
+    obs = board([
+        ".......",
+        ".......",
+        ".......",
+        "..xo...",
+        ".xox...",
+        "xoox...",
+    ])  # fmt: skip
+    assert moves(obs) == {3}
+
+
+def test_a_win_in_a_square_not_yet_reachable_is_not_taken() -> None:
+    # x x x . on row 4, but column 3 is empty below it: a piece there lands on row 5 and
+    # wins nothing, and o threatens nothing, so any column may be played.
+    obs = board([
+        ".......",
+        ".......",
+        ".......",
+        ".......",
+        "xxx....",
+        "oox.o..",
+    ])  # fmt: skip
+    assert moves(obs, n=300) == set(range(7))
+    filled = board([
+        ".......",
+        ".......",
+        ".......",
+        ".......",
+        "xxx....",
+        "ooxoo..",
+    ])  # fmt: skip
+    assert moves(filled) == {3}  # now (4, 3) is where column 3 lands: the win
+
+
+def test_with_nothing_to_win_or_block_it_plays_every_legal_column_and_no_full_one() -> None:
+    obs = board([
+        "x......",
+        "o......",
+        "x......",
+        "o......",
+        "x......",
+        "o......",
+    ])  # fmt: skip
+    assert moves(obs, n=300) == {1, 2, 3, 4, 5, 6}
+
+
+def test_random_keeps_to_the_mask_with_even_frequencies() -> None:
+    mask = np.array([0, 1, 0, 1, 1, 0, 0], dtype=np.int8)
+    player = RandomOpponent(seed=5)
+    draws = [player({"action_mask": mask}) for _ in range(3000)]
+    counts = np.bincount(draws, minlength=7)
+    assert counts[mask == 0].sum() == 0
+    # 1000 expected each; binomial sd = sqrt(3000 * 1/3 * 2/3) ~ 25.8: 5 sd = 129.
+    assert np.all(np.abs(counts[mask == 1] - 1000) < 129), counts
+    with pytest.raises(ValueError, match="action_mask"):
+        player(np.zeros(3))
+
+
+def test_module_callable_loader() -> None:
+    assert load_callable("league_support:first_legal")({"action_mask": np.array([0, 0, 1])}) == 2
+    assert load_callable("os.path:join")("a", "b") == "a/b"  # dotted attributes resolve
+    for bad, match in (
+        ("no_colon", "expected module:callable"),
+        ("no_such_module_xyz:f", "cannot import"),
+        ("league_support:missing", "has no 'missing'"),
+        ("league_support:CONNECT_FOUR", "not callable"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            load_callable(bad)
