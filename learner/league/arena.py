@@ -219,6 +219,12 @@ def outcome_of(returns: dict[str, float], me: str, other: str) -> Outcome:
     return Outcome.DRAW
 
 
+def seat_agents(env: Any, learner_first: bool) -> tuple[str, str]:
+    """(the policy's agent, the opponent's) for the seat the policy takes."""
+    first, second = env.possible_agents
+    return (first, second) if learner_first else (second, first)
+
+
 def play_match(
     env: Any,
     policy: Player,
@@ -232,13 +238,13 @@ def play_match(
     each seat reset with ``seed + g``)."""
     if games < 1:
         raise ValueError(f"--games must be >= 1, got {games}")
-    first, second = env.possible_agents
     seats: dict[str, SeatResult] = {}
-    for seat, (me, other) in zip(SEATS, ((first, second), (second, first)), strict=True):
+    for seat, learner_first in zip(SEATS, (True, False), strict=True):
+        me, other = seat_agents(env, learner_first)
         result = SeatResult()
         for game in range(games):
             returns, ended = play_game(env, {me: policy, other: opponent}, seed + game, max_steps)
             result.add(outcome_of(returns, me, other))
             result.cut += not ended
         seats[seat] = result
-    return MatchResult(opponent_name, seats, (first, second))
+    return MatchResult(opponent_name, seats, seat_agents(env, learner_first=True))

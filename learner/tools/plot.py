@@ -1,4 +1,5 @@
-"""``python -m learner plot LOGDIR``: the learning curve of a run as a PNG (matplotlib).
+"""``python -m learner plot LOGDIR``: the learning curve of a run as a PNG (matplotlib),
+and for a self-play run its Elo ratings beside it (:mod:`learner.league.plot`).
 
 The return is drawn per episode from ``episodes.jsonl`` when the run kept it (the
 default), so the curve starts at the first finished episode; else from the metrics
@@ -145,4 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help=f"PNG path (default: LOGDIR/{PNG_NAME})")
     args = parser.parse_args(argv)
     print(plot_run(args.logdir, args.out))
+    from learner.league import plot as league_plot
+
+    if league_plot.has_ratings(args.logdir):  # a self-play run: its Elo ratings too
+        print(league_plot.plot_ratings(args.logdir))
     return 0

@@ -1,0 +1,100 @@
+"""The league glue: the pool and the Elo table kept in step, its metrics, its checkpoint
+round trip, the ratings plot, and a league of players of known rising strength whose
+snapshot ratings must rise with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.league_sim import rank_correlation, run_league
+from learner.league.league import League
+from learner.league.plot import plot_ratings, rating_history
+from learner.league.pool import Outcome, PoolConfig
+
+
+def tensor_weights(value: float) -> dict[str, torch.Tensor]:
+    return {"w": torch.tensor([value])}
+
+
+def test_snapshots_are_rated_as_the_learner_was_and_games_move_both() -> None:
+    league = League(PoolConfig(snapshot_every=10, pool_size=2), seed=0, elo_k=16.0)
+    assert league.on_step(0, tensor_weights(0)) == 0
+    league.record(0, Outcome.WIN)  # equal ratings: +16 * 0.5 = +8
+    assert league.ratings.table() == {"learner": 1008.0, "snapshot-0": 992.0}
+    assert league.on_step(5, tensor_weights(5)) is None
+    assert league.on_step(10, tensor_weights(10)) == 1
+    assert league.ratings.rating("snapshot-1") == 1008.0  # born at the learner's rating
+    assert league.pool.results()[0] == (1, 0, 0)
+    league.on_step(20, tensor_weights(20))  # pool of 2: snapshot 0 leaves, and its rating
+    assert set(league.ratings.table()) == {"learner", "snapshot-1", "snapshot-2"}
+    league.record(0, Outcome.LOSS)  # a game begun before the eviction moves no rating
+    assert league.ratings.rating("learner") == 1008.0
+
+
+def test_metrics_hand_computed() -> None:
+    league = League(PoolConfig(snapshot_every=1, pool_size=5), seed=0)
+    league.on_step(0, tensor_weights(0))
+    league.on_step(1, tensor_weights(1))
+    for outcome in (Outcome.WIN, Outcome.WIN, Outcome.DRAW, Outcome.LOSS):
+        league.record(0, outcome)
+    metrics = league.metrics()
+    assert metrics["league/win_rate"] == 0.5
+    assert metrics["league/draw_rate"] == 0.25 and metrics["league/loss_rate"] == 0.25
+    assert metrics["league/snapshot-0/games"] == 4.0 and metrics["league/snapshot-0/win"] == 0.5
+    assert "league/snapshot-1/games" not in metrics  # never played: no rates to give
+    assert (
+        metrics["league/snapshots"] == 2.0 and metrics["league/pool_bytes"] == 16.0
+    )  # two int64 [1]
+    assert set(k for k in metrics if k.startswith("elo/")) == {
+        "elo/learner", "elo/snapshot-0", "elo/snapshot-1",
+    }  # fmt: skip
+
+
+def test_league_state_round_trip() -> None:
+    league = League(PoolConfig(snapshot_every=1, pool_size=3, opponent_sampling="pfsp"), seed=4)
+    for step in range(5):
+        league.on_step(step, tensor_weights(step))
+        league.record(league.opponent(), Outcome.WIN if step % 2 else Outcome.LOSS)
+    other = League(league.pool.config, seed=0)
+    other.load_state_dict(league.state_dict())
+    assert other.ratings.table() == league.ratings.table()
+    assert other.metrics() == league.metrics()
+    assert [other.opponent() for _ in range(20)] == [league.opponent() for _ in range(20)]
+
+
+def test_rating_history_and_plot(tmp_path: Path) -> None:
+    records = [
+        {"learner_steps": 0, "frames": 0, "elo/learner": 1000.0},
+        {"learner_steps": 10, "elo/learner": 1010.0, "elo/snapshot-0": 990.0},
+        {"learner_steps": 20, "elo/learner": 1020.0, "elo/snapshot-0": 985.0,
+         "elo/snapshot-1": 1012.0},
+    ]  # fmt: skip
+    history = rating_history(records)
+    assert list(history) == ["learner", "snapshot-0", "snapshot-1"]
+    assert history["learner"].steps.tolist() == [0, 10, 20]
+    assert (history["snapshot-0"].first_step, history["snapshot-0"].last) == (10, 985.0)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    png = plot_ratings(tmp_path)
+    assert png == tmp_path / "ratings.png" and png.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="no elo/"):
+        (tmp_path / "metrics.jsonl").write_text(json.dumps({"learner_steps": 1}) + "\n")
+        plot_ratings(tmp_path)
+
+
+def test_snapshot_ratings_rise_with_a_learner_that_gets_stronger() -> None:
+    # The "learner" plays the heuristic with probability step / steps, else randomly: its
+    # strength rises by construction, so snapshots frozen later must end up rated higher.
+    config = PoolConfig(snapshot_every=4, pool_size=10, opponent_sampling="uniform")
+    league, records = run_league(steps=24, games_per_step=4, config=config, seed=1)
+    snapshots = sorted(
+        (s.first_step, s.last) for p, s in rating_history(records).items() if p != "learner"
+    )
+    assert len(snapshots) == 7
+    steps, ratings = zip(*snapshots, strict=True)
+    assert rank_correlation(steps, ratings) >= 0.8, snapshots
+    assert ratings[-1] > ratings[0]
+    assert league.ratings.rating("learner") > ratings[0]
