@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -42,31 +43,29 @@ class ScriptedPlayer:
         return self._act(obs)
 
 
-PETTINGZOO_MODULE = re.compile(r"^pettingzoo\.(\w+)\.(\w+)_v(\d+)$")
-"""PettingZoo's module form of a game id (``pettingzoo.classic.connect_four_v3``)."""
+PETTINGZOO_MODULE = re.compile(r"^pettingzoo\.\w+\.\w+_v\d+$")
+"""PettingZoo's module form of a game id (``pettingzoo.classic.connect_four_v3``), the
+form the learner's env family uses."""
+REGISTRY_ID = re.compile(r"^\w+/[\w-]+-v\d+$")
+"""PettingZoo's registry form (``classic/connect_four-v3``, PettingZoo >= 1.27)."""
 
 
-def registry_id(env_id: str) -> str | None:
-    """PettingZoo's registry id of a game named either way: ``classic/connect_four-v3``
-    for ``pettingzoo.classic.connect_four_v3`` or for itself; None for other ids."""
-    match = PETTINGZOO_MODULE.match(env_id)
-    if match:
-        family, name, version = match.groups()
-        return f"{family}/{name}-v{version}"
-    if ":" not in env_id and "/" in env_id:
-        return env_id
-    return None
+def is_pettingzoo_id(env_id: str) -> bool:
+    """An id naming one of PettingZoo's own games (installed code, safe to build)."""
+    return bool(PETTINGZOO_MODULE.match(env_id) or REGISTRY_ID.match(env_id))
 
 
 def make_aec_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> Any:
-    """A two-player PettingZoo AEC env from an id: PettingZoo's registry id
-    (``classic/connect_four-v3``) or module path (``pettingzoo.classic.connect_four_v3``),
-    or a ``module:callable`` returning an AEC or Parallel env (a Parallel one converted
-    with PettingZoo's ``parallel_to_aec``). ValueError in one line otherwise."""
+    """A two-player PettingZoo AEC env from an id: PettingZoo's module path
+    (``pettingzoo.classic.connect_four_v3``: its ``env()``) or registry id
+    (``classic/connect_four-v3``), or a ``module:callable`` returning an AEC or Parallel
+    env (a Parallel one converted with PettingZoo's ``parallel_to_aec``). ValueError in
+    one line otherwise."""
     kwargs = dict(env_kwargs or {})
-    registered = registry_id(env_id)
-    if registered is not None:
-        env = _from_registry(env_id, registered, kwargs)
+    if PETTINGZOO_MODULE.match(env_id):
+        env = _from_module(env_id, kwargs)
+    elif REGISTRY_ID.match(env_id):
+        env = _from_registry(env_id, kwargs)
     elif ":" in env_id:
         env = _from_factory(env_id, kwargs)
     else:
@@ -88,13 +87,29 @@ def make_aec_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> Any:
     return env
 
 
-def _from_registry(env_id: str, registered: str, kwargs: dict[str, Any]) -> Any:
+def _from_module(env_id: str, kwargs: dict[str, Any]) -> Any:
     try:
-        import pettingzoo
+        with warnings.catch_warnings():  # PettingZoo >= 1.27 prefers its registry; both work
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = importlib.import_module(env_id)
     except ImportError as exc:
-        raise ValueError(f"{env_id}: needs pettingzoo>=1.27 (the pettingzoo extra)") from exc
+        raise ValueError(f"{env_id}: cannot import this PettingZoo game ({exc})") from exc
+    factory = getattr(module, "env", None) or getattr(module, "parallel_env", None)
+    if not callable(factory):
+        raise ValueError(f"{env_id}: the module has neither env() nor parallel_env()")
+    return factory(**kwargs)
+
+
+def _from_registry(env_id: str, kwargs: dict[str, Any]) -> Any:
     try:
-        return pettingzoo.make("aec", registered, **kwargs)
+        from pettingzoo import make
+    except ImportError as exc:
+        raise ValueError(
+            f"{env_id}: PettingZoo's registry ids need pettingzoo>=1.27 (or use the module "
+            "path, e.g. pettingzoo.classic.connect_four_v3)"
+        ) from exc
+    try:
+        return make("aec", env_id, **kwargs)
     except Exception as exc:  # the registry's NameNotFound, a kwarg the game does not take
         raise ValueError(f"{env_id}: {one_line(exc)}") from exc
 
@@ -114,7 +129,7 @@ def _from_factory(env_id: str, kwargs: dict[str, Any]) -> Any:
 def check_aec_env_allowed(env_id: str, allowed: list[str], named_by: str) -> None:
     """A ``module:callable`` game named by a checkpoint runs only when this command's user
     allows its module (PettingZoo's own modules are installed code, always allowed)."""
-    if registry_id(env_id) is None:
+    if not is_pettingzoo_id(env_id):
         envs.check_env_allowed(env_id, allowed, named_by)
 
 
