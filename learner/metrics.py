@@ -36,6 +36,9 @@ _TAG_PREFIXES = (
     ("loss_", "losses/"),
     ("episode_", "episode/"),
     ("collapse_", "collapse/"),
+    ("elo_", "elo/"),  # self-play ratings (learner.league)
+    ("selfplay_", "selfplay/"),
+    ("vs_", "selfplay/vs_"),
 )
 _LEARNER_KEYS = {
     "learner_steps",

@@ -14,6 +14,7 @@ from benchmarks.league_sim import rank_correlation, run_league
 from learner.league.league import League
 from learner.league.plot import plot_ratings, rating_history
 from learner.league.pool import Outcome, PoolConfig
+from learner.metrics import tensorboard_tag
 
 
 def tensor_weights(value: float) -> dict[str, torch.Tensor]:
@@ -42,16 +43,19 @@ def test_metrics_hand_computed() -> None:
     for outcome in (Outcome.WIN, Outcome.WIN, Outcome.DRAW, Outcome.LOSS):
         league.record(0, outcome)
     metrics = league.metrics()
-    assert metrics["league/win_rate"] == 0.5
-    assert metrics["league/draw_rate"] == 0.25 and metrics["league/loss_rate"] == 0.25
-    assert metrics["league/snapshot-0/games"] == 4.0 and metrics["league/snapshot-0/win"] == 0.5
-    assert "league/snapshot-1/games" not in metrics  # never played: no rates to give
-    assert (
-        metrics["league/snapshots"] == 2.0 and metrics["league/pool_bytes"] == 16.0
-    )  # two int64 [1]
-    assert set(k for k in metrics if k.startswith("elo/")) == {
-        "elo/learner", "elo/snapshot-0", "elo/snapshot-1",
+    assert metrics["selfplay_win_rate"] == 0.5
+    assert metrics["selfplay_draw_rate"] == 0.25 and metrics["selfplay_loss_rate"] == 0.25
+    assert (metrics["vs_snapshot_0_wins"], metrics["vs_snapshot_0_draws"]) == (2.0, 1.0)
+    assert metrics["vs_snapshot_0_losses"] == 1.0 and metrics["vs_snapshot_1_wins"] == 0.0
+    assert metrics["selfplay_snapshots"] == 2.0
+    assert metrics["selfplay_pool_bytes"] == 16.0  # two int64 [1]
+    assert set(k for k in metrics if k.startswith("elo_")) == {
+        "elo_learner", "elo_snapshot_0", "elo_snapshot_1",
     }  # fmt: skip
+    assert metrics["elo_learner"] + metrics["elo_snapshot_0"] == pytest.approx(2000.0)
+    assert metrics["elo_snapshot_1"] == 1000.0  # frozen before any game, never played
+    assert tensorboard_tag("elo_learner") == "elo/learner"
+    assert tensorboard_tag("vs_snapshot_0_wins") == "selfplay/vs_snapshot_0_wins"
 
 
 def test_league_state_round_trip() -> None:
@@ -68,19 +72,19 @@ def test_league_state_round_trip() -> None:
 
 def test_rating_history_and_plot(tmp_path: Path) -> None:
     records = [
-        {"learner_steps": 0, "frames": 0, "elo/learner": 1000.0},
-        {"learner_steps": 10, "elo/learner": 1010.0, "elo/snapshot-0": 990.0},
-        {"learner_steps": 20, "elo/learner": 1020.0, "elo/snapshot-0": 985.0,
-         "elo/snapshot-1": 1012.0},
+        {"learner_steps": 0, "frames": 0, "elo_learner": 1000.0},
+        {"learner_steps": 10, "elo_learner": 1010.0, "elo_snapshot_0": 990.0},
+        {"learner_steps": 20, "elo_learner": 1020.0, "elo_snapshot_0": 985.0,
+         "elo_snapshot_1": 1012.0},
     ]  # fmt: skip
     history = rating_history(records)
-    assert list(history) == ["learner", "snapshot-0", "snapshot-1"]
+    assert list(history) == ["learner", "snapshot_0", "snapshot_1"]
     assert history["learner"].steps.tolist() == [0, 10, 20]
-    assert (history["snapshot-0"].first_step, history["snapshot-0"].last) == (10, 985.0)
+    assert (history["snapshot_0"].first_step, history["snapshot_0"].last) == (10, 985.0)
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     png = plot_ratings(tmp_path)
     assert png == tmp_path / "ratings.png" and png.read_bytes()[:4] == b"\x89PNG"
-    with pytest.raises(ValueError, match="no elo/"):
+    with pytest.raises(ValueError, match="no elo_"):
         (tmp_path / "metrics.jsonl").write_text(json.dumps({"learner_steps": 1}) + "\n")
         plot_ratings(tmp_path)
 

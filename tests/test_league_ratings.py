@@ -36,11 +36,7 @@ def test_a_snapshot_starts_at_the_learners_rating() -> None:
     elo.add(snapshot_name(1), like="learner")
     assert elo.rating("snapshot-1") == elo.rating("learner") == 1008.0
     assert elo.rating("never-seen") == 1000.0
-    assert elo.metrics() == {
-        "elo/learner": 1008.0,
-        "elo/snapshot-0": 992.0,
-        "elo/snapshot-1": 1008.0,
-    }
+    assert elo.table() == {"learner": 1008.0, "snapshot-0": 992.0, "snapshot-1": 1008.0}
 
 
 def test_state_round_trip_and_bad_scores() -> None:

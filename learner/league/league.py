@@ -1,16 +1,19 @@
 """The league as the learner uses it: the snapshot pool and the Elo table kept in step.
 
-One object for the serving and training sides to call: :meth:`League.on_step` after each
-learner step (freezes a snapshot on schedule and rates it as the learner is rated now),
-:meth:`League.opponent` at an episode start, :meth:`League.record` at its end (the
-result counts for the pool's PFSP statistics and for both players' ratings), and
-:meth:`League.metrics` for metrics.jsonl / TensorBoard. Its ``state_dict`` holds both
-parts for the checkpoint.
+One object for the serving and training sides: :meth:`League.add` (or
+:meth:`League.on_step`, which adds on the pool's schedule) freezes a snapshot and enters
+it in the ratings at the learner's current rating, :meth:`League.opponent` picks an
+episode's opponent, :meth:`League.record` counts a finished game for the pool's PFSP
+statistics and for both players' ratings, :meth:`League.metrics` gives the flat
+metrics.jsonl keys, and ``state_dict`` holds both parts for the checkpoint. Every method
+takes :attr:`League.lock`, so a checkpoint written from another thread reads a
+consistent league.
 """
 
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,10 +22,17 @@ import torch
 from learner.league.pool import SCORE, Outcome, PoolConfig, SnapshotPool
 from learner.league.ratings import LEARNER, EloRatings, snapshot_name
 
-RECENT_GAMES = 100
-"""The overall win / draw / loss rates are over this many latest games (as returns are
-over the last 100 episodes)."""
-METRIC_PREFIX = "league/"
+RESULT_WINDOW = 200
+"""The learner's latest games the win / draw / loss rates in the metrics cover."""
+
+
+def metric_name(player: str) -> str:
+    """A player's name inside a flat metric key (``snapshot-3`` -> ``snapshot_3``)."""
+    return player.replace("-", "_")
+
+
+ELO_PREFIX = "elo_"
+"""Ratings in metrics.jsonl: ``elo_learner``, ``elo_snapshot_3``."""
 
 
 class League:
@@ -32,62 +42,79 @@ class League:
         self.pool = SnapshotPool(config, seed)
         self.ratings = EloRatings(k=elo_k)
         self.ratings.add(LEARNER)
-        self._recent: collections.deque[Outcome] = collections.deque(maxlen=RECENT_GAMES)
+        self.lock = threading.Lock()
+        self.recent: collections.deque[Outcome] = collections.deque(maxlen=RESULT_WINDOW)
+        """The learner's latest results, for the rates in the metrics."""
 
-    def on_step(self, learner_step: int, state_dict: Mapping[str, torch.Tensor]) -> int | None:
-        """Freeze a snapshot when one is due; its id (rated as the learner is now), else None."""
-        snapshot_id = self.pool.maybe_add(learner_step, state_dict)
-        if snapshot_id is not None:
+    @classmethod
+    def for_config(cls, config: Any) -> League:
+        """The league of a :class:`seedrl.config.LearnerConfig` (its pool flags and seed)."""
+        return cls(PoolConfig.of(config), config.seed)
+
+    def add(self, learner_step: int, state_dict: Mapping[str, torch.Tensor]) -> int:
+        """Freeze a snapshot now, rated as the learner is now; its id."""
+        with self.lock:
+            snapshot_id = self.pool.add(learner_step, state_dict)
             self.ratings.add(snapshot_name(snapshot_id), like=LEARNER)
             self._forget_evicted()
-        return snapshot_id
+            return snapshot_id
+
+    def on_step(self, learner_step: int, state_dict: Mapping[str, torch.Tensor]) -> int | None:
+        """:meth:`add` when the pool's schedule says a snapshot is due; its id, else None."""
+        with self.lock:
+            due = self.pool.due(learner_step)
+        return self.add(learner_step, state_dict) if due else None
 
     def opponent(self) -> int:
         """The snapshot id for a new episode's opponent seat."""
-        return self.pool.sample()
+        with self.lock:
+            return self.pool.sample()
 
     def record(self, snapshot_id: int, outcome: Outcome) -> None:
-        """The learning policy's result of one episode against ``snapshot_id``."""
-        self.pool.record(snapshot_id, outcome)
-        self._recent.append(outcome)
-        if snapshot_id in self.pool:
-            self.ratings.update(LEARNER, snapshot_name(snapshot_id), SCORE[outcome])
+        """The learning policy's result of one episode against ``snapshot_id`` (one
+        evicted while the game ran counts in the rates only)."""
+        with self.lock:
+            self.pool.record(snapshot_id, outcome)
+            self.recent.append(outcome)
+            if snapshot_id in self.pool:
+                self.ratings.update(LEARNER, snapshot_name(snapshot_id), SCORE[outcome])
 
     def metrics(self) -> dict[str, float]:
-        """``elo/<player>`` ratings, the learner's rates over the last games and per kept
-        snapshot (``league/snapshot-<id>/win`` ...), and the pool's size and memory."""
-        out: dict[str, float] = dict(self.ratings.metrics())
-        out[METRIC_PREFIX + "snapshots"] = float(len(self.pool))
-        out[METRIC_PREFIX + "pool_bytes"] = float(self.pool.nbytes())
-        if self._recent:
-            n = len(self._recent)
-            for outcome in Outcome:
-                rate = sum(o is outcome for o in self._recent) / n
-                out[f"{METRIC_PREFIX}{outcome.value}_rate"] = rate
-        for snapshot_id, (wins, draws, losses) in self.pool.results().items():
-            games = wins + draws + losses
-            if not games:
-                continue
-            key = f"{METRIC_PREFIX}{snapshot_name(snapshot_id)}/"
-            out[key + "games"] = float(games)
-            out[key + "win"] = wins / games
-            out[key + "draw"] = draws / games
-            out[key + "loss"] = losses / games
-        return out
+        """Flat metrics.jsonl keys: ``elo_<player>`` for the learner and each kept
+        snapshot, ``selfplay_{win,draw,loss}_rate`` over the latest games,
+        ``vs_snapshot_<id>_{wins,draws,losses}`` per kept snapshot, and the pool's size
+        (``selfplay_snapshots``) and memory (``selfplay_pool_bytes``)."""
+        with self.lock:
+            out = {ELO_PREFIX + metric_name(p): r for p, r in self.ratings.table().items()}
+            out["selfplay_snapshots"] = float(len(self.pool))
+            out["selfplay_pool_bytes"] = float(self.pool.nbytes())
+            if self.recent:
+                n = len(self.recent)
+                for outcome in Outcome:
+                    rate = sum(o is outcome for o in self.recent) / n
+                    out[f"selfplay_{outcome.value}_rate"] = rate
+            for snapshot_id, (wins, draws, losses) in self.pool.results().items():
+                key = f"vs_{metric_name(snapshot_name(snapshot_id))}_"
+                out[key + "wins"] = float(wins)
+                out[key + "draws"] = float(draws)
+                out[key + "losses"] = float(losses)
+            return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "pool": self.pool.state_dict(),
-            "ratings": self.ratings.state_dict(),
-            "recent": [o.value for o in self._recent],
-        }
+        with self.lock:
+            return {
+                "pool": self.pool.state_dict(),
+                "ratings": self.ratings.state_dict(),
+                "recent": [o.value for o in self.recent],
+            }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.pool.load_state_dict(state["pool"])
-        self.ratings.load_state_dict(state["ratings"])
-        self._recent.clear()
-        self._recent.extend(Outcome(v) for v in state.get("recent", []))
-        self._forget_evicted()
+        with self.lock:
+            self.pool.load_state_dict(state["pool"])
+            self.ratings.load_state_dict(state["ratings"])
+            self.recent.clear()
+            self.recent.extend(Outcome(v) for v in state.get("recent", []))
+            self._forget_evicted()
 
     def _forget_evicted(self) -> None:
         """Drop evicted snapshots' ratings: no game can move them any more, and a long run

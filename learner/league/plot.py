@@ -1,4 +1,4 @@
-"""Elo ratings over a self-play run, from metrics.jsonl (``elo/<player>`` keys), as a PNG.
+"""Elo ratings over a self-play run, from metrics.jsonl (``elo_<player>`` keys), as a PNG.
 
 Left: each player's rating against learner steps: the learner's line, and a thin line
 per snapshot from the record where it first appears (one log interval at most after it
@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from learner.league.ratings import LEARNER, METRIC_PREFIX
+from learner.league.league import ELO_PREFIX
+from learner.league.ratings import LEARNER
 from seedrl.metrics import read_metrics
 
 PNG_NAME = "ratings.png"
@@ -43,8 +44,8 @@ def rating_history(records: list[dict[str, Any]]) -> dict[str, RatingSeries]:
     for record in records:
         step = int(record.get("learner_steps", 0))
         for key, value in record.items():
-            if key.startswith(METRIC_PREFIX) and value is not None:
-                steps, ratings = points.setdefault(key[len(METRIC_PREFIX) :], ([], []))
+            if key.startswith(ELO_PREFIX) and value is not None:
+                steps, ratings = points.setdefault(key[len(ELO_PREFIX) :], ([], []))
                 steps.append(step)
                 ratings.append(float(value))
     return {
@@ -54,7 +55,7 @@ def rating_history(records: list[dict[str, Any]]) -> dict[str, RatingSeries]:
 
 
 def has_ratings(logdir: str | Path) -> bool:
-    return any(k.startswith(METRIC_PREFIX) for r in read_metrics(logdir) for k in r)
+    return any(k.startswith(ELO_PREFIX) for r in read_metrics(logdir) for k in r)
 
 
 def plot_ratings(logdir: str | Path, out: str | Path | None = None) -> Path:
@@ -68,7 +69,7 @@ def plot_ratings(logdir: str | Path, out: str | Path | None = None) -> Path:
     logdir = Path(logdir)
     history = rating_history(read_metrics(logdir))
     if not history:
-        raise ValueError(f"{logdir}: no {METRIC_PREFIX}* ratings in metrics.jsonl to plot")
+        raise ValueError(f"{logdir}: no {ELO_PREFIX}* ratings in metrics.jsonl to plot")
     snapshots = {p: s for p, s in history.items() if p != LEARNER}
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
     ax = axes[0]

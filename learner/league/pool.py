@@ -108,14 +108,15 @@ class SnapshotPool:
         self._next_id = 0
         self._last_step: int | None = None
 
+    def due(self, learner_step: int) -> bool:
+        """Whether a snapshot is due: the pool is empty or ``snapshot_every`` steps have
+        passed since the last one."""
+        last = self._last_step
+        return last is None or learner_step - last >= self.config.snapshot_every
+
     def maybe_add(self, learner_step: int, state_dict: Mapping[str, torch.Tensor]) -> int | None:
-        """Freeze a snapshot when the pool is empty or ``snapshot_every`` steps have passed
-        since the last one; its id, else None."""
-        if self._last_step is not None and (
-            learner_step - self._last_step < self.config.snapshot_every
-        ):
-            return None
-        return self.add(learner_step, state_dict)
+        """Freeze a snapshot when one is due (:meth:`due`); its id, else None."""
+        return self.add(learner_step, state_dict) if self.due(learner_step) else None
 
     def add(self, learner_step: int, state_dict: Mapping[str, torch.Tensor]) -> int:
         """Freeze a CPU copy of ``state_dict`` now (evicting the oldest if full); its id."""

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 LEARNER = "learner"
-METRIC_PREFIX = "elo/"
-"""metrics.jsonl / TensorBoard keys of the ratings: ``elo/learner``, ``elo/snapshot-3``."""
 
 
 def snapshot_name(snapshot_id: int) -> str:
@@ -79,10 +77,6 @@ class EloRatings:
         """Forget a player (e.g. an evicted snapshot no longer worth a metric)."""
         self._ratings.pop(player, None)
         self._games.pop(player, None)
-
-    def metrics(self) -> dict[str, float]:
-        """The ratings as metric keys (``elo/<player>``) for metrics.jsonl and TensorBoard."""
-        return {METRIC_PREFIX + name: value for name, value in self._ratings.items()}
 
     def state_dict(self) -> dict[str, Any]:
         return {
