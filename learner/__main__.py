@@ -4,7 +4,8 @@ Subcommands (a dispatch table; none given means ``train``):
   train        serve actors and learn (flags: ``python -m learner --help``); under
                ``torchrun --nproc-per-node=G`` each process is one data-parallel rank
   demo         a learner plus local actors on CartPole-v1 until solved, then a plot
-  evaluate     run a checkpoint's policy for N episodes (mean/std return, optional video)
+  evaluate     run a checkpoint's policy for N episodes (mean/std return, optional video),
+               or two-player games against an --opponent (win/draw/loss per seat)
   plot         render the learning curve of a log directory to a PNG
   healthcheck  exit 0 when the learner at --address reports SERVING (container probes)
   bench        ``make bench``: runs ``benchmarks/`` from a source checkout (not installed)
