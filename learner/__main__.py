@@ -4,7 +4,9 @@ Subcommands (a dispatch table; none given means ``train``):
   train        serve actors and learn (flags: ``python -m learner --help``); under
                ``torchrun --nproc-per-node=G`` each process is one data-parallel rank
   demo         a learner plus local actors on CartPole-v1 until solved, then a plot
-  evaluate     run a checkpoint's policy for N episodes (mean/std return, optional video)
+  evaluate     run a checkpoint's policy for N episodes (mean/std return, optional video),
+               or two-player games against an --opponent (win/draw/loss per seat)
+  tournament   a self-play checkpoint's pool, every snapshot against every other: Elo
   plot         render the learning curve of a log directory to a PNG
   healthcheck  exit 0 when the learner at --address reports SERVING (container probes)
   bench        ``make bench``: runs ``benchmarks/`` from a source checkout (not installed)
@@ -22,7 +24,7 @@ from pathlib import Path
 
 TRAIN_DESCRIPTION = (
     "Run a seedrl learner: batched inference + V-trace. Other subcommands: "
-    "demo, evaluate, plot, healthcheck, bench (python -m learner SUBCOMMAND --help)."
+    "demo, evaluate, plot, tournament, healthcheck, bench (python -m learner SUBCOMMAND --help)."
 )
 
 
@@ -132,6 +134,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "demo": _module_main("learner.tools.demo"),
     "evaluate": _module_main("learner.tools.evaluate"),
     "plot": _module_main("learner.tools.plot"),
+    "tournament": _module_main("learner.league.tournament"),
     "healthcheck": _module_main("learner.serving.healthcheck"),
     "bench": bench_main,
 }

@@ -18,6 +18,7 @@ COMMANDS = {
     "demo": (["-m", "learner", "demo"], "--envs-per-actor"),
     "evaluate": (["-m", "learner", "evaluate"], "--episodes"),
     "plot": (["-m", "learner", "plot"], "--out"),
+    "tournament": (["-m", "learner", "tournament"], "--max-players"),
     "healthcheck": (["-m", "learner", "healthcheck"], "--address"),
     "bench": (["-m", "learner", "bench"], "--sweep"),
     "echo": (["-m", "benchmarks.echo"], "--port"),

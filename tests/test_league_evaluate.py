@@ -98,6 +98,9 @@ def test_heuristic_needs_connect_four_and_games_must_be_positive(
     with pytest.raises(SystemExit):
         evaluate.main(["--checkpoint", str(untrained), "--opponent", "random", "--games", "0"])
     assert "--games must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        evaluate.main(["--checkpoint", str(untrained), "--opponent", "random", "--video", "x.gif"])
+    assert "--video records single-agent episodes" in capsys.readouterr().err
     with pytest.raises(ValueError, match="heuristic reads a Connect Four board"):
         evaluate._opponent("heuristic", "classic/tictactoe-v3", seed=0, greedy=True)
     with pytest.raises(SystemExit):  # another game's spaces than the checkpoint's

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from learner.league.ratings import EloRatings, expected_score, snapshot_name
+from learner.league.ratings import EloRatings, expected_score, fit_elo, snapshot_name
 
 
 def test_expected_score_closed_form() -> None:
@@ -49,3 +51,40 @@ def test_state_round_trip_and_bad_scores() -> None:
         elo.update("learner", "snapshot-0", 2.0)
     with pytest.raises(ValueError, match="itself"):
         elo.update("learner", "learner", 1.0)
+
+
+def test_fit_elo_recovers_bradley_terry_strengths_exactly() -> None:
+    # A 2:1 over B, B 2:1 over C, A 4:1 over C fit strengths 4 : 2 : 1 exactly (each
+    # player's expected wins under them equal its actual wins), so each step is
+    # 400 log10(2) = 120.41 Elo, centred on 1000.
+    ratings = fit_elo(
+        {("A", "B"): (2, 0, 1), ("B", "C"): (2, 0, 1), ("A", "C"): (4, 0, 1)}, prior_draws=0
+    )
+    step = 400 * math.log10(2)
+    assert ratings == pytest.approx({"A": 1000 + step, "B": 1000.0, "C": 1000 - step})
+    # One pair scoring 3/4 (a draw is half a win): 400 log10(3) = 190.85 apart.
+    pair = fit_elo({("A", "B"): (28, 4, 8)}, prior_draws=0)
+    assert pair["A"] - pair["B"] == pytest.approx(400 * math.log10(3))
+    # Whoever won every game stays finite with the prior: 5 wins + 1 virtual draw = 5.5 : 0.5.
+    shut_out = fit_elo({("A", "B"): (5, 0, 0)})
+    assert shut_out["A"] - shut_out["B"] == pytest.approx(400 * math.log10(11))
+    with pytest.raises(ValueError, match="B scored nothing"):
+        fit_elo({("A", "B"): (5, 0, 0)}, prior_draws=0)
+
+
+def test_fit_elo_meets_the_likelihood_equations_with_the_prior() -> None:
+    # At the maximum-likelihood fit each player's expected score over its games (the
+    # closed form above) equals its actual score. With one virtual draw per pair:
+    # games A-B 4, B-C 5, A-C 4; scores A 3 + .5 + 1 + .5 = 5, B .5 + 2 + .5 + .5 = 3.5,
+    # C 1 + .5 + .5 + 2 + .5 = 4.5.
+    results = {("A", "B"): (3, 0, 0), ("B", "C"): (2, 1, 1), ("A", "C"): (1, 0, 2)}
+    ratings = fit_elo(results, prior_draws=1.0)
+    games = {("A", "B"): 4, ("B", "C"): 5, ("A", "C"): 4}
+    scores = {"A": 5.0, "B": 3.5, "C": 4.5}
+    for player, score in scores.items():
+        expected = sum(
+            n * expected_score(ratings[a if a == player else b], ratings[b if a == player else a])
+            for (a, b), n in games.items()
+            if player in (a, b)
+        )
+        assert expected == pytest.approx(score, abs=1e-6), player

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 LEARNER = "learner"
 
 
@@ -91,3 +93,52 @@ class EloRatings:
         this run's choice)."""
         self._ratings = {str(p): float(r) for p, r in state["ratings"].items()}
         self._games = {str(p): int(n) for p, n in state.get("games", {}).items()}
+
+
+def fit_elo(
+    results: Mapping[tuple[str, str], tuple[float, float, float]],
+    prior_draws: float = 1.0,
+    anchor: float = 1000.0,
+    iterations: int = 10_000,
+    tolerance: float = 1e-10,
+) -> dict[str, float]:
+    """Ratings that best explain a whole tournament at once, on the Elo scale.
+
+    ``results[(a, b)] = (a's wins, draws, b's wins)``. The maximum-likelihood Bradley-Terry
+    strengths ``gamma`` (P[a beats b] = gamma_a / (gamma_a + gamma_b), the model Elo's
+    expected score is), found by Hunter's MM iteration (Hunter, "MM algorithms for
+    generalized Bradley-Terry models", Ann. Statist. 32(1), 2004), with a draw counting
+    half a win to each side, then ``R = 400 log10(gamma)`` shifted so the mean is
+    ``anchor``. Unlike game-by-game updates the fit does not depend on the order games
+    were played in. ``prior_draws`` virtual draws per pair that met keep a player who
+    won (or lost) every game at a finite rating.
+    """
+    players = sorted({p for pair in results for p in pair})
+    index = {p: i for i, p in enumerate(players)}
+    n = len(players)
+    games_NN = np.zeros((n, n))
+    score_N = np.zeros(n)
+    for (a, b), (wins_a, draws, wins_b) in results.items():
+        if a == b:
+            raise ValueError(f"a player cannot be rated against itself ({a!r})")
+        i, j = index[a], index[b]
+        total = wins_a + draws + wins_b + prior_draws
+        games_NN[i, j] += total
+        games_NN[j, i] += total
+        score_N[i] += wins_a + 0.5 * (draws + prior_draws)
+        score_N[j] += wins_b + 0.5 * (draws + prior_draws)
+    if np.any(score_N <= 0):
+        zero = [players[i] for i in np.flatnonzero(score_N <= 0)]
+        raise ValueError(f"{', '.join(zero)} scored nothing: give prior_draws > 0 to rate them")
+    gamma_N = np.ones(n)
+    for _ in range(iterations):
+        pair_NN = games_NN / (gamma_N[:, None] + gamma_N[None, :])
+        new_N = score_N / pair_NN.sum(axis=1)
+        new_N /= np.exp(np.mean(np.log(new_N)))  # only ratios matter: fix the scale
+        done = np.max(np.abs(np.log(new_N / gamma_N))) < tolerance
+        gamma_N = new_N
+        if done:
+            break
+    ratings_N = 400.0 * np.log10(gamma_N)
+    ratings_N += anchor - ratings_N.mean()
+    return {p: float(r) for p, r in zip(players, ratings_N, strict=True)}

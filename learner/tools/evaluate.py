@@ -252,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.best:
         parser.exit(2, f"error: --best picks checkpoint-best.pt in a logdir; {path} is not one\n")
     if args.opponent is not None:
+        if args.video:
+            parser.exit(2, "error: --video records single-agent episodes, not --opponent games\n")
         return _match_main(parser, args, path)
     try:
         policy = Policy.load(path, greedy=args.greedy)
