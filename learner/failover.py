@@ -8,7 +8,8 @@ checkpoint in the directory, serves, and writes ``leader.json`` in its turn. Act
 follow with ``--fallback-learner``. Two rules keep two learners from training into one
 directory: a serving learner that finds ``leader.json`` naming another learner stops
 without writing a checkpoint, and a learner started with ``--resume`` while
-``leader.json`` names a live leader becomes that leader's standby, so a primary
+the learner ``leader.json`` names still answers there (its run id, by GetInfo)
+becomes that leader's standby, so a primary
 restarted in place (compose's ``restart: on-failure``) waits instead of competing.
 """
 
@@ -23,9 +24,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
+
 from learner.serving.healthcheck import check
 from seedrl.config import LearnerConfig
-from seedrl.transport import WILDCARD_HOSTS, listen_address
+from seedrl.proto import seedrl_pb2 as pb
+from seedrl.proto import seedrl_pb2_grpc as pb_grpc
+from seedrl.security import config_auth_token
+from seedrl.transport import WILDCARD_HOSTS, auth_metadata, client_channel, listen_address
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +138,29 @@ def health_check(config: LearnerConfig) -> HealthCheck:
     return ask
 
 
+Identify = Callable[[str], str | None]
+
+
+def run_id_at(config: LearnerConfig) -> Identify:
+    """The learner run id of whoever serves at an address (None: nobody answers), asked
+    with GetInfo: a live leader is the one leader.json names, not any learner that took
+    its port since."""
+
+    def ask(address: str) -> str | None:
+        channel = client_channel(address, config.standby_tls_ca)
+        try:
+            stub = pb_grpc.LearnerStub(channel)
+            metadata = auth_metadata(config_auth_token(config))
+            info = stub.GetInfo(pb.GetInfoRequest(), metadata=metadata, timeout=CHECK_TIMEOUT_S)
+            return str(info.learner_run_id)
+        except grpc.RpcError:
+            return None
+        finally:
+            channel.close()
+
+    return ask
+
+
 def wait_to_lead(
     config: LearnerConfig,
     ask: HealthCheck,
@@ -163,7 +192,9 @@ def wait_to_lead(
         sleep(POLL_S)
 
 
-def standby_turn(config: LearnerConfig, ask: HealthCheck | None = None) -> LearnerConfig | None:
+def standby_turn(
+    config: LearnerConfig, ask: HealthCheck | None = None, identify: Identify | None = None
+) -> LearnerConfig | None:
     """The config to serve with once it is this learner's turn, or None when the run ended
     while it waited.
 
@@ -172,10 +203,12 @@ def standby_turn(config: LearnerConfig, ask: HealthCheck | None = None) -> Learn
     wait resumes from the directory's newest checkpoint.
     """
     ask = ask or health_check(config)
+    identify = identify or run_id_at(config)
     standby = config.standby
     if not standby and config.resume:
         leader = read_leader(config.logdir)
-        if leader is not None and leader.address != own_address(config) and ask(leader.address)[0]:
+        elsewhere = leader is not None and leader.address != own_address(config)
+        if elsewhere and leader is not None and identify(leader.address) == leader.run_id:
             standby = leader.address
     if not standby:
         return config

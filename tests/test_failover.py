@@ -84,14 +84,23 @@ def test_a_resumed_learner_waits_as_standby_of_a_live_leader(tmp_path):
     failover.write_leader(tmp_path, failover.Leader("other", "127.0.0.1:9"))
     config = LearnerConfig(logdir=str(tmp_path), resume=True, port=7, standby_grace_s=1.0)
     ask, asked = scripted([True, True, False])
-    turn = failover.standby_turn(config, ask)
+    identified: list[str] = []
+
+    def the_leader(address: str) -> str:
+        identified.append(address)
+        return "other"
+
+    turn = failover.standby_turn(config, ask, the_leader)
     assert turn is not None and turn.resume and turn.standby == ""
-    assert asked[0] == "127.0.0.1:9"
-    # Its own address in the file (a restart in place) or a dead leader: serve at once.
+    assert identified == ["127.0.0.1:9"] and asked[0] == "127.0.0.1:9"
+    # Its own address in the file (a restart in place), a dead leader, or another learner
+    # that took the leader's port since: serve at once.
+    alive = scripted([True])[0]
     failover.write_leader(tmp_path, failover.Leader("old", failover.own_address(config)))
-    assert failover.standby_turn(config, scripted([True])[0]) == config
+    assert failover.standby_turn(config, alive, lambda address: "old") == config
     failover.write_leader(tmp_path, failover.Leader("other", "127.0.0.1:9"))
-    assert failover.standby_turn(config, scripted([False])[0]) == config
+    assert failover.standby_turn(config, alive, lambda address: None) == config
+    assert failover.standby_turn(config, alive, lambda address: "a stranger") == config
 
 
 def test_a_learner_learns_it_was_superseded_from_the_leader_file(tmp_path):
