@@ -7,10 +7,10 @@ and then stayed silent for ``--standby-grace-s``, the standby resumes from the n
 checkpoint in the directory, serves, and writes ``leader.json`` in its turn. Actors
 follow with ``--fallback-learner``. Two rules keep two learners from training into one
 directory: a serving learner that finds ``leader.json`` naming another learner stops
-without writing a checkpoint, and a learner started with ``--resume`` while
-the learner ``leader.json`` names still answers there (its run id, by GetInfo)
-becomes that leader's standby, so a primary
-restarted in place (compose's ``restart: on-failure``) waits instead of competing.
+without writing a checkpoint, and a learner started with ``--resume`` while the learner
+``leader.json`` names still answers there (its run id, by GetInfo) becomes that
+leader's standby, so a primary restarted in place (compose's ``restart: on-failure``)
+waits instead of competing.
 """
 
 from __future__ import annotations
