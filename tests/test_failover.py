@@ -12,6 +12,7 @@ import json
 import signal
 import time
 
+import pytest
 from support import free_port, learner_args, read_records, running, wait_until
 
 from actors.actor import Actor
@@ -131,6 +132,9 @@ def frames_of(records: list[dict], learner_run_start: int) -> int:
     return int(records[-1]["frames"]) if len(records) > learner_run_start else 0
 
 
+# CI runs the same fail-over end to end in `make soak-short` (.ci/run), judged against
+# its bounds; this standalone copy runs with the slow tests.
+@pytest.mark.slow
 def test_standby_takes_over_when_the_primary_is_killed_and_actors_follow(tmp_path):
     """SIGKILL the primary: the standby resumes from its checkpoint within seconds, the
     actors fail over to it, and the primary restarted in place waits as its standby."""
