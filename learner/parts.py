@@ -32,7 +32,7 @@ from learner.agents.policy import set_compute_threads
 from learner.agents.registry import make_agent
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
-from learner.state.normalize import ObservationNormalizer, normalized_space
+from learner.state.normalize import Normalizer, make_normalizer, normalized_space
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, stored_frame_stack
 from learner.training.allocator import keep_freed_memory
@@ -65,7 +65,7 @@ class Learner:
     queue: Store
     step_counter: StepCounter
     weights_lock: threading.Lock
-    normalizer: ObservationNormalizer | None = None
+    normalizer: Normalizer | None = None
     league: League | None = None
     """With --self-play: the pool of past selves and the ratings (checkpointed)."""
     learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -109,16 +109,13 @@ def build_learner(config: LearnerConfig) -> Learner:
     masked = has_action_mask(obs_space, config.action_mask)
     agent = make_agent(config, env_spec.action_space, device, masked)
     obs_shape = codec.spec_shape(obs_space)
+    mask_leaf = config.action_mask if masked else ""
+    normalizer = None
+    if config.normalize_observations:  # the network (and the unrolls) see float32 leaves
+        normalizer = make_normalizer(obs_space, mask_leaf)
+        obs_space = normalized_space(obs_space, mask_leaf)
     if codec.is_structured(obs_space):  # kept as packed uint8 rows (codec.LeafPacking)
         obs_shape = (codec.LeafPacking(codec.space_leaves(obs_space)).row_bytes,)
-        if config.normalize_observations:
-            raise UnsupportedSetup(
-                "--normalize-observations takes one observation tensor, not dict/tuple observations"
-            )
-    normalizer = None
-    if config.normalize_observations:  # the network (and the unrolls) see float32
-        normalizer = ObservationNormalizer(obs_shape, obs_space.dtype)
-        obs_space = normalized_space(obs_space)
     torso = choose_torso(env_spec.observation_space, config.model)
     model = agent.build_model(obs_space, torso).to(device)
     optimizer = make_optimizer(model, config)

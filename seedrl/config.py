@@ -197,7 +197,9 @@ class LearnerConfig:
     normalize_observations: bool = False
     """Normalize observations by the running mean and variance of every frame the learner
     serves (kept on the learner, saved in checkpoints, applied by evaluate); each unroll
-    keeps the normalized frames it was acted on, so training sees what inference saw."""
+    keeps the normalized frames it was acted on, so training sees what inference saw. A
+    dict/tuple observation: each float vector leaf by its own statistics, the others as
+    they are."""
     normalize_returns: bool = True
     """Divide training rewards (after scale and clip) by a running std of the discounted
     return, clipped to [-10, 10], as PPO's VecNormalize does: a new env's reward scale is

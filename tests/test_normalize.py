@@ -6,22 +6,32 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from support import engine_for
 
-from learner.agents.models import action_head, build_model
+from learner.agents.models import UnsupportedSetup, action_head, build_model
 from learner.parts import build_learner, save_checkpoint
 from learner.serving.batcher import PendingRequest
 from learner.serving.inference import Connection, FramePayload, StepCounter
 from learner.state import checkpoint
-from learner.state.normalize import CLIP, EPSILON, ObservationNormalizer
+from learner.state.normalize import (
+    CLIP,
+    EPSILON,
+    LeafNormalizer,
+    ObservationNormalizer,
+    make_normalizer,
+    normalized_space,
+)
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, UnrollQueue
 from learner.tools.trained_policy import Policy
 from learner.training.trainer import to_time_major
+from seedrl import codec
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -138,3 +148,180 @@ def test_resuming_with_the_other_setting_is_refused(tmp_path):
     plain = dataclasses.replace(_config(tmp_path, resume=True), normalize_observations=False)
     with pytest.raises(checkpoint.CheckpointError, match="--normalize-observations"):
         build_learner(plain)
+
+
+LEAVES = gym.spaces.Dict(
+    {
+        "action_mask": gym.spaces.Box(0.0, 1.0, (3,), np.float32),  # float, yet never scaled
+        "direction": gym.spaces.Discrete(4),
+        "image": gym.spaces.Box(0, 255, (5, 5, 2), np.uint8),
+        "joints": gym.spaces.Box(-np.inf, np.inf, (3,), np.float64),
+        "plane": gym.spaces.Box(-1.0, 1.0, (2, 3, 4), np.float32),  # rank 3: image-like
+        "speed": gym.spaces.Tuple((gym.spaces.Box(-5.0, 5.0, (2, 1), np.float32),)),
+    }
+)
+NORMALIZED = ("joints", "speed.0")
+
+
+def _leaf_stream(space: gym.spaces.Dict, n: int, seed: int) -> list[np.ndarray]:
+    """``n`` observations of ``space`` as one array per leaf, far from zero mean and unit
+    scale where the leaf is a float vector."""
+    spec = codec.space_to_spec(space)
+    space.seed(seed)
+    leaves = codec.space_leaves(spec)
+    samples = [codec.flatten_values(spec, space.sample()) for _ in range(n)]
+    values = [np.stack(v) for v in zip(*samples, strict=True)]
+    rng = np.random.default_rng(seed)
+    for index, leaf in enumerate(leaves):
+        if leaf.name in NORMALIZED:
+            scale = rng.uniform(0.01, 100.0, leaf.shape)
+            values[index] = rng.normal(size=values[index].shape) * scale + 50.0
+    return [
+        v.astype(leaf.dtype).reshape(n, *leaf.shape) for v, leaf in zip(values, leaves, strict=True)
+    ]
+
+
+def test_each_float_leaf_keeps_its_own_statistics_and_the_rest_passes_unchanged():
+    """Against numpy over the whole stream, leaf by leaf: the float vector leaves are
+    normalized by their own mean and variance (float64 ones become float32 in the rows),
+    images, discrete leaves and the action mask keep their bytes."""
+    spec = codec.space_to_spec(LEAVES)
+    leaves = codec.space_leaves(spec)
+    raw = codec.LeafPacking(leaves)
+    normalizer = make_normalizer(spec, "action_mask")
+    assert isinstance(normalizer, LeafNormalizer)
+    assert normalizer.obs_shape == (raw.row_bytes,)
+    stream = _leaf_stream(LEAVES, 600, seed=3)
+    rows = raw.pack_values(stream)
+    start = 0
+    for size in (1, 9, 0, 250, 340):
+        normalizer.update(rows[start : start + size])
+        start += size
+    out_leaves = codec.space_leaves(normalized_space(spec, "action_mask"))
+    assert [x.dtype.name for x in out_leaves] == [
+        "float32", "int64", "uint8", "float32", "float32", "float32"
+    ]  # fmt: skip
+    probe = rows[:7]
+    got = codec.LeafPacking(out_leaves).unpack(normalizer.normalize(probe))
+    for index, leaf in enumerate(leaves):
+        if leaf.name in NORMALIZED:
+            seen = stream[index].astype(np.float64)
+            stats = normalizer.stats_of(leaf.name)
+            assert stats.count == 600
+            np.testing.assert_allclose(stats.mean, seen.mean(axis=0), rtol=1e-12)
+            np.testing.assert_allclose(stats.var, seen.var(axis=0), rtol=1e-9)
+            np.testing.assert_allclose(got[index], expected(seen[:7], seen), rtol=1e-5, atol=1e-6)
+            assert abs(float(np.mean(got[index]))) < 1.0  # really moved off the raw values
+        else:
+            np.testing.assert_array_equal(got[index], stream[index][:7])
+
+
+def test_a_structured_observation_without_a_float_vector_leaf_is_refused():
+    space = gym.spaces.Dict(
+        {"direction": gym.spaces.Discrete(4), "image": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8)}
+    )
+    with pytest.raises(UnsupportedSetup, match="no float vector leaf to normalize"):
+        make_normalizer(codec.space_to_spec(space))
+
+
+def test_leaf_statistics_feed_the_policy_and_the_unrolls_alike():
+    """Served frames carry the raw rows (a float64 leaf at its own width); the policy and
+    the stored unrolls see the normalized rows, so replaying them gives the behaviour
+    parameters."""
+    torch.manual_seed(0)
+    spec = codec.space_to_spec(LEAVES)
+    head = action_head(pb.SpaceSpec(kind="discrete", n=3), masked=True)
+    seen_space = normalized_space(spec, "action_mask")
+    model = build_model(seen_space, head, "auto", (16,), mask_leaf="action_mask")
+    with torch.no_grad():
+        model.policy.weight.normal_()
+    out = codec.LeafPacking(codec.space_leaves(seen_space))
+    t, k = 3, 4
+    builder = TrajectoryBuilder(
+        unroll_length=t, obs_shape=(out.row_bytes,), obs_dtype="uint8", action_shape=(),
+        action_dtype="int64", param_size=head.param_size, core_state_sizes=(),
+    )  # fmt: skip
+    queue = UnrollQueue(64)
+    normalizer = make_normalizer(spec, "action_mask")
+    engine = engine_for(
+        model, head, torch.device("cpu"), builder, queue, LearnerStats(), threading.Lock(),
+        StepCounter(), normalizer=normalizer,
+    )  # fmt: skip
+    conn = Connection("a", "r", "peer", k, builder.allocate(k))
+    raw = codec.LeafPacking(codec.space_leaves(spec))
+    stream = _leaf_stream(LEAVES, k * (t + 1), seed=4)
+    stream[0][:] = 1.0  # every action allowed
+    frames = raw.pack_values(stream).reshape(t + 1, k, raw.row_bytes)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        for frame in frames:
+            payload = FramePayload(
+                conn, frame.tobytes(), np.zeros(k, np.float32).tobytes(),
+                np.zeros(k, np.bool_).tobytes(), np.zeros(k, np.bool_).tobytes(),
+            )  # fmt: skip
+            await engine.process([PendingRequest(payload, k, loop.create_future())])
+
+    asyncio.run(serve())
+    unrolls = queue.get(k, timeout=1)
+    assert unrolls is not None and unrolls.obs.shape[-1] == out.row_bytes < raw.row_bytes
+    joints = codec.space_leaves(spec).index(next(x for x in raw.leaves if x.name == "joints"))
+    for row in range(t + 1):
+        seen = np.concatenate([raw.unpack(frames[r])[joints] for r in range(row + 1)])
+        got = out.unpack(unrolls.obs[:, row])[joints]
+        np.testing.assert_allclose(got, expected(raw.unpack(frames[row])[joints], seen), rtol=1e-5)
+    batch = to_time_major(unrolls, torch.device("cpu"))
+    with torch.no_grad():
+        params, _, _ = model(batch["obs"], batch["first"])
+    torch.testing.assert_close(params, batch["behaviour_params"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_dict_observation_checkpoint_keeps_each_leafs_statistics(tmp_path, monkeypatch):
+    """Saved per leaf, restored on --resume, applied by evaluate's Policy."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
+    config = _config(tmp_path, env="spaces_envs:dict_observation")
+    learner = build_learner(config)
+    assert isinstance(learner.normalizer, LeafNormalizer)
+    spec = learner.env_spec.observation_space
+    space = gym.spaces.Dict(
+        {
+            "direction": gym.spaces.Discrete(4),
+            "image": gym.spaces.Box(0, 255, (1, 6, 6), np.uint8),
+            "position": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        }
+    )
+    stream = codec.space_leaves(spec)
+    values = [np.zeros((200, *x.shape), x.dtype) for x in stream]
+    values[2] = (
+        np.random.default_rng(5).normal([3.0, -7.0], [0.5, 2.0], (200, 2)).astype(np.float32)
+    )
+    learner.normalizer.update(codec.LeafPacking(stream).pack_values(values))
+    save_checkpoint(learner)
+
+    resumed = build_learner(dataclasses.replace(config, resume=True))
+    assert isinstance(resumed.normalizer, LeafNormalizer)
+    for stats in ("mean", "var"):
+        np.testing.assert_array_equal(
+            getattr(resumed.normalizer.stats_of("position"), stats),
+            getattr(learner.normalizer.stats_of("position"), stats),
+        )
+
+    policy = Policy.load(tmp_path / "checkpoint.pt")
+    assert isinstance(policy.normalizer, LeafNormalizer)
+    seen: list[torch.Tensor] = []
+    real_act = policy.model.act
+
+    def spy(obs_11O, first_11, state):  # type: ignore[no-untyped-def]
+        seen.append(obs_11O)
+        return real_act(obs_11O, first_11, state)
+
+    policy.model.act = spy  # type: ignore[method-assign]
+    policy.reset()
+    obs = space.sample()
+    obs["position"] = np.array([3.5, -6.0], np.float32)
+    policy.act(obs)
+    out = codec.LeafPacking(codec.space_leaves(normalized_space(spec)))
+    got = out.unpack(seen[0][0].numpy())
+    np.testing.assert_allclose(got[2][0], expected(obs["position"][None], values[2])[0], rtol=1e-5)
+    np.testing.assert_array_equal(got[1][0], obs["image"])
+    assert int(got[0][0]) == obs["direction"]

@@ -113,7 +113,6 @@ def test_a_dict_observation_checkpoint_resumes_and_evaluates(tmp_path) -> None:
     ("extra", "message"),
     [
         (["--model", "mlp"], "--model mlp reads one observation tensor"),
-        (["--normalize-observations"], "--normalize-observations takes one observation"),
     ],
 )
 def test_unsupported_combinations_stop_the_learner_with_one_line(tmp_path, extra, message):

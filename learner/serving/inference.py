@@ -26,7 +26,7 @@ from learner.agents.base import Store
 from learner.agents.policy import Policy
 from learner.serving.batcher import PendingRequest
 from learner.state.counters import StepCounter
-from learner.state.normalize import ObservationNormalizer
+from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, Unrolls
 from seedrl.codec import WireError, all_finite
@@ -136,7 +136,7 @@ class InferenceEngine:
         learner_step: StepCounter,
         keep_unrolls: bool = True,
         refresh_weights: Callable[[], None] | None = None,
-        normalizer: ObservationNormalizer | None = None,
+        normalizer: Normalizer | None = None,
         self_play: SelfPlay | None = None,
     ) -> None:
         """``policy`` is the agent's action choice over the weights inference runs
@@ -146,6 +146,9 @@ class InferenceEngine:
         """With --normalize-observations: updated with, then applied to, every batch; the
         builder then stores the normalized float32 frames the policy acted on."""
         self._obs_dtype = builder.obs_dtype if normalizer is None else normalizer.obs_dtype
+        self._frame_shape = builder.frame_shape if normalizer is None else normalizer.obs_shape
+        """What frames carry: the raw observation, which normalisation may widen (a float64
+        leaf of packed rows becomes float32, a flat one keeps its shape)."""
         self.builder = builder
         self.queue = queue
         self.stats = stats
@@ -298,9 +301,7 @@ class InferenceEngine:
         await self._hand_over(unrolls, mark)
 
     def _gather(self, requests: list[PendingRequest]) -> FrameBatch:
-        return gather_frames(
-            [r.payload for r in requests], self._obs_dtype, self.builder.frame_shape
-        )
+        return gather_frames([r.payload for r in requests], self._obs_dtype, self._frame_shape)
 
     def _reject_nonfinite(self, batch: list[PendingRequest]) -> list[PendingRequest]:
         """Fail the requests whose frames hold NaN/inf (their streams end); keep the rest."""

@@ -23,7 +23,7 @@ import torch
 
 from learner.agents.models import ActorCritic
 from learner.state.counters import StepCounter
-from learner.state.normalize import ObservationNormalizer
+from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
 from seedrl import codec
 from seedrl.config import LearnerConfig
@@ -257,7 +257,7 @@ def restore(
     stats: LearnerStats,
     step_counter: StepCounter,
     env_spec: Any = None,
-    normalizer: ObservationNormalizer | None = None,
+    normalizer: Normalizer | None = None,
 ) -> dict[str, Any]:
     """Load a checkpoint into the parts and return it; a mismatch raises CheckpointError
     naming the file."""

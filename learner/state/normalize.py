@@ -9,7 +9,12 @@ frames, so training sees exactly the inputs the behaviour policy acted on, even 
 the statistics keep moving (recomputing with newer statistics at training time would make
 the behaviour log-probabilities, and so V-trace's importance weights, wrong).
 
-Shape suffixes: B frames in a batch, O observation dims.
+A dict/tuple observation (packed rows, :class:`seedrl.codec.LeafPacking`) is normalized
+leaf by leaf (:class:`LeafNormalizer`): each float vector leaf keeps its own statistics and
+becomes float32 in the rows the network reads; images, discrete leaves and the action mask
+pass through byte for byte, since scaling pixels or category ids would only hide them.
+
+Shape suffixes: B frames in a batch, O observation dims, R packed row bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from learner.agents.models import UnsupportedSetup, is_image
+from seedrl import codec
 from seedrl.proto import seedrl_pb2 as pb
 
 CLIP = 10.0
@@ -29,12 +36,47 @@ EPSILON = 1e-8
 """Added to the variance: a constant element normalizes to 0, not to NaN."""
 
 
-def normalized_space(obs_spec: pb.SpaceSpec) -> pb.SpaceSpec:
-    """The observation space the network sees under normalisation: float32, same shape."""
+def normalizes_leaf(leaf: codec.Leaf, mask_leaf: str = "") -> bool:
+    """Whether a dict/tuple observation's leaf gets its own statistics: a float Box that is
+    not image-like (and not the action mask)."""
+    spec = leaf.spec
+    return (
+        spec.kind == "box"
+        and leaf.dtype.kind == "f"
+        and not is_image(spec)
+        and leaf.name != mask_leaf
+    )
+
+
+def normalized_space(obs_spec: pb.SpaceSpec, mask_leaf: str = "") -> pb.SpaceSpec:
+    """The observation space the network sees under normalisation: float32, same shape; for
+    a dict/tuple space only its normalized leaves change (to float32)."""
     spec = pb.SpaceSpec()
     spec.CopyFrom(obs_spec)
-    spec.dtype = "float32"
+    if not codec.is_structured(spec):
+        spec.dtype = "float32"
+        return spec
+    names = {x.name for x in codec.space_leaves(obs_spec) if normalizes_leaf(x, mask_leaf)}
+
+    def walk(node: pb.SpaceSpec, path: tuple[str, ...]) -> None:
+        if codec.is_structured(node):
+            for index, child in enumerate(node.children):
+                walk(child, (*path, child.name if node.kind == "dict" else str(index)))
+        elif codec.LEAF_SEPARATOR.join(path) in names:
+            node.dtype = "float32"
+
+    walk(spec, ())
     return spec
+
+
+def make_normalizer(
+    obs_spec: pb.SpaceSpec, mask_leaf: str = ""
+) -> ObservationNormalizer | LeafNormalizer:
+    """The normaliser for an env's observation space (``--normalize-observations``): one
+    set of statistics for a leaf space, one per float leaf for a dict/tuple space."""
+    if codec.is_structured(obs_spec):
+        return LeafNormalizer(obs_spec, mask_leaf)
+    return ObservationNormalizer(codec.spec_shape(obs_spec), obs_spec.dtype)
 
 
 class ObservationNormalizer:
@@ -108,6 +150,77 @@ class ObservationNormalizer:
                 f"observation statistics of shape {tuple(mean.shape)}, expected {self.obs_shape}"
             )
         self._state = (int(state["count"]), mean, m2)
+
+
+class LeafNormalizer:
+    """Per-leaf statistics of a dict/tuple observation, on the learner's packed rows.
+
+    Takes the raw rows the actors' frames pack into (``[B, R]`` uint8) and gives the rows
+    of :func:`normalized_space`: every float vector leaf normalized by its own
+    :class:`ObservationNormalizer` (as float32), every other leaf's bytes unchanged.
+    """
+
+    def __init__(self, obs_spec: pb.SpaceSpec, mask_leaf: str = "") -> None:
+        leaves = codec.space_leaves(obs_spec)
+        self.raw = codec.LeafPacking(leaves)
+        self.out = codec.LeafPacking(codec.space_leaves(normalized_space(obs_spec, mask_leaf)))
+        self.leaf_stats = {
+            index: ObservationNormalizer(leaf.shape, leaf.dtype)
+            for index, leaf in enumerate(leaves)
+            if normalizes_leaf(leaf, mask_leaf)
+        }
+        """Leaf index -> its statistics, for the normalized leaves only."""
+        if not self.leaf_stats:
+            raise UnsupportedSetup(
+                "--normalize-observations: the observation "
+                f"{codec.spec_summary(obs_spec)} has no float vector leaf to normalize "
+                "(images, discrete leaves and the action mask are left as they are)"
+            )
+        self.obs_shape = (self.raw.row_bytes,)
+        """The raw rows' shape, as the actors' frames pack into them."""
+        self.obs_dtype = np.dtype(np.uint8)
+
+    @property
+    def count(self) -> int:
+        return next(iter(self.leaf_stats.values())).count
+
+    def stats_of(self, name: str) -> ObservationNormalizer:
+        """The statistics of the leaf called ``name``."""
+        for index, stats in self.leaf_stats.items():
+            if self.raw.leaves[index].name == name:
+                return stats
+        raise KeyError(f"leaf {name!r} is not normalized")
+
+    def update(self, rows_BR: np.ndarray) -> None:
+        """Fold a batch of raw packed rows into every normalized leaf's statistics."""
+        values = self.raw.unpack(np.asarray(rows_BR).reshape(-1, self.raw.row_bytes))
+        for index, stats in self.leaf_stats.items():
+            stats.update(values[index])
+
+    def normalize(self, rows_BR: np.ndarray) -> np.ndarray:
+        """Raw packed rows -> the rows the network reads (float leaves normalized)."""
+        values = self.raw.unpack(np.asarray(rows_BR).reshape(-1, self.raw.row_bytes))
+        for index, stats in self.leaf_stats.items():
+            values[index] = stats.normalize(values[index])
+        return self.out.pack_values(values)
+
+    def state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
+        """Each normalized leaf's statistics under its name, for a checkpoint."""
+        return {
+            self.raw.leaves[index].name: stats.state_dict()
+            for index, stats in self.leaf_stats.items()
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        names = [self.raw.leaves[index].name for index in self.leaf_stats]
+        if sorted(state) != sorted(names):
+            raise ValueError(f"statistics of leaves {sorted(state)}, expected {sorted(names)}")
+        for index, stats in self.leaf_stats.items():
+            stats.load_state_dict(state[self.raw.leaves[index].name])
+
+
+Normalizer = ObservationNormalizer | LeafNormalizer
+"""Either normaliser: both take and give batches of the learner's observation arrays."""
 
 
 class ReturnNormalizer:

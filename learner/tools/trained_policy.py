@@ -19,7 +19,7 @@ import torch
 
 from learner.agents.models import ActionHead, ActorCritic, CoreState, ModelSpec, action_head
 from learner.state import checkpoint
-from learner.state.normalize import ObservationNormalizer
+from learner.state.normalize import Normalizer, make_normalizer
 from seedrl import codec, envs
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -50,7 +50,7 @@ class Policy:
         head: ActionHead,
         env_spec: pb.EnvSpec,
         greedy: bool = True,
-        normalizer: ObservationNormalizer | None = None,
+        normalizer: Normalizer | None = None,
         checkpoint_info: checkpoint.CheckpointInfo | None = None,
     ) -> None:
         self.model = model.eval()
@@ -70,14 +70,13 @@ class Policy:
         state = checkpoint.load(path)
         env_spec = pb.EnvSpec.FromString(state["env_spec"])
         spec = model_spec_from_dict(state["model_spec"])
-        masked = any(encoder == "mask" for *_, encoder, _ in spec.leaf_inputs)
-        head = action_head(env_spec.action_space, masked)
+        mask_leaf = next((x[0] for x in spec.leaf_inputs if x[3] == "mask"), None)
+        head = action_head(env_spec.action_space, mask_leaf is not None)
         model = ActorCritic(spec)
         model.load_state_dict(state["model"])
         normalizer = None
         if "obs_normalizer" in state:
-            space = env_spec.observation_space
-            normalizer = ObservationNormalizer(codec.spec_shape(space), space.dtype)
+            normalizer = make_normalizer(env_spec.observation_space, mask_leaf or "")
             normalizer.load_state_dict(state["obs_normalizer"])
         info = checkpoint.CheckpointInfo.of(path, state)
         return cls(model, head, env_spec, greedy, normalizer, info)
