@@ -255,6 +255,24 @@ def action_dtype(space: pb.SpaceSpec) -> np.dtype:
     return np.dtype(np.int64 if space.kind == "discrete" else np.float32)
 
 
+def action_columns(spec: pb.SpaceSpec) -> list[int]:
+    """How many columns each leaf of a dict/tuple action space takes in the learner's flat
+    actions ``[K, sum(columns)]``: its elements (1 for a Discrete)."""
+    return [max(1, math.prod(leaf.shape)) for leaf in space_leaves(spec, action=True)]
+
+
+def action_leaves_of(spec: pb.SpaceSpec, actions_KC: np.ndarray) -> list[np.ndarray]:
+    """A dict/tuple action space's flat actions ``[K, C]`` (leaves side by side, in leaf
+    order) -> one array ``[K, *leaf_shape]`` per leaf, in the leaf's action dtype."""
+    k = len(actions_KC)
+    flat = np.asarray(actions_KC).reshape(k, -1)
+    starts = [0, *itertools.accumulate(action_columns(spec))]
+    return [
+        np.ascontiguousarray(flat[:, a:b], leaf.dtype).reshape(k, *leaf.shape)
+        for leaf, a, b in zip(space_leaves(spec, action=True), starts, starts[1:], strict=False)
+    ]
+
+
 def actions_template(dtype: np.dtype, shape: Sequence[int]) -> WireTemplate:
     """The wire bytes of a ``LearnerMessage`` answering a frame with actions of this layout."""
     native, name = _wire_dtype(np.dtype(dtype))

@@ -1,6 +1,7 @@
 """Small gymnasium envs with the spaces users bring: a dict observation, an action mask, a
-MultiDiscrete action. Each is learnable in a few thousand frames, so the end-to-end tests
-can check learning, and each refuses a masked action, so a test run fails if one is sent.
+MultiDiscrete action, a Dict action. Each is learnable in a few thousand frames, so the
+end-to-end tests can check learning, and each refuses a masked (or malformed) action, so a
+test run fails if one is sent.
 
 Actors build them as ``spaces_envs:<factory>`` with ``tests/`` on ``PYTHONPATH``.
 """
@@ -101,6 +102,34 @@ class MultiChoice(_Episodic):
         return 0.5 * sum(int(a) == t for a, t in zip(np.ravel(action), self._targets, strict=True))
 
 
+class DictAction(_Episodic):
+    """A Dict action of a choice among 3 and two switches, each cued in the observation:
+    0.5 reward for the right choice, 0.25 for each switch set right."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = spaces.Box(0.0, 1.0, (5,), np.float32)
+        self.action_space = spaces.Dict(
+            {"choice": spaces.Discrete(3), "switches": spaces.MultiBinary(2)}
+        )
+
+    def _draw(self) -> None:
+        self._choice = int(self._rng.integers(3))
+        self._switches = self._rng.integers(0, 2, 2)
+
+    def _observe(self) -> np.ndarray:
+        obs = np.zeros(5, np.float32)
+        obs[self._choice] = 1.0
+        obs[3:] = self._switches
+        return obs
+
+    def _reward(self, action: Any) -> float:
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action!r} is not in {self.action_space}")
+        right = np.asarray(action["switches"]) == self._switches
+        return 0.5 * float(int(action["choice"]) == self._choice) + 0.25 * float(right.sum())
+
+
 class DictObservation(_Episodic):
     """A dict of an image, a discrete direction and a vector: reward 1 for naming the
     direction (the image and vector are noise the encoders must learn to ignore)."""
@@ -136,6 +165,10 @@ def masked_choice(**kwargs: Any) -> MaskedChoice:
 
 def multi_choice() -> MultiChoice:
     return MultiChoice()
+
+
+def dict_action() -> DictAction:
+    return DictAction()
 
 
 def dict_observation() -> DictObservation:

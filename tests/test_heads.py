@@ -8,13 +8,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch.distributions import Bernoulli, Categorical
+from torch.distributions import Bernoulli, Categorical, Independent, Normal
 
 from learner.agents.models import (
     ActorCritic,
     BernoulliHead,
     MaskedCategoricalHead,
     MultiCategoricalHead,
+    ProductHead,
     UnsupportedSetup,
     action_head,
     build_model,
@@ -66,6 +67,76 @@ def test_multi_discrete_log_probs_and_entropy_match_torch_distributions(masked: 
     assert sample.shape == (5, 7, 3) and sample.dtype == torch.int64
     for g, n in enumerate(NVEC):
         assert ((sample[..., g] >= 0) & (sample[..., g] < n)).all()
+
+
+PRODUCT = spaces.Dict(
+    {
+        "move": spaces.Discrete(5),
+        "switches": spaces.MultiBinary((2, 2)),
+        "target": spaces.Tuple((spaces.MultiDiscrete([[3, 2], [4, 1]]),)),
+    }
+)
+
+
+def test_dict_tuple_actions_are_the_product_of_their_leaves_heads() -> None:
+    """Log-probability and entropy are the sums over the leaves' torch.distributions; the
+    actions sit side by side as int64 columns that codec splits back into the leaves."""
+    torch.manual_seed(0)
+    spec = codec.space_to_spec(PRODUCT)
+    head = action_head(spec)
+    assert isinstance(head, ProductHead)
+    assert head.param_size == 5 + 4 + 10 and head.action_shape == (1 + 4 + 4,)
+    params = torch.randn(6, 3, head.param_size) * 2
+    move, switches, target = params.split([5, 4, 10], -1)
+    dists = [
+        Categorical(logits=move),
+        Independent(Bernoulli(logits=switches), 1),
+        *_reference(target, None, (3, 2, 4, 1)),
+    ]
+    samples = [
+        dists[0].sample().unsqueeze(-1),
+        dists[1].sample(),
+        torch.stack([d.sample() for d in dists[2:]], -1),
+    ]
+    actions = torch.cat(samples, -1).long()
+    logp, entropy = head.log_prob_and_entropy(params, actions)
+    expected = dists[0].log_prob(samples[0][..., 0]) + dists[1].log_prob(samples[1])
+    expected = expected + sum(
+        d.log_prob(a) for d, a in zip(dists[2:], samples[2].unbind(-1), strict=True)
+    )
+    torch.testing.assert_close(logp, expected)
+    torch.testing.assert_close(entropy, sum(d.entropy() for d in dists))
+    torch.testing.assert_close(head.entropy(params), entropy)
+    assert head.max_entropy == pytest.approx(np.log(5) + 4 * np.log(2) + np.log(3 * 2 * 4))
+
+    drawn = head.sample(params)
+    assert drawn.shape == (6, 3, 9) and drawn.dtype == torch.int64
+    greedy = head.greedy(params)
+    assert (greedy[..., 0] == move.argmax(-1)).all()
+    leaves = codec.action_leaves_of(spec, drawn.reshape(18, 9).numpy())
+    for value, leaf in zip(leaves, codec.space_leaves(spec, action=True), strict=True):
+        assert value.shape == (18, *leaf.shape) and value.dtype == leaf.dtype
+    for got, sub in zip(
+        leaves, [PRODUCT["move"], PRODUCT["switches"], PRODUCT["target"][0]], strict=True
+    ):
+        assert all(sub.contains(x) for x in got)
+
+
+def test_dict_box_actions_are_one_gaussian_over_their_leaves() -> None:
+    """A product of diagonal Gaussians is one: its log-probability is the leaves' sum."""
+    space = spaces.Tuple((spaces.Box(-1, 1, (2,)), spaces.Box(0, 4, (1, 2))))
+    spec = codec.space_to_spec(space)
+    head = action_head(spec)
+    assert head.continuous and head.action_shape == (4,)
+    assert head.low == (-1, -1, 0, 0) and head.high == (1, 1, 4, 4)  # type: ignore[union-attr]
+    mean, log_std = torch.randn(5, 4), torch.randn(5, 4) * 0.3
+    actions = head.sample(torch.cat([mean, log_std], -1))
+    parts = [Independent(Normal(m, s.exp()), 1) for m, s in
+             zip(mean.split([2, 2], -1), log_std.split([2, 2], -1), strict=True)]  # fmt: skip
+    expected = sum(d.log_prob(a) for d, a in zip(parts, actions.split([2, 2], -1), strict=True))
+    logp, entropy = head.log_prob_and_entropy(torch.cat([mean, log_std], -1), actions)
+    torch.testing.assert_close(logp, expected)
+    torch.testing.assert_close(entropy, sum(d.entropy() for d in parts))
 
 
 def test_masked_discrete_matches_torch_distributions_and_gives_masked_actions_zero() -> None:
@@ -215,8 +286,15 @@ def test_unsupported_combinations_are_refused_with_one_line() -> None:
         )  # fmt: skip
     with pytest.raises(UnsupportedSetup, match="needs a Discrete or MultiDiscrete"):
         action_head(codec.space_to_spec(spaces.MultiBinary(3)), masked=True)
-    with pytest.raises(UnsupportedSetup, match="not supported"):
-        action_head(codec.space_to_spec(spaces.Dict({"a": spaces.Discrete(2)})))
+    mixed = spaces.Dict({"arm": spaces.Box(-1, 1, (2,)), "grip": spaces.Discrete(2)})
+    with pytest.raises(UnsupportedSetup) as refused:
+        action_head(codec.space_to_spec(mixed))
+    assert str(refused.value).startswith(
+        "action space Dict(arm: Box(shape=[2], dtype=float32), grip: Discrete(2)) is not "
+        "supported: a dict/tuple action space takes either only Box leaves or only"
+    )
+    with pytest.raises(UnsupportedSetup, match="needs a Discrete or MultiDiscrete"):
+        action_head(codec.space_to_spec(spaces.Dict({"a": spaces.Discrete(2)})), masked=True)
     only_mask = codec.space_to_spec(spaces.Dict({"action_mask": spaces.MultiBinary(7)}))
     with pytest.raises(UnsupportedSetup, match="only the action mask"):
         build_model(only_mask, action_head(discrete, masked=True), mask_leaf="action_mask")

@@ -285,8 +285,77 @@ class BernoulliHead:
         return self.log_prob(params, actions), self.entropy(params)
 
 
+class ProductHead:
+    """Dict/Tuple actions of Discrete, MultiDiscrete and MultiBinary leaves: one independent
+    head per leaf, their parameters side by side and their actions side by side as int64
+    columns (:func:`seedrl.codec.action_columns`); the joint log-probability and entropy
+    are the parts' sums, as for any product of independent distributions."""
+
+    continuous = False
+    masked = False
+
+    def __init__(self, parts: list[CategoricalHead | MultiCategoricalHead | BernoulliHead]) -> None:
+        self.parts = parts
+        self.param_sizes = [part.param_size for part in parts]
+        self.param_size = sum(self.param_sizes)
+        self.columns = [max(1, math.prod(part.action_shape)) for part in parts]
+        self.action_shape: tuple[int, ...] = (sum(self.columns),)
+        self.action_dtype = torch.int64
+        entropies = [part.max_entropy for part in parts]
+        self.max_entropy: float | None = sum(e for e in entropies if e is not None)
+        """The uniform policy's entropy: the parts' add up."""
+
+    def _params(self, params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return params.split(self.param_sizes, dim=-1)
+
+    def _actions(self, actions: torch.Tensor) -> list[torch.Tensor]:
+        """Each part's actions in its own shape, out of the side-by-side columns."""
+        batch = actions.shape[:-1]
+        return [
+            a.reshape(*batch, *part.action_shape)
+            for a, part in zip(actions.split(self.columns, dim=-1), self.parts, strict=True)
+        ]
+
+    def _join(self, actions: list[torch.Tensor], batch: torch.Size) -> torch.Tensor:
+        return torch.cat([a.reshape(*batch, -1).to(torch.int64) for a in actions], dim=-1)
+
+    def sample(self, params: torch.Tensor) -> torch.Tensor:
+        parts = zip(self.parts, self._params(params), strict=True)
+        return self._join([part.sample(p) for part, p in parts], params.shape[:-1])
+
+    def greedy(self, params: torch.Tensor) -> torch.Tensor:
+        parts = zip(self.parts, self._params(params), strict=True)
+        return self._join([part.greedy(p) for part, p in parts], params.shape[:-1])
+
+    def log_prob_and_entropy(
+        self, params: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logp_sum = torch.zeros(params.shape[:-1], device=params.device)
+        entropy_sum = torch.zeros_like(logp_sum)
+        for part, p, a in zip(
+            self.parts, self._params(params), self._actions(actions), strict=True
+        ):
+            logp, entropy = part.log_prob_and_entropy(p, a)
+            logp_sum, entropy_sum = logp_sum + logp, entropy_sum + entropy
+        return logp_sum, entropy_sum
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.log_prob_and_entropy(params, actions)[0]
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        total = torch.zeros(params.shape[:-1], device=params.device)
+        for part, p in zip(self.parts, self._params(params), strict=True):
+            total = total + part.entropy(p)
+        return total
+
+
 ActionHead = (
-    CategoricalHead | MaskedCategoricalHead | GaussianHead | MultiCategoricalHead | BernoulliHead
+    CategoricalHead
+    | MaskedCategoricalHead
+    | GaussianHead
+    | MultiCategoricalHead
+    | BernoulliHead
+    | ProductHead
 )
 
 
@@ -309,6 +378,8 @@ def action_head(action_spec: pb.SpaceSpec, masked: bool = False) -> ActionHead:
             f"an action mask needs a Discrete or MultiDiscrete action space, not "
             f"{codec.spec_summary(action_spec)}"
         )
+    if codec.is_structured(action_spec):
+        return _structured_head(action_spec)
     if action_spec.kind == "discrete":
         n = int(action_spec.n)
         return MaskedCategoricalHead(n) if masked else CategoricalHead(n)
@@ -320,18 +391,55 @@ def action_head(action_spec: pb.SpaceSpec, masked: bool = False) -> ActionHead:
     if action_spec.kind == "multi_binary":
         return BernoulliHead(tuple(int(d) for d in action_spec.shape), action_spec.dtype)
     if action_spec.kind == "box":
-        low: tuple[float, ...] = ()
-        high: tuple[float, ...] = ()
-        if action_spec.low.data and action_spec.high.data:
-            low_A = codec.decode_tensor(action_spec.low, "action low").astype(float).ravel()
-            high_A = codec.decode_tensor(action_spec.high, "action high").astype(float).ravel()
-            if np.isfinite(low_A).all() and np.isfinite(high_A).all():
-                low, high = tuple(low_A.tolist()), tuple(high_A.tolist())
-        return GaussianHead(tuple(int(d) for d in action_spec.shape), low, high)
+        return _gaussian_head([action_spec], tuple(int(d) for d in action_spec.shape))
     raise UnsupportedSetup(
         f"action space {codec.spec_summary(action_spec)} is not supported: the learner's "
         "heads take Discrete, Box, MultiDiscrete and MultiBinary"
     )
+
+
+def _gaussian_head(boxes: list[pb.SpaceSpec], action_shape: tuple[int, ...]) -> GaussianHead:
+    """One diagonal Gaussian over the Box spaces' elements side by side, squashed into
+    their bounds when every bound is finite."""
+    bounds = []
+    for spec in boxes:
+        if not (spec.low.data and spec.high.data):
+            return GaussianHead(action_shape)
+        bounds.append(
+            (
+                codec.decode_tensor(spec.low, "action low").astype(float).ravel(),
+                codec.decode_tensor(spec.high, "action high").astype(float).ravel(),
+            )
+        )
+    low_A = np.concatenate([low for low, _ in bounds])
+    high_A = np.concatenate([high for _, high in bounds])
+    if not (np.isfinite(low_A).all() and np.isfinite(high_A).all()):
+        return GaussianHead(action_shape)
+    return GaussianHead(action_shape, tuple(low_A.tolist()), tuple(high_A.tolist()))
+
+
+def _structured_head(action_spec: pb.SpaceSpec) -> GaussianHead | ProductHead:
+    """A dict/tuple action space's head: all Box leaves make one diagonal Gaussian over
+    their elements side by side (a product of diagonal Gaussians is one); all Discrete,
+    MultiDiscrete and MultiBinary leaves make a :class:`ProductHead`. A mix is refused."""
+    leaves = codec.space_leaves(action_spec, action=True)
+    kinds = {leaf.spec.kind for leaf in leaves}
+    if kinds == {"box"}:
+        return _gaussian_head(
+            [leaf.spec for leaf in leaves], (sum(codec.action_columns(action_spec)),)
+        )
+    if "box" in kinds:
+        raise UnsupportedSetup(
+            f"action space {codec.spec_summary(action_spec)} is not supported: a dict/tuple "
+            "action space takes either only Box leaves or only Discrete, MultiDiscrete and "
+            "MultiBinary leaves, not both"
+        )
+    parts = []
+    for leaf in leaves:
+        part = action_head(leaf.spec)
+        assert isinstance(part, CategoricalHead | MultiCategoricalHead | BernoulliHead)
+        parts.append(part)
+    return ProductHead(parts)
 
 
 @dataclass(frozen=True)

@@ -269,6 +269,12 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         (checked by identity and shape, no lookup) join its template with one ``join``;
         any other layout takes :meth:`reply_bytes`."""
         space = self.env_spec.action_space
+        if codec.is_structured(space):  # the head's flat actions, one tensor per leaf
+            leaves = codec.space_leaves(space, action=True)
+            fill = codec.actions_leaves_template(codec.leaf_layouts(num_envs, leaves)).fill
+            return lambda actions: fill(
+                [a.tobytes() for a in codec.action_leaves_of(space, actions)]
+            )
         dtype, shape = codec.action_dtype(space), (num_envs, *codec.spec_shape(space))
         fill_one, general = codec.actions_template(dtype, shape).fill_one, self.reply_bytes
 

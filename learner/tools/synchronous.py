@@ -47,6 +47,8 @@ def train_synchronously(
     vec_env = envs.make_vector_env(config.env, config.env_kwargs, num_envs)
     low, high = codec.action_bounds(learner.env_spec.action_space)  # what actors clip to
     obs_space = learner.env_spec.observation_space
+    act_space = learner.env_spec.action_space
+    bounds = [codec.action_bounds(x.spec) for x in codec.space_leaves(act_space, action=True)]
     packing = None
     if codec.is_structured(obs_space):  # what the servicer makes of one tensor per leaf
         packing = codec.LeafPacking(codec.space_leaves(obs_space))
@@ -70,6 +72,13 @@ def train_synchronously(
             actions = request.future.result()
             if low is not None:
                 actions = np.clip(actions, low, high)
+            if codec.is_structured(act_space):  # what actors make of one tensor per leaf
+                leaves = codec.action_leaves_of(act_space, actions)
+                clipped = [
+                    a if low_high[0] is None else np.clip(a, *low_high)
+                    for a, low_high in zip(leaves, bounds, strict=True)
+                ]
+                actions = codec.unflatten_values(act_space, clipped)
             obs, raw_reward, raw_terminated, raw_truncated, _ = vec_env.step(actions)
             reward = np.asarray(raw_reward, np.float32)
             terminated = np.asarray(raw_terminated, np.bool_)

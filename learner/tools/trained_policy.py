@@ -116,6 +116,18 @@ class Policy:
         self._first = False
         params_P = params_11P[0, 0]
         action = self.head.greedy(params_P) if self.greedy else self.head.sample(params_P)
+        actions = self.env_spec.action_space
+        if codec.is_structured(actions):  # a dict/tuple of the leaves, clipped as actors clip
+            chosen: list[Any] = []
+            for got, leaf in zip(
+                codec.action_leaves_of(actions, action.numpy()[None]),
+                codec.space_leaves(actions, action=True),
+                strict=True,
+            ):
+                low, high = codec.action_bounds(leaf.spec)
+                one = got[0] if low is None else np.clip(got[0], low, high)
+                chosen.append(int(one) if leaf.spec.kind == "discrete" else one)
+            return codec.unflatten_values(actions, chosen)
         if self.head.continuous:
             action_A = action.numpy().astype(np.float32)
             return action_A if self._low is None else np.clip(action_A, self._low, self._high)
