@@ -87,6 +87,17 @@ def _frame_message(obs, reward, terminated, truncated) -> bytes:  # type: ignore
     return message.SerializeToString()
 
 
+def leaves_reversed() -> None:
+    def frame(original, self, *args):  # type: ignore[no-untyped-def]
+        message = pb.ActorMessage.FromString(original(self, *args))
+        leaves = list(message.frame.observation_leaves)[::-1]
+        del message.frame.observation_leaves[:]
+        message.frame.observation_leaves.extend(leaves)
+        return message.SerializeToString()
+
+    _wrap(StepWire, "frame", frame)
+
+
 def k_changes() -> None:
     def frame(original, self, obs, reward, terminated, truncated):  # type: ignore[no-untyped-def]
         self.sent = getattr(self, "sent", 0) + 1
@@ -246,6 +257,7 @@ BREAKS: dict[str, Callable[[], list[str] | None]] = {
     "swap-actions": swap_actions,
     "truncation-as-termination": truncation_as_termination,
     "reward-after-reset": reward_after_reset,
+    "leaves-reversed": leaves_reversed,
     "k-changes": k_changes,
     "float64-rewards": float64_rewards,
     "nan-observation": nan_observation,

@@ -18,13 +18,20 @@ import numpy as np
 import pytest
 from support import ROOT, learner_process, running
 
+from seedrl import codec
 from seedrl.conformance import probe
 from seedrl.conformance.__main__ import main as conformance_main
 from seedrl.conformance.actor_suite import run_actor_suite
 from seedrl.conformance.cases import ACTOR_CASES, CASES, LEARNER_CASES, Status
 from seedrl.conformance.config import ActorSuiteConfig, LearnerSuiteConfig
 from seedrl.conformance.learner_suite import run_learner_suite
-from seedrl.conformance.models import BoxProbeModel, StackedProbeModel
+from seedrl.conformance.models import (
+    BoxProbeModel,
+    DictProbeModel,
+    MultiDiscreteProbeModel,
+    StackedProbeModel,
+)
+from seedrl.conformance.scripted import leaf_record
 
 ACTOR_FLAGS = ["--learner", "{learner}", "--envs-per-actor", "{num_envs}",
                "--max-backoff-s", "{max_backoff_s}",
@@ -34,6 +41,8 @@ the probe envs are."""
 PYTHON_ACTOR = [sys.executable, "-m", "actors", "actor", *ACTOR_FLAGS]
 STACKED = "seedrl.conformance.probe:StackedProbe"
 BOX = "seedrl.conformance.probe:BoxProbe"
+DICT = "seedrl.conformance.probe:DictProbe"
+MULTI = "seedrl.conformance.probe:MultiDiscreteProbe"
 
 
 def broken(name: str) -> list[str]:
@@ -44,7 +53,8 @@ def test_seedrl_actor_passes_every_case_on_cartpole():
     report = run_actor_suite(PYTHON_ACTOR, ActorSuiteConfig())
     assert report.ok, report.text()
     skipped = {v.case.id for v in report.verdicts if v.status is Status.SKIP}
-    assert skipped == {"box-actions-clipped", "frame-stack-offered", "frame-stack-not-offered"}
+    assert skipped == {"box-actions-clipped", "frame-stack-offered", "frame-stack-not-offered",
+                       "observation-leaves"}  # fmt: skip
     assert len(report.verdicts) == len(ACTOR_CASES)
 
 
@@ -54,10 +64,14 @@ def test_seedrl_actor_passes_every_case_on_cartpole():
         (STACKED, ["frame-stack-offered", "frame-stack-not-offered", "actions-applied",
                    "time-limit-truncation", "next-step-autoreset", "reset-frame-first"]),
         (BOX, ["box-actions-clipped", "actions-applied", "time-limit-truncation"]),
+        (DICT, ["observation-leaves", "actions-applied", "time-limit-truncation",
+                "next-step-autoreset", "reset-frame-first", "finite-values"]),
+        (MULTI, ["actions-applied", "time-limit-truncation", "next-step-autoreset"]),
     ],
 )  # fmt: skip
 def test_seedrl_actor_passes_the_probe_envs(env, cases, monkeypatch):
-    """The cases CartPole cannot show: frame-once stacks (uint8), Box actions clipped."""
+    """The cases CartPole cannot show: frame-once stacks (uint8), Box actions clipped, a dict
+    observation's leaves, MultiDiscrete actions."""
     from seedrl.conformance import actor_suite
 
     kept = {}
@@ -86,6 +100,8 @@ BROKEN = [
      "reached the 500-step limit but is terminated"),
     ("reward-after-reset", STACKED, "next-step-autoreset", "reward 1.0, not 0"),
     ("k-changes", CP, "k-constant", "carry 2 envs but the Hello said K=3"),
+    ("leaves-reversed", DICT, "observation-leaves",
+     "leaf 'cells': dtype int8 but expected uint8 (leaves in leaf order: cells, pos, status.0"),
     ("float64-rewards", CP, "tensor-layout", "rewards: dtype float64 but expected float32"),
     ("nan-observation", CP, "finite-values", "observations hold NaN or inf"),
     ("no-clip", BOX, "box-actions-clipped", "is outside [[-1.,  0.], [1., 2.]]"),
@@ -186,8 +202,28 @@ def test_seedrl_learner_passes_the_learner_side(tmp_path):
         assert learner.wait(timeout=60) == 0, learner.output()
     assert report.ok, report.text()
     skipped = {v.case.id for v in report.verdicts if v.status is Status.SKIP}
-    assert skipped == {"frame-stack-accepted"}
+    assert skipped == {"frame-stack-accepted", "rejects-bad-leaves"}
     assert len(report.verdicts) == len(LEARNER_CASES)
+
+
+LEAF_LEARNER_CASES = ("info-valid", "hello-accepted", "actions-reply", "episode-ends-served",
+                      "reconnect-served", "rejects-bad-hello", "rejects-bad-frame",
+                      "rejects-bad-leaves", "field-order-served", "oversized-message",
+                      "bad-stream-isolated")  # fmt: skip
+
+
+@pytest.mark.parametrize("env", [DICT, MULTI])
+def test_seedrl_learner_passes_the_leaf_probe_envs(tmp_path, env):
+    """Frames of observation leaves, MultiDiscrete actions: served, and bad ones refused."""
+    extra = ["--env", env, "--total-frames", "100000", "--no-train"]
+    with learner_process(tmp_path, *extra) as (_learner, port):
+        report = run_learner_suite(
+            f"127.0.0.1:{port}", LearnerSuiteConfig(only=",".join(LEAF_LEARNER_CASES))
+        )
+    skipped = {v.case.id for v in report.verdicts if v.status is Status.SKIP}
+    assert report.ok and skipped == ({"rejects-bad-leaves"} if env == MULTI else set()), (
+        report.text()
+    )
 
 
 @pytest.mark.slow
@@ -210,25 +246,43 @@ def test_a_learner_that_takes_an_empty_run_id_fails(tmp_path):
 # ---------------------------------------------------------------------- the parts
 
 
-@pytest.mark.parametrize(("make_env", "make_model"), [(probe.StackedProbe, StackedProbeModel),
-                                                      (probe.BoxProbe, BoxProbeModel)])  # fmt: skip
+@pytest.mark.parametrize(("make_env", "make_model"), [
+    (probe.StackedProbe, StackedProbeModel), (probe.BoxProbe, BoxProbeModel),
+    (probe.DictProbe, DictProbeModel), (probe.MultiDiscreteProbe, MultiDiscreteProbeModel),
+])  # fmt: skip
 def test_probe_models_predict_their_envs_exactly(make_env, make_model):
-    """The models are written apart from the envs; 300 random steps must agree bit for bit."""
+    """The models are written apart from the envs; 300 random steps must agree bit for bit
+    (a dict observation as the scripted learner records it: one record of its leaves)."""
     env, model = make_env(), make_model()
+    spec = codec.space_to_spec(env.observation_space)
+
+    def recorded(obs):  # type: ignore[no-untyped-def]
+        if not codec.is_structured(spec):
+            return obs
+        leaves = codec.space_leaves(spec)
+        record = np.zeros((), leaf_record(leaves))
+        for leaf, value in zip(leaves, codec.flatten_values(spec, obs), strict=True):
+            record[leaf.name] = value
+        return record
+
     rng = np.random.default_rng(3)
-    obs, _ = env.reset(seed=5)
+    obs = recorded(env.reset(seed=5)[0])
     assert model.is_reset(obs)
+    ends = 0
     for _ in range(300):
         action = model.choose(obs, int(rng.integers(3)), rng)
         want = model.step(obs, action)
         if isinstance(env.action_space, gym.spaces.Box):  # as a conforming actor clips
             action = np.clip(action, env.action_space.low, env.action_space.high)
-        obs, reward, terminated, truncated, _ = env.step(action)
-        assert np.array_equal(want.obs, obs) and want.reward == reward
+        raw, reward, terminated, truncated, _ = env.step(action)
+        obs = recorded(raw)
+        assert model.same(want.obs, obs) and want.reward == reward
         assert want.terminated == terminated
         if terminated or truncated:
-            obs, _ = env.reset()
+            ends += 1
+            obs = recorded(env.reset()[0])
             assert model.is_reset(obs)
+    assert ends > 10
 
 
 def test_cases_are_unique_and_each_has_a_check():

@@ -55,7 +55,8 @@ def test_cpp_actor_passes_the_conformance_suite(cpp_actor):
     report = run_actor_suite(command, ActorSuiteConfig())
     assert report.ok, report.text()
     skipped = {v.case.id for v in report.verdicts if v.status is Status.SKIP}
-    assert skipped == {"box-actions-clipped", "frame-stack-offered", "frame-stack-not-offered"}
+    assert skipped == {"box-actions-clipped", "frame-stack-offered", "frame-stack-not-offered",
+                       "observation-leaves"}  # fmt: skip
     assert len(report.verdicts) == len(ACTOR_CASES)
 
 

@@ -475,6 +475,19 @@ def is_image(spec: pb.SpaceSpec) -> bool:
     return spec.kind == "box" and (rank == 3 or (rank == 2 and spec.dtype == "uint8"))
 
 
+MIN_IMAGE_SIDE = 3
+"""A dict/tuple leaf narrower than this is read by the MLP even when image-like: the
+small CNN's 3x3 kernel does not fit it."""
+
+
+def is_image_leaf(spec: pb.SpaceSpec) -> bool:
+    """A dict/tuple observation leaf that ``--model auto`` reads with a CNN."""
+    if not is_image(spec):
+        return False
+    _, height, width, _ = image_layout(codec.spec_shape(spec))
+    return min(height, width) >= MIN_IMAGE_SIDE
+
+
 def choose_torso(obs_spec: pb.SpaceSpec, requested: str) -> str:
     """``auto`` picks the CNN for image-like observations (rank 3, or rank 2 uint8) and one
     encoder per leaf ("leaves") for dict/tuple observations."""
@@ -501,7 +514,7 @@ def leaf_inputs(
         choices: tuple[int, ...] = ()
         if leaf.name == mask_leaf:
             encoder = "mask"
-        elif is_image(leaf.spec):
+        elif is_image_leaf(leaf.spec):
             encoder = "cnn"
         elif leaf.spec.kind == "discrete" and leaf.spec.n <= MAX_EMBEDDED_CHOICES:
             encoder, choices = "embed", (int(leaf.spec.n),)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from learner.agents.models import UnsupportedSetup, is_image
+from learner.agents.models import UnsupportedSetup, is_image_leaf
 from seedrl import codec
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -37,13 +37,13 @@ EPSILON = 1e-8
 
 
 def normalizes_leaf(leaf: codec.Leaf, mask_leaf: str = "") -> bool:
-    """Whether a dict/tuple observation's leaf gets its own statistics: a float Box that is
-    not image-like (and not the action mask)."""
+    """Whether a dict/tuple observation's leaf gets its own statistics: a float Box that the
+    model does not read as an image (and not the action mask)."""
     spec = leaf.spec
     return (
         spec.kind == "box"
         and leaf.dtype.kind == "f"
-        and not is_image(spec)
+        and not is_image_leaf(spec)
         and leaf.name != mask_leaf
     )
 

@@ -524,6 +524,21 @@ def _tensor_layout(runs: Runs, ctx: Context) -> list[str]:
     return problems
 
 
+@check("observation-leaves")
+def _observation_leaves(runs: Runs, ctx: Context) -> list[str]:
+    from seedrl import codec
+
+    if not codec.is_structured(ctx.env.observation_space):
+        raise Skip(
+            f"{ctx.env.env_id}'s observation is not a dict/tuple (try --env "
+            "seedrl.conformance.probe:DictProbe)"
+        )
+    problems = _recorded(runs, "observation-leaves")
+    if not problems:
+        _served(runs)
+    return problems
+
+
 @check("finite-values")
 def _finite_values(runs: Runs, ctx: Context) -> list[str]:
     problems = _recorded(runs, "finite-values")

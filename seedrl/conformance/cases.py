@@ -52,6 +52,9 @@ ACTOR_CASES = _cases(
         ("k-constant", "one-act-stream", "every frame carries the Hello's K envs"),
         ("tensor-layout", "tensors",
          "observations, rewards and flags have the wire dtype, shape and byte length"),
+        ("observation-leaves", "one-act-stream",
+         "a dict/tuple observation travels as one tensor per leaf in leaf order, each of "
+         "its leaf's dtype and [K, *leaf_shape], with observations unset (structured envs)"),
         ("finite-values", "one-act-stream", "observations and rewards are finite"),
         ("next-step-autoreset", "one-act-stream",
          "an env that ended sends its reset observation one frame later, reward 0, flags clear"),
@@ -118,6 +121,10 @@ LEARNER_CASES = _cases(
          "a bad first message ends the stream with INVALID_ARGUMENT and a message"),
         ("rejects-bad-frame", "errors",
          "a bad frame ends the stream with INVALID_ARGUMENT and a message"),
+        ("rejects-bad-leaves", "errors",
+         "a dict/tuple observation sent whole, with a leaf missing, with leaves swapped or "
+         "with a leaf of another dtype ends the stream with INVALID_ARGUMENT (structured "
+         "envs)"),
         ("oversized-message", "errors",
          "a message above max_message_bytes ends the stream with RESOURCE_EXHAUSTED"),
         ("field-order-served", "encoding-on-the-hot-path",

@@ -169,8 +169,15 @@ def hello(info: pb.LearnerInfo, k: int, **changes: Any) -> pb.ActorMessage:
     return pb.ActorMessage(hello=pb.Hello(**fields))
 
 
-def valid_obs(space: pb.SpaceSpec, k: int, newest_only: bool = False) -> np.ndarray:
-    """K observations inside the space (zeros, moved into the bounds where they exclude 0)."""
+Observation = np.ndarray | list[np.ndarray]
+"""K envs' observations: one array for a leaf space, one per leaf for a dict/tuple space."""
+
+
+def valid_obs(space: pb.SpaceSpec, k: int, newest_only: bool = False) -> Observation:
+    """K observations inside the space (zeros, moved into the bounds where they exclude 0);
+    a dict/tuple space's as one array per leaf."""
+    if codec.is_structured(space):
+        return [valid_obs(leaf.spec, k) for leaf in codec.space_leaves(space)]  # type: ignore[misc]
     obs = np.zeros(codec.spec_shape(space), np.float64)
     if space.low.data and space.high.data:
         low = codec.decode_tensor(space.low, "low").astype(np.float64)
@@ -181,16 +188,19 @@ def valid_obs(space: pb.SpaceSpec, k: int, newest_only: bool = False) -> np.ndar
 
 
 def frame(
-    obs: np.ndarray,
+    obs: Observation,
     reward: np.ndarray | None = None,
     terminated: np.ndarray | None = None,
     truncated: np.ndarray | None = None,
 ) -> pb.ActorMessage:
-    k = obs.shape[0]
+    k = len(obs[0]) if isinstance(obs, list) else obs.shape[0]
     message = pb.ActorMessage()
     f = message.frame
     no = np.zeros(k, np.bool_)
-    codec.encode_tensor(obs, f.observations)
+    if isinstance(obs, list):
+        f.observation_leaves.extend(codec.encode_tensor(leaf) for leaf in obs)
+    else:
+        codec.encode_tensor(obs, f.observations)
     codec.encode_tensor(np.zeros(k, np.float32) if reward is None else reward, f.rewards)
     codec.encode_tensor(no if terminated is None else terminated, f.terminated)
     codec.encode_tensor(no if truncated is None else truncated, f.truncated)
@@ -205,17 +215,43 @@ def actions_problem(reply: pb.LearnerMessage | Ended, info: pb.LearnerInfo, k: i
     if kind != "actions":
         return f"the reply is {kind!r}, not Actions"
     space = info.env.action_space
-    discrete = space.kind == "discrete"
-    dtype = np.int64 if discrete else np.float32
-    shape = (k, *codec.spec_shape(space))
-    try:
-        actions = codec.decode_tensor(reply.actions.actions, "actions", dtype, shape)
-    except codec.WireError as exc:
-        return str(exc)
-    if discrete and not ((actions >= 0) & (actions < space.n)).all():
-        return f"actions {actions.tolist()} are outside [0, {space.n})"
-    if not discrete and not np.isfinite(actions).all():
-        return "actions hold NaN or inf"
+    leaves = codec.space_leaves(space, action=True)
+    got = reply.actions
+    if codec.is_structured(space):
+        if got.HasField("actions"):
+            return "actions is set, but a dict/tuple action travels in action_leaves"
+        if len(got.action_leaves) != len(leaves):
+            return f"{len(got.action_leaves)} action_leaves, but the space has {len(leaves)}"
+        tensors = list(got.action_leaves)
+    else:
+        if got.action_leaves:
+            return "action_leaves are set, but a leaf action space travels in actions"
+        tensors = [got.actions]
+    for leaf, tensor in zip(leaves, tensors, strict=True):
+        name = f"action leaf {leaf.name!r}" if leaf.name else "actions"
+        try:
+            actions = codec.decode_tensor(tensor, name, leaf.dtype, (k, *leaf.shape))
+        except codec.WireError as exc:
+            return str(exc)
+        problem = _action_values_problem(leaf, actions)
+        if problem:
+            return f"{name}: {problem}"
+    return ""
+
+
+def _action_values_problem(leaf: codec.Leaf, actions: np.ndarray) -> str:
+    """What is outside the leaf's space in K actions ("" if nothing)."""
+    spec = leaf.spec
+    if spec.kind == "discrete" and not ((actions >= 0) & (actions < spec.n)).all():
+        return f"{actions.tolist()} are outside [0, {spec.n})"
+    if spec.kind == "multi_discrete":
+        nvec = np.asarray(spec.nvec).reshape(leaf.shape)
+        if not ((actions >= 0) & (actions < nvec)).all():
+            return f"{actions.tolist()} are outside [0, nvec {nvec.tolist()})"
+    if spec.kind == "multi_binary" and not np.isin(actions, (0, 1)).all():
+        return f"{actions.tolist()} are not all 0 or 1"
+    if spec.kind == "box" and not np.isfinite(actions).all():
+        return "hold NaN or inf"
     return ""
 
 
@@ -268,7 +304,40 @@ def _box_problems(space: pb.SpaceSpec, name: str) -> list[str]:
     return problems
 
 
-SPACE_CHECKS.update(discrete=_discrete_problems, box=_box_problems)
+def _multi_discrete_problems(space: pb.SpaceSpec, name: str) -> list[str]:
+    problems = _box_problems(space, name)
+    if len(space.nvec) != int(np.prod(list(space.shape))) or min(space.nvec, default=0) < 1:
+        problems.append(f"{name}: nvec {list(space.nvec)} needs prod(shape) entries of at least 1")
+    return problems
+
+
+def _container_problems(space: pb.SpaceSpec, name: str) -> list[str]:
+    problems = []
+    if not space.children:
+        problems.append(f"{name}: a {space.kind} space needs at least one child")
+    keys = [child.name for child in space.children]
+    if space.kind == "dict" and (
+        not all(keys) or len(set(keys)) != len(keys) or any("." in x for x in keys)
+    ):
+        problems.append(f"{name}: dict keys {keys} must be non-empty, unique and without '.'")
+    for index, child in enumerate(space.children):
+        where = f"{name}.{child.name if space.kind == 'dict' else index}"
+        kind_check = SPACE_CHECKS.get(child.kind)
+        if kind_check is None:
+            problems.append(f"{where}: kind {child.kind!r} is not one of {sorted(SPACE_CHECKS)}")
+        else:
+            problems += kind_check(child, where)
+    return problems
+
+
+SPACE_CHECKS.update(
+    discrete=_discrete_problems,
+    box=_box_problems,
+    multi_discrete=_multi_discrete_problems,
+    multi_binary=_box_problems,
+    dict=_container_problems,
+    tuple=_container_problems,
+)
 
 
 @check("info-valid")
@@ -535,15 +604,17 @@ def _rejects_bad_frame(ctx: LearnerContext) -> list[str]:
     k = ctx.config.num_envs
     space = info.env.observation_space
     obs = valid_obs(space, k)
-    wrong_dtype = "float64" if space.dtype != "float64" else "float32"
+    first = obs[0] if isinstance(obs, list) else obs  # a dict/tuple's first leaf stands in
+    wrong_dtype = "float64" if first.dtype != np.float64 else "float32"
     short = frame(obs)
-    short.frame.observations.data = short.frame.observations.data[:-1]
+    tensor = (
+        short.frame.observation_leaves[0] if isinstance(obs, list) else short.frame.observations
+    )
+    tensor.data = tensor.data[:-1]
+    widened = np.concatenate([first, first], axis=-1) if first.ndim > 1 else first[:, None]
     cases: list[tuple[str, list[pb.ActorMessage | bytes]]] = [
-        ("observations of another dtype", [frame(obs.astype(wrong_dtype))]),
-        (
-            "observations of another shape",
-            [frame(np.concatenate([obs, obs], axis=-1) if obs.ndim > 1 else obs[:, None])],
-        ),
+        ("observations of another dtype", [frame(_with_first(obs, first.astype(wrong_dtype)))]),
+        ("observations of another shape", [frame(_with_first(obs, widened))]),
         ("observations one byte short", [short]),
         ("float64 rewards", [frame(obs, reward=np.zeros(k, np.float64))]),
         ("uint8 terminated flags", [frame(obs, terminated=np.zeros(k, np.uint8))]),
@@ -551,8 +622,48 @@ def _rejects_bad_frame(ctx: LearnerContext) -> list[str]:
         ("an infinite reward", [frame(obs, reward=np.full(k, np.inf, np.float32))]),
         ("bytes that do not parse", [b"\xff" * 40]),
     ]
-    if np.dtype(space.dtype).kind == "f":
-        cases.append(("NaN observations", [frame(np.full_like(obs, np.nan))]))
+    leaves = obs if isinstance(obs, list) else [obs]
+    floating = [i for i, leaf in enumerate(leaves) if leaf.dtype.kind == "f"]
+    if floating:
+        nan = [np.full_like(leaf, np.nan) if i == floating[0] else leaf
+               for i, leaf in enumerate(leaves)]  # fmt: skip
+        cases.append(("NaN observations", [frame(nan if isinstance(obs, list) else nan[0])]))
+    return [
+        p for label, messages in cases
+        if (p := _refused(ctx, label, [hello(info, k), *messages], INVALID))
+    ]  # fmt: skip
+
+
+def _with_first(obs: Observation, first: np.ndarray) -> Observation:
+    """``obs`` with its first leaf (or its one array) replaced."""
+    return [first, *obs[1:]] if isinstance(obs, list) else first
+
+
+@check("rejects-bad-leaves")
+def _rejects_bad_leaves(ctx: LearnerContext) -> list[str]:
+    info = ctx.need_info()
+    space = info.env.observation_space
+    if not codec.is_structured(space):
+        raise Skip(
+            f"{info.env.env_id}'s observation is not a dict/tuple "
+            "(try --env seedrl.conformance.probe:DictProbe)"
+        )
+    k = ctx.config.num_envs
+    leaves = valid_obs(space, k)
+    assert isinstance(leaves, list)
+    whole = frame(leaves)
+    codec.encode_tensor(leaves[0], whole.frame.observations)
+    cases: list[tuple[str, list[pb.ActorMessage | bytes]]] = [
+        ("observations set beside the leaves", [whole]),
+        ("the last leaf missing", [frame(leaves[:-1])]),
+        ("one leaf too many", [frame([*leaves, leaves[-1]])]),
+    ]
+    layouts = [(leaf.dtype, leaf.shape) for leaf in leaves]
+    unlike = [j for j in range(1, len(leaves)) if layouts[j] != layouts[0]]
+    if unlike:
+        swapped = list(leaves)
+        swapped[0], swapped[unlike[0]] = leaves[unlike[0]], leaves[0]
+        cases.append((f"leaves 0 and {unlike[0]} swapped", [frame(swapped)]))
     return [
         p for label, messages in cases
         if (p := _refused(ctx, label, [hello(info, k), *messages], INVALID))
@@ -565,9 +676,10 @@ def _field_order_served(ctx: LearnerContext) -> list[str]:
     info = ctx.need_info()
     k = ctx.config.num_envs
     canonical = frame(valid_obs(info.env.observation_space, k)).frame
+    obs_field = "observation_leaves" if canonical.observation_leaves else "observations"
     reordered = b"".join(
         pb.ActorMessage(frame=pb.Frame(**{name: getattr(canonical, name)})).SerializeToString()
-        for name in ("truncated", "terminated", "rewards", "observations")
+        for name in ("truncated", "terminated", "rewards", obs_field)
     )
     stream = ctx.stream()
     reply = stream.exchange(hello(info, k))
@@ -592,7 +704,8 @@ def _oversized_message(ctx: LearnerContext) -> list[str]:
         raise Skip(f"max_message_bytes {limit} is more than this check sends ({OVERSIZE_LIMIT})")
     k = ctx.config.num_envs
     big = frame(valid_obs(info.env.observation_space, k))
-    big.frame.observations.data = bytes(limit + 1)
+    f = big.frame
+    (f.observation_leaves[0] if f.observation_leaves else f.observations).data = bytes(limit + 1)
     problem = _refused(
         ctx,
         "a Frame above max_message_bytes",

@@ -151,10 +151,85 @@ class BoxProbeModel:
         return rng.uniform((-2.0, -1.0), (2.0, 3.0)).astype(np.float32)
 
 
+class DictProbeModel:
+    """:class:`~seedrl.conformance.probe.DictProbe`: exact; an observation is one record
+    of the leaves (``obs["cells"]``, ``obs["pos"]``, ``obs["status.0"]``, ...)."""
+
+    max_episode_steps = probe.DICT_TIME_LIMIT
+    frame_stack = 1
+    clips_box_actions_visibly = False
+
+    def step(self, obs: np.ndarray, action: np.ndarray) -> Transition:
+        a = int(action)
+        nxt = np.array(obs, copy=True)  # a 0-d record of its own, whose fields take writes
+        steps = int(obs["status.0"]) + 1
+        nxt["pos"] = obs["pos"] + np.array((a - 1, 1), np.float32)
+        nxt["cells"][1] = obs["cells"][0]
+        nxt["cells"][0] = (a, steps, probe.DICT_MARKER)
+        nxt["status.0"] = steps
+        nxt["status.1"] = np.eye(3, dtype=np.int8)[a]
+        terminated = bool(abs(nxt["pos"][0]) > probe.DICT_BOUND)
+        return Transition(nxt, float(a - 1), terminated)
+
+    def is_reset(self, obs: np.ndarray) -> bool:
+        names = obs.dtype.names or ()
+        if names != ("cells", "pos", "status.0", "status.1"):
+            return False
+        cells = obs["cells"]
+        return (
+            cells[1].tolist() == [0, 0, 0]
+            and cells[0].tolist() == [0, 0, probe.DICT_MARKER]
+            and abs(float(obs["pos"][0])) <= 1
+            and float(obs["pos"][1]) == 0
+            and int(obs["status.0"]) == 0
+            and not obs["status.1"].any()
+        )
+
+    def same(self, predicted: np.ndarray, actual: np.ndarray) -> bool:
+        return predicted.dtype == actual.dtype and all(
+            np.array_equal(predicted[name], actual[name]) for name in predicted.dtype.names or ()
+        )
+
+    def choose(self, obs: np.ndarray, env_index: int, rng: np.random.Generator) -> Any:
+        if env_index == 0:  # stay within the bounds until the time limit
+            return 1 - int(np.sign(obs["pos"][0]))
+        return int(rng.integers(3))
+
+
+class MultiDiscreteProbeModel:
+    """:class:`~seedrl.conformance.probe.MultiDiscreteProbe`: exact, MultiDiscrete actions."""
+
+    max_episode_steps = probe.MULTI_TIME_LIMIT
+    frame_stack = 1
+    clips_box_actions_visibly = False
+
+    def step(self, obs: np.ndarray, action: np.ndarray) -> Transition:
+        a0, a1 = (int(x) for x in np.asarray(action).reshape(2))
+        nxt = np.asarray(obs, np.float32).copy()
+        nxt[0] += np.float32((a0 - 1) + (a1 - 2))
+        nxt[1:3] = (a0, a1)
+        nxt[3] += 1
+        return Transition(nxt, float(-abs(nxt[0])), bool(abs(nxt[0]) > probe.MULTI_BOUND))
+
+    def is_reset(self, obs: np.ndarray) -> bool:
+        return obs.shape == (4,) and abs(float(obs[0])) <= 1 and not obs[1:].any()
+
+    def same(self, predicted: np.ndarray, actual: np.ndarray) -> bool:
+        return predicted.shape == actual.shape and bool(np.array_equal(predicted, actual))
+
+    def choose(self, obs: np.ndarray, env_index: int, rng: np.random.Generator) -> Any:
+        if env_index == 0:  # toward 0 through both elements, so each one's value shows
+            move = [2, 2] if obs[0] < 0 else [0, 2] if obs[0] > 0 else [2, 1]
+            return np.array(move, np.int64)
+        return np.array([rng.integers(n) for n in probe.MULTI_NVEC], np.int64)
+
+
 MODELS: dict[str, Callable[[], Any]] = {
     "CartPole-v1": CartPoleModel,
     "seedrl.conformance.probe:StackedProbe": StackedProbeModel,
     "seedrl.conformance.probe:BoxProbe": BoxProbeModel,
+    "seedrl.conformance.probe:DictProbe": DictProbeModel,
+    "seedrl.conformance.probe:MultiDiscreteProbe": MultiDiscreteProbeModel,
 }
 """Env id -> its model, for the env's default kwargs."""
 

@@ -7,8 +7,11 @@ frame), so an actor that can run Python envs can be checked on frame-once stacki
 ``BoxProbe`` takes Box actions and does not clip them itself, so its observation shows
 whether the actor clipped. Both report the action they applied, a step counter and the
 position their dynamics moved, so one frame is enough to predict the next exactly
-(:mod:`seedrl.conformance.models`). Name them as ``seedrl.conformance.probe:StackedProbe``
-and ``seedrl.conformance.probe:BoxProbe``.
+(:mod:`seedrl.conformance.models`). ``DictProbe`` has a dict observation with a nested
+tuple (one tensor per leaf on the wire) and ``MultiDiscreteProbe`` a MultiDiscrete action,
+for actors that run structured spaces. Name them as
+``seedrl.conformance.probe:StackedProbe`` (and ``BoxProbe``, ``DictProbe``,
+``MultiDiscreteProbe``).
 """
 
 from __future__ import annotations
@@ -104,4 +107,108 @@ class BoxProbe(gym.Env):
         obs[3] += 1
         terminated = bool(abs(obs[0]) > BOX_BOUND)
         truncated = bool(obs[3] >= BOX_TIME_LIMIT)
+        return obs.copy(), float(-abs(obs[0])), terminated, truncated, {}
+
+
+DICT_BOUND = 3.0
+"""A DictProbe episode terminates when |position| exceeds this."""
+DICT_TIME_LIMIT = 10
+DICT_MARKER = 9
+
+
+class DictProbe(gym.Env):
+    """A dict observation with a nested tuple, four leaves of four kinds and dtypes:
+    ``cells`` ``uint8 [2, 3]`` (row 0: last action, steps, 9; row 1: row 0 one step
+    before), ``pos`` ``float32 [2]`` (position, steps), ``status.0`` ``Discrete(16)`` (steps)
+    and ``status.1`` ``MultiBinary(3)`` (the last action, one-hot). Action ``a`` in
+    {0, 1, 2} moves the position by ``a - 1``, the reward is ``a - 1``; the episode
+    terminates when |position| exceeds 3 and is truncated after 10 steps."""
+
+    metadata = {"render_modes": []}  # noqa: RUF012
+
+    def __init__(self) -> None:
+        inf = np.float32(np.inf)
+        self.observation_space = gym.spaces.Dict(
+            {
+                "cells": gym.spaces.Box(0, 255, (2, 3), np.uint8),
+                "pos": gym.spaces.Box(-inf, inf, (2,), np.float32),
+                "status": gym.spaces.Tuple((gym.spaces.Discrete(16), gym.spaces.MultiBinary(3))),
+            }
+        )
+        self.action_space = gym.spaces.Discrete(3)
+        self._cells = np.zeros((2, 3), np.uint8)
+        self._pos = np.zeros(2, np.float32)
+        self._steps = 0
+        self._last = np.zeros(3, np.int8)
+
+    def _observe(self) -> dict[str, Any]:
+        return {
+            "cells": self._cells.copy(),
+            "pos": self._pos.copy(),
+            "status": (self._steps, self._last.copy()),
+        }
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        self._steps = 0
+        self._cells[:] = 0
+        self._cells[0] = (0, 0, DICT_MARKER)
+        self._pos[:] = (float(self.np_random.integers(-1, 2)), 0.0)
+        self._last[:] = 0
+        return self._observe(), {}
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        a = int(action)
+        if a not in (0, 1, 2):
+            raise ValueError(f"DictProbe: action {action!r} is not in Discrete(3)")
+        self._steps += 1
+        self._pos += np.array((a - 1, 1), np.float32)
+        self._cells[1] = self._cells[0]
+        self._cells[0] = (a, self._steps, DICT_MARKER)
+        self._last[:] = 0
+        self._last[a] = 1
+        terminated = bool(abs(self._pos[0]) > DICT_BOUND)
+        truncated = self._steps >= DICT_TIME_LIMIT
+        return self._observe(), float(a - 1), terminated, truncated, {}
+
+
+MULTI_NVEC = (3, 4)
+MULTI_BOUND = 4.0
+"""A MultiDiscreteProbe episode terminates when |position| exceeds this."""
+MULTI_TIME_LIMIT = 10
+
+
+class MultiDiscreteProbe(gym.Env):
+    """Observations ``float32 [4]``: ``[position, action 0, action 1, steps]``. Actions
+    ``MultiDiscrete([3, 4])``: the position moves by ``(a0 - 1) + (a1 - 2)``, the reward
+    is ``-|position|``; the episode terminates when |position| exceeds 4 and is truncated
+    after 10 steps."""
+
+    metadata = {"render_modes": []}  # noqa: RUF012
+
+    def __init__(self) -> None:
+        inf = np.float32(np.inf)
+        self.observation_space = gym.spaces.Box(-inf, inf, (4,), np.float32)
+        self.action_space = gym.spaces.MultiDiscrete(list(MULTI_NVEC))
+        self._obs = np.zeros(4, np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._obs[:] = (float(self.np_random.integers(-1, 2)), 0.0, 0.0, 0.0)
+        return self._obs.copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        a = np.asarray(action).reshape(-1)
+        if a.shape != (2,) or not all(0 <= int(x) < n for x, n in zip(a, MULTI_NVEC, strict=True)):
+            raise ValueError(f"MultiDiscreteProbe: action {action!r} is not in {MULTI_NVEC}")
+        obs = self._obs
+        obs[0] += np.float32((int(a[0]) - 1) + (int(a[1]) - 2))
+        obs[1:3] = a
+        obs[3] += 1
+        terminated = bool(abs(obs[0]) > MULTI_BOUND)
+        truncated = bool(obs[3] >= MULTI_TIME_LIMIT)
         return obs.copy(), float(-abs(obs[0])), terminated, truncated, {}

@@ -8,6 +8,10 @@ keeps every call, message and timing for the checks in
 so whatever the actor sent is seen as sent. Like seedrl's learner it ends a stream with
 ``INVALID_ARGUMENT`` at the first thing wrong, with a message saying what.
 
+A dict/tuple observation (or action) is kept as a numpy record array ``[K]`` with one
+field per leaf, named as its leaf (``obs_KO[i]["pos"]``), so every check reads env i's
+observation as ``obs_KO[i]`` whatever the space.
+
 Shape suffixes: K envs in the stream, O observation dims, A action dims.
 """
 
@@ -79,6 +83,11 @@ class Script:
         if n < len(self.acts):
             return self.acts[n]
         return Refuse(grpc.StatusCode.UNAVAILABLE, "conformance: the session is over")
+
+
+def leaf_record(leaves: list[codec.Leaf]) -> np.dtype:
+    """The record dtype of a dict/tuple space's values: one field per leaf, in leaf order."""
+    return np.dtype([(leaf.name, leaf.dtype, leaf.shape) for leaf in leaves])
 
 
 @dataclass
@@ -173,11 +182,21 @@ class ScriptedLearner:
         """Notified whenever something is recorded (tests of the session wait on it)."""
         self._lock = threading.Lock()
         self._obs_shape = codec.spec_shape(env.observation_space)
-        self._obs_dtype = np.dtype(env.observation_space.dtype)
+        self._obs_leaves: list[codec.Leaf] = []
+        """The leaves of a dict/tuple observation space (empty for a leaf space)."""
+        if codec.is_structured(env.observation_space):
+            self._obs_leaves = codec.space_leaves(env.observation_space)
+            self._obs_dtype = leaf_record(self._obs_leaves)
+        else:
+            self._obs_dtype = np.dtype(env.observation_space.dtype)
         act = env.action_space
-        self._act_dtype = np.dtype("int64" if act.kind == "discrete" else "float32")
-        self._act_shape = codec.spec_shape(act)
-        self._low, self._high = codec.action_bounds(act)
+        self._act_leaves = codec.space_leaves(act, action=True)
+        self._act_structured = codec.is_structured(act)
+        self._act_shape: tuple[int, ...] = ()
+        if self._act_structured:
+            self._act_dtype = leaf_record(self._act_leaves)
+        else:
+            self._act_dtype, self._act_shape = self._act_leaves[0].dtype, codec.spec_shape(act)
         self._server: grpc.Server | None = None
 
     # ------------------------------------------------------------------ records
@@ -376,14 +395,24 @@ class ScriptedLearner:
             if n == plan.frames:
                 break
             frame.actions_KA = self._actions(frame.obs_KO, k)
-            yield pb.LearnerMessage(
-                actions=pb.Actions(actions=codec.encode_tensor(frame.actions_KA))
-            ).SerializeToString()
+            yield self._reply(frame.actions_KA)
         shutdown = pb.Shutdown(reason="conformance: scripted shutdown", final=plan.final)
         stream.shutdown = shutdown
         stream.shutdown_at = time.monotonic()
         yield pb.LearnerMessage(shutdown=shutdown).SerializeToString()
         reader.get(SHUTDOWN_WAIT_S)  # keep the call open while the actor ends its side
+
+    def _reply(self, actions_KA: np.ndarray) -> bytes:
+        if not self._act_structured:
+            reply = pb.Actions(actions=codec.encode_tensor(actions_KA))
+        else:  # one tensor per leaf, in leaf order
+            reply = pb.Actions(
+                action_leaves=[
+                    codec.encode_tensor(np.ascontiguousarray(actions_KA[leaf.name]))
+                    for leaf in self._act_leaves
+                ]
+            )
+        return pb.LearnerMessage(actions=reply).SerializeToString()
 
     def _read_frame(
         self,
@@ -408,12 +437,13 @@ class ScriptedLearner:
         assert message is not None
         f = message.frame
         arrays: list[np.ndarray] = []
-        expected = (
-            ("observations", f.observations, self._obs_dtype, sent_shape),
+        expected: list[tuple[str, pb.Tensor, Any, tuple[int, ...]]] = [
             ("rewards", f.rewards, np.float32, (k,)),
             ("terminated", f.terminated, np.bool_, (k,)),
             ("truncated", f.truncated, np.bool_, (k,)),
-        )
+        ]
+        if not self._obs_leaves:
+            expected.insert(0, ("observations", f.observations, self._obs_dtype, sent_shape))
         for name, tensor, dtype, shape in expected:
             if not f.HasField(name):
                 stream.problem("tensor-layout", f"frame {n}: {name} is missing")
@@ -431,12 +461,45 @@ class ScriptedLearner:
             except codec.WireError as exc:
                 stream.problem("tensor-layout", f"frame {n}: {exc}")
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {exc}")
+        if self._obs_leaves:
+            arrays.insert(0, self._read_leaves(stream, n, f, k, context))
         obs, reward, terminated, truncated = arrays
-        for name, array in (("observations", obs), ("rewards", reward)):
+        values = [obs[x.name] for x in self._obs_leaves] if self._obs_leaves else [obs]
+        for name, array in [*(("observations", v) for v in values), ("rewards", reward)]:
             if not codec.all_finite(array):
                 stream.problem("finite-values", f"frame {n}: {name} hold NaN or inf")
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {name}: NaN or inf")
         return FrameRecord(time.monotonic(), obs, reward, terminated, truncated)
+
+    def _read_leaves(
+        self, stream: StreamRecord, n: int, f: pb.Frame, k: int, context: grpc.ServicerContext
+    ) -> np.ndarray:
+        """A dict/tuple observation's leaves as one record array ``[K]``, or the stream
+        ended with what was wrong (problems of case observation-leaves)."""
+
+        def bad(case_id: str, text: str) -> None:
+            stream.problem(case_id, f"frame {n}: {text}")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {text}")
+
+        if f.HasField("observations"):
+            bad("observation-leaves", "observations is set, but a dict/tuple observation "
+                "travels in observation_leaves")  # fmt: skip
+        if len(f.observation_leaves) != len(self._obs_leaves):
+            bad("observation-leaves", f"{len(f.observation_leaves)} observation_leaves, but "
+                f"the space has {len(self._obs_leaves)} leaves")  # fmt: skip
+        obs = np.zeros(k, self._obs_dtype)
+        for leaf, tensor in zip(self._obs_leaves, f.observation_leaves, strict=True):
+            if tensor.shape and tensor.shape[0] != k:
+                bad("k-constant", f"leaf {leaf.name!r} carries {tensor.shape[0]} envs but the "
+                    f"Hello said K={k}")  # fmt: skip
+            try:
+                obs[leaf.name] = codec.decode_tensor(
+                    tensor, f"leaf {leaf.name!r}", leaf.dtype, (k, *leaf.shape)
+                )
+            except codec.WireError as exc:
+                bad("observation-leaves", f"{exc} (leaves in leaf order: "
+                    f"{', '.join(x.name for x in self._obs_leaves)})")  # fmt: skip
+        return obs
 
     def _restack(self, stream: StreamRecord, newest_KO: np.ndarray) -> np.ndarray:
         """Whole stacks from newest frames, by seedrl's rule (an episode starts as zeros)."""
@@ -454,18 +517,29 @@ class ScriptedLearner:
         for i in range(k):
             if self._choose is not None:
                 actions[i] = self._choose(i, obs_KO[i], self._rng)
-            elif self._act_dtype.kind == "i":
-                actions[i] = self._rng.integers(int(self.env.action_space.n))
+            elif self._act_structured:
+                for leaf in self._act_leaves:
+                    actions[i][leaf.name] = self._random_action(leaf)
             else:
-                actions[i] = self._random_box_action()
+                actions[i] = self._random_action(self._act_leaves[0])
         return actions
 
-    def _random_box_action(self) -> np.ndarray:
-        sample = self._rng.normal(size=self._act_shape).astype(np.float32)
-        if self._low is None or self._high is None:
+    def _random_action(self, leaf: codec.Leaf) -> Any:
+        """A valid action of one leaf: a Box's within its finite bounds, normal elsewhere."""
+        spec = leaf.spec
+        if spec.kind == "discrete":
+            return self._rng.integers(int(spec.n))
+        if spec.kind == "multi_discrete":
+            return self._rng.integers(np.asarray(spec.nvec).reshape(leaf.shape))
+        if spec.kind == "multi_binary":
+            return self._rng.integers(0, 2, leaf.shape)
+        sample = self._rng.normal(size=leaf.shape).astype(np.float32)
+        low, high = codec.action_bounds(spec)
+        if low is None or high is None:
             return sample
-        finite = np.isfinite(self._low) & np.isfinite(self._high)
-        uniform = self._rng.uniform(np.where(finite, self._low, 0), np.where(finite, self._high, 1))
+        low, high = low.reshape(leaf.shape), high.reshape(leaf.shape)
+        finite = np.isfinite(low) & np.isfinite(high)
+        uniform = self._rng.uniform(np.where(finite, low, 0), np.where(finite, high, 1))
         return np.where(finite, uniform, sample).astype(np.float32)
 
 
