@@ -15,7 +15,7 @@ import pytest
 from support import ROOT, actor_args, running
 from wire_clients import fake_learner
 
-from seedrl import envs
+from seedrl import codec, envs
 from seedrl.config import LearnerConfig
 from seedrl.envs import custom, docs
 from seedrl.envs.registry import FAMILIES
@@ -49,6 +49,7 @@ def _distribution(requirement: str) -> str:
     [
         ("ALE/Pong-v5", "atari"),
         ("MinAtar/Breakout-v1", "minatar"),
+        ("MiniGrid-DoorKey-5x5-v0", "minigrid"),
         ("my_package.envs:make_env", "custom"),
         ("gymnasium.envs.classic_control:CartPole-v1", "custom"),  # gymnasium's module form
         ("CartPole-v1", "gymnasium"),
@@ -96,6 +97,15 @@ def test_every_preset_named_ships_and_trains_on_an_env_of_its_family(family):
     assert envs.family_of(env) is family, f"preset {family.preset} trains on {env}"
 
 
+def _batched(space, obs):  # type: ignore[no-untyped-def]
+    """Two envs' observations as one array: a dict/tuple's leaves packed (each leaf's
+    shape checked by the packing), a leaf space's as they are."""
+    if not codec.is_structured(space):
+        return obs
+    packing = codec.LeafPacking(codec.space_leaves(space))
+    return packing.pack_values([np.asarray(v) for v in codec.flatten_values(space, obs)])
+
+
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_every_family_builds_its_example_alone_and_as_actors_step_it(family):
     if family.requires:
@@ -108,14 +118,18 @@ def test_every_family_builds_its_example_alone_and_as_actors_step_it(family):
     vec = envs.make_vector_env(family.example, {}, 2)
     try:
         assert vec.metadata["autoreset_mode"] == envs.gym.vector.AutoresetMode.NEXT_STEP
-        obs, _ = vec.reset(seed=0)
+        space = spec.observation_space
+        if codec.is_structured(space):  # a dict family's leaves, packed as the learner does
+            shape = (codec.LeafPacking(codec.space_leaves(space)).row_bytes,)
+        obs = _batched(space, vec.reset(seed=0)[0])
         assert obs.shape == (2, *shape)
         # A family that declares stacking keeps the rule the learner rebuilds stacks by:
         # an episode starts as zeros but its newest frame, and each step shifts by one.
         assert stack == 1 or not obs[:, :-1].any()
         for _ in range(3):  # too few steps for any example's episode to end
             prev = obs.copy()
-            obs, reward, terminated, truncated, _ = vec.step(np.zeros(2, np.int64))
+            raw, reward, terminated, truncated, _ = vec.step(np.zeros(2, np.int64))
+            obs = _batched(space, raw)
             assert obs.shape == (2, *shape) and reward.shape == (2,)
             assert not (terminated | truncated).any()
             if stack > 1:

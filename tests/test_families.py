@@ -23,7 +23,7 @@ from support import (
     wait_until,
 )
 
-from seedrl import envs
+from seedrl import codec, envs
 from seedrl.cli import parse_config
 from seedrl.config import LearnerConfig
 from seedrl.envs import atari
@@ -385,7 +385,7 @@ def test_importing_the_python_api_is_torch_free():
 # ---------------------------------------------------------------- config and progress
 
 
-@pytest.mark.parametrize("name", ["cartpole", "pendulum", "atari", "minatar"])
+@pytest.mark.parametrize("name", ["cartpole", "pendulum", "atari", "minatar", "minigrid"])
 def test_presets_build_valid_configs(name):
     assert name in preset_names()
     config = build_config(LearnerConfig, {}, load_preset(name))
@@ -420,3 +420,83 @@ def test_progress_is_plain_lines_when_stdout_is_not_a_tty(capsys):
     progress.close()
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "frames        500" in out and "\x1b[" not in out
+
+
+def test_minigrid_is_served_as_its_direction_and_view():
+    pytest.importorskip("minigrid")
+    spec = envs.describe_env("MiniGrid-DoorKey-5x5-v0")
+    assert codec.spec_summary(spec.observation_space) == (
+        "Dict(direction: Discrete(4), image: Box(shape=[3, 7, 7], dtype=float32))"
+    )
+    raw = envs.gym.make("MiniGrid-DoorKey-5x5-v0")
+    env = envs.make_env("MiniGrid-DoorKey-5x5-v0")
+    try:
+        want, _ = raw.reset(seed=3)
+        got, _ = env.reset(seed=3)
+        assert got["direction"] == want["direction"]
+        np.testing.assert_array_equal(got["image"], np.transpose(want["image"], (2, 0, 1)))
+    finally:
+        env.close()
+        raw.close()
+
+
+def _state(env) -> tuple:  # type: ignore[no-untyped-def]
+    """What an action can change in a MiniGrid env."""
+    grid_env = env.unwrapped
+    carrying = grid_env.carrying
+    held = None if carrying is None else (carrying.type, carrying.color)
+    return (tuple(grid_env.agent_pos), grid_env.agent_dir, held,
+            grid_env.grid.encode().tobytes())  # fmt: skip
+
+
+def test_the_minigrid_mask_allows_exactly_the_actions_that_change_something():
+    """Against stepping a copy of the env with each action: a useful action is allowed, a
+    useless one masked; the env refuses a masked action."""
+    pytest.importorskip("minigrid")
+    import copy
+
+    from seedrl.envs.minigrid import ACTIONS
+
+    env = envs.make_env("MiniGrid-DoorKey-5x5-v0", {"action_mask": True})
+    rng = np.random.default_rng(0)
+    checked = {name: 0 for name in ACTIONS}
+    obs, _ = env.reset(seed=1)
+    for _ in range(200):
+        mask = obs["action_mask"]
+        for index, name in enumerate(ACTIONS):
+            if name in ("drop", "done"):
+                assert not mask[index]
+                continue
+            trial = copy.deepcopy(env)
+            before = _state(trial)
+            trial.unwrapped.step(index)
+            assert bool(mask[index]) == (_state(trial) != before), (name, mask.tolist())
+            checked[name] += int(mask[index])
+        masked = np.flatnonzero(mask == 0)
+        with pytest.raises(ValueError, match="masked action"):
+            copy.deepcopy(env).step(int(masked[0]))
+        obs, _, terminated, truncated, _ = env.step(int(rng.choice(np.flatnonzero(mask))))
+        if terminated or truncated:
+            obs, _ = env.reset()
+    assert all(checked[name] for name in ("left", "right", "forward", "pickup", "toggle")), checked
+
+
+def test_the_minigrid_mask_opens_a_locked_door_only_to_its_key():
+    pytest.importorskip("minigrid")
+    from minigrid.core.world_object import Key
+
+    from seedrl.envs.minigrid import ACTIONS
+
+    env = envs.make_env("MiniGrid-DoorKey-5x5-v0", {"action_mask": True})
+    env.reset(seed=2)
+    grid_env = env.unwrapped
+    (x, y), door = next(((i % grid_env.width, i // grid_env.width), cell)
+                        for i, cell in enumerate(grid_env.grid.grid)
+                        if cell is not None and cell.type == "door")  # fmt: skip
+    grid_env.agent_pos, grid_env.agent_dir = (x - 1, y), 0  # west of the door, facing it
+    toggle = ACTIONS.index("toggle")
+    for carrying, allowed in ((None, 0), (Key("purple" if door.color != "purple" else "red"), 0),
+                              (Key(door.color), 1)):  # fmt: skip
+        grid_env.carrying = carrying
+        mask = env._observe(grid_env.gen_obs())["action_mask"]
+        assert mask[toggle] == allowed and not mask[ACTIONS.index("forward")], (carrying, mask)

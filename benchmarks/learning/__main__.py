@@ -88,7 +88,7 @@ def run_one(
     logdir.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable, "-m", "benchmarks.learning.runner", "--suite", suite.name,
-        "--env", spec.env, "--seed", str(seed), "--frames", str(frames),
+        "--env", spec.name, "--seed", str(seed), "--frames", str(frames),
         "--logdir", str(logdir), "--eval-episodes", str(args.eval_episodes),
         "--num-actors", str(shape[0]), "--envs-per-actor", str(shape[1]),
         "--overrides", json.dumps(args.overrides),
@@ -151,9 +151,9 @@ def selected_envs(suite: Suite, names: str) -> list[EnvSpec]:
     if not names:
         return list(suite.envs)
     wanted = [n.strip() for n in names.split(",") if n.strip()]
-    chosen = [s for s in suite.envs if any(w.lower() in s.env.lower() for w in wanted)]
+    chosen = [s for s in suite.envs if any(w.lower() in s.name.lower() for w in wanted)]
     if not chosen:
-        known = ", ".join(s.env for s in suite.envs)
+        known = ", ".join(s.name for s in suite.envs)
         flag_error(f"--envs {names!r} matches none of {known}")
     return chosen
 
@@ -200,7 +200,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for index, (spec, seed, run_shape) in enumerate(plan, 1):
         frames = args.frames or spec.frames
         logdir = out / spec.name / suite.run_name(seed, run_shape)
-        label = f"[{index}/{len(plan)}] {spec.env} seed {seed}"
+        label = f"[{index}/{len(plan)}] {spec.title} seed {seed}"
         if suite.shapes:
             label += f" at {run_shape[0]}x{run_shape[1]}"
         random_path = out / spec.name / RANDOM_FILE

@@ -187,7 +187,8 @@ def env_summary(suite: Suite, spec: EnvSpec, out: Path) -> dict[str, Any]:
     mean_final = statistics.fmean(finals) if finals else None
     mean_eval = statistics.fmean(evals) if evals else None
     return {
-        "env": spec.env,
+        "env": spec.title,
+        "name": spec.name,
         "preset": spec.preset,
         "frames_per_step": spec.frames_per_step,
         "seeds_finished": len(runs),
@@ -258,7 +259,7 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
         )  # fmt: skip
         ax.set_xlabel(f"seedrl frames = {unit}")
         ax.set_ylabel("mean return of the last 100 episodes")
-        ax.set_title(f"{spec.env} ({suite.name} suite)")
+        ax.set_title(f"{spec.title} ({suite.name} suite)")
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)  # curves rise away from it
@@ -319,7 +320,7 @@ def stability_table(summary: dict[str, Any], curves_dir: str = "") -> str:
         lines.append("")
         for env in summary["envs"]:
             if env["runs"]:
-                name = env["env"].replace("/", "-")
+                name = env.get("name") or env["env"].replace("/", "-")
                 lines.append(f"![{env['env']}]({curves_dir}/{name}.png)")
     return "\n".join(lines) + "\n"
 
@@ -392,7 +393,7 @@ def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
         lines.append("")
         for env in summary["envs"]:
             if env["runs"]:
-                name = env["env"].replace("/", "-")
+                name = env.get("name") or env["env"].replace("/", "-")
                 lines.append(f"![{env['env']}]({curves_dir}/{name}.png)")
     return "\n".join(lines) + "\n"
 

@@ -29,7 +29,8 @@ RANDOM_MAX_STEPS = 27_000
 
 
 def find_env(suite: Suite, name: str) -> EnvSpec:
-    for spec in suite.envs:
+    """The suite's env called ``name`` (its run directory name first, then its env id)."""
+    for spec in (*[s for s in suite.envs if s.name == name], *suite.envs):
         if name in (spec.env, spec.name):
             return spec
     raise ValueError(f"{name!r} is not in suite {suite.name}")
@@ -51,7 +52,8 @@ def run_overrides(spec: EnvSpec, overrides: dict[str, Any] | None) -> dict[str, 
     it early and leave it unfinished, and the thresholds the summary reports are read off
     the curve instead. ``--set target_return=...`` still applies.
     """
-    return {"target_return": None, **spec.overrides, **(overrides or {})}
+    kwargs = {"env_kwargs": dict(spec.env_kwargs)} if spec.env_kwargs else {}
+    return {"target_return": None, **kwargs, **spec.overrides, **(overrides or {})}
 
 
 def train_and_evaluate(
@@ -96,6 +98,7 @@ def train_and_evaluate(
     scores = evaluate(policy, eval_episodes, seed=1_000_000 + 1000 * seed)
     record = {
         "env": spec.env,
+        "env_kwargs": dict(spec.env_kwargs),
         "seed": seed,
         "budget_frames": frames,
         "overrides": dict(overrides or {}),
@@ -111,18 +114,24 @@ def train_and_evaluate(
 
 
 def random_return(spec: EnvSpec, episodes: int, seed: int = 0) -> dict[str, Any]:
-    """Mean and std of a uniformly random policy's return on the same env, full episodes."""
+    """Mean and std of a uniformly random policy's return on the same env, full episodes
+    (uniform over the allowed actions where the observation carries an action mask)."""
     from seedrl import envs
 
-    env = envs.make_env(spec.env)
+    env = envs.make_env(spec.env, spec.env_kwargs)
     env.action_space.seed(seed)
+    rng = np.random.default_rng(seed)
     returns = []
     try:
         for episode in range(episodes):
-            env.reset(seed=seed + episode)
+            obs, _ = env.reset(seed=seed + episode)
             total, steps, done = 0.0, 0, False
             while not done and steps < RANDOM_MAX_STEPS:
-                _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+                if isinstance(obs, dict) and "action_mask" in obs:
+                    action = rng.choice(np.flatnonzero(obs["action_mask"]))
+                else:
+                    action = env.action_space.sample()
+                obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
                 steps += 1
                 done = terminated or truncated

@@ -52,6 +52,11 @@ class EnvSpec:
     shapes: tuple[tuple[int, int], ...] = ()
     """Actor shapes (actors, envs each) this env runs at, each seed at every one (empty:
     the suite's)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """The env's keyword arguments (the learner publishes them to the actors)."""
+    variant: str = ""
+    """A word that tells this row from another of the same env id (other ``env_kwargs``):
+    it names the run directories and the table row."""
 
     def __post_init__(self) -> None:
         if self.preset == "":
@@ -59,7 +64,13 @@ class EnvSpec:
 
     @property
     def name(self) -> str:
-        return self.env.replace("/", "-")
+        base = self.env.replace("/", "-")
+        return f"{base}-{self.variant}" if self.variant else base
+
+    @property
+    def title(self) -> str:
+        """The env as the table and plots name it (with its variant)."""
+        return f"{self.env} ({self.variant})" if self.variant else self.env
 
     @property
     def frames_per_step(self) -> int:
@@ -154,6 +165,25 @@ LONG_SHAPES = ((2, 32), (16, 4), (64, 1))
 """Few actors with many envs each (the demo's), the issue's 16 x 4, one env per actor."""
 
 
+_ZOO_MINIGRID = "SB3 RL Zoo benchmark.md, PPO (one trained agent, deterministic eval)"
+_ZOO_MINIGRID_SETTING = (
+    "{env}: FlatObsWrapper (the 7x7 view and the mission, flattened, for an MLP), "
+    "observation normalisation, 8 envs"
+)
+
+
+def _minigrid(env: str, reference: float, budget: str, **fields: Any) -> EnvSpec:
+    return EnvSpec(
+        env=env,
+        frames=100_000,
+        reference=Reference(
+            reference, _ZOO_MINIGRID, budget, _ZOO_MINIGRID_SETTING.format(env=env), _ZOO_URL
+        ),
+        thresholds=(0.5, 0.9),
+        **fields,
+    )
+
+
 SUITES: dict[str, Suite] = {
     "classic": Suite(
         name="classic",
@@ -218,6 +248,26 @@ SUITES: dict[str, Suite] = {
             _minatar("Freeway", 50.0),
             _minatar("Seaquest", 20.0),
             _minatar("SpaceInvaders", 185.0),
+        ),
+        num_actors=2,
+        envs_per_actor=16,
+        eval_episodes=100,
+        greedy=False,
+    ),
+    "minigrid": Suite(
+        name="minigrid",
+        envs=(
+            _minigrid("MiniGrid-DoorKey-5x5-v0", 0.964, "100 k timesteps (= frames)"),
+            _minigrid("MiniGrid-Unlock-v0", 0.963, "100 k timesteps (= frames)"),
+            # The same task with an action mask of the useful actions (seedrl.envs.minigrid):
+            # masks respected end to end (the env refuses a masked action) while it learns.
+            _minigrid(
+                "MiniGrid-DoorKey-5x5-v0",
+                0.964,
+                "100 k timesteps (= frames), no mask",
+                env_kwargs={"action_mask": True},
+                variant="action_mask",
+            ),
         ),
         num_actors=2,
         envs_per_actor=16,

@@ -8,13 +8,14 @@ list, and tests/test_env_registry.py checks the extra and preset it names).
 
 from __future__ import annotations
 
-from seedrl.envs import atari, custom, minatar, pettingzoo, registered
+from seedrl.envs import atari, custom, minatar, minigrid, pettingzoo, registered
 from seedrl.envs.family import EnvFamily
 
 FAMILIES: tuple[EnvFamily, ...] = (
     atari.FAMILY,
     minatar.FAMILY,
     pettingzoo.FAMILY,
+    minigrid.FAMILY,
     custom.FAMILY,
     registered.FAMILY,  # owns every id: keep it last
 )
