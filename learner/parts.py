@@ -149,7 +149,7 @@ def build_learner(config: LearnerConfig) -> Learner:
         action_dtype=str(agent.head.action_dtype).removeprefix("torch."),
         param_size=agent.head.param_size,
         core_state_sizes=(lstm_size, lstm_size) if lstm_size else (),
-        frame_stack=stored_frame_stack(config),
+        frame_stack=stored_frame_stack(config, env_spec.observation_space),
         overlap=overlap,
     )
     return Learner(

@@ -264,3 +264,22 @@ def test_hello_spaces_must_match_leaf_for_leaf() -> None:
 def test_spaces_the_wire_cannot_carry_are_refused(space: gym.Space) -> None:
     with pytest.raises(codec.UnsupportedSpace):
         codec.space_to_spec(space)
+
+
+def test_dict_observations_travel_whole_even_where_the_env_stacks(monkeypatch) -> None:
+    """Frame-once stacking is one tensor's rule: a learner never offers it for a dict/tuple
+    observation (its leaves travel whole) and refuses a Hello that asks for it."""
+    import asyncio
+
+    from learner.state import trajectories
+
+    monkeypatch.setattr(trajectories.envs, "frame_stack", lambda env_id, kwargs: 4)
+    flat = _servicer(_env_spec(spaces.Box(0, 255, (4, 5, 5), np.uint8), spaces.Discrete(2)))
+    assert flat.frame_stack == 4  # what a stacking family gets
+    spec = _env_spec(MASKED, spaces.Discrete(4))
+    servicer = _servicer(spec)
+    assert servicer.frame_stack == 1
+    info = asyncio.run(servicer.GetInfo(pb.GetInfoRequest(), None))
+    assert info.frame_stack == 0
+    hello = pb.Hello(protocol_version=1, run_id="r", num_envs=1, env=spec, frame_stack=4)
+    assert "send whole observations (frame_stack 0)" in (servicer._check_hello(hello) or "")

@@ -95,7 +95,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             self._packing = codec.LeafPacking(self._obs_leaves)
         self.agents = codec.rows_per_env(env_spec) if env_spec.agents else 0
         """A multi-agent env's agents per env (each a row of every frame); 0 for one agent."""
-        self.frame_stack = stored_frame_stack(config)
+        self.frame_stack = stored_frame_stack(config, env_spec.observation_space)
         """D > 1: streams may send the newest frame only, and only it is kept of any."""
         self._frame_layouts: dict[tuple[int, bool], FrameLayout] = {}
         self._reply_wires: dict[tuple[np.dtype, tuple[int, ...]], codec.WireTemplate] = {}

@@ -33,17 +33,22 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import DTypeLike
 
-from seedrl import envs
+from seedrl import codec, envs
 from seedrl.config import LearnerConfig
+from seedrl.proto import seedrl_pb2 as pb
 
 
-def stored_frame_stack(config: LearnerConfig) -> int:
+def stored_frame_stack(config: LearnerConfig, obs_spec: pb.SpaceSpec | None = None) -> int:
     """D when this learner takes and stores single frames of D-frame stacks, else 1.
 
     Not with --normalize-observations: unrolls keep the normalized observations the policy
-    saw, and a stack rebuilt from frames normalized at different steps would differ.
+    saw, and a stack rebuilt from frames normalized at different steps would differ. Not
+    for a dict/tuple observation (``obs_spec``): its leaves travel whole, since the stacking
+    rule is one tensor's and the spec does not say which leaves would stack.
     """
     if not config.frame_once or config.normalize_observations:
+        return 1
+    if obs_spec is not None and codec.is_structured(obs_spec):
         return 1
     return envs.frame_stack(config.env, config.env_kwargs)
 
