@@ -348,9 +348,13 @@ def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
                 f"| {env['reference']['value']:g} | - | - | - |"
             )
             continue
-        per_seed = ", ".join(_num(r["final_return_mean100"]) for r in runs)
+        # Returns of at most a few units (MiniGrid's, in [0, 1]) get two decimals: at one,
+        # 0.96 against a reference of 0.964 would read as 1.0 and "no".
+        digits = ".2f" if abs(env["reference"]["value"]) < 5 else ".1f"
+        per_seed = ", ".join(_num(r["final_return_mean100"], digits) for r in runs)
         evals = "; ".join(
-            f"{r['eval']['mean']:.1f} ± {r['eval']['std']:.1f} (n={r['eval']['episodes']})"
+            f"{_num(r['eval']['mean'], digits)} ± {_num(r['eval']['std'], digits)} "
+            f"(n={r['eval']['episodes']})"
             for r in runs
         )
         crossings = []
@@ -372,7 +376,8 @@ def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
         meets = "yes" if env["meets_reference"] else "no"
         lines.append(
             f"| {env['env']} | {len(runs)} | {budget} "
-            f"| **{_num(env['final_return_mean100'])}** ({per_seed}) | {evals} | {_num(rnd)} "
+            f"| **{_num(env['final_return_mean100'], digits)}** ({per_seed}) | {evals} "
+            f"| {_num(rnd, digits)} "
             f"| {env['reference']['value']:g} | {meets} | {'; '.join(crossings)} | {fps} |"
         )
     lines += [
