@@ -17,7 +17,13 @@ from support import ROOT
 
 from benchmarks.learning import report
 from benchmarks.learning.__main__ import main, parse_overrides, run_plan
-from benchmarks.learning.runner import RUN_FILE, find_env, finished_run, run_overrides
+from benchmarks.learning.runner import (
+    RUN_FILE,
+    find_env,
+    finished_run,
+    random_return,
+    run_overrides,
+)
 from benchmarks.learning.suites import SUITES
 from seedrl import envs
 from seedrl.metrics import read_metrics
@@ -196,6 +202,23 @@ def test_overrides_are_learner_config_fields():
     assert parse_overrides(["lambda=0.95", "batch-size=16"]) == {"lambda_": 0.95, "batch_size": 16}
     with pytest.raises(ValueError, match="LearnerConfig"):
         parse_overrides(["no_such_field=1"])
+
+
+def test_rows_of_one_env_id_are_told_apart_by_their_variant():
+    """The masked MiniGrid row: its own run directory and table name, its kwargs given to
+    the learner, and a random baseline that plays only allowed actions (the env raises on
+    a masked one)."""
+    for suite in SUITES.values():
+        names = [spec.name for spec in suite.envs]
+        assert len(set(names)) == len(names), suite.name
+    suite = SUITES["minigrid"]
+    plain = find_env(suite, "MiniGrid-DoorKey-5x5-v0")
+    masked = find_env(suite, "MiniGrid-DoorKey-5x5-v0-action_mask")
+    assert plain.env_kwargs == {} and "env_kwargs" not in run_overrides(plain, None)
+    assert masked.title == "MiniGrid-DoorKey-5x5-v0 (action_mask)"
+    assert run_overrides(masked, None)["env_kwargs"] == {"action_mask": True}
+    pytest.importorskip("minigrid")
+    assert 0.0 <= random_return(masked, episodes=2)["mean"] <= 1.0
 
 
 def test_a_run_trains_to_its_budget_whatever_the_presets_target():
