@@ -212,7 +212,7 @@ LEAF_LEARNER_CASES = ("info-valid", "hello-accepted", "actions-reply", "episode-
                       "bad-stream-isolated")  # fmt: skip
 
 
-@pytest.mark.parametrize("env", [DICT, MULTI])
+@pytest.mark.parametrize("env", [DICT, pytest.param(MULTI, marks=pytest.mark.slow)])
 def test_seedrl_learner_passes_the_leaf_probe_envs(tmp_path, env):
     """Frames of observation leaves, MultiDiscrete actions: served, and bad ones refused."""
     extra = ["--env", env, "--total-frames", "100000", "--no-train"]

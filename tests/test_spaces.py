@@ -283,3 +283,29 @@ def test_dict_observations_travel_whole_even_where_the_env_stacks(monkeypatch) -
     assert info.frame_stack == 0
     hello = pb.Hello(protocol_version=1, run_id="r", num_envs=1, env=spec, frame_stack=4)
     assert "send whole observations (frame_stack 0)" in (servicer._check_hello(hello) or "")
+
+
+@pytest.mark.parametrize(
+    ("action", "columns", "want"),
+    [
+        (spaces.Dict({"choice": spaces.Discrete(3), "switches": spaces.MultiBinary(2)}),
+         np.array([[2, 1, 0], [0, 0, 1]], np.int64),
+         {"choice": [2, 0], "switches": [[1, 0], [0, 1]]}),
+        (spaces.Tuple((spaces.Box(-1, 1, (2,), np.float32), spaces.Box(0, 4, (1,), np.float32))),
+         np.array([[0.5, -3.0, 9.0], [0.0, 0.25, 1.0]], np.float32),
+         (([[0.5, -1.0], [0.0, 0.25]]), [[4.0], [1.0]])),
+    ],
+    ids=["product", "gaussian"],
+)  # fmt: skip
+def test_the_learner_replies_dict_actions_one_tensor_per_leaf(action, columns, want) -> None:
+    """The head's columns, split per leaf by the servicer, are what an actor steps with
+    (Box leaves clipped to their own bounds)."""
+    spec = _env_spec(spaces.Box(-1, 1, (2,), np.float32), action)
+    got = StepWire(spec, 2).actions(_servicer(spec).reply_encoder(2)(columns))
+    got_leaves = codec.flatten_values(spec.action_space, got)
+    for value, expected, leaf in zip(
+        got_leaves, codec.flatten_values(spec.action_space, want),
+        codec.space_leaves(spec.action_space, action=True), strict=True,
+    ):  # fmt: skip
+        assert value.dtype == leaf.dtype
+        np.testing.assert_array_equal(value, np.asarray(expected, leaf.dtype))

@@ -71,11 +71,11 @@ def _train(tmp_path: Path, env_id: str, frames: int) -> tuple[int, list[str], li
     "env_id",
     # multi_choice learns in-process in test_structured_envs_learn; its run from the
     # commands is the same path as masked_choice's, so it runs with the slow tests.
-    # dict_action's is the one run of dict actions through the servicer and real actors.
+    # dict_action's replies are checked in-process (test_spaces), so its run is slow too.
     [
         "spaces_envs:masked_choice",
         pytest.param("spaces_envs:multi_choice", marks=pytest.mark.slow),
-        "spaces_envs:dict_action",
+        pytest.param("spaces_envs:dict_action", marks=pytest.mark.slow),
     ],
 )
 def test_structured_envs_train_from_the_commands(tmp_path, env_id: str) -> None:
