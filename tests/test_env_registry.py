@@ -121,16 +121,17 @@ def test_every_family_builds_its_example_alone_and_as_actors_step_it(family):
         space = spec.observation_space
         if codec.is_structured(space):  # a dict family's leaves, packed as the learner does
             shape = (codec.LeafPacking(codec.space_leaves(space)).row_bytes,)
+        rows = 2 * codec.rows_per_env(spec)  # a multi-agent env: a row per agent
         obs = _batched(space, vec.reset(seed=0)[0])
-        assert obs.shape == (2, *shape)
+        assert obs.shape == (rows, *shape)
         # A family that declares stacking keeps the rule the learner rebuilds stacks by:
         # an episode starts as zeros but its newest frame, and each step shifts by one.
         assert stack == 1 or not obs[:, :-1].any()
         for _ in range(3):  # too few steps for any example's episode to end
             prev = obs.copy()
-            raw, reward, terminated, truncated, _ = vec.step(np.zeros(2, np.int64))
+            raw, reward, terminated, truncated, _ = vec.step(np.zeros(rows, np.int64))
             obs = _batched(space, raw)
-            assert obs.shape == (2, *shape) and reward.shape == (2,)
+            assert obs.shape == (rows, *shape) and reward.shape == (rows,)
             assert not (terminated | truncated).any()
             if stack > 1:
                 np.testing.assert_array_equal(obs[:, :-1], prev[:, 1:])
