@@ -40,8 +40,8 @@ def reuse_run_id() -> None:
 
 
 def reset_reward() -> None:
-    def reset(original, self):  # type: ignore[no-untyped-def]
-        obs, reward, terminated, truncated = original(self)
+    def reset(original, self, *args):  # type: ignore[no-untyped-def]
+        obs, reward, terminated, truncated = original(self, *args)
         return obs, reward + 1.0, terminated, truncated
 
     _wrap(Actor, "_reset_envs", reset)
