@@ -15,7 +15,7 @@ import pytest
 from support import ROOT, actor_args, running
 from wire_clients import fake_learner
 
-from seedrl import envs
+from seedrl import codec, envs
 from seedrl.config import LearnerConfig
 from seedrl.envs import custom, docs
 from seedrl.envs.registry import FAMILIES
@@ -105,18 +105,25 @@ def test_every_family_builds_its_example_alone_and_as_actors_step_it(family):
     stack = envs.frame_stack(family.example, {})
     assert (stack > 1) == (family.frame_stack is not None)
     assert stack == 1 or shape[0] == stack
+    # A multi-agent family's envs are one row per agent; dict observations one array per leaf.
+    rows = 2 * codec.rows_per_env(spec)
+    expected = [(rows, *leaf.shape) for leaf in codec.space_leaves(spec.observation_space)]
+
+    def shapes(obs):
+        return [np.shape(v) for v in codec.flatten_values(spec.observation_space, obs)]
+
     vec = envs.make_vector_env(family.example, {}, 2)
     try:
         assert vec.metadata["autoreset_mode"] == envs.gym.vector.AutoresetMode.NEXT_STEP
         obs, _ = vec.reset(seed=0)
-        assert obs.shape == (2, *shape)
+        assert shapes(obs) == expected
         # A family that declares stacking keeps the rule the learner rebuilds stacks by:
         # an episode starts as zeros but its newest frame, and each step shifts by one.
         assert stack == 1 or not obs[:, :-1].any()
         for _ in range(3):  # too few steps for any example's episode to end
-            prev = obs.copy()
-            obs, reward, terminated, truncated, _ = vec.step(np.zeros(2, np.int64))
-            assert obs.shape == (2, *shape) and reward.shape == (2,)
+            prev = obs.copy() if stack > 1 else obs
+            obs, reward, terminated, truncated, _ = vec.step(np.zeros(rows, np.int64))
+            assert shapes(obs) == expected and reward.shape == (rows,)
             assert not (terminated | truncated).any()
             if stack > 1:
                 np.testing.assert_array_equal(obs[:, :-1], prev[:, 1:])
