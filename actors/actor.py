@@ -110,6 +110,9 @@ class StepWire:
         k = k * codec.rows_per_env(spec)  # rows: from here on, K counts rows
         acting = codec.tensor_layout(np.bool_, (k,)) if self.multi_agent else None
         self.k = k
+        self.acting: np.ndarray | None = None
+        """A multi-agent env's acting rows, which each frame carries: the env's own array
+        (``AgentEnvs.acting``), updated in place by every step."""
         act_leaves = codec.space_leaves(act_spec, action=True)
         self.act_dtype = act_leaves[0].dtype
         self.act_shape = (k, *act_leaves[0].shape)
@@ -140,16 +143,10 @@ class StepWire:
             self._actions = codec.actions_template(self.act_dtype, self.act_shape)
 
     def frame(
-        self,
-        obs_KO: Any,
-        reward_K: np.ndarray,
-        terminated_K: np.ndarray,
-        truncated_K: np.ndarray,
-        acting_K: np.ndarray | None = None,
+        self, obs_KO: Any, reward_K: np.ndarray, terminated_K: np.ndarray, truncated_K: np.ndarray
     ) -> bytes:
-        """The serialized ActorMessage carrying one Frame (``acting_K``: a multi-agent
-        env's acting rows)."""
-        tail = () if acting_K is None else (acting_K.tobytes(),)
+        """The serialized ActorMessage carrying one Frame (and :attr:`acting`, if set)."""
+        tail = () if self.acting is None else (self.acting.tobytes(),)
         if self.structured_obs:
             leaves = codec.flatten_values(self.obs_spec, obs_KO)
             return self._frame.fill(
@@ -419,12 +416,12 @@ class Actor:
             return self._ended(stream)
         vec_env = self.vec_env
         assert vec_env is not None
-        obs_KO, reward_K, terminated_K, truncated_K = self._reset_envs(wire.k)
-        # A multi-agent env's rows that act next (updated in place by every step).
-        acting_K = getattr(vec_env, "acting", None) if wire.multi_agent else None
+        obs_KO, reward_K, terminated_K, truncated_K = self._reset_envs()
+        if wire.multi_agent:
+            wire.acting = vec_env.acting  # type: ignore[attr-defined]
         clock, record_rtt, stopping = time.perf_counter, self.round_trips.record, self._stop.is_set
         while not stopping():
-            frame = wire.frame(obs_KO, reward_K, terminated_K, truncated_K, acting_K)
+            frame = wire.frame(obs_KO, reward_K, terminated_K, truncated_K)
             sent = clock()
             data = stream.exchange(frame)
             record_rtt(clock() - sent)
@@ -460,12 +457,13 @@ class Actor:
         self.connections += 1
         return True
 
-    def _reset_envs(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _reset_envs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Fresh episodes for a new connection (the learner's slots are new too): the first
-        frame's observations, zero rewards, no episode ends, for ``rows`` rows (K, or K
-        envs times their agents). Seeded on the first one."""
+        frame's observations, zero rewards, no episode ends, one row per env (per agent of
+        each env for a multi-agent env). Seeded on the first one."""
         assert self.vec_env is not None
         k = self.config.envs_per_actor
+        rows = getattr(self.vec_env, "num_rows", k)
         seed = None if self._seeded else self.config.seed + self.index * k
         self._seeded = True
         obs_KO, _ = self.vec_env.reset(seed=seed)

@@ -510,7 +510,8 @@ def test_self_play_trains_from_the_commands_and_its_pool_resumes(tmp_path) -> No
     ids = [s["id"] for s in saved["pool"]["snapshots"]]
     games = sum(sum(s["results"]) for s in saved["pool"]["snapshots"])
     assert len(ids) >= 2 and games > 0
-    code, learner_log, _ = _self_play_run(tmp_path, 1_200, "--resume")
+    more = checkpoint.load(tmp_path / "checkpoint.pt")["frames"] + 600
+    code, learner_log, _ = _self_play_run(tmp_path, more, "--resume")
     assert code == 0, "\n".join(learner_log[-30:])
     resumed = checkpoint.load(tmp_path / "checkpoint.pt")["self_play"]
     kept = {s["id"]: s for s in resumed["pool"]["snapshots"]}

@@ -142,8 +142,8 @@ def make_vector(env_id: str, env_kwargs: dict[str, Any], num_envs: int) -> gym.v
     if agents.is_multi_agent(first):
         rest = [lambda: factory(**env_kwargs)] * (num_envs - 1)
         return agents.AgentEnvs(env_id, [lambda: first, *rest])
-    first.close()
-    return ScalarEnvs([lambda: _checked(env_id, factory(**env_kwargs))] * num_envs)
+    rest = [lambda: _checked(env_id, factory(**env_kwargs))] * (num_envs - 1)
+    return ScalarEnvs([lambda: _checked(env_id, first), *rest])
 
 
 FAMILY = EnvFamily(
