@@ -97,23 +97,27 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m learner bench --quick $(ARGS)
 
-## Learning benchmark: `make bench-learning SUITE=classic|classic-r2d2|classic-long|minatar|atari
-## [FRAMES=N] [SEEDS=2] [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env x seed trained to
-## FRAMES (0: the suite's budget); the finished runs are archived (thinned, no checkpoints)
-## in BENCH_RESULTS to be committed, and docs/learning.md's table is rebuilt from there.
-## Interrupted, it resumes.
+## Learning benchmark: `make bench-learning SUITE=classic|classic-long|minatar|atari
+## [AGENT=vtrace|r2d2] [FRAMES=N] [SEEDS=2] [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env
+## x seed trained to FRAMES (0: the suite's budget); the finished runs are archived
+## (thinned, no checkpoints) in BENCH_RESULTS to be committed, and docs/learning.md's table
+## is rebuilt from there. AGENT=r2d2 runs the suite's R2D2 twin (SUITE-r2d2: the same envs
+## on the r2d2 presets). Interrupted, it resumes.
 SUITE ?= classic
+AGENT ?= vtrace
+BENCH_SUITE = $(if $(filter vtrace,$(AGENT)),$(SUITE),$(SUITE:%-$(AGENT)=%)-$(AGENT))
 FRAMES ?= 0
 SEEDS ?= 2
 FIRST_SEED ?= 0
 ENVS ?=
-BENCH_OUT ?= runs/bench-learning/$(SUITE)
-BENCH_RESULTS ?= benchmarks/results/learning/$(SUITE)
+BENCH_OUT ?= runs/bench-learning/$(BENCH_SUITE)
+BENCH_RESULTS ?= benchmarks/results/learning/$(BENCH_SUITE)
 bench-learning: $(STAMP)
-	$(PY) -m benchmarks.learning run --suite $(SUITE) --frames $(FRAMES) --seeds $(SEEDS) \
+	$(PY) -m benchmarks.learning run --suite $(BENCH_SUITE) --frames $(FRAMES) --seeds $(SEEDS) \
 		--first-seed $(FIRST_SEED) --envs '$(ENVS)' --out $(BENCH_OUT) $(ARGS)
 	$(PY) -m benchmarks.learning archive --out $(BENCH_OUT) --results $(BENCH_RESULTS)
-	$(MAKE) --no-print-directory bench-learning-table SUITE=$(SUITE) BENCH_RESULTS=$(BENCH_RESULTS)
+	$(MAKE) --no-print-directory bench-learning-table SUITE=$(SUITE) AGENT=$(AGENT) \
+		BENCH_RESULTS=$(BENCH_RESULTS)
 
 ## The suite's summary, curves and table in docs/learning.md, from its archived runs.
 bench-learning-table: $(STAMP)

@@ -461,7 +461,8 @@ def test_a_replay_of_other_shapes_is_refused_with_its_reason(tmp_path) -> None:
     store = replay()
     store.put(sequences(3, rows=4))
     store.save(tmp_path / "replay.npz")
-    with pytest.raises(SavedStoreError, match=r"obs is float32\[4, 1\], this run's is float32\[6, 1\]"):
+    shapes = r"obs is float32\[4, 1\], this run's is float32\[6, 1\]"
+    with pytest.raises(SavedStoreError, match=shapes):
         replay().load(tmp_path / "replay.npz", sequences(1, rows=6))
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(SavedStoreError, match="unreadable replay"):

@@ -154,6 +154,14 @@ LONG_SHAPES = ((2, 32), (16, 4), (64, 1))
 """Few actors with many envs each (the demo's), the issue's 16 x 4, one env per actor."""
 
 
+def with_agent(suite: Suite, agent: str) -> Suite:
+    """``suite`` for another ``--agent``: the same envs, budgets and references, each on its
+    family's preset for that agent (``minatar-r2d2`` for ``minatar``), named
+    ``<suite>-<agent>``; evaluated greedily, as a Q-learner acts once trained."""
+    specs = tuple(replace(spec, preset=f"{spec.preset}-{agent}") for spec in suite.envs)
+    return replace(suite, name=f"{suite.name}-{agent}", envs=specs, greedy=True)
+
+
 SUITES: dict[str, Suite] = {
     "classic": Suite(
         name="classic",
@@ -266,3 +274,7 @@ SUITES: dict[str, Suite] = {
         greedy=False,
     ),
 }
+SUITES["minatar-r2d2"] = with_agent(SUITES["minatar"], "r2d2")
+SUITES["atari-r2d2"] = with_agent(SUITES["atari"], "r2d2")
+"""R2D2 on the V-trace suites' envs (``make bench-learning SUITE=minatar AGENT=r2d2``);
+classic control's is ``classic-r2d2`` above (no Pendulum: continuous actions)."""
