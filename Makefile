@@ -215,8 +215,8 @@ bench-pixels-table: $(STAMP)
 ## The GPU check's JSONs (benchmarks/results/*-$(GPU_TAG)-*) as the GPU block of docs/performance.md
 GPU_TAG ?= h200
 GPU_RESULTS ?= benchmarks/results
-## seedrl beside stable-baselines3 PPO and Sample Factory APPO on this machine, in one run
-## (CartPole to 475, Atari Pong frames/s; each peer's venv is built on first use under
+## seedrl beside stable-baselines3 PPO, Sample Factory APPO and PufferLib PPO on this machine,
+## in one run (CartPole to 475, Atari Pong frames/s; each peer's venv is built on first use under
 ## ~/.cache/seedrl/peers): writes PEERS_JSON and docs/performance.md's peers table.
 PEERS_JSON ?= benchmarks/results/peers.json
 .PHONY: bench-peers bench-peers-table
@@ -226,6 +226,17 @@ bench-peers: $(STAMP)
 
 bench-peers-table: $(STAMP)
 	$(PY) -m benchmarks.peers table $(PEERS_JSON) --update docs/performance.md
+
+## R2D2's sum tree beside cpprb's and torchrl's prioritized replays, at the presets' replay
+## sizes (python -m benchmarks.replay_libs; builds the libraries' venv on first use).
+REPLAY_LIBS_JSON ?= benchmarks/results/replay-libs.json
+.PHONY: bench-replay-libs bench-replay-libs-table
+bench-replay-libs: $(STAMP)
+	$(PY) -m benchmarks.replay_libs run --out $(REPLAY_LIBS_JSON) $(ARGS)
+	$(MAKE) --no-print-directory bench-replay-libs-table REPLAY_LIBS_JSON=$(REPLAY_LIBS_JSON)
+
+bench-replay-libs-table: $(STAMP)
+	$(PY) -m benchmarks.replay_libs table $(REPLAY_LIBS_JSON) --update docs/performance.md
 
 ## The C++ reference actor beside the Python actor at K = 1 and 32 envs, in one run: writes
 ## CPP_ACTOR_JSON and docs/performance.md's C++ actor table.

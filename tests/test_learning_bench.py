@@ -213,6 +213,8 @@ def test_an_agents_suite_is_the_same_envs_on_that_agents_presets(suite):
     """SUITE=minatar AGENT=r2d2 holds R2D2 to V-trace's envs, budgets and references."""
     vtrace, r2d2 = SUITES[suite], SUITES[f"{suite}-r2d2"]
     assert [s.env for s in r2d2.envs] == [s.env for s in vtrace.envs]
+    # Its curves go to their own folder: the same env names must not replace V-trace's.
+    assert (vtrace.curves_folder, r2d2.curves_folder) == ("", f"{suite}-r2d2")
     for theirs, ours in zip(vtrace.envs, r2d2.envs, strict=True):
         assert ours.frames == theirs.frames and ours.thresholds == theirs.thresholds
         assert ours.reference == theirs.reference

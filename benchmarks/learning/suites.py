@@ -80,6 +80,9 @@ class Suite:
     """Actor shapes (actors, envs each) every env runs at, each seed at every one, in run
     directories named ``seedS-NxK`` (empty: ``num_actors`` x ``envs_per_actor`` alone, in
     ``seedS``)."""
+    curves_folder: str = ""
+    """Where in docs/learning/ its curves go ("": there, under each env's name): a suite of
+    another agent on the same envs keeps its own, beside V-trace's."""
     stability: bool = False
     """A long-run suite: its table reports, per run, the best mean-100 return, the lowest
     after first reaching the solved level (the env's last threshold) and the final one."""
@@ -159,7 +162,8 @@ def with_agent(suite: Suite, agent: str) -> Suite:
     family's preset for that agent (``minatar-r2d2`` for ``minatar``), named
     ``<suite>-<agent>``; evaluated greedily, as a Q-learner acts once trained."""
     specs = tuple(replace(spec, preset=f"{spec.preset}-{agent}") for spec in suite.envs)
-    return replace(suite, name=f"{suite.name}-{agent}", envs=specs, greedy=True)
+    name = f"{suite.name}-{agent}"
+    return replace(suite, name=name, envs=specs, greedy=True, curves_folder=name)
 
 
 SUITES: dict[str, Suite] = {
@@ -183,6 +187,7 @@ SUITES: dict[str, Suite] = {
     ),
     "classic-r2d2": Suite(
         name="classic-r2d2",
+        curves_folder="classic-r2d2",
         envs=(
             EnvSpec(
                 "CartPole-v1",
