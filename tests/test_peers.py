@@ -226,13 +226,22 @@ def test_failure_reason_names_the_last_line() -> None:
 def test_a_peer_that_cannot_install_is_a_failed_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    attempts = []
+
     def refuse(name: str, root: Path, log: Path | None = None) -> venvs.Venv:
+        attempts.append(name)
         raise venvs.VenvError("pip install exited with 1 (see the log)")
 
     monkeypatch.setattr(venvs, "ensure", refuse)
+    monkeypatch.setattr(peers, "FAILED_INSTALLS", {})
     row = peers.run_task(_task("sb3", "cartpole"), peers.Caps(), tmp_path, tmp_path)
     assert row["status"] == "failed"
     assert row["reason"] == "install: pip install exited with 1 (see the log)"
+    # The peer's next task in the same run is not built again.
+    again = peers.run_task(_task("pufferlib", "atari"), peers.Caps(), tmp_path, tmp_path)
+    assert again["reason"].startswith("install: ") and attempts == ["sb3", "pufferlib"]
+    peers.run_task(_task("pufferlib", "cartpole"), peers.Caps(), tmp_path, tmp_path)
+    assert attempts == ["sb3", "pufferlib"]
 
 
 def test_each_run_starts_in_an_empty_directory(tmp_path: Path) -> None:

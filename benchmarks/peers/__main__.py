@@ -206,6 +206,11 @@ def failure_reason(code: int | None, tail: list[str], limit_s: float) -> str:
     return f"exited with {code}" + (f": {last[:200]}" if last else " and printed nothing")
 
 
+FAILED_INSTALLS: dict[str, str] = {}
+"""This run's environments that failed to build, with the reason: a peer's second task
+gets the reason rather than a second build of many minutes."""
+
+
 def run_task(task: Task, caps: Caps, out_dir: Path, venv_root: Path) -> dict[str, Any]:
     """One system's row: its driver's result, or why there is none."""
     name = f"{task.peer}-{task.task}"
@@ -220,10 +225,13 @@ def run_task(task: Task, caps: Caps, out_dir: Path, venv_root: Path) -> dict[str
         path = venvs.venv_dir(venv_root, task.venv, venvs.PINS[task.venv])
         if venvs.read_stamp(path) is None:
             print(f"  building {path} (first run only, a few minutes)", flush=True)
+        if task.venv in FAILED_INSTALLS:  # the same build again would fail the same way
+            return {**row, "status": "failed", "reason": FAILED_INSTALLS[task.venv]}
         try:
             venv = venvs.ensure(task.venv, venv_root, out_dir / f"{task.venv}-install.log")
         except (venvs.VenvError, OSError, subprocess.SubprocessError) as exc:
-            return {**row, "status": "failed", "reason": f"install: {exc}"}
+            FAILED_INSTALLS[task.venv] = f"install: {exc}"
+            return {**row, "status": "failed", "reason": FAILED_INSTALLS[task.venv]}
         if time.monotonic() - started > 1.0:
             print(f"  built it in {time.monotonic() - started:.0f} s", flush=True)
         python = str(venv.python)
