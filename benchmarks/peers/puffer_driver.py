@@ -54,6 +54,7 @@ def make_cartpole(buf: Any = None, seed: int = 0) -> Any:
 def load(task: str, seed: int, data_dir: str) -> tuple[dict[str, Any], Any, Any, list[str], int]:
     """(PuffeRL's train config, vector env, policy, departures from the example, the
     emulator frames per agent step)."""
+    import psutil
     import pufferlib.vector
     from pufferlib import pufferl
 
@@ -64,11 +65,18 @@ def load(task: str, seed: int, data_dir: str) -> tuple[dict[str, Any], Any, Any,
     vec = dict(args["vec"])
     vec["seed"] = seed
     train.update(device="cpu", seed=seed, data_dir=data_dir, env=CONFIG_NAMES[task])
+    if task == "cartpole" and "num_envs" in train:
+        vec["num_envs"] = int(train.pop("num_envs"))
+        departures.append(f"[train] num_envs = {vec['num_envs']} as the vector's envs")
+    workers, envs = vec.get("num_workers", "auto"), int(vec["num_envs"])
+    cores = psutil.cpu_count(logical=False) or 1
+    if workers == "auto" or int(workers) > cores:
+        # PufferLib refuses more worker processes than cores unless told to overwork.
+        vec["num_workers"] = max(d for d in range(1, cores + 1) if envs % d == 0)
+        departures.append(f"{vec['num_workers']} workers for {envs} envs (config: "
+                          f"{workers}; one per core, {cores} here)")  # fmt: skip
+    args["vec"] = vec
     if task == "cartpole":
-        if "num_envs" in train:
-            vec["num_envs"] = int(train.pop("num_envs"))
-            vec["num_workers"] = "auto" if vec.get("num_workers") == "auto" else vec["num_workers"]
-            departures.append(f"[train] num_envs = {vec['num_envs']} as the vector's envs")
         vecenv = pufferlib.vector.make(functools.partial(make_cartpole), **vec)
         from pufferlib.models import Default
 
