@@ -84,7 +84,8 @@ def load(task: str, seed: int, data_dir: str) -> tuple[dict[str, Any], Any, Any,
         departures.append("CartPole-v1 on the example's env stack (pufferlib.postprocess gone)")
     else:
         vecenv = pufferl.load_env(CONFIG_NAMES[task], args)
-        policy = pufferl.load_policy({**args, "train": train}, vecenv)
+        args["train"] = train  # args stays PufferLib's defaultdict: load_policy reads its gaps
+        policy = pufferl.load_policy(args, vecenv)
     batch = vecenv.num_agents * int(train["bptt_horizon"])
     if train.get("batch_size") == "auto":
         train["batch_size"] = batch
