@@ -98,22 +98,26 @@ bench-quick: $(STAMP)
 	$(PY) -m learner bench --quick $(ARGS)
 
 ## Learning benchmark: `make bench-learning SUITE=classic|classic-r2d2|classic-long|minatar|minigrid|atari
-## [FRAMES=N] [SEEDS=2] [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env x seed trained to
-## FRAMES (0: the suite's budget); the finished runs are archived (thinned, no checkpoints)
-## in BENCH_RESULTS to be committed, and docs/learning.md's table is rebuilt from there.
-## Interrupted, it resumes.
+## [AGENT=vtrace|r2d2] [FRAMES=N] [SEEDS=2] [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env
+## x seed trained to FRAMES (0: the suite's budget); the finished runs are archived
+## (thinned, no checkpoints) in BENCH_RESULTS to be committed, and docs/learning.md's table
+## is rebuilt from there. AGENT=r2d2 runs the suite's R2D2 twin (SUITE-r2d2: the same envs
+## on the r2d2 presets). Interrupted, it resumes.
 SUITE ?= classic
+AGENT ?= vtrace
+BENCH_SUITE = $(if $(filter vtrace,$(AGENT)),$(SUITE),$(SUITE:%-$(AGENT)=%)-$(AGENT))
 FRAMES ?= 0
 SEEDS ?= 2
 FIRST_SEED ?= 0
 ENVS ?=
-BENCH_OUT ?= runs/bench-learning/$(SUITE)
-BENCH_RESULTS ?= benchmarks/results/learning/$(SUITE)
+BENCH_OUT ?= runs/bench-learning/$(BENCH_SUITE)
+BENCH_RESULTS ?= benchmarks/results/learning/$(BENCH_SUITE)
 bench-learning: $(STAMP)
-	$(PY) -m benchmarks.learning run --suite $(SUITE) --frames $(FRAMES) --seeds $(SEEDS) \
+	$(PY) -m benchmarks.learning run --suite $(BENCH_SUITE) --frames $(FRAMES) --seeds $(SEEDS) \
 		--first-seed $(FIRST_SEED) --envs '$(ENVS)' --out $(BENCH_OUT) $(ARGS)
 	$(PY) -m benchmarks.learning archive --out $(BENCH_OUT) --results $(BENCH_RESULTS)
-	$(MAKE) --no-print-directory bench-learning-table SUITE=$(SUITE) BENCH_RESULTS=$(BENCH_RESULTS)
+	$(MAKE) --no-print-directory bench-learning-table SUITE=$(SUITE) AGENT=$(AGENT) \
+		BENCH_RESULTS=$(BENCH_RESULTS)
 
 ## The suite's summary, curves and table in docs/learning.md, from its archived runs.
 bench-learning-table: $(STAMP)
@@ -211,8 +215,8 @@ bench-pixels-table: $(STAMP)
 ## The GPU check's JSONs (benchmarks/results/*-$(GPU_TAG)-*) as the GPU block of docs/performance.md
 GPU_TAG ?= h200
 GPU_RESULTS ?= benchmarks/results
-## seedrl beside stable-baselines3 PPO and Sample Factory APPO on this machine, in one run
-## (CartPole to 475, Atari Pong frames/s; each peer's venv is built on first use under
+## seedrl beside stable-baselines3 PPO, Sample Factory APPO and PufferLib PPO on this machine,
+## in one run (CartPole to 475, Atari Pong frames/s; each peer's venv is built on first use under
 ## ~/.cache/seedrl/peers): writes PEERS_JSON and docs/performance.md's peers table.
 PEERS_JSON ?= benchmarks/results/peers.json
 .PHONY: bench-peers bench-peers-table
@@ -222,6 +226,17 @@ bench-peers: $(STAMP)
 
 bench-peers-table: $(STAMP)
 	$(PY) -m benchmarks.peers table $(PEERS_JSON) --update docs/performance.md
+
+## R2D2's sum tree beside cpprb's and torchrl's prioritized replays, at the presets' replay
+## sizes (python -m benchmarks.replay_libs; builds the libraries' venv on first use).
+REPLAY_LIBS_JSON ?= benchmarks/results/replay-libs.json
+.PHONY: bench-replay-libs bench-replay-libs-table
+bench-replay-libs: $(STAMP)
+	$(PY) -m benchmarks.replay_libs run --out $(REPLAY_LIBS_JSON) $(ARGS)
+	$(MAKE) --no-print-directory bench-replay-libs-table REPLAY_LIBS_JSON=$(REPLAY_LIBS_JSON)
+
+bench-replay-libs-table: $(STAMP)
+	$(PY) -m benchmarks.replay_libs table $(REPLAY_LIBS_JSON) --update docs/performance.md
 
 ## The C++ reference actor beside the Python actor at K = 1 and 32 envs, in one run: writes
 ## CPP_ACTOR_JSON and docs/performance.md's C++ actor table.

@@ -14,12 +14,13 @@ import shutil
 import threading
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from learner.agents.base import Agent, Store
+from learner.agents.base import Agent, SavedStoreError, Store
 from learner.agents.models import (
     ActionHead,
     ActorCritic,
@@ -34,7 +35,7 @@ from learner.state import checkpoint
 from learner.state.counters import StepCounter
 from learner.state.normalize import Normalizer, make_normalizer, normalized_space
 from learner.state.stats import LearnerStats
-from learner.state.trajectories import TrajectoryBuilder, stored_frame_stack
+from learner.state.trajectories import TrajectoryBuilder, Unrolls, stored_frame_stack
 from learner.training.allocator import keep_freed_memory
 from learner.training.trainer import Trainer, TrainerParts, apply_optimizer_settings, make_optimizer
 from seedrl import codec, envs
@@ -121,7 +122,8 @@ def build_learner(config: LearnerConfig) -> Learner:
     optimizer = make_optimizer(model, config)
     stats = LearnerStats(log_episodes=config.log_episodes, time_phases=config.time_phases)
     step_counter = StepCounter()
-    if config.resume and config.checkpoint_path.exists():
+    resumed = config.resume and config.checkpoint_path.exists()
+    if resumed:
         saved = checkpoint.restore(
             config.checkpoint_path, model, optimizer, stats, step_counter, env_spec, normalizer
         )
@@ -152,6 +154,9 @@ def build_learner(config: LearnerConfig) -> Learner:
         frame_stack=stored_frame_stack(config, env_spec.observation_space),
         overlap=overlap,
     )
+    store = agent.make_store()
+    if resumed and config.replay_checkpoint and config.replay_path.exists():
+        restore_store(store, config.replay_path, builder.empty_unrolls(1))
     return Learner(
         config=config,
         env_spec=env_spec,
@@ -161,7 +166,7 @@ def build_learner(config: LearnerConfig) -> Learner:
         optimizer=optimizer,
         stats=stats,
         builder=builder,
-        queue=agent.make_store(),
+        queue=store,
         step_counter=step_counter,
         weights_lock=threading.Lock(),
         normalizer=normalizer,
@@ -185,6 +190,17 @@ def make_league(config: LearnerConfig, env_spec: pb.EnvSpec) -> League | None:
     from learner.league.league import League  # the league loads only for self-play
 
     return League.for_config(config)
+
+
+def restore_store(store: Store, path: Path, template: Unrolls) -> None:
+    """Refill a resumed run's store from ``path``; one that does not fit this run (or is
+    unreadable) is left out with a warning: the run refills the store as a fresh one would."""
+    try:
+        restored = store.load(path, template)
+    except SavedStoreError as exc:
+        log.warning("%s; starting with an empty replay", exc)
+        return
+    log.info("took back %d stored sequences from %s", restored, path)
 
 
 def make_trainer(learner: Learner) -> Trainer:
@@ -236,6 +252,10 @@ def save_checkpoint(
         checkpoint.save(learner.config.best_checkpoint_path, state)
         return
     checkpoint.save(learner.config.checkpoint_path, state)
+    if learner.config.replay_checkpoint:
+        written = learner.queue.save(learner.config.replay_path)
+        if written:
+            log.info("replay written to %s (%.1f MiB)", learner.config.replay_path, written / 2**20)
     kept = learner.config.history_checkpoint_path(frames)
     if kept is not None and not kept.exists():
         kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -242,6 +242,11 @@ class LearnerConfig:
     replay_ratio: float = 1.0
     """R2D2: trained frames (sampled sequences x --unroll-length) per inserted frame; the
     learner waits rather than exceed it (0: no limit)."""
+    replay_checkpoint: bool = True
+    """R2D2: write the replay beside each checkpoint (logdir/replay.npz, about the bytes the
+    replay holds, up to --replay-bytes) and take it back on --resume, so a resumed run
+    trains on at once; off for a replay too large to write at every checkpoint (a resumed
+    run then refills it to --replay-min-frames)."""
     priority_exponent: float = 0.9
     """R2D2: alpha, sequences are sampled in proportion to priority ** alpha."""
     importance_exponent: float = 0.6
@@ -467,6 +472,11 @@ class LearnerConfig:
     @property
     def checkpoint_path(self) -> Path:
         return Path(self.logdir) / "checkpoint.pt"
+
+    @property
+    def replay_path(self) -> Path:
+        """The replay saved with checkpoint.pt (--replay-checkpoint)."""
+        return Path(self.logdir) / "replay.npz"
 
     @property
     def best_checkpoint_path(self) -> Path:

@@ -231,6 +231,35 @@ def test_a_run_trains_to_its_budget_whatever_the_presets_target():
     assert learner_config_for(pendulum, asked).target_return == -200.0
 
 
+@pytest.mark.parametrize("suite", ["minatar", "atari"])
+def test_an_agents_suite_is_the_same_envs_on_that_agents_presets(suite):
+    """SUITE=minatar AGENT=r2d2 holds R2D2 to V-trace's envs, budgets and references."""
+    vtrace, r2d2 = SUITES[suite], SUITES[f"{suite}-r2d2"]
+    assert [s.env for s in r2d2.envs] == [s.env for s in vtrace.envs]
+    # Its curves go to their own folder: the same env names must not replace V-trace's.
+    assert (vtrace.curves_folder, r2d2.curves_folder) == ("", f"{suite}-r2d2")
+    for theirs, ours in zip(vtrace.envs, r2d2.envs, strict=True):
+        assert ours.frames == theirs.frames and ours.thresholds == theirs.thresholds
+        assert ours.reference == theirs.reference
+        config = learner_config_for(ours, run_overrides(ours, None))
+        assert config.agent == "r2d2" and config.lstm
+        assert config.env.split("/")[0] == ours.env.split("/")[0]  # the family's own preset
+
+
+def test_the_make_target_maps_agent_to_the_suites_twin():
+    def suite_of(*assignments: str) -> str:
+        done = subprocess.run(
+            ["make", "-n", "bench-learning", *assignments], cwd=ROOT, capture_output=True,
+            text=True, check=True,
+        )  # fmt: skip
+        return done.stdout.split("--suite ")[1].split()[0]
+
+    assert suite_of("SUITE=minatar") == "minatar"
+    assert suite_of("SUITE=minatar", "AGENT=r2d2") == "minatar-r2d2"
+    assert suite_of("SUITE=classic", "AGENT=r2d2") == "classic-r2d2"
+    assert suite_of("SUITE=classic-r2d2", "AGENT=r2d2") == "classic-r2d2"
+
+
 def learner_config_for(spec, overrides):
     """The LearnerConfig the run would train with: its preset, then the run's fields."""
     from seedrl.config import LearnerConfig

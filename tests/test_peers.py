@@ -226,13 +226,22 @@ def test_failure_reason_names_the_last_line() -> None:
 def test_a_peer_that_cannot_install_is_a_failed_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    attempts = []
+
     def refuse(name: str, root: Path, log: Path | None = None) -> venvs.Venv:
+        attempts.append(name)
         raise venvs.VenvError("pip install exited with 1 (see the log)")
 
     monkeypatch.setattr(venvs, "ensure", refuse)
+    monkeypatch.setattr(peers, "FAILED_INSTALLS", {})
     row = peers.run_task(_task("sb3", "cartpole"), peers.Caps(), tmp_path, tmp_path)
     assert row["status"] == "failed"
     assert row["reason"] == "install: pip install exited with 1 (see the log)"
+    # The peer's next task in the same run is not built again.
+    again = peers.run_task(_task("pufferlib", "atari"), peers.Caps(), tmp_path, tmp_path)
+    assert again["reason"].startswith("install: ") and attempts == ["sb3", "pufferlib"]
+    peers.run_task(_task("pufferlib", "cartpole"), peers.Caps(), tmp_path, tmp_path)
+    assert attempts == ["sb3", "pufferlib"]
 
 
 def test_each_run_starts_in_an_empty_directory(tmp_path: Path) -> None:
@@ -251,3 +260,73 @@ def test_venv_dir_follows_the_pins(tmp_path: Path) -> None:
     a.mkdir()
     (a / venvs.STAMP).write_text(json.dumps({"versions": {"x": "1"}}))
     assert venvs.read_stamp(a) == {"versions": {"x": "1"}}
+
+
+BUILD_FAILURE = """\
+Collecting pufferlib==3.0.0
+  Preparing metadata (pyproject.toml): started
+  error: subprocess-exited-with-error
+      Downloading Raylib raylib-5.5_webassembly
+      Traceback (most recent call last):
+        File "/usr/lib/python3.11/socket.py", line 962, in getaddrinfo
+      socket.gaierror: [Errno -2] Name or service not known
+      During handling of the above exception, another exception occurred:
+      urllib.error.URLError: <urlopen error [Errno -2] Name or service not known>
+  note: This error originates from a subprocess, and is likely not a problem with pip.
+error: metadata-generation-failed
+"""
+
+
+def test_an_install_failure_names_the_error_of_the_build() -> None:
+    assert venvs.first_error(BUILD_FAILURE) == (
+        "urllib.error.URLError: <urlopen error [Errno -2] Name or service not known>"
+    )
+    assert venvs.first_error("ERROR: No matching distribution found for x==9\n") == (
+        "ERROR: No matching distribution found for x==9"
+    )
+    assert venvs.first_error("all fine\n") is None
+
+
+def test_a_package_built_after_the_pins_fails_with_its_build_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Torch first, then the package that compiles against it; a failed build's row says
+    what failed, and earlier attempts in the same log do not count."""
+    calls: list[list[str]] = []
+
+    def fake_run(cmd: list[str], stdout: Any = None, **kwargs: Any) -> Any:
+        calls.append(cmd)
+        if "--no-build-isolation" in cmd:
+            stdout.write(BUILD_FAILURE)
+            stdout.flush()
+            raise venvs.subprocess.CalledProcessError(1, cmd)
+        return venvs.subprocess.CompletedProcess(cmd, 0, stdout="")
+
+    monkeypatch.setattr(venvs.subprocess, "run", fake_run)
+    monkeypatch.setattr(venvs, "PINS", {"p": ("torch==2.13.0",)})
+    monkeypatch.setattr(venvs, "BUILT_AFTER", {"p": ("lib==3.0.0",)})
+    log = tmp_path / "p-install.log"
+    log.write_text("ERROR: an older attempt's failure\n")
+    with pytest.raises(venvs.VenvError) as failure:
+        venvs.ensure("p", tmp_path, log)
+    assert str(failure.value) == (
+        "pip install --no-build-isolation lib==3.0.0 exited with 1: urllib.error.URLError: "
+        "<urlopen error [Errno -2] Name or service not known> (see the log)"
+    )
+    pins, later = calls[1], calls[2]
+    assert pins[-1] == "torch==2.13.0" and "--no-build-isolation" not in pins
+    assert later[-2:] == ["--no-build-isolation", "lib==3.0.0"]
+
+
+def test_merge_keeps_the_rows_not_run_again_with_their_date(tmp_path: Path) -> None:
+    out = tmp_path / "peers.json"
+    out.write_text(json.dumps(_fixture()))
+    kept = peers.earlier_rows(out, [_task("sample-factory", "cartpole")])
+    assert [(r["peer"], r["task"]) for r in kept] == [
+        ("seedrl", "cartpole"), ("sb3", "cartpole"), ("seedrl", "atari"),
+        ("sample-factory", "atari"),
+    ]  # fmt: skip
+    assert {r["date"] for r in kept} == {"2030-01-02 03:04 UTC"}
+    merged = {**_fixture(), "date": "2031-05-06 07:08 UTC", "results": kept}
+    assert "Kept from earlier runs on this machine: " in report.render(merged)
+    assert "seedrl V-trace cartpole (2030-01-02 03:04 UTC)" in report.render(merged)

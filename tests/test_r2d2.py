@@ -384,6 +384,91 @@ def test_epsilon_greedy_policy_without_slots_uses_the_first_rung() -> None:
     np.testing.assert_array_equal(action, q.argmax(axis=1))
 
 
+def held_by_age(store: PrioritizedReplay) -> tuple[np.ndarray, np.ndarray]:
+    """(markers, priorities) of the stored sequences, oldest first."""
+    size = len(store)
+    order = np.argsort(store._ids_C[:size], kind="stable")
+    markers = store._ring.obs[:size, 0, 0][order]  # type: ignore[union-attr]
+    return markers, store._priority_C[:size][order]
+
+
+def test_replay_round_trip_keeps_sequences_priorities_counters_and_the_tree(tmp_path) -> None:
+    rows = 4
+    store = replay(max_frames=7 * rows)
+    for first_id, n in [(0, 5), (5, 4), (9, 3)]:  # 12 puts into 7 slots: the ring wrapped
+        store.put(sequences(n, rows, first_id=first_id))
+    store.feedback(store._ids_C.copy(), np.linspace(0.5, 3.5, 7))
+    assert store.get(6, timeout=1.0) is not None
+    markers, priority = held_by_age(store)
+    assert markers.tolist() == list(range(5, 12))
+    written = store.save(tmp_path / "replay.npz")
+    assert written == (tmp_path / "replay.npz").stat().st_size > 7 * rows * 4
+
+    resumed = replay(max_frames=7 * rows, seed=3)
+    assert resumed.load(tmp_path / "replay.npz", sequences(1, rows)) == 7
+    got_markers, got_priority = held_by_age(resumed)
+    np.testing.assert_array_equal(got_markers, markers)
+    np.testing.assert_array_equal(got_priority, priority)
+    assert resumed.counters == store.counters
+    assert resumed._max_priority == store._max_priority == 3.5
+    # The sum tree is the one these priorities build, leaf by leaf and in every sum.
+    fresh = SumTree(resumed.capacity)
+    fresh.update(np.arange(7), resumed._priority_C**0.9)
+    np.testing.assert_array_equal(resumed._tree.tree, fresh.tree)  # type: ignore[union-attr]
+    # FIFO goes on: the next put evicts the oldest restored sequence (marker 5).
+    resumed.put(sequences(1, rows, first_id=12))
+    assert sorted(held_by_age(resumed)[0].tolist()) == list(range(6, 13))
+
+
+def test_replay_restored_into_a_smaller_capacity_keeps_the_newest(tmp_path) -> None:
+    store = replay(max_frames=6 * 4)
+    store.put(sequences(6))
+    store.feedback(np.arange(6), np.arange(1.0, 7.0))
+    store.save(tmp_path / "replay.npz")
+    smaller = replay(max_frames=4 * 4)
+    assert smaller.load(tmp_path / "replay.npz", sequences(1)) == 4
+    markers, priority = held_by_age(smaller)
+    assert markers.tolist() == [2.0, 3.0, 4.0, 5.0]
+    np.testing.assert_array_equal(priority, [3.0, 4.0, 5.0, 6.0])
+    batch = smaller.get(2000, timeout=1.0)
+    assert batch is not None and set(batch.obs[:, 0, 0].tolist()) == {2.0, 3.0, 4.0, 5.0}
+
+
+def test_a_sequence_overwritten_while_the_replay_is_written_is_left_out(tmp_path, monkeypatch):
+    from learner.agents.r2d2 import replay as replay_module
+
+    store = replay(max_frames=5 * 4)
+    store.put(sequences(5))
+    write = replay_module._write_member
+    calls = []
+
+    def put_during_the_write(archive, name, array):
+        if not calls:  # serving goes on while the ring is written: ids 5, 6 take slots 0, 1
+            store.put(sequences(2, first_id=5))
+        calls.append(name)
+        write(archive, name, array)
+
+    monkeypatch.setattr(replay_module, "_write_member", put_during_the_write)
+    store.save(tmp_path / "replay.npz")
+    resumed = replay(max_frames=5 * 4)
+    assert resumed.load(tmp_path / "replay.npz", sequences(1)) == 3
+    assert held_by_age(resumed)[0].tolist() == [2.0, 3.0, 4.0]
+
+
+def test_a_replay_of_other_shapes_is_refused_with_its_reason(tmp_path) -> None:
+    from learner.agents.base import SavedStoreError
+
+    store = replay()
+    store.put(sequences(3, rows=4))
+    store.save(tmp_path / "replay.npz")
+    shapes = r"obs is float32\[4, 1\], this run's is float32\[6, 1\]"
+    with pytest.raises(SavedStoreError, match=shapes):
+        replay().load(tmp_path / "replay.npz", sequences(1, rows=6))
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(SavedStoreError, match="unreadable replay"):
+        replay().load(tmp_path / "bad.npz", sequences(1, rows=4))
+
+
 # ------------------------------------------------------------------ on the trainer hosts
 
 
@@ -439,3 +524,29 @@ def test_a_resumed_learner_gets_back_the_target_network_from_its_checkpoint(tmp_
     assert saved["r2d2_target_step"] == 7
     for name, value in target.state_dict().items():
         torch.testing.assert_close(saved["r2d2_target"][name], value)
+
+
+def test_a_resumed_learner_samples_from_the_replay_its_checkpoint_kept(tmp_path) -> None:
+    from support import random_unrolls, small_learner
+
+    from learner.parts import build_learner, save_checkpoint
+
+    settings = dict(agent="r2d2", burn_in=1, sequence_overlap=0, hidden_sizes=(8,))
+    learner = small_learner(tmp_path, 3, 2, **settings)
+    store = learner.queue
+    store.put(random_unrolls(6, 4, seed=1))
+    store.feedback(np.arange(6), np.arange(1.0, 7.0))
+    save_checkpoint(learner)
+    assert learner.config.replay_path.is_file()
+
+    resumed = build_learner(dataclasses.replace(learner.config, resume=True))
+    assert len(resumed.queue) == 6
+    np.testing.assert_array_equal(resumed.queue._priority_C[:6], np.arange(1.0, 7.0))
+    np.testing.assert_array_equal(resumed.queue._ring.obs[:6], store._ring.obs[:6])
+
+    # Off: nothing written, and a resumed run starts from an empty replay.
+    off = dataclasses.replace(learner.config, replay_checkpoint=False, resume=True)
+    learner.config.replay_path.unlink()
+    save_checkpoint(dataclasses.replace(learner, config=off))
+    assert not off.replay_path.exists()
+    assert len(build_learner(off).queue) == 0

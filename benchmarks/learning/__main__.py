@@ -266,7 +266,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     summary = report.write_summary(suite, out)
     doc = Path(args.doc) if args.doc else None
     home = doc.parent if doc else out  # the table's image links are relative to it
-    default = home / "learning" if doc else out / "curves"
+    default = home / "learning" / suite.curves_folder if doc else out / "curves"
     curves = Path(args.curves_dir) if args.curves_dir else default
     report.plot_curves(suite, out, curves)  # straight there: no copies beside the runs
     table = report.markdown_table(summary, os.path.relpath(curves, home))

@@ -91,6 +91,9 @@ class Suite:
     """Actor shapes (actors, envs each) every env runs at, each seed at every one, in run
     directories named ``seedS-NxK`` (empty: ``num_actors`` x ``envs_per_actor`` alone, in
     ``seedS``)."""
+    curves_folder: str = ""
+    """Where in docs/learning/ its curves go ("": there, under each env's name): a suite of
+    another agent on the same envs keeps its own, beside V-trace's."""
     stability: bool = False
     """A long-run suite: its table reports, per run, the best mean-100 return, the lowest
     after first reaching the solved level (the env's last threshold) and the final one."""
@@ -184,6 +187,15 @@ def _minigrid(env: str, reference: float, budget: str, **fields: Any) -> EnvSpec
     )
 
 
+def with_agent(suite: Suite, agent: str) -> Suite:
+    """``suite`` for another ``--agent``: the same envs, budgets and references, each on its
+    family's preset for that agent (``minatar-r2d2`` for ``minatar``), named
+    ``<suite>-<agent>``; evaluated greedily, as a Q-learner acts once trained."""
+    specs = tuple(replace(spec, preset=f"{spec.preset}-{agent}") for spec in suite.envs)
+    name = f"{suite.name}-{agent}"
+    return replace(suite, name=name, envs=specs, greedy=True, curves_folder=name)
+
+
 SUITES: dict[str, Suite] = {
     "classic": Suite(
         name="classic",
@@ -205,6 +217,7 @@ SUITES: dict[str, Suite] = {
     ),
     "classic-r2d2": Suite(
         name="classic-r2d2",
+        curves_folder="classic-r2d2",
         envs=(
             EnvSpec(
                 "CartPole-v1",
@@ -316,3 +329,7 @@ SUITES: dict[str, Suite] = {
         greedy=False,
     ),
 }
+SUITES["minatar-r2d2"] = with_agent(SUITES["minatar"], "r2d2")
+SUITES["atari-r2d2"] = with_agent(SUITES["atari"], "r2d2")
+"""R2D2 on the V-trace suites' envs (``make bench-learning SUITE=minatar AGENT=r2d2``);
+classic control's is ``classic-r2d2`` above (no Pendulum: continuous actions)."""

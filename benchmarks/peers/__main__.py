@@ -38,7 +38,15 @@ TAIL_LINES = 40
 """Output lines kept per driver for the failure reason (the whole output goes to its log)."""
 PIPE_CLOSE_S = 30.0
 """How long after stopping a driver its output may still take to end."""
-KEY_PACKAGES = ("stable-baselines3", "sample-factory", "torch", "gymnasium", "numpy", "ale-py")
+KEY_PACKAGES = (
+    "stable-baselines3",
+    "sample-factory",
+    "pufferlib",
+    "torch",
+    "gymnasium",
+    "numpy",
+    "ale-py",
+)
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,8 @@ TASKS = (
     Task("seedrl", "seedrl V-trace", "atari", None, "benchmarks.peers.seedrl_driver"),
     Task("sample-factory", "Sample Factory APPO", "atari", "sample-factory",
          "benchmarks.peers.sf_driver"),
+    Task("pufferlib", "PufferLib PPO", "cartpole", "pufferlib", "benchmarks.peers.puffer_driver"),
+    Task("pufferlib", "PufferLib PPO", "atari", "pufferlib", "benchmarks.peers.puffer_driver"),
 )  # fmt: skip
 
 
@@ -88,6 +98,8 @@ def driver_args(task: Task, caps: Caps, workdir: Path, launched_at: float) -> li
         args.append(f"--logdir={workdir}")
     elif task.peer == "sample-factory":
         args.append(f"--train-dir={workdir}")
+    elif task.peer == "pufferlib":
+        args.append(f"--data-dir={workdir}")
     if task.task == "cartpole":
         args += [f"--target={caps.target}", f"--wall-cap-s={caps.cartpole_wall_cap_s}"]
         if task.peer != "sb3":
@@ -194,6 +206,11 @@ def failure_reason(code: int | None, tail: list[str], limit_s: float) -> str:
     return f"exited with {code}" + (f": {last[:200]}" if last else " and printed nothing")
 
 
+FAILED_INSTALLS: dict[str, str] = {}
+"""This run's environments that failed to build, with the reason: a peer's second task
+gets the reason rather than a second build of many minutes."""
+
+
 def run_task(task: Task, caps: Caps, out_dir: Path, venv_root: Path) -> dict[str, Any]:
     """One system's row: its driver's result, or why there is none."""
     name = f"{task.peer}-{task.task}"
@@ -208,10 +225,13 @@ def run_task(task: Task, caps: Caps, out_dir: Path, venv_root: Path) -> dict[str
         path = venvs.venv_dir(venv_root, task.venv, venvs.PINS[task.venv])
         if venvs.read_stamp(path) is None:
             print(f"  building {path} (first run only, a few minutes)", flush=True)
+        if task.venv in FAILED_INSTALLS:  # the same build again would fail the same way
+            return {**row, "status": "failed", "reason": FAILED_INSTALLS[task.venv]}
         try:
             venv = venvs.ensure(task.venv, venv_root, out_dir / f"{task.venv}-install.log")
         except (venvs.VenvError, OSError, subprocess.SubprocessError) as exc:
-            return {**row, "status": "failed", "reason": f"install: {exc}"}
+            FAILED_INSTALLS[task.venv] = f"install: {exc}"
+            return {**row, "status": "failed", "reason": FAILED_INSTALLS[task.venv]}
         if time.monotonic() - started > 1.0:
             print(f"  built it in {time.monotonic() - started:.0f} s", flush=True)
         python = str(venv.python)
@@ -285,15 +305,32 @@ def run(args: argparse.Namespace) -> int:
         "settings": {**asdict(caps), "note": args.note},
         "results": [],
     }
+    kept = earlier_rows(out, tasks) if args.merge else []
     for i, task in enumerate(tasks, 1):
         print(f"[{i}/{len(tasks)}] {task.system}, {task.task}", flush=True)
         row = run_task(task, caps, out_dir, Path(args.venv_root).expanduser())
+        row["date"] = doc["date"]
         doc["results"].append(row)
+        doc["results"] = [*kept, *[r for r in doc["results"] if r not in kept]]
         doc["wall_time_s"] = time.monotonic() - started
         out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         print(f"  {task.peer}-{task.task}: {summary(row)}", flush=True)
     print(f"wrote {out} ({doc.get('wall_time_s', 0) / 60:.1f} min)")
     return 0
+
+
+def earlier_rows(out: Path, tasks: list[Task]) -> list[dict[str, Any]]:
+    """The rows of ``out`` that this run does not redo (other systems or tasks), each
+    keeping the date it was measured on: ``--merge`` adds a system to a committed run."""
+    if not out.exists():
+        return []
+    old = json.loads(out.read_text())
+    redone = {(t.peer, t.task) for t in tasks}
+    return [
+        {**row, "date": row.get("date", old.get("date"))}
+        for row in old.get("results", [])
+        if (row.get("peer"), row.get("task")) not in redone
+    ]
 
 
 def summary(row: dict[str, Any]) -> str:
@@ -332,7 +369,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--out", default=str(DEFAULT_OUT))
     r.add_argument("--workdir", default="runs/peers", help="logs and run directories")
     r.add_argument("--venv-root", default=str(venvs.DEFAULT_ROOT))
-    r.add_argument("--only", default="", help="peers to run: seedrl,sb3,sample-factory")
+    r.add_argument("--only", default="", help="peers to run: seedrl,sb3,sample-factory,pufferlib")
+    r.add_argument("--merge", action="store_true",
+                   help="keep --out's rows of the systems and tasks not run now")  # fmt: skip
     r.add_argument("--tasks", default="", help="cartpole,atari (default both)")
     r.add_argument("--cartpole-wall-cap-s", type=_positive, default=Caps.cartpole_wall_cap_s)
     r.add_argument("--atari-warmup-s", type=_positive, default=Caps.atari_warmup_s)

@@ -123,6 +123,15 @@ def render(report: dict[str, Any]) -> str:
     cartpole = [cartpole_row(r, target) for r in rows if r.get("task") == "cartpole"]
     atari = [atari_row(r) for r in rows if r.get("task") == "atari"]
     lines = [_machine_line(report)]
+    earlier = sorted(
+        {
+            f"{r.get('system', r.get('peer'))} {r.get('task')} ({r['date']})"
+            for r in rows
+            if r.get("date") not in (None, report.get("date"))
+        }
+    )
+    if earlier:
+        lines += ["", f"Kept from earlier runs on this machine: {', '.join(earlier)}."]
     if s.get("note"):
         lines += ["", f"Note: {s['note']}"]
     versions = _versions_line(rows)
@@ -148,8 +157,9 @@ def render(report: dict[str, Any]) -> str:
         "",
         "Wall s: from launching the system's process (imports and start-up included) to the "
         "moment the target held; training s: from the start of training. Frames are env "
-        "steps the learner received; on Atari one agent step is 4 emulator frames (both "
-        "systems skip 4), and Sample Factory's own counter, which counts emulator frames, "
-        "is divided by 4. Window s: the span the Atari rate was measured over.",
+        "steps the learner received; on Atari one agent step is as many emulator frames as "
+        "the system's frame skip (seedrl and Sample Factory skip 4, PufferLib's Atari config "
+        "1), and Sample Factory's own counter, which counts emulator frames, is divided by "
+        "4. Window s: the span the Atari rate was measured over.",
     ]
     return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ not branches through the serve loop.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -27,6 +28,10 @@ except :data:`SAMPLE_PRIORITY`."""
 SAMPLE_PRIORITY = "sample_priority"
 """Loss-term key of a ``[B]`` tensor: each sampled unroll's new priority, which the
 trainer host hands back to the store (:meth:`Store.feedback`) instead of the metrics."""
+
+
+class SavedStoreError(RuntimeError):
+    """A store's saved file is unreadable or does not fit this run (:meth:`Store.load`)."""
 
 
 class Store(Protocol):
@@ -54,6 +59,16 @@ class Store(Protocol):
 
     def metrics(self) -> dict[str, float]:
         """Extra keys for each metrics record."""
+        ...
+
+    def save(self, path: Path) -> int:
+        """Write what a resumed run should find in the store to ``path``; the bytes
+        written (0, and no file, when it keeps nothing across runs)."""
+        ...
+
+    def load(self, path: Path, template: Unrolls) -> int:
+        """Take back what :meth:`save` wrote (``template``: one unroll of this run's
+        shapes, which the saved ones must have); the unrolls restored."""
         ...
 
 

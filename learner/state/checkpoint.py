@@ -8,12 +8,13 @@ leaves either the previous checkpoint or the new one, never a torn file.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,14 +97,23 @@ def _to_cpu(obj: Any) -> Any:
 
 def save(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically (temp file + fsync + rename + dir fsync)."""
-    target = Path(path)
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     buffer = io.BytesIO()
     torch.save(state, buffer)
+    with atomic_file(path) as f:
+        f.write(buffer.getbuffer())
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A private file to write ``path``'s new content into: on a clean exit it is fsynced
+    and renamed over ``path`` (and the directory fsynced), on an error removed, so a kill
+    at any moment leaves the old file or the new one."""
+    target = Path(path)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
         with private_file(tmp) as f:
-            f.write(buffer.getbuffer())
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -532,3 +533,12 @@ class UnrollQueue:
     def metrics(self) -> dict[str, float]:
         """Nothing beyond its length, which the stats already report."""
         return {}
+
+    def save(self, path: Path) -> int:
+        """Nothing: queued unrolls were acted by the weights of the moment and are trained
+        on once, so a resumed run acts anew rather than carry them over."""
+        return 0
+
+    def load(self, path: Path, template: Unrolls) -> int:
+        """Nothing to take back (:meth:`save` writes nothing)."""
+        return 0

@@ -10,17 +10,31 @@ come back through ``feedback``; a sequence evicted meanwhile keeps none of them.
 Copies out of the ring happen outside the lock, so a ``put`` never waits behind a batch
 being gathered; a sequence overwritten during its copy is handed out with weight 0.
 
+``save`` writes the stored sequences, their ids and priorities and the counters to an
+uncompressed ``.npz`` beside the checkpoint (again copying outside the lock, and leaving
+out any sequence overwritten meanwhile), and ``load`` puts them back, so a resumed run
+samples from where it stopped instead of refilling from nothing; the sum tree is rebuilt
+from the priorities, the same sums in the same order.
+
 Shape suffixes: C capacity in sequences, N sampled sequences.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
+import zipfile
+from pathlib import Path
 
 import numpy as np
 
+from learner.agents.base import SavedStoreError
+from learner.state.checkpoint import atomic_file
 from learner.state.trajectories import Unrolls
+
+REPLAY_FORMAT = "seedrl-replay"
+REPLAY_VERSION = 1
 
 
 class SumTree:
@@ -105,6 +119,8 @@ class PrioritizedReplay:
         self._ids_C = np.zeros(0, np.int64)
         self._priority_C = np.zeros(0, np.float64)
         self._size = 0
+        self._next_id = 0
+        """The id of the next sequence put (ids count puts; slot = id mod capacity)."""
         self._max_priority = 1.0
         self._closed = False
         self._cond = threading.Condition()
@@ -132,7 +148,7 @@ class PrioritizedReplay:
                 self._allocate(unrolls)
             assert self._ring is not None and self._tree is not None
             n = len(unrolls)
-            ids_N = self.counters.inserted_sequences + np.arange(n, dtype=np.int64)
+            ids_N = self._next_id + np.arange(n, dtype=np.int64)
             if n > self.capacity:  # only the newest fit
                 unrolls = unrolls.split(n - self.capacity)[1]
                 ids_N = ids_N[n - self.capacity :]
@@ -142,6 +158,7 @@ class PrioritizedReplay:
             self._priority_C[slots_N] = self._max_priority
             self._tree.update(slots_N, np.full(len(slots_N), self._max_priority**self.alpha))
             self._size = min(self.capacity, self._size + n)
+            self._next_id += n
             self.counters.inserted_sequences += n
             self.counters.inserted_frames += n * self.new_frames
             self._cond.notify_all()
@@ -205,6 +222,76 @@ class PrioritizedReplay:
             record["epsilon_min"], record["epsilon_max"] = self.epsilon_range
         return record
 
+    def save(self, path: Path) -> int:
+        """Write the stored sequences, ids, priorities and counters to ``path`` (an
+        ``.npz``, atomically); the bytes written (0 and no file while nothing is stored)."""
+        with self._cond:
+            if self._ring is None or not self._size:
+                return 0
+            size, ring = self._size, self._ring
+            ids_S = self._ids_C[:size].copy()
+            priority_S = self._priority_C[:size].copy()
+            meta = {
+                "format": REPLAY_FORMAT,
+                "version": REPLAY_VERSION,
+                "max_priority": self._max_priority,
+                "counters": dataclasses.asdict(self.counters),
+            }
+        with atomic_file(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as archive:
+            # Slots [0, size) are the filled ones (ids fill them in order, then wrap).
+            for name, array in _arrays(ring):
+                _write_member(archive, f"ring.{name}", array[:size])
+            with self._cond:  # overwritten while written: left out (id -1)
+                torn_S = self._ids_C[:size] != ids_S
+            _write_member(archive, "ids", np.where(torn_S, -1, ids_S))
+            _write_member(archive, "priority", priority_S)
+            _write_member(archive, "meta", np.frombuffer(json.dumps(meta).encode(), np.uint8))
+        return Path(path).stat().st_size
+
+    def load(self, path: Path, template: Unrolls) -> int:
+        """Put back what :meth:`save` wrote to ``path`` into this (empty) replay, keeping
+        the newest sequences its capacity holds; ``template`` (one sequence of this run's
+        shapes) must match the saved ones. Returns the sequences restored."""
+        try:
+            with np.load(path, allow_pickle=False) as saved:
+                meta = json.loads(saved["meta"].tobytes())
+                if meta.get("format") != REPLAY_FORMAT or meta.get("version") != REPLAY_VERSION:
+                    raise SavedStoreError(f"{path}: not a seedrl replay, version {REPLAY_VERSION}")
+                ids_S, priority_S = saved["ids"], saved["priority"]
+                fields = {name: saved[f"ring.{name}"] for name, _ in _arrays(template)}
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            raise SavedStoreError(f"{path}: unreadable replay ({reason})") from exc
+        for name, array in _arrays(template):
+            got = fields[name]
+            if got.shape[1:] != array.shape[1:] or got.dtype != array.dtype:
+                raise SavedStoreError(
+                    f"{path}: its sequences' {name} is {got.dtype}{list(got.shape[1:])}, this "
+                    f"run's is {array.dtype}{list(array.shape[1:])} (another --unroll-length, "
+                    "--burn-in, model or env)"
+                )
+        kept_S = np.flatnonzero(ids_S >= 0)
+        kept_S = kept_S[np.argsort(ids_S[kept_S], kind="stable")]
+        with self._cond:
+            if self._ring is not None:
+                raise SavedStoreError(f"{path}: the replay already holds sequences")
+            self._allocate(template)
+            assert self._ring is not None and self._tree is not None
+            kept_S = kept_S[-self.capacity :]  # the newest that fit this run's capacity
+            # Oldest first into slots 0..n-1 under new ids 0..n-1, so the ring is laid out
+            # as if they had just been put (the capacity may differ from the saved run's).
+            n = len(kept_S)
+            for (name, dst), _ in zip(_arrays(self._ring), _arrays(template), strict=True):
+                dst[:n] = fields[name][kept_S]
+            self._ids_C[:n] = np.arange(n)
+            self._priority_C[:n] = priority_S[kept_S]
+            self._tree.update(np.arange(n), self._priority_C[:n] ** self.alpha)
+            self._size = self._next_id = n
+            self._max_priority = float(meta["max_priority"])
+            self.counters = ReplayCounters(**meta["counters"])
+            self._cond.notify_all()
+            return n
+
     # ----------------------------------------------------------------- internals
 
     def _ready(self, n: int) -> bool:
@@ -248,6 +335,12 @@ def _arrays(unrolls: Unrolls) -> list[tuple[str, np.ndarray]]:
     ]
     named += [(f"core_state.{i}", s) for i, s in enumerate(unrolls.core_state)]
     return named
+
+
+def _write_member(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:
+    """``array`` as ``name``.npy in the archive, streamed (np.load reads it back)."""
+    with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+        np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
 
 
 def _nbytes(unrolls: Unrolls) -> int:
