@@ -17,6 +17,7 @@ ENVS_PER_ACTOR ?= 1
 ARGS ?=
 PYTEST_ARGS ?=
 # Extra env families / tools to install besides learner+dev: `make install EXTRAS=atari,minatar`
+# (dev already brings every env family's package, MuJoCo's included, for the tests)
 EXTRAS ?=
 
 .PHONY: install proto proto-check learner actors actors-cpp demo evaluate test test-slow test-cluster lint \
@@ -97,7 +98,7 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m learner bench --quick $(ARGS)
 
-## Learning benchmark: `make bench-learning SUITE=classic|classic-r2d2|classic-long|minatar|minigrid|atari
+## Learning benchmark: `make bench-learning SUITE=classic|classic-r2d2|classic-long|minatar|minigrid|atari|mujoco
 ## [AGENT=vtrace|r2d2] [FRAMES=N] [SEEDS=2] [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env
 ## x seed trained to FRAMES (0: the suite's budget); the finished runs are archived
 ## (thinned, no checkpoints) in BENCH_RESULTS to be committed, and docs/learning.md's table

@@ -52,6 +52,9 @@ def _distribution(requirement: str) -> str:
         ("MiniGrid-DoorKey-5x5-v0", "minigrid"),
         ("my_package.envs:make_env", "custom"),
         ("gymnasium.envs.classic_control:CartPole-v1", "custom"),  # gymnasium's module form
+        ("HalfCheetah-v5", "mujoco"),
+        ("Humanoid-v5", "mujoco"),
+        ("Hopper-v4", "mujoco"),  # read off gymnasium's registration, not a list of names
         ("CartPole-v1", "gymnasium"),
         ("Pong-v5", "gymnasium"),  # no ALE/ namespace: not the preprocessed family
         (":no-module", "gymnasium"),
@@ -129,7 +132,12 @@ def test_every_family_builds_its_example_alone_and_as_actors_step_it(family):
         assert stack == 1 or not obs[:, :-1].any()
         for _ in range(3):  # too few steps for any example's episode to end
             prev = obs.copy()
-            raw, reward, terminated, truncated, _ = vec.step(np.zeros(rows, np.int64))
+            actions = (  # all zeros is a valid action of a Discrete or a Box
+                np.zeros((rows, *spec.action_space.shape), np.float32)
+                if spec.action_space.kind == "box"
+                else np.zeros(rows, np.int64)
+            )
+            raw, reward, terminated, truncated, _ = vec.step(actions)
             obs = _batched(space, raw)
             assert obs.shape == (rows, *shape) and reward.shape == (rows,)
             assert not (terminated | truncated).any()
@@ -155,6 +163,11 @@ def test_a_missing_extra_names_the_install_command(monkeypatch):
         envs.make_env("ALE/Pong-v5")
     with pytest.raises(envs.EnvError, match=re.escape("pip install 'seedrl[atari]'")):
         envs.frame_stack("ALE/Pong-v5", {})
+    # gymnasium registers its MuJoCo ids without mujoco: the family still names the extra
+    monkeypatch.setitem(sys.modules, "mujoco", None)
+    for build in BUILDS.values():
+        with pytest.raises(envs.EnvError, match=re.escape("pip install 'seedrl[mujoco]'")):
+            build("Hopper-v5")
 
 
 @pytest.mark.parametrize(

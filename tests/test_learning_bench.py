@@ -130,6 +130,32 @@ def test_archived_runs_are_small_and_summarise_as_the_runs_themselves(tmp_path):
     assert not (results / "curves").exists()  # --curves-dir holds without --doc too
 
 
+def test_a_partial_run_and_its_shortfall_are_said_in_the_table(tmp_path):
+    """A MuJoCo run stopped at 300 k of the suite's 1 M frames is labelled partial with its
+    share, and an evaluate score below CleanRL's says by how much; the zoo's figure is
+    listed for scale without deciding the verdict."""
+    suite = SUITES["mujoco"]
+    cheetah = find_env(suite, "HalfCheetah-v5")
+    for seed, score in ((0, 700.0), (1, 900.0)):
+        seed_dir = tmp_path / cheetah.name / f"seed{seed}"
+        records = [
+            {"elapsed_s": float(i), "frames": 30_000 * i, "episode_return_mean": 500.0}
+            for i in range(1, 11)
+        ]
+        _finished_run(seed_dir, seed, records)
+        run = json.loads((seed_dir / RUN_FILE).read_text())
+        run["eval"]["mean"] = score
+        (seed_dir / RUN_FILE).write_text(json.dumps(run))
+
+    summary = report.write_summary(suite, tmp_path)
+    table = report.markdown_table(summary)
+    row = next(r for r in table.splitlines() if r.startswith("| HalfCheetah-v5 | 2 |"))
+    assert "0.30 M (**partial**: 30 % of the suite's 1.00 M)" in row
+    # mean of seeds 800 against CleanRL's 1442.64: short by 642.64, 55 % of it
+    assert "| no (short by 642.6, 55 % of it) |" in row
+    assert "| HalfCheetah-v5 (another source, for scale) | 5819.1 |" in table
+
+
 def test_same_setting_figures_are_listed_for_scale_and_the_verdict_stays_the_references(
     tmp_path,
 ):

@@ -8,7 +8,7 @@ list, and tests/test_env_registry.py checks the extra and preset it names).
 
 from __future__ import annotations
 
-from seedrl.envs import atari, custom, minatar, minigrid, pettingzoo, registered
+from seedrl.envs import atari, custom, minatar, minigrid, mujoco, pettingzoo, registered
 from seedrl.envs.family import EnvFamily
 
 FAMILIES: tuple[EnvFamily, ...] = (
@@ -16,6 +16,7 @@ FAMILIES: tuple[EnvFamily, ...] = (
     minatar.FAMILY,
     pettingzoo.FAMILY,
     minigrid.FAMILY,
+    mujoco.FAMILY,
     custom.FAMILY,
     registered.FAMILY,  # owns every id: keep it last
 )
