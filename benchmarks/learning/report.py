@@ -294,7 +294,7 @@ def shortfall(env: dict[str, Any]) -> str:
     got = env["eval_mean"]
     if got is None or got >= ref:
         return ""
-    share = f", {100 * got / ref:.0f} % of it" if ref > 0 else ""
+    share = f", {100 * got / ref:.0f} % of it" if ref > 0 and got > 0 else ""
     return f" (short by {ref - got:.1f}{share})"
 
 
