@@ -218,6 +218,13 @@ class InferenceEngine:
         self.stats.on_batch(len(fb.slot_B), episodes)
         mark("trajectory_write")
 
+        self._reply(live, action_BA)
+        mark("reply")
+        await self._hand_over(unrolls, mark)
+
+    @staticmethod
+    def _reply(live: list[PendingRequest], action_BA: np.ndarray) -> None:
+        """Each stream's K rows of the batch's actions, in the order they were gathered."""
         offset = 0
         for request in live:
             conn = request.payload.conn
@@ -226,8 +233,6 @@ class InferenceEngine:
             if not request.future.done():
                 request.future.set_result(action_BA[offset : offset + k])
             offset += k
-        mark("reply")
-        await self._hand_over(unrolls, mark)
 
     async def _hand_over(self, unrolls: Unrolls | None, mark: Callable[[str], None]) -> None:
         """Finished unrolls to the trainer's store, waiting while it is full."""
@@ -289,14 +294,7 @@ class InferenceEngine:
                 self.self_play.finish(rows[done_B[rows]], episodes.returns)
         self.stats.on_batch(len(rows), episodes)
         mark("trajectory_write")
-        offset = 0
-        for request in live:
-            conn = request.payload.conn
-            k = conn.num_envs
-            conn.frames += k
-            if not request.future.done():
-                request.future.set_result(action_BA[offset : offset + k])
-            offset += k
+        self._reply(live, action_BA)
         mark("reply")
         await self._hand_over(unrolls, mark)
 
