@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import random
 import signal
@@ -429,3 +430,33 @@ def test_non_finite_never_reaches_the_optimizer(tmp_path):
     assert learner.step_counter.value == 1
     assert not all(torch.equal(a, b) for a, b in zip(before, _weights(learner.model), strict=True))
     assert all(torch.isfinite(p).all() for p in learner.model.parameters())
+
+
+def test_a_status_its_gone_actor_cannot_get_is_no_traceback(caplog):
+    """grpc logs a handler's final status that found the transport closed (the actor
+    exited on its Shutdown) as an unexpected servicer error with a traceback; the
+    learner's server drops exactly that record and keeps every other one."""
+    from grpc._cython import cygrpc
+
+    from learner.serving import server
+
+    server._quiet_unsendable_status()
+    grpc_log = logging.getLogger(cygrpc.__name__)
+
+    def log_unexpected(exc: Exception) -> None:
+        try:
+            raise exc
+        except Exception:
+            grpc_log.exception("Unexpected [%s] raised by servicer method [/x/Act]", type(exc))
+
+    with caplog.at_level(logging.DEBUG):
+        log_unexpected(
+            cygrpc.ExecuteBatchError('Failed "execute_batch": (<SendStatusFromServerOperation>,)')
+        )
+        log_unexpected(
+            cygrpc.ExecuteBatchError('Failed "execute_batch": (<ReceiveMessageOperation>,)')
+        )
+        log_unexpected(ValueError("a servicer bug"))
+    errors = [r for r in caplog.records if r.name == cygrpc.__name__]
+    assert [type(r.exc_info[1]) for r in errors] == [cygrpc.ExecuteBatchError, ValueError]
+    assert "ReceiveMessage" in str(errors[0].exc_info[1])

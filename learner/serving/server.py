@@ -3,7 +3,10 @@ and reflection, on TCP (optionally TLS, mutual TLS) and the same-host unix socke
 
 from __future__ import annotations
 
+import logging
+
 import grpc
+from grpc._cython import cygrpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -44,6 +47,7 @@ def build_server(
         # the default (5 min) answers the third early ping with GOAWAY too_many_pings.
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ]
+    _quiet_unsendable_status()
     server = grpc.aio.server(interceptors=interceptors, options=options)
     add_learner_service(servicer, server)
     health_servicer = health.aio.HealthServicer()
@@ -87,6 +91,34 @@ async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool)
     )
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, status)
+
+
+class _UnsendableStatusFilter(logging.Filter):
+    """Drops grpc's traceback for a final status that could not be sent.
+
+    A handler that returns after its actor has left (an actor that exits on its
+    Shutdown, one killed mid-stream) has its status batch fail on the closed transport;
+    grpc's aio server logs that as an unexpected servicer error when the close reached
+    it before its own client-closed flag did. Nothing is lost (the actor is gone, its
+    slots are freed by the handler's ``finally``), so it is one debug line, not a
+    traceback in the learner's output.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, cygrpc.ExecuteBatchError) and "SendStatusFromServer" in str(exc):
+            logging.getLogger(__name__).debug("a stream's final status found its actor gone")
+            return False
+        return True
+
+
+_UNSENDABLE_STATUS = _UnsendableStatusFilter()
+
+
+def _quiet_unsendable_status() -> None:
+    logger = logging.getLogger(cygrpc.__name__)
+    if _UNSENDABLE_STATUS not in logger.filters:
+        logger.addFilter(_UNSENDABLE_STATUS)
 
 
 def _read(path: str) -> bytes:
