@@ -317,15 +317,20 @@ class Soak:
         at_kill = before["frames"] + before.get("fps", 0) * max(0.0, killed_wall - before["time"])
         return max(0, int(at_kill) - checkpoint_frames)
 
-    def fault_learner_restart(self, occurrence: int) -> None:
-        """SIGKILL the serving learner (its trainer with it) and start it again with --resume."""
+    def kill_leader(self) -> tuple[dict[str, Any], int, float, float, int | None]:
+        """SIGKILL the serving learner: (its last metrics record, the frames-lost bound,
+        soak time and wall time of the kill, the frames of the checkpoint it left)."""
         before = self.metrics.last()
         bound = self.checkpoint_bound()
         t0, wall = self.now(), time.time()
         assert self.leader_proc is not None
         self.leader_proc.kill()
         self.leader_proc.stop(1)
-        frames = self.checkpoint_frames()
+        return before, bound, t0, wall, self.checkpoint_frames()
+
+    def fault_learner_restart(self, occurrence: int) -> None:
+        """SIGKILL the serving learner (its trainer with it) and start it again with --resume."""
+        before, bound, t0, wall, frames = self.kill_leader()
         self.serve(self.leader)
         back = self.wait_recovered(time.time(), LEARNER_START_BOUND_S)
         self.record(
@@ -419,13 +424,7 @@ class Soak:
             standby.stop()
             self.skipped.setdefault("failover", "the standby never saw the leader serve")
             return
-        before = self.metrics.last()
-        bound = self.checkpoint_bound()
-        t0, wall = self.now(), time.time()
-        assert self.leader_proc is not None
-        self.leader_proc.kill()
-        self.leader_proc.stop(1)
-        frames = self.checkpoint_frames()
+        before, bound, t0, wall, frames = self.kill_leader()
         self.leader, self.leader_proc = 1 - old, standby
         noticed = None
         if self.wait_line(standby, "stopped answering", 60):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
-import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -88,16 +87,11 @@ def make_aec_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> Any:
 
 
 def _from_module(env_id: str, kwargs: dict[str, Any]) -> Any:
-    try:
-        with warnings.catch_warnings():  # PettingZoo >= 1.27 prefers its registry; both work
-            warnings.simplefilter("ignore", DeprecationWarning)
-            module = importlib.import_module(env_id)
-    except ImportError as exc:
-        raise ValueError(f"{env_id}: cannot import this PettingZoo game ({exc})") from exc
-    factory = getattr(module, "env", None) or getattr(module, "parallel_env", None)
-    if not callable(factory):
-        raise ValueError(f"{env_id}: the module has neither env() nor parallel_env()")
-    return factory(**kwargs)
+    """The learner's own way to build the game (its env family), so both play the same
+    API of it; a Parallel env is converted by the caller."""
+    from seedrl.envs.pettingzoo import env_factory
+
+    return env_factory(env_id)(**kwargs)
 
 
 def _from_registry(env_id: str, kwargs: dict[str, Any]) -> Any:

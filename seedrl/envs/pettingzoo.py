@@ -27,7 +27,7 @@ def registry_id(env_id: str) -> str:
     return f"{path.replace('.', '/')}-v{version}"
 
 
-def _factory(env_id: str) -> Any:
+def env_factory(env_id: str) -> Any:
     """What builds the env: PettingZoo's registry (its Parallel API where registered so,
     else AEC), or on releases before the registry the module's ``parallel_env``/``env``;
     EnvError for an id PettingZoo does not have."""
@@ -50,11 +50,11 @@ def _factory(env_id: str) -> Any:
 
 def make(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None) -> gym.Env:
     kwargs = env_kwargs if render_mode is None else {**env_kwargs, "render_mode": render_mode}
-    return AgentsEnv(env_id, _factory(env_id)(**kwargs))
+    return AgentsEnv(env_id, env_factory(env_id)(**kwargs))
 
 
 def make_vector(env_id: str, env_kwargs: dict[str, Any], num_envs: int) -> gym.vector.VectorEnv:
-    factory = _factory(env_id)
+    factory = env_factory(env_id)
     return AgentEnvs(env_id, [lambda: factory(**env_kwargs)] * num_envs)
 
 
