@@ -22,6 +22,8 @@ from seedrl.metrics import read_metrics
 PNG_NAME = "ratings.png"
 SNAPSHOT_PLAYER = "snapshot_"
 """How a snapshot's player name starts in the metric keys (``elo_snapshot_3``)."""
+FIXED_COLORS = ("tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+"""Fixed opponents' lines: none in the learner's blue or the snapshots' grey."""
 
 
 @dataclasses.dataclass
@@ -81,8 +83,9 @@ def plot_ratings(logdir: str | Path, out: str | Path | None = None) -> Path:
     if LEARNER in history:
         learner = history[LEARNER]
         ax.plot(learner.steps, learner.ratings, color="tab:blue", linewidth=2, label=LEARNER)
-    for player, series in fixed.items():
-        ax.plot(series.steps, series.ratings, linewidth=1.5, linestyle="--", label=player)
+    for (player, series), color in zip(fixed.items(), FIXED_COLORS * len(fixed), strict=False):
+        ax.plot(series.steps, series.ratings, color=color, linewidth=1.5, linestyle="--",
+                label=player)  # fmt: skip
     if LEARNER in history or fixed:
         ax.legend(loc="upper left")
     ax.set_title("Elo vs learner steps (grey: snapshots)")
