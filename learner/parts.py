@@ -187,8 +187,14 @@ def make_league(config: LearnerConfig, env_spec: pb.EnvSpec) -> League | None:
         )
     if config.lstm:
         raise UnsupportedSetup("--self-play serves feed-forward policies: drop --lstm")
-    from learner.league.league import League  # the league loads only for self-play
+    from learner.league import opponents  # the league loads only for self-play
+    from learner.league.league import League
 
+    for name in config.fixed_opponents:  # a bad name fails here, not at the first game
+        try:
+            opponents.build(name, config.env, config.seed, "--fixed-opponents")
+        except ValueError as exc:
+            raise UnsupportedSetup(str(exc)) from None
     return League.for_config(config)
 
 

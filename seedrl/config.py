@@ -273,6 +273,11 @@ class LearnerConfig:
     pfsp_exponent: float = 2.0
     """p in pfsp's weight (1 - P[learner beats the snapshot])^p; larger focuses harder on
     the snapshots that still beat the learner (0: uniform)."""
+    fixed_opponents: tuple[str, ...] = ()
+    """Scripted opponents that stay in the pool for good beside the snapshots: random,
+    heuristic (Connect Four: win if it can, block if it must) or module:callable (a
+    function from the agent's observation dict to an action); drawn by the same rule as
+    the snapshots and rated with them."""
 
     # serving
     inference_batch_size: int = 64

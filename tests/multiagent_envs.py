@@ -135,3 +135,9 @@ def turn_game(**kwargs: Any) -> TurnGame:
 def two_player(length: int = 6) -> TurnGame:
     """Two agents, nobody leaves early: a two-player game for self-play."""
     return TurnGame(agents=("a", "b"), leaver=None, length=length)
+
+
+def scripted_player(obs: np.ndarray) -> int:
+    """A ``--fixed-opponents module:callable`` for the turn games: always action 3."""
+    assert obs.shape == (2,), f"one agent's observation, got {obs.shape}"
+    return 3

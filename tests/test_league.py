@@ -102,3 +102,30 @@ def test_snapshot_ratings_rise_with_a_learner_that_gets_stronger() -> None:
     assert rank_correlation(steps, ratings) >= 0.8, snapshots
     assert ratings[-1] > ratings[0]
     assert league.ratings.rating("learner") > ratings[0]
+
+
+def test_fixed_opponents_are_rated_and_reported_by_name() -> None:
+    config = PoolConfig(
+        snapshot_every=1, pool_size=2, fixed_opponents=("heuristic", "bots.c4:greedy")
+    )
+    league = League(config, seed=0, elo_k=16.0)
+    assert league.ratings.table() == {
+        "learner": 1000.0,
+        "heuristic": 1000.0,
+        "bots.c4:greedy": 1000.0,
+    }
+    for step in range(4):  # snapshots come and go; the fixed opponents' ratings stay
+        league.on_step(step, tensor_weights(step))
+    league.record(-1, Outcome.LOSS)  # equal ratings: the learner -8, the heuristic +8
+    assert league.ratings.rating("heuristic") == 1008.0
+    assert league.ratings.rating("learner") == 992.0
+    metrics = league.metrics()
+    assert metrics["elo_heuristic"] == 1008.0 and metrics["elo_bots_c4_greedy"] == 1000.0
+    assert metrics["vs_heuristic_losses"] == 1.0 and metrics["vs_bots_c4_greedy_wins"] == 0.0
+    assert set(league.ratings.table()) == {
+        "learner", "heuristic", "bots.c4:greedy", "snapshot-2", "snapshot-3",
+    }  # fmt: skip
+    resumed = League(PoolConfig(snapshot_every=1, pool_size=2, fixed_opponents=("random",)), 0)
+    resumed.load_state_dict(league.state_dict())  # a resumed run that names another one
+    assert resumed.ratings.rating("random") == 1000.0
+    assert "heuristic" not in resumed.ratings.table()

@@ -120,3 +120,50 @@ def test_module_callable_loader() -> None:
     ):
         with pytest.raises(ValueError, match=match):
             load_callable(bad)
+
+
+def test_scripted_rows_read_the_learners_packed_rows_back_into_the_envs_dicts() -> None:
+    """The learner keeps a dict observation as packed byte rows; a fixed opponent in the
+    pool gets each row back as the dict the env gave, so the heuristic wins and blocks."""
+    import gymnasium as gym
+
+    from learner.league.opponents import ScriptedRows
+    from seedrl import codec
+
+    space = gym.spaces.Dict({
+        "observation": gym.spaces.Box(0, 1, (6, 7, 2), np.int8),
+        "action_mask": gym.spaces.Box(0, 1, (7,), np.int8),
+    })  # fmt: skip
+    spec = codec.space_to_spec(space)
+    win = board([".......", ".......", ".......", "......o", "......o", "xxx...o"])
+    block = board([".......", ".......", ".......", "o......", "o......", "o.xx..."])
+    leaves = codec.space_leaves(spec)
+    packing = codec.LeafPacking(leaves)
+    rows = packing.pack_values(
+        [np.stack([obs[leaf.name] for obs in (win, block)]) for leaf in leaves]
+    )
+    seen: list[dict[str, np.ndarray]] = []
+
+    def watched(obs: dict[str, np.ndarray]) -> int:
+        seen.append(obs)
+        return ConnectFourHeuristic(0)(obs)
+
+    assert ScriptedRows(watched, spec)(rows).tolist() == [3, 0]
+    for got, sent in zip(seen, (win, block), strict=True):
+        assert set(got) == set(sent)
+        assert all(np.array_equal(got[k], sent[k]) for k in sent)
+    flat = codec.space_to_spec(gym.spaces.Box(-1, 1, (3,), np.float32))
+    values = np.array([[0.5, -1, 1], [0, 0, 0]], np.float32)
+    assert ScriptedRows(lambda obs: int(obs.sum() > 0), flat)(values).tolist() == [1, 0]
+
+
+def test_build_names_the_flag_it_was_given() -> None:
+    from learner.league.opponents import build
+
+    assert build("random", "anything", 0)({"action_mask": np.array([0, 1])}) == 1
+    with pytest.raises(ValueError, match=r"^--fixed-opponents heuristic reads a Connect Four"):
+        build("heuristic", "pettingzoo.mpe.simple_v3", 0, "--fixed-opponents")
+    with pytest.raises(ValueError, match=r"^--fixed-opponents 'best': not random, heuristic"):
+        build("best", "x", 0, "--fixed-opponents")
+    with pytest.raises(ValueError, match=r"^--fixed-opponents no_such_module_xyz:f: cannot"):
+        build("no_such_module_xyz:f", "x", 0, "--fixed-opponents")

@@ -162,3 +162,80 @@ def test_pool_config_matches_the_learner_flags_and_refuses_bad_values() -> None:
             PoolConfig(**bad)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match=match):
             LearnerConfig(**bad)  # type: ignore[arg-type]
+
+
+def fixed_pool(n: int, sampling: str, fixed: tuple[str, ...], seed: int = 0) -> SnapshotPool:
+    config = PoolConfig(
+        snapshot_every=1, pool_size=3, opponent_sampling=sampling, fixed_opponents=fixed
+    )
+    pool = SnapshotPool(config, seed)
+    for step in range(n):
+        pool.add(step, weights(float(step)))
+    return pool
+
+
+def test_fixed_opponents_stay_for_good_and_are_no_snapshots() -> None:
+    pool = fixed_pool(5, "uniform", ("heuristic", "random"))
+    assert pool.fixed_ids() == [-1, -2]
+    assert [pool.fixed_name(i) for i in (-1, -2, 4)] == ["heuristic", "random", None]
+    assert pool.ids() == [2, 3, 4] and len(pool) == 3  # the oldest snapshots evicted, not them
+    assert pool.opponent_ids() == [-1, -2, 2, 3, 4]
+    assert -1 in pool and 0 not in pool
+    pool.record(-2, Outcome.WIN)
+    pool.record(-2, Outcome.DRAW)
+    pool.record(-1, Outcome.LOSS)
+    assert pool.results() == {
+        -1: (0, 0, 1),
+        -2: (1, 1, 0),
+        2: (0, 0, 0),
+        3: (0, 0, 0),
+        4: (0, 0, 0),
+    }
+    with pytest.raises(LookupError, match="empty"):  # a game needs a snapshot to exist
+        fixed_pool(0, "uniform", ("random",)).sample()
+
+
+def test_fixed_opponents_are_drawn_by_the_pools_rule() -> None:
+    uniform = fixed_pool(2, "uniform", ("heuristic",))
+    assert uniform.probabilities() == pytest.approx({-1: 1 / 3, 0: 1 / 3, 1: 1 / 3})
+    latest = fixed_pool(3, "latest", ("heuristic", "random"))  # newest snapshot or any fixed
+    assert latest.probabilities() == pytest.approx({-1: 1 / 3, -2: 1 / 3, 0: 0, 1: 0, 2: 1 / 3})
+    pfsp = fixed_pool(2, "pfsp", ("heuristic", "random"), seed=5)
+    for _ in range(3):
+        pfsp.record(-1, Outcome.LOSS)  # the heuristic still beats the learner
+        pfsp.record(-2, Outcome.WIN)  # the random player never does
+    # (1 - score)^2 with score = (wins + draws / 2 + 1/2) / (games + 1), as for snapshots:
+    raw = {-1: (1 - 0.5 / 4) ** 2, -2: (1 - 3.5 / 4) ** 2, 0: 0.25, 1: 0.25}
+    expected = {i: w / sum(raw.values()) for i, w in raw.items()}
+    assert pfsp.probabilities() == pytest.approx(expected)
+    draws = 20_000
+    samples = [pfsp.sample() for _ in range(draws)]
+    for opponent_id, p in expected.items():
+        assert within(samples.count(opponent_id), draws, p), (
+            opponent_id,
+            samples.count(opponent_id),
+        )
+
+
+def test_fixed_opponents_results_survive_a_checkpoint_by_name() -> None:
+    pool = fixed_pool(2, "pfsp", ("heuristic", "random"))
+    pool.record(-1, Outcome.LOSS)
+    pool.record(-2, Outcome.WIN)
+    state = pool.state_dict()
+    same = fixed_pool(0, "pfsp", ("heuristic", "random"))
+    same.load_state_dict(state)
+    assert same.results() == pool.results()
+    reordered = fixed_pool(0, "pfsp", ("random", "my.bots:greedy"))  # another run's list
+    reordered.load_state_dict(state)
+    assert reordered.results() == {-1: (1, 0, 0), -2: (0, 0, 0), 0: (0, 0, 0), 1: (0, 0, 0)}
+    old = dict(state)
+    del old["fixed"]  # a checkpoint from before fixed opponents
+    fresh = fixed_pool(0, "pfsp", ("heuristic",))
+    fresh.load_state_dict(old)
+    assert fresh.results()[-1] == (0, 0, 0)
+
+
+def test_a_fixed_opponent_named_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="--fixed-opponents names one twice"):
+        PoolConfig(fixed_opponents=("random", "random"))
+    assert PoolConfig.of(LearnerConfig(fixed_opponents=("random",))).fixed_opponents == ("random",)

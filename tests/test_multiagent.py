@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from multiagent_envs import JoinLeave, TurnGame, two_player
+from multiagent_envs import ACTIONS, OBS, JoinLeave, TurnGame, two_player
 from support import actor_args, learner_process, read_records, running
 
 from seedrl import codec, envs
+from seedrl.config import LearnerConfig
 from seedrl.envs.agents import AgentEnvs
 
 TESTS = Path(__file__).resolve().parent
@@ -382,6 +383,40 @@ def test_self_play_trains_only_the_learning_seat_and_records_each_game() -> None
     assert league.ratings.rating("learner") != 1000.0
 
 
+def test_a_fixed_opponent_acts_on_its_rows_and_its_games_are_counted() -> None:
+    """--fixed-opponents: a scripted player (action 2) drawn beside the snapshot (action 3)
+    chooses the actions of exactly the rows where its agent moves; its games count in the
+    pool and the ratings under its own name; none of its frames is trained on."""
+    from learner.league.league import League
+    from learner.league.pool import PoolConfig
+    from learner.serving.selfplay import SelfPlay
+
+    league = League(PoolConfig(1000, 4, "uniform", fixed_opponents=("scripted",)), 0)
+    _, snapshot_play, _ = _self_play()
+    scripted_rows: list[np.ndarray] = []
+
+    def scripted(obs_BO: np.ndarray) -> np.ndarray:
+        scripted_rows.append(np.array(obs_BO))
+        return np.full(len(obs_BO), 2, np.int64)
+
+    play = SelfPlay(league, 2, 1000, snapshot_play._make_policy, lambda: {}, 0, {-1: scripted})
+    run = _serve(two_player, 160, lambda obs: obs[:, 1].astype(np.int64), 2, play)
+    sent, replies = run["sent"], run["replies"]
+    moves = {2: 0, 3: 0}
+    for f, (*_, acting) in enumerate(sent):
+        for mover in np.flatnonzero(acting):
+            if replies[f][mover] in moves:
+                moves[int(replies[f][mover])] += 1
+    assert moves[2] and moves[3], "both opponents drawn"
+    assert sum(len(rows) for rows in scripted_rows) == moves[2], "its moving rows, no others"
+    assert all((u.action[0] < 2).all() for u in run["unrolls"]), "no opponent frame trained"
+    games = sum(int(term.any()) for _, _, term, _, _ in sent)
+    results = league.pool.results()
+    assert sum(sum(r) for r in results.values()) == games
+    assert sum(results[-1]) > 0
+    assert league.ratings.rating("scripted") != 1000.0
+
+
 def test_the_league_survives_a_checkpoint_round_trip(tmp_path) -> None:
     import torch
 
@@ -500,7 +535,8 @@ def test_self_play_trains_from_the_commands_and_its_pool_resumes(tmp_path) -> No
     on with it (its snapshots, results and ratings) rather than starting a new one."""
     from learner.state import checkpoint
 
-    code, learner_log, actor_log = _self_play_run(tmp_path, 600)
+    fixed = ("--fixed-opponents", "multiagent_envs:scripted_player")
+    code, learner_log, actor_log = _self_play_run(tmp_path, 600, *fixed)
     assert code == 0, "\n".join(learner_log[-30:])
     assert not any("Traceback" in line for line in actor_log), "\n".join(actor_log[-30:])
     records = read_records(tmp_path)
@@ -510,8 +546,10 @@ def test_self_play_trains_from_the_commands_and_its_pool_resumes(tmp_path) -> No
     ids = [s["id"] for s in saved["pool"]["snapshots"]]
     games = sum(sum(s["results"]) for s in saved["pool"]["snapshots"])
     assert len(ids) >= 2 and games > 0
+    (scripted,) = saved["pool"]["fixed"]
+    assert scripted["name"] == "multiagent_envs:scripted_player" and sum(scripted["results"]) > 0
     more = checkpoint.load(tmp_path / "checkpoint.pt")["frames"] + 600
-    code, learner_log, _ = _self_play_run(tmp_path, more, "--resume")
+    code, learner_log, _ = _self_play_run(tmp_path, more, "--resume", *fixed)
     assert code == 0, "\n".join(learner_log[-30:])
     resumed = checkpoint.load(tmp_path / "checkpoint.pt")["self_play"]
     kept = {s["id"]: s for s in resumed["pool"]["snapshots"]}
@@ -520,6 +558,7 @@ def test_self_play_trains_from_the_commands_and_its_pool_resumes(tmp_path) -> No
         if snapshot["id"] in kept:
             assert sum(kept[snapshot["id"]]["results"]) >= sum(snapshot["results"])
     assert resumed["ratings"]["games"]["learner"] > saved["ratings"]["games"]["learner"]
+    assert sum(resumed["pool"]["fixed"][0]["results"]) >= sum(scripted["results"])
 
 
 def test_self_play_on_a_game_that_is_not_for_two_stops_with_one_line(tmp_path) -> None:
@@ -531,3 +570,19 @@ def test_self_play_on_a_game_that_is_not_for_two_stops_with_one_line(tmp_path) -
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--self-play needs a two-player env" in lines[0], result.stderr
+
+
+def test_a_fixed_opponent_that_cannot_play_stops_the_learner_with_one_line() -> None:
+    from learner.agents.models import UnsupportedSetup
+    from learner.parts import make_league
+
+    spec = codec.env_spec("multiagent_envs:two_player", {}, OBS, ACTIONS, agents=("a", "b"))
+    ok = make_league(LearnerConfig(self_play=True, fixed_opponents=("random",)), spec)
+    assert ok is not None and ok.pool.fixed_ids() == [-1]
+    for name, words in (
+        ("heuristic", "--fixed-opponents heuristic reads a Connect Four board"),
+        ("multiagent_envs:missing", "has no 'missing'"),
+    ):
+        config = LearnerConfig(self_play=True, fixed_opponents=(name,))
+        with pytest.raises(UnsupportedSetup, match=words):
+            make_league(config, spec)

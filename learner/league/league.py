@@ -13,6 +13,7 @@ consistent league.
 from __future__ import annotations
 
 import collections
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -27,8 +28,9 @@ RESULT_WINDOW = 200
 
 
 def metric_name(player: str) -> str:
-    """A player's name inside a flat metric key (``snapshot-3`` -> ``snapshot_3``)."""
-    return player.replace("-", "_")
+    """A player's name inside a flat metric key (``snapshot-3`` -> ``snapshot_3``,
+    ``my.bots:greedy`` -> ``my_bots_greedy``)."""
+    return re.sub(r"\W", "_", player)
 
 
 ELO_PREFIX = "elo_"
@@ -42,6 +44,7 @@ class League:
         self.pool = SnapshotPool(config, seed)
         self.ratings = EloRatings(k=elo_k)
         self.ratings.add(LEARNER)
+        self._rate_fixed_opponents()
         self.lock = threading.Lock()
         self.recent: collections.deque[Outcome] = collections.deque(maxlen=RESULT_WINDOW)
         """The learner's latest results, for the rates in the metrics."""
@@ -65,8 +68,13 @@ class League:
             due = self.pool.due(learner_step)
         return self.add(learner_step, state_dict) if due else None
 
+    def player(self, opponent_id: int) -> str:
+        """The ratings' name of an opponent: a fixed one's configured name, else
+        ``snapshot-<id>``."""
+        return self.pool.fixed_name(opponent_id) or snapshot_name(opponent_id)
+
     def opponent(self) -> int:
-        """The snapshot id for a new episode's opponent seat."""
+        """The opponent id (a snapshot's, or a fixed opponent's) for a new episode."""
         with self.lock:
             return self.pool.sample()
 
@@ -77,7 +85,7 @@ class League:
             self.pool.record(snapshot_id, outcome)
             self.recent.append(outcome)
             if snapshot_id in self.pool:
-                self.ratings.update(LEARNER, snapshot_name(snapshot_id), SCORE[outcome])
+                self.ratings.update(LEARNER, self.player(snapshot_id), SCORE[outcome])
 
     def metrics(self) -> dict[str, float]:
         """Flat metrics.jsonl keys: ``elo_<player>`` for the learner and each kept
@@ -94,7 +102,7 @@ class League:
                     rate = sum(o is outcome for o in self.recent) / n
                     out[f"selfplay_{outcome.value}_rate"] = rate
             for snapshot_id, (wins, draws, losses) in self.pool.results().items():
-                key = f"vs_{metric_name(snapshot_name(snapshot_id))}_"
+                key = f"vs_{metric_name(self.player(snapshot_id))}_"
                 out[key + "wins"] = float(wins)
                 out[key + "draws"] = float(draws)
                 out[key + "losses"] = float(losses)
@@ -114,12 +122,21 @@ class League:
             self.ratings.load_state_dict(state["ratings"])
             self.recent.clear()
             self.recent.extend(Outcome(v) for v in state.get("recent", []))
+            self._rate_fixed_opponents()
             self._forget_evicted()
+
+    def _rate_fixed_opponents(self) -> None:
+        """Enter each fixed opponent not yet rated (a new league, or a resumed one whose
+        run named other fixed opponents) at the initial rating."""
+        rated = self.ratings.table()
+        for opponent_id in self.pool.fixed_ids():
+            if self.player(opponent_id) not in rated:
+                self.ratings.add(self.player(opponent_id))
 
     def _forget_evicted(self) -> None:
         """Drop evicted snapshots' ratings: no game can move them any more, and a long run
         would otherwise log one more metric per snapshot forever."""
-        kept = {snapshot_name(i) for i in self.pool.ids()}
+        kept = {self.player(i) for i in self.pool.opponent_ids()}
         for player in list(self.ratings.table()):
             if player != LEARNER and player not in kept:
                 self.ratings.remove(player)

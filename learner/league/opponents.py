@@ -14,6 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from seedrl import codec
+from seedrl.proto import seedrl_pb2 as pb
+
 Opponent = Callable[[Any], Any]
 """An agent's observation (its action mask included) -> its action."""
 
@@ -105,21 +108,61 @@ HEURISTIC_ENVS = ("connect_four",)
 """Env ids (substrings) the heuristic reads the board of."""
 
 
-def load_callable(spec: str) -> Opponent:
+def load_callable(spec: str, flag: str = "--opponent") -> Opponent:
     """The function a ``module:callable`` names (``pkg.mod:Class.method`` too), imported now:
     the user chose it on their own command line. ValueError in one line when it is not
     there or not callable."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"--opponent {spec!r}: expected module:callable")
+        raise ValueError(f"{flag} {spec!r}: expected module:callable")
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"--opponent {spec}: cannot import {module_name!r} ({exc})") from exc
+        raise ValueError(f"{flag} {spec}: cannot import {module_name!r} ({exc})") from exc
     for part in attr.split("."):
         if not hasattr(target, part):
-            raise ValueError(f"--opponent {spec}: module {module_name!r} has no {attr!r}")
+            raise ValueError(f"{flag} {spec}: module {module_name!r} has no {attr!r}")
         target = getattr(target, part)
     if not callable(target):
-        raise ValueError(f"--opponent {spec}: {attr!r} is not callable")
+        raise ValueError(f"{flag} {spec}: {attr!r} is not callable")
     return target
+
+
+def build(spec: str, env_id: str, seed: int, flag: str = "--opponent") -> Opponent:
+    """A scripted opponent by name (``random``, ``heuristic``) or ``module:callable``;
+    ValueError in one line, naming ``flag``, for a name it is not or the heuristic on
+    another game."""
+    if spec in SCRIPTED:
+        if spec == "heuristic" and not any(g in env_id for g in HEURISTIC_ENVS):
+            raise ValueError(
+                f"{flag} heuristic reads a Connect Four board; {env_id} is not Connect Four "
+                "(bring your own as module:callable)"
+            )
+        return SCRIPTED[spec](seed)
+    if ":" in spec:
+        return load_callable(spec, flag)
+    raise ValueError(f"{flag} {spec!r}: not random, heuristic or module:callable")
+
+
+class ScriptedRows:
+    """A scripted opponent over the learner's observation rows: each row is turned back
+    into the observation the env gave the agent (a dict or tuple of leaves, or one array)
+    and the opponent's action is the row's."""
+
+    def __init__(self, opponent: Opponent, observation: pb.SpaceSpec) -> None:
+        self.opponent = opponent
+        self.space = observation
+        structured = observation.kind in codec.CONTAINER_KINDS
+        self.packing = codec.LeafPacking(codec.space_leaves(observation)) if structured else None
+
+    def __call__(self, obs_BO: np.ndarray) -> np.ndarray:
+        """Observation rows (raw, as the actor sent them) -> one action per row."""
+        if self.packing is None:
+            return np.asarray([self.opponent(row) for row in obs_BO])
+        leaves = self.packing.unpack(obs_BO)
+        return np.asarray(
+            [
+                self.opponent(codec.unflatten_values(self.space, [leaf[i] for leaf in leaves]))
+                for i in range(len(obs_BO))
+            ]
+        )

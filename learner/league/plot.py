@@ -1,10 +1,10 @@
 """Elo ratings over a self-play run, from metrics.jsonl (``elo_<player>`` keys), as a PNG.
 
-Left: each player's rating against learner steps: the learner's line, and a thin line
-per snapshot from the record where it first appears (one log interval at most after it
-was frozen). Right: each snapshot's last logged rating against the step it first
-appeared, the view in which a learner that keeps improving shows as a rising line of
-snapshots.
+Left: each player's rating against learner steps: the learner's line, a labelled line per
+fixed opponent (``--fixed-opponents``), and a thin line per snapshot from the record where
+it first appears (one log interval at most after it was frozen). Right: each snapshot's
+last logged rating against the step it first appeared, the view in which a learner that
+keeps improving shows as a rising line of snapshots.
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ from learner.league.ratings import LEARNER
 from seedrl.metrics import read_metrics
 
 PNG_NAME = "ratings.png"
+SNAPSHOT_PLAYER = "snapshot_"
+"""How a snapshot's player name starts in the metric keys (``elo_snapshot_3``)."""
+FIXED_COLORS = ("tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+"""Fixed opponents' lines: none in the learner's blue or the snapshots' grey."""
 
 
 @dataclasses.dataclass
@@ -70,7 +74,8 @@ def plot_ratings(logdir: str | Path, out: str | Path | None = None) -> Path:
     history = rating_history(read_metrics(logdir))
     if not history:
         raise ValueError(f"{logdir}: no {ELO_PREFIX}* ratings in metrics.jsonl to plot")
-    snapshots = {p: s for p, s in history.items() if p != LEARNER}
+    snapshots = {p: s for p, s in history.items() if p.startswith(SNAPSHOT_PLAYER)}
+    fixed = {p: s for p, s in history.items() if p != LEARNER and p not in snapshots}
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
     ax = axes[0]
     for series in snapshots.values():
@@ -78,6 +83,10 @@ def plot_ratings(logdir: str | Path, out: str | Path | None = None) -> Path:
     if LEARNER in history:
         learner = history[LEARNER]
         ax.plot(learner.steps, learner.ratings, color="tab:blue", linewidth=2, label=LEARNER)
+    for (player, series), color in zip(fixed.items(), FIXED_COLORS * len(fixed), strict=False):
+        ax.plot(series.steps, series.ratings, color=color, linewidth=1.5, linestyle="--",
+                label=player)  # fmt: skip
+    if LEARNER in history or fixed:
         ax.legend(loc="upper left")
     ax.set_title("Elo vs learner steps (grey: snapshots)")
     ax.set_ylabel("Elo")

@@ -15,6 +15,13 @@ chosen by ``opponent_sampling``:
   draw, ``(wins + draws / 2 + 1 / 2) / (games + 1)``, so an unplayed snapshot weighs as
   an even match and no snapshot's weight is ever exactly 0.
 
+Beside the snapshots, ``fixed_opponents`` (scripted players: random, a heuristic, a
+function the user brings) stay in the pool for good. They are drawn by the same rule (for
+``latest``: the newest snapshot or any fixed opponent, with equal chance), so under
+``pfsp`` a scripted player the learner still loses to is played most, and one it always
+beats only as often as its prior weight says. Their ids are negative (-1 for the first
+named), never evicted and never counted as snapshots.
+
 Snapshots are whole ``state_dict`` copies in CPU memory (device memory is kept for the
 learner's own model and batches); a snapshot costs the model's parameter bytes
 (:meth:`SnapshotPool.nbytes`; docs/self-play.md gives the figure for the Connect Four
@@ -63,6 +70,8 @@ class PoolConfig:
     pfsp_exponent: float = LearnerConfig.pfsp_exponent
     """--pfsp-exponent: p in AlphaStar's f_hard(x) = (1 - x)^p; larger focuses harder on
     the snapshots the learner loses to (0: uniform)."""
+    fixed_opponents: tuple[str, ...] = LearnerConfig.fixed_opponents
+    """--fixed-opponents: scripted players kept in the pool for good (ids -1, -2, ...)."""
 
     def __post_init__(self) -> None:
         if self.snapshot_every < 1:
@@ -76,11 +85,20 @@ class PoolConfig:
             )
         if not self.pfsp_exponent >= 0:  # also refuses NaN
             raise ValueError(f"--pfsp-exponent must be >= 0, got {self.pfsp_exponent}")
+        if len(set(self.fixed_opponents)) != len(self.fixed_opponents):
+            raise ValueError(f"--fixed-opponents names one twice: {self.fixed_opponents}")
 
     @classmethod
     def of(cls, config: Any) -> PoolConfig:
         """The pool fields of a :class:`seedrl.config.LearnerConfig` (or any object with them)."""
-        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls)}
+        values["fixed_opponents"] = tuple(values["fixed_opponents"])
+        return cls(**values)
+
+
+def fixed_id(index: int) -> int:
+    """The pool id of the ``index``-th fixed opponent (-1, -2, ...)."""
+    return -1 - index
 
 
 def pfsp_weight(wins: int, draws: int, losses: int, exponent: float) -> float:
@@ -99,12 +117,16 @@ class _Snapshot:
 
 class SnapshotPool:
     """Frozen CPU copies of the learning policy, ids counting up from 0, at most
-    ``config.pool_size`` kept."""
+    ``config.pool_size`` kept; and the fixed opponents, ids counting down from -1."""
 
     def __init__(self, config: PoolConfig, seed: int) -> None:
         self.config = config
         self._rng = np.random.default_rng(seed)
         self._snapshots: dict[int, _Snapshot] = {}  # insertion order: oldest first
+        self._fixed: dict[int, list[int]] = {
+            fixed_id(i): [0, 0, 0] for i in range(len(config.fixed_opponents))
+        }
+        """Fixed opponent id -> the learning policy's wins, draws, losses against it."""
         self._next_id = 0
         self._last_step: int | None = None
 
@@ -133,6 +155,20 @@ class SnapshotPool:
         """Kept snapshots, oldest first."""
         return list(self._snapshots)
 
+    def fixed_ids(self) -> list[int]:
+        """The fixed opponents, in the order ``fixed_opponents`` names them."""
+        return list(self._fixed)
+
+    def fixed_name(self, opponent_id: int) -> str | None:
+        """The fixed opponent's name as configured; None for a snapshot id."""
+        if opponent_id not in self._fixed:
+            return None
+        return self.config.fixed_opponents[-1 - opponent_id]
+
+    def opponent_ids(self) -> list[int]:
+        """Every id an episode's opponent can have: fixed opponents, then snapshots."""
+        return [*self._fixed, *self._snapshots]
+
     def learner_step(self, snapshot_id: int) -> int:
         """The learner step at which the snapshot was frozen."""
         return self._get(snapshot_id).learner_step
@@ -144,51 +180,60 @@ class SnapshotPool:
     def __len__(self) -> int:
         return len(self._snapshots)
 
-    def __contains__(self, snapshot_id: object) -> bool:
-        return snapshot_id in self._snapshots
+    def __contains__(self, opponent_id: object) -> bool:
+        return opponent_id in self._snapshots or opponent_id in self._fixed
 
     def probabilities(self) -> dict[int, float]:
-        """Each kept snapshot's chance of being the next opponent under the pool's rule."""
-        ids = self.ids()
-        if not ids:
+        """Each opponent's chance of being the next one under the pool's rule (fixed
+        opponents and kept snapshots; empty until the first snapshot)."""
+        if not self._snapshots:
             return {}
+        ids = self.opponent_ids()
         rule = self.config.opponent_sampling
         if rule == "latest":
-            weights = [0.0] * (len(ids) - 1) + [1.0]
+            newest = next(reversed(self._snapshots))
+            weights = [float(i in self._fixed or i == newest) for i in ids]
         elif rule == "uniform":
             weights = [1.0] * len(ids)
         else:
             p = self.config.pfsp_exponent
-            weights = []
-            for i in ids:
-                wins, draws, losses = self._snapshots[i].results
-                weights.append(pfsp_weight(wins, draws, losses, p))
+            weights = [pfsp_weight(*self._results_of(i), p) for i in ids]
         total = sum(weights)
         return {i: w / total for i, w in zip(ids, weights, strict=True)}
 
     def sample(self) -> int:
-        """An opponent for a new episode (LookupError while the pool is empty)."""
+        """An opponent for a new episode (LookupError while the pool has no snapshot)."""
         if not self._snapshots:
             raise LookupError("the snapshot pool is empty: add the first snapshot before sampling")
-        if self.config.opponent_sampling == "latest":
+        if self.config.opponent_sampling == "latest" and not self._fixed:
             return next(reversed(self._snapshots))
         probabilities = self.probabilities()
         ids = list(probabilities)
         return ids[int(self._rng.choice(len(ids), p=list(probabilities.values())))]
 
-    def record(self, snapshot_id: int, outcome: Outcome) -> None:
-        """Count the learning policy's result of one episode against the snapshot (an id
-        evicted while the episode ran is ignored: its games no longer steer sampling)."""
-        snapshot = self._snapshots.get(snapshot_id)
+    def record(self, opponent_id: int, outcome: Outcome) -> None:
+        """Count the learning policy's result of one episode against the opponent (a
+        snapshot evicted while the episode ran is ignored: its games no longer steer
+        sampling)."""
+        if opponent_id in self._fixed:
+            self._fixed[opponent_id][_INDEX[outcome]] += 1
+            return
+        snapshot = self._snapshots.get(opponent_id)
         if snapshot is None:
-            if not 0 <= snapshot_id < self._next_id:
-                raise KeyError(f"no snapshot {snapshot_id} was ever in this pool")
+            if not 0 <= opponent_id < self._next_id:
+                raise KeyError(f"no snapshot {opponent_id} was ever in this pool")
             return
         snapshot.results[_INDEX[outcome]] += 1
 
     def results(self) -> dict[int, tuple[int, int, int]]:
-        """Kept snapshot id -> the learning policy's (wins, draws, losses) against it."""
-        return {i: (s.results[0], s.results[1], s.results[2]) for i, s in self._snapshots.items()}
+        """Opponent id (fixed ones, kept snapshots) -> the learning policy's (wins, draws,
+        losses) against it."""
+        return {i: self._results_of(i) for i in self.opponent_ids()}
+
+    def _results_of(self, opponent_id: int) -> tuple[int, int, int]:
+        fixed = self._fixed.get(opponent_id)
+        wins, draws, losses = fixed if fixed is not None else self._snapshots[opponent_id].results
+        return wins, draws, losses
 
     def nbytes(self) -> int:
         """CPU memory the kept snapshots' tensors take."""
@@ -214,12 +259,16 @@ class SnapshotPool:
                 }
                 for i, s in self._snapshots.items()
             ],
+            "fixed": [
+                {"name": self.fixed_name(i), "results": list(r)} for i, r in self._fixed.items()
+            ],
             "rng": self._rng.bit_generator.state,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a pool saved by :meth:`state_dict`. This run's config rules: a smaller
-        ``pool_size`` evicts the oldest snapshots at once."""
+        ``pool_size`` evicts the oldest snapshots at once; fixed opponents this run names
+        keep their results by name, others are dropped."""
         self._snapshots = {
             int(s["id"]): _Snapshot(
                 int(s["learner_step"]),
@@ -234,6 +283,9 @@ class SnapshotPool:
         self._rng.bit_generator.state = state["rng"]
         while len(self._snapshots) > self.config.pool_size:
             del self._snapshots[next(iter(self._snapshots))]
+        saved = {f["name"]: f["results"] for f in state.get("fixed", [])}
+        for i in self._fixed:  # results against an opponent this run still names
+            self._fixed[i] = [int(n) for n in saved.get(self.fixed_name(i), [0, 0, 0])]
 
     def _get(self, snapshot_id: int) -> _Snapshot:
         try:

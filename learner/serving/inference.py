@@ -282,7 +282,8 @@ class InferenceEngine:
             action_BA[rows] = action_LA
         if self.self_play is not None:
             assert opponent_B is not None
-            self.self_play.act(obs_BO, slot_B, opponent_B, action_BA, step_B & ~learner_B)
+            opponents_B = acting_B & ~done_B & ~learner_B  # an ended agent's action is unused
+            self.self_play.act(obs_BO, fb.obs_BO, slot_B, opponent_B, action_BA, opponents_B)
         mark("forward")
         episodes = None
         if len(rows):

@@ -11,6 +11,10 @@ into one forward pass each, and never reach the trainer. When the learning polic
 ends its episode, the sign of its return is the result (win > 0, draw 0, loss < 0),
 recorded in the league (the pool's counts steer pfsp sampling; the Elo ratings move).
 
+A fixed opponent (``--fixed-opponents``: a scripted player such as Connect Four's
+heuristic) is drawn like a snapshot; its rows are turned back into the observations the
+env gave (the raw ones, before normalisation) and it chooses their actions itself.
+
 Every ``--snapshot-every`` learner steps the weights inference runs are copied into the
 pool (the first at once, so an opponent always exists). Pool and ratings are the learner's
 :class:`~learner.league.league.League`, saved in checkpoints and restored by ``--resume``.
@@ -53,7 +57,10 @@ class SelfPlay:
         make_policy: Callable[[Mapping[str, torch.Tensor]], Policy],
         current_weights: Callable[[], dict[str, torch.Tensor]],
         seed: int,
+        scripted: Mapping[int, Callable[[np.ndarray], np.ndarray]] | None = None,
     ) -> None:
+        """``scripted``: the fixed opponents by pool id, each from raw observation rows
+        to their actions."""
         self.league = league
         self.agents = agents
         self.snapshot_every = snapshot_every
@@ -61,6 +68,7 @@ class SelfPlay:
         self._current_weights = current_weights
         self._rng = np.random.default_rng(seed)
         self._policies: dict[int, Policy] = {}
+        self._scripted = dict(scripted or {})
         self._next_snapshot = 0 if not league.pool.ids() else None
         """Learner step at which the next snapshot is due (None: one period from now)."""
         self.learner_agent_S = np.zeros(0, np.int64)
@@ -119,7 +127,7 @@ class SelfPlay:
     def _draw(self, env: int) -> None:
         self.learner_agent_S[env] = self._rng.integers(self.agents)
         snapshot_id = self.league.opponent()
-        if snapshot_id not in self._policies:
+        if snapshot_id not in self._policies and snapshot_id not in self._scripted:
             with self.league.lock:
                 weights = self.league.pool.weights(snapshot_id)
             self._policies[snapshot_id] = self._make_policy(weights)
@@ -147,18 +155,24 @@ class SelfPlay:
     def act(
         self,
         obs_BO: np.ndarray,
+        raw_BO: np.ndarray,
         slot_B: np.ndarray,
         opponent_B: np.ndarray,
         action_BA: np.ndarray,
         rows_B: np.ndarray,
     ) -> None:
         """Write into ``action_BA[rows_B]`` the opponents' actions: one forward pass per
-        snapshot among those rows (feed-forward policies: no state, no episode flags)."""
+        snapshot among those rows (feed-forward policies: no state, no episode flags) on
+        ``obs_BO`` as the learning policy sees it; a fixed opponent's from ``raw_BO``."""
         if not rows_B.any():
             return
         index = np.flatnonzero(rows_B)
         for snapshot_id in np.unique(opponent_B[index]).tolist():
             group = index[opponent_B[index] == snapshot_id]
+            scripted = self._scripted.get(snapshot_id)
+            if scripted is not None:
+                action_BA[group] = scripted(raw_BO[group]).reshape(action_BA[group].shape)
+                continue
             policy = self._policies[snapshot_id]
             first = np.zeros(len(group), bool)
             actions, _, _ = policy(obs_BO[group], first, (), slot_B[group])

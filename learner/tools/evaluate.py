@@ -324,20 +324,13 @@ def _opponent(spec: str, env_id: str, seed: int, greedy: bool) -> Any:
     """``--opponent``: a built-in name, a checkpoint (a Policy) or a module:callable."""
     from learner.league import opponents
 
-    if spec in opponents.SCRIPTED:
-        if spec == "heuristic" and not any(g in env_id for g in opponents.HEURISTIC_ENVS):
-            raise ValueError(
-                f"--opponent heuristic reads a Connect Four board; {env_id} is not Connect Four "
-                "(bring your own as module:callable)"
-            )
-        return opponents.SCRIPTED[spec](seed + 1)  # its own stream, apart from the env seeds
-    if Path(spec).exists():
+    if spec not in opponents.SCRIPTED and Path(spec).exists():
         return Policy.load(_checkpoint_file(spec), greedy=greedy)
-    if ":" in spec:
-        return opponents.load_callable(spec)
-    raise ValueError(
-        f"--opponent {spec!r}: not random, heuristic, an existing checkpoint or module:callable"
-    )
+    if spec not in opponents.SCRIPTED and ":" not in spec:
+        raise ValueError(
+            f"--opponent {spec!r}: not random, heuristic, an existing checkpoint or module:callable"
+        )
+    return opponents.build(spec, env_id, seed + 1)  # its own stream, apart from the env's
 
 
 def _check_spaces(policy: Policy, env: Any, env_id: str) -> None:
