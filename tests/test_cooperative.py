@@ -16,7 +16,7 @@ import torch
 from multiagent_envs import JoinLeave
 
 from benchmarks.learning import heuristics, report
-from benchmarks.learning.runner import RUN_FILE, agents_return
+from benchmarks.learning.runner import RUN_FILE, agents_return, random_return
 from benchmarks.learning.suites import SUITES
 from learner.agents.models import action_head, build_model, choose_torso
 from learner.state import checkpoint
@@ -53,6 +53,11 @@ def test_the_benchmarks_baselines_score_every_agent_per_agent_and_as_a_team(monk
     assert got["mean"] == pytest.approx(55 / 3) and got["std"] == pytest.approx(0.0)
     assert got["team_mean"] == pytest.approx(55.0)
     assert (got["agents"], got["episodes"]) == (3, 3)
+    # At random every agent plays too: between all playing 0 (a 15, b 12, c 6) and all 3
+    # (a 30, b 21, c 15) per agent, the same for the same seed.
+    rnd = random_return(spec, episodes=4, seed=3)
+    assert 11.0 < rnd["mean"] < 22.0 and rnd["team_mean"] == pytest.approx(3 * rnd["mean"])
+    assert rnd == random_return(spec, episodes=4, seed=3) and rnd["agents"] == 3
 
 
 def _checkpoint(path: Path, env_id: str, env: object, seed: int = 0) -> Path:
