@@ -129,7 +129,10 @@ def agents_return(
     from seedrl import envs
 
     env = envs.make_env(spec.env, spec.env_kwargs)
-    rows = AgentEnvs(spec.env, [lambda: env.env])  # type: ignore[attr-defined]
+    if not isinstance(env, AgentsEnv):
+        env.close()
+        raise ValueError(f"{spec.env}: agents' baselines need a multi-agent env")
+    rows = AgentEnvs(spec.env, [lambda: env.env])
     try:
         played = [
             play_episode(rows, choose, seed + episode, RANDOM_MAX_STEPS)
