@@ -49,6 +49,7 @@ def _distribution(requirement: str) -> str:
     [
         ("ALE/Pong-v5", "atari"),
         ("MinAtar/Breakout-v1", "minatar"),
+        ("mpe2.simple_spread_v3", "mpe"),
         ("MiniGrid-DoorKey-5x5-v0", "minigrid"),
         ("my_package.envs:make_env", "custom"),
         ("gymnasium.envs.classic_control:CartPole-v1", "custom"),  # gymnasium's module form

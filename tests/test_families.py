@@ -385,7 +385,9 @@ def test_importing_the_python_api_is_torch_free():
 # ---------------------------------------------------------------- config and progress
 
 
-@pytest.mark.parametrize("name", ["cartpole", "pendulum", "atari", "minatar", "minigrid", "mujoco"])
+@pytest.mark.parametrize(
+    "name", ["cartpole", "pendulum", "atari", "minatar", "minigrid", "mujoco", "spread"]
+)
 def test_presets_build_valid_configs(name):
     assert name in preset_names()
     config = build_config(LearnerConfig, {}, load_preset(name))

@@ -76,7 +76,8 @@ def run_summary(spec: EnvSpec, logdir: Path) -> dict[str, Any] | None:
         "wall_time_s": round(wall, 1),
         "frames_per_s": round(run["frames"] / wall, 1) if wall > 0 else None,
         "final_return_mean100": run["train_return_mean100"],
-        "eval": {k: v for k, v in run["eval"].items() if k not in ("returns", "lengths")},
+        "eval": {k: v for k, v in run["eval"].items() if not k.endswith(("returns", "lengths"))},
+        **({"heuristic": run["heuristic"]} if "heuristic" in run else {}),
         "thresholds": crossings,
         **held_returns(spec, points),
     }
@@ -182,10 +183,14 @@ def env_summary(suite: Suite, spec: EnvSpec, out: Path) -> dict[str, Any]:
             runs.append(summary)
     finals = [r["final_return_mean100"] for r in runs if r["final_return_mean100"] is not None]
     evals = [r["eval"]["mean"] for r in runs]
+    heuristics = [r["heuristic"]["mean"] for r in runs if "heuristic" in r]
     random_path = out / spec.name / RANDOM_FILE
     ref = spec.reference
     mean_final = statistics.fmean(finals) if finals else None
     mean_eval = statistics.fmean(evals) if evals else None
+    mean_heuristic = statistics.fmean(heuristics) if heuristics else None
+    # the verdict is against the published figure, else the heuristic on the same episodes
+    target = ref.value if ref is not None else mean_heuristic
     return {
         "env": spec.title,
         "name": spec.name,
@@ -196,12 +201,15 @@ def env_summary(suite: Suite, spec: EnvSpec, out: Path) -> dict[str, Any]:
         "final_return_mean100": mean_final,
         "eval_mean": mean_eval,
         "random": json.loads(random_path.read_text()) if random_path.exists() else None,
-        "reference": dataclasses.asdict(ref),
+        "reference": None if ref is None else dataclasses.asdict(ref),
+        "heuristic": spec.heuristic or None,
+        "heuristic_mean": mean_heuristic,
+        "target": target,
         "same_setting": [dataclasses.asdict(r) for r in spec.same_setting],
         "others": [dataclasses.asdict(r) for r in spec.others],
         "suite_budget_frames": spec.frames,
         # the final score is evaluate's (mean of seeds), as published scores are
-        "meets_reference": None if mean_eval is None else mean_eval >= ref.value,
+        "meets_reference": None if mean_eval is None or target is None else mean_eval >= target,
         "runs": runs,
     }
 
@@ -243,8 +251,15 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
             done = "" if (out / spec.name / name / RUN_FILE).exists() else " (unfinished)"
             ax.plot([p[0] for p in pts], [p[2] for p in pts], label=f"{name}{done}")
         ref = spec.reference
-        ax.axhline(ref.value, color="black", linestyle="--",
-                   label=f"reference {ref.value:g} ({ref.budget})")  # fmt: skip
+        if ref is not None:
+            ax.axhline(ref.value, color="black", linestyle="--",
+                       label=f"reference {ref.value:g} ({ref.budget})")  # fmt: skip
+        heuristic = [r["heuristic"]["mean"] for r in _finished_runs(out / spec.name)
+                     if "heuristic" in r]  # fmt: skip
+        if heuristic:
+            level = statistics.fmean(heuristic)
+            ax.axhline(level, color="tab:green", linestyle="--",
+                       label=f"heuristic {level:.1f} ({spec.heuristic})")  # fmt: skip
         for other, color in zip(spec.same_setting, itertools.cycle(("tab:olive", "tab:cyan"))):
             ax.axhline(other.value, color=color, linestyle="-.", linewidth=1,
                        label=f"{other.label} {other.value:g}, same setting")  # fmt: skip
@@ -275,6 +290,10 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
     return written
 
 
+def _finished_runs(env_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(env_dir.glob(f"seed*/{RUN_FILE}"))]
+
+
 def _num(value: Any, spec: str = ".1f") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
@@ -290,9 +309,9 @@ def _frames(value: int | None) -> str:
 def shortfall(env: dict[str, Any]) -> str:
     """How far the mean evaluate score of the seeds falls below the reference, as a
     clause for the table (" by 512.3, 64 % of it"); empty when it meets it or is unknown."""
-    ref = env["reference"]["value"]
+    ref = env.get("target", env["reference"] and env["reference"]["value"])
     got = env["eval_mean"]
-    if got is None or got >= ref:
+    if got is None or ref is None or got >= ref:
         return ""
     share = f", {100 * got / ref:.0f} % of it" if ref > 0 and got > 0 else ""
     return f" (short by {ref - got:.1f}{share})"
@@ -347,26 +366,31 @@ def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
     suite = summary["suite"]
     if SUITES[suite].stability:
         return stability_table(summary, curves_dir)
+    # A suite with scripted baselines shows them in their own column.
+    heuristics = any(env.get("heuristic") for env in summary["envs"])
     lines = [
         f"Suite `{suite}` ({summary['actors']} per run, final score from `evaluate`, "
         f"{summary['eval_mode']} actions; summary written {summary['written']}).",
         "",
         "| env | seeds | frames per run | final mean-100 return (per seed) | evaluate "
-        "mean ± std (per seed) | random | reference | evaluate meets it | frames (wall) to "
-        "thresholds | frames/s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "mean ± std (per seed) | random "
+        + ("| heuristic, same episodes (per seed) " if heuristics else "")
+        + "| reference | evaluate meets it | frames (wall) to thresholds | frames/s |",
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if heuristics else ""),
     ]
     for env in summary["envs"]:
         runs = env["runs"]
+        target = _target_text(env)
         if not runs:
             lines.append(
                 f"| {env['env']} | 0 | no finished run here | - | - | - "
-                f"| {env['reference']['value']:g} | - | - | - |"
+                + ("| - " if heuristics else "")
+                + f"| {target} | - | - | - |"
             )
             continue
         # Returns of at most a few units (MiniGrid's, in [0, 1]) get two decimals: at one,
         # 0.96 against a reference of 0.964 would read as 1.0 and "no".
-        digits = ".2f" if abs(env["reference"]["value"]) < 5 else ".1f"
+        digits = ".2f" if env["target"] is not None and abs(env["target"]) < 5 else ".1f"
         per_seed = ", ".join(_num(r["final_return_mean100"], digits) for r in runs)
         evals = "; ".join(
             f"{_num(r['eval']['mean'], digits)} ± {_num(r['eval']['std'], digits)} "
@@ -396,11 +420,21 @@ def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
         rates = [r["frames_per_s"] for r in runs if r["frames_per_s"]]
         fps = f"{statistics.fmean(rates):,.0f}" if rates else "-"
         meets = "yes" if env["meets_reference"] else "no" + shortfall(env)
+        if env["meets_reference"] is None:
+            meets = "-"
+        heuristic = ""
+        if heuristics:
+            per_seed_h = "; ".join(
+                f"{_num(r['heuristic']['mean'], digits)} ± {_num(r['heuristic']['std'], digits)}"
+                for r in runs
+                if "heuristic" in r
+            )
+            heuristic = f"| {per_seed_h or '-'} "
         lines.append(
             f"| {env['env']} | {len(runs)} | {budget} "
             f"| **{_num(env['final_return_mean100'], digits)}** ({per_seed}) | {evals} "
-            f"| {_num(rnd, digits)} "
-            f"| {env['reference']['value']:g} | {meets} | {'; '.join(crossings)} | {fps} |"
+            f"| {_num(rnd, digits)} {heuristic}"
+            f"| {target} | {meets} | {'; '.join(crossings)} | {fps} |"
         )
     lines += [
         "",
@@ -408,8 +442,13 @@ def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
         "|---|---|---|---|---|",
     ]
     for env in summary["envs"]:
+        if env["reference"] is None:
+            lines.append(
+                f"| {env['env']} | - | none in this env's reward convention: held to the "
+                f"`{env['heuristic']}` heuristic on the same episodes | - | - |"
+            )
         for ref, note in (
-            [(env["reference"], "")]
+            ([(env["reference"], "")] if env["reference"] is not None else [])
             + [(r, " (same setting as ours, for scale)") for r in env["same_setting"]]
             + [(r, " (another source, for scale)") for r in env.get("others", [])]
         ):
@@ -425,6 +464,18 @@ def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
                 name = env.get("name") or env["env"].replace("/", "-")
                 lines.append(f"![{env['env']}]({curves_dir}/{name}.png)")
     return "\n".join(lines) + "\n"
+
+
+def _target_text(env: dict[str, Any]) -> str:
+    """The reference column: the published figure, else the heuristic the run is held to."""
+    if env["reference"] is not None:
+        return f"{env['reference']['value']:g}"
+    level = env.get("heuristic_mean")
+    return (
+        f"heuristic {_num(level, '.2f')}"
+        if level is not None
+        else f"heuristic ({env['heuristic']})"
+    )
 
 
 def update_doc(doc: Path, suite: str, table: str) -> None:

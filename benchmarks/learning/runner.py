@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.learning.heuristics import HEURISTICS
 from benchmarks.learning.suites import SUITES, EnvSpec, Suite
+from seedrl.envs.agents import AgentChooser, AgentEnvs, AgentsEnv, play_episode
 
 RUN_FILE = "run.json"
 """Written last, once training reached its budget and the evaluation finished."""
@@ -95,7 +97,11 @@ def train_and_evaluate(
         return None
     policy = Policy.load(result.checkpoint, greedy=suite.greedy)
     torch.manual_seed(seed)
-    scores = evaluate(policy, eval_episodes, seed=1_000_000 + 1000 * seed)
+    eval_seed = 1_000_000 + 1000 * seed
+    scores = evaluate(policy, eval_episodes, seed=eval_seed)
+    baseline = {}
+    if spec.heuristic:  # the same episodes (env seeds) as the policy's evaluation
+        baseline = {"heuristic": heuristic_return(spec, eval_episodes, eval_seed)}
     record = {
         "env": spec.env,
         "env_kwargs": dict(spec.env_kwargs),
@@ -108,19 +114,69 @@ def train_and_evaluate(
         "episodes": result.episodes,
         "train_return_mean100": result.episode_return_mean,
         "eval": scores.to_dict(),
+        **baseline,
     }
     (logdir / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
     return record
 
 
+def agents_return(
+    spec: EnvSpec, choose: AgentChooser, episodes: int, seed: int = 0
+) -> dict[str, Any]:
+    """A multi-agent env's episodes from seeds ``seed``, ``seed + 1``, ... with ``choose``
+    playing every agent: the per-agent return (each episode's mean over agents of their
+    returns, as ``evaluate`` reports a shared policy's) and the team's (their sum)."""
+    from seedrl import envs
+
+    env = envs.make_env(spec.env, spec.env_kwargs)
+    if not isinstance(env, AgentsEnv):
+        env.close()
+        raise ValueError(f"{spec.env}: agents' baselines need a multi-agent env")
+    rows = AgentEnvs(spec.env, [lambda: env.env])
+    try:
+        played = [
+            play_episode(rows, choose, seed + episode, RANDOM_MAX_STEPS)
+            for episode in range(episodes)
+        ]
+    finally:
+        rows.close()
+    means = [e.agent_mean for e in played]
+    teams = [e.team for e in played]
+    return {
+        "mean": float(np.mean(means)),
+        "std": float(np.std(means)),
+        "episodes": episodes,
+        "agents": len(rows.agent_ids),
+        "team_mean": float(np.mean(teams)),
+    }
+
+
+def heuristic_return(spec: EnvSpec, episodes: int, seed: int) -> dict[str, Any]:
+    """The env's scripted baseline (``spec.heuristic``) on episodes from env seed ``seed``."""
+    return {
+        "name": spec.heuristic,
+        **agents_return(spec, HEURISTICS[spec.heuristic], episodes, seed),
+    }
+
+
 def random_return(spec: EnvSpec, episodes: int, seed: int = 0) -> dict[str, Any]:
     """Mean and std of a uniformly random policy's return on the same env, full episodes
-    (uniform over the allowed actions where the observation carries an action mask)."""
+    (uniform over the allowed actions where the observation carries an action mask); in
+    a multi-agent env every agent plays at random and the return is the per-agent one."""
     from seedrl import envs
 
     env = envs.make_env(spec.env, spec.env_kwargs)
     env.action_space.seed(seed)
     rng = np.random.default_rng(seed)
+    if isinstance(env, AgentsEnv):
+        env.close()
+
+        def uniform(row: int, obs: Any) -> Any:
+            if isinstance(obs, dict) and "action_mask" in obs:
+                return rng.choice(np.flatnonzero(obs["action_mask"]))
+            return env.action_space.sample()
+
+        return agents_return(spec, uniform, episodes, seed)
     returns = []
     try:
         for episode in range(episodes):

@@ -7,6 +7,11 @@ checkpoint is a file from anywhere, so a ``module:callable`` env it names is bui
 when this command's user allows that module (``--allow-env-module``) or names the env
 (``--env``).
 
+A multi-agent env (PettingZoo, MPE2) without ``--opponent`` is played by the policy in
+every agent's seat, as a shared policy trains (cooperative games such as MPE's
+``simple_spread``): the return reported is the per-agent one, each episode's mean over
+agents of the agent's summed rewards, with the team's (the sum over agents) beside it.
+
 With ``--opponent`` (two-player PettingZoo games such as Connect Four) the policy plays
 ``--games`` games as the first player and as many as the second against a scripted
 opponent (random, heuristic), another checkpoint or a ``module:callable`` of the user's,
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -30,6 +36,7 @@ import torch
 from learner.state import checkpoint
 from learner.tools.trained_policy import Policy
 from seedrl import codec, envs
+from seedrl.envs.agents import AgentEnvs, AgentsEnv, play_episode
 
 
 @dataclasses.dataclass
@@ -43,6 +50,11 @@ class EvalResult:
     """Actions were the policy's most likely ones (else sampled from it)."""
     truncated: int = 0
     """Episodes cut at ``max_steps`` before the game ended (their return is partial)."""
+    agents: int = 1
+    """Agents the policy played in each episode; with several, ``returns`` are per-agent
+    (each episode's mean over agents of the agent's return)."""
+    team_returns: list[float] | None = None
+    """With several agents: each episode's sum over agents of their returns."""
 
     @property
     def mean(self) -> float:
@@ -56,8 +68,15 @@ class EvalResult:
     def summary(self) -> str:
         mode = "greedy" if self.greedy else "sampled"
         cut = f", {self.truncated} cut at the step cap" if self.truncated else ""
+        what = "mean return"
+        if self.team_returns is not None:
+            what = (
+                f"{self.agents} agents, one shared policy; team return (sum over agents) "
+                f"{np.mean(self.team_returns):.2f} +- {np.std(self.team_returns):.2f}; "
+                "per-agent mean return"
+            )
         return (
-            f"mean return {self.mean:.2f} +- {self.std:.2f} over {len(self.returns)} full "
+            f"{what} {self.mean:.2f} +- {self.std:.2f} over {len(self.returns)} full "
             f"episodes ({mode}{cut}; min {min(self.returns):.2f}, max {max(self.returns):.2f}, "
             f"mean length {np.mean(self.lengths):.1f})"
         )
@@ -71,6 +90,16 @@ class EvalResult:
             "truncated": self.truncated,
             "returns": list(self.returns),
             "lengths": list(self.lengths),
+            **(
+                {}
+                if self.team_returns is None
+                else {
+                    "agents": self.agents,
+                    "return": "per-agent: each episode's mean over agents of their returns",
+                    "team_mean": float(np.mean(self.team_returns)),
+                    "team_returns": list(self.team_returns),
+                }
+            ),
         }
 
 
@@ -95,6 +124,8 @@ def evaluate(
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     env = evaluation_env(policy, render_mode="rgb_array" if video else None)
+    if isinstance(env, AgentsEnv):
+        return evaluate_shared(policy, env, episodes, seed, max_steps, video)
     frames: list[np.ndarray] = []
     returns: list[float] = []
     lengths: list[int] = []
@@ -121,6 +152,42 @@ def evaluate(
     if video is not None:
         written = str(write_video(frames, video, fps=_env_fps(env)))
     return EvalResult(returns, lengths, written, policy.greedy, truncated_by_cap)
+
+
+def evaluate_shared(
+    policy: Policy,
+    env: AgentsEnv,
+    episodes: int,
+    seed: int = 0,
+    max_steps: int = 100_000,
+    video: str | Path | None = None,
+) -> EvalResult:
+    """A multi-agent env with ``policy`` in every agent's seat (each agent its own copy,
+    for its own recurrent state): per-agent and team returns of ``episodes`` episodes."""
+    frames: list[np.ndarray] = []
+    players = [copy.copy(policy) for _ in env.agent_ids]
+    rows = AgentEnvs(policy.env_id, [lambda: env.env])
+    agent_means: list[float] = []
+    teams: list[float] = []
+    lengths: list[int] = []
+    cut = 0
+    try:
+        for episode in range(episodes):
+            for player in players:
+                player.reset()
+            record = video is not None and episode == 0
+            on_step = (lambda: frames.append(np.asarray(env.env.render()))) if record else None
+            played = play_episode(
+                rows, lambda row, obs: players[row].act(obs), seed + episode, max_steps, on_step
+            )
+            agent_means.append(played.agent_mean)
+            teams.append(played.team)
+            lengths.append(played.steps)
+            cut += not played.ended
+    finally:
+        rows.close()
+    written = None if video is None else str(write_video(frames, video, fps=_env_fps(env)))
+    return EvalResult(agent_means, lengths, written, policy.greedy, cut, len(players), teams)
 
 
 def _env_fps(env: Any) -> int:

@@ -25,6 +25,7 @@ Homogeneous agents only: every agent must have the same observation and action s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -144,6 +145,10 @@ class AgentEnvs(gym.vector.VectorEnv):
                 self._step_parallel(i, env, actions)
         return self._observations, self.rewards, self.terminated, self.truncated, {}
 
+    def episode_over(self, i: int) -> bool:
+        """Whether every agent of env i has ended its episode (its next step resets it)."""
+        return self._autoreset[i]
+
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:
             env.close()
@@ -183,7 +188,7 @@ class AgentEnvs(gym.vector.VectorEnv):
     def _step_aec(self, i: int, env: Any, actions: Any) -> None:
         rows = self._rows(i)
         mover = self.agent_ids.index(env.agent_selection)
-        env.step(_action_of(actions, rows.start + mover))
+        env.step(row_of(actions, rows.start + mover))
         for row, agent in zip(rows, self.agent_ids, strict=True):
             if self._ended[row]:
                 self._wait(row)
@@ -218,7 +223,7 @@ class AgentEnvs(gym.vector.VectorEnv):
     def _step_parallel(self, i: int, env: Any, actions: Any) -> None:
         rows = self._rows(i)
         moves = {
-            agent: _action_of(actions, row)
+            agent: row_of(actions, row)
             for row, agent in zip(rows, self.agent_ids, strict=True)
             if self.acting[row]
         }
@@ -246,10 +251,64 @@ class AgentEnvs(gym.vector.VectorEnv):
         self.acting[row] = False
 
 
-def _action_of(actions: Any, row: int) -> Any:
-    """Row ``row``'s action out of a batch (dicts and tuples of arrays for structured ones)."""
-    if isinstance(actions, dict):
-        return {key: _action_of(value, row) for key, value in actions.items()}
-    if isinstance(actions, tuple):
-        return tuple(_action_of(value, row) for value in actions)
-    return actions[row]
+def row_of(values: Any, row: int) -> Any:
+    """Row ``row`` of a batch of actions or observations (dicts and tuples of arrays for
+    structured ones)."""
+    if isinstance(values, dict):
+        return {key: row_of(value, row) for key, value in values.items()}
+    if isinstance(values, tuple):
+        return tuple(row_of(value, row) for value in values)
+    return values[row]
+
+
+AgentChooser = Callable[[int, Any], Any]
+"""``(agent index, that agent's observation) -> its action``: who plays every agent."""
+
+
+@dataclass(frozen=True)
+class AgentsEpisode:
+    """One episode of a multi-agent env played by one chooser for every agent."""
+
+    returns: np.ndarray
+    """``[A]``: each agent's sum of rewards over the episode."""
+    steps: int
+    """Env steps taken (a Parallel env's rounds, an AEC game's turns)."""
+    ended: bool
+    """Every agent ended before the step cap (else the returns are partial)."""
+
+    @property
+    def agent_mean(self) -> float:
+        """The mean over agents of their episode returns: the per-agent return."""
+        return float(self.returns.mean())
+
+    @property
+    def team(self) -> float:
+        """The sum over agents of their episode returns: the team's return."""
+        return float(self.returns.sum())
+
+
+def play_episode(
+    envs: AgentEnvs,
+    choose: AgentChooser,
+    seed: int | None,
+    max_steps: int,
+    on_step: Callable[[], None] | None = None,
+) -> AgentsEpisode:
+    """One episode of the single env of ``envs`` from ``reset(seed)``, every acting agent's
+    action from ``choose`` (evaluation and baselines score all agents by one rule this
+    way); ``on_step`` runs before each step (a video's frame)."""
+    if envs.num_envs != 1:
+        raise ValueError(f"play_episode steps one env, got {envs.num_envs}")
+    obs, _ = envs.reset(seed=seed)
+    returns_A = np.zeros(envs.num_agents, np.float64)
+    actions_R: list[Any] = [0] * envs.num_rows  # a waiting row's action is ignored
+    for steps in range(1, max_steps + 1):
+        if on_step is not None:
+            on_step()
+        for row in np.flatnonzero(envs.acting):
+            actions_R[row] = choose(int(row), row_of(obs, int(row)))
+        obs, rewards_R, _, _, _ = envs.step(actions_R)
+        returns_A += rewards_R
+        if envs.episode_over(0):
+            return AgentsEpisode(returns_A, steps, True)
+    return AgentsEpisode(returns_A, max_steps, False)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
 from seedrl.envs.agents import AgentEnvs, AgentsEnv
-from seedrl.envs.family import EnvError, EnvFamily
+from seedrl.envs.family import EnvError, EnvFamily, EnvMaker, VectorEnvMaker
 
 PREFIX = "pettingzoo."
 
@@ -48,14 +49,27 @@ def env_factory(env_id: str) -> Any:
     return factory
 
 
-def make(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None) -> gym.Env:
-    kwargs = env_kwargs if render_mode is None else {**env_kwargs, "render_mode": render_mode}
-    return AgentsEnv(env_id, env_factory(env_id)(**kwargs))
+def agent_env_makers(
+    factory_of: Callable[[str], Callable[..., Any]],
+) -> tuple[EnvMaker, VectorEnvMaker]:
+    """A family's ``make`` and ``make_vector`` from what finds an id's PettingZoo env
+    constructor: every family of PettingZoo envs (PettingZoo's own, MPE2) steps its agents
+    as rows with the same machinery (:mod:`seedrl.envs.agents`)."""
+
+    def make(env_id: str, env_kwargs: dict[str, Any], render_mode: str | None = None) -> gym.Env:
+        kwargs = env_kwargs if render_mode is None else {**env_kwargs, "render_mode": render_mode}
+        return AgentsEnv(env_id, factory_of(env_id)(**kwargs))
+
+    def make_vector(env_id: str, env_kwargs: dict[str, Any], num_envs: int) -> gym.vector.VectorEnv:
+        factory = factory_of(env_id)
+        return AgentEnvs(env_id, [lambda: factory(**env_kwargs)] * num_envs)
+
+    for maker in (make, make_vector):  # they belong to the family whose factory they wrap
+        maker.__module__ = factory_of.__module__
+    return make, make_vector
 
 
-def make_vector(env_id: str, env_kwargs: dict[str, Any], num_envs: int) -> gym.vector.VectorEnv:
-    factory = env_factory(env_id)
-    return AgentEnvs(env_id, [lambda: factory(**env_kwargs)] * num_envs)
+make, make_vector = agent_env_makers(env_factory)
 
 
 FAMILY = EnvFamily(

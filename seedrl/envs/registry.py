@@ -8,13 +8,14 @@ list, and tests/test_env_registry.py checks the extra and preset it names).
 
 from __future__ import annotations
 
-from seedrl.envs import atari, custom, minatar, minigrid, mujoco, pettingzoo, registered
+from seedrl.envs import atari, custom, minatar, minigrid, mpe, mujoco, pettingzoo, registered
 from seedrl.envs.family import EnvFamily
 
 FAMILIES: tuple[EnvFamily, ...] = (
     atari.FAMILY,
     minatar.FAMILY,
     pettingzoo.FAMILY,
+    mpe.FAMILY,
     minigrid.FAMILY,
     mujoco.FAMILY,
     custom.FAMILY,
