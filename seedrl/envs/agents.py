@@ -272,7 +272,7 @@ class AgentsEpisode:
     returns: np.ndarray
     """``[A]``: each agent's sum of rewards over the episode."""
     steps: int
-    """Env steps taken (a Parallel env's rounds, an AEC game's turns)."""
+    """Env steps taken (a Parallel env's joint steps, an AEC game's turns)."""
     ended: bool
     """Every agent ended before the step cap (else the returns are partial)."""
 
