@@ -19,6 +19,7 @@ from benchmarks.peers.measure import (
     ReturnWindow,
     parse_result,
     steady_rate,
+    task_outcome,
 )
 from benchmarks.peers.seedrl_driver import (
     first_solved,
@@ -330,3 +331,20 @@ def test_merge_keeps_the_rows_not_run_again_with_their_date(tmp_path: Path) -> N
     merged = {**_fixture(), "date": "2031-05-06 07:08 UTC", "results": kept}
     assert "Kept from earlier runs on this machine: " in report.render(merged)
     assert "seedrl V-trace cartpole (2030-01-02 03:04 UTC)" in report.render(merged)
+
+
+def test_task_outcome_is_time_to_target_for_cartpole_and_steady_rate_for_pong() -> None:
+    found = {"reached_at": 130.0, "frames": 40_000}
+    assert task_outcome("cartpole", found, 100.0, 110.0, [], 5.0) == {
+        "reached": True, "frames_to_target": 40_000,
+        "launch_to_target_s": 30.0, "train_to_target_s": 20.0,
+    }  # fmt: skip
+    missed = task_outcome("cartpole", {}, 100.0, 110.0, [], 5.0)
+    assert missed == {
+        "reached": False, "frames_to_target": None,
+        "launch_to_target_s": None, "train_to_target_s": None,
+    }  # fmt: skip
+    samples = [(110.0, 0.0), (120.0, 1000.0), (130.0, 3000.0)]
+    pong = task_outcome("pong", {}, 100.0, 110.0, samples, 10.0)
+    assert pong == {"agent_steps_per_s": pytest.approx(200.0), "measured_s": 10.0}
+    assert task_outcome("pong", {}, 100.0, 110.0, [], 10.0)["measured_s"] == 0.0

@@ -63,6 +63,30 @@ def steady_rate(samples: Sequence[tuple[float, float]], warmup_s: float) -> floa
     return (f1 - f0) / (t1 - t0)
 
 
+def task_outcome(
+    task: str,
+    found: dict[str, Any],
+    launched_at: float,
+    started: float,
+    samples: Sequence[tuple[float, float]],
+    warmup_s: float,
+) -> dict[str, Any]:
+    """A driver's result fields for its task: CartPole's time and frames to the target
+    (``found["reached_at"]``/``["frames"]`` when reached), else the steady rate."""
+    if task == "cartpole":
+        reached = "reached_at" in found
+        return {
+            "reached": reached,
+            "frames_to_target": found.get("frames"),
+            "launch_to_target_s": found["reached_at"] - launched_at if reached else None,
+            "train_to_target_s": found["reached_at"] - started if reached else None,
+        }
+    return {
+        "agent_steps_per_s": steady_rate(samples, warmup_s),
+        "measured_s": max(0.0, samples[-1][0] - started - warmup_s) if samples else 0.0,
+    }
+
+
 PROGRESS_PREFIX = "peers-progress: "
 """Starts a progress line meant for the terminal (the rest of the output goes to the log)."""
 RESULT_PREFIX = "peers-result: "

@@ -28,7 +28,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.peers.measure import ReturnWindow, emit_result, say, steady_rate, task_driver_parser
+from benchmarks.peers.measure import (
+    ReturnWindow,
+    emit_result,
+    say,
+    task_driver_parser,
+    task_outcome,
+)
 
 REPORT_EVERY_S = 5.0
 CONFIG_NAMES = {"cartpole": "cartpole", "atari": "pong"}
@@ -143,7 +149,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     vecenv.close()
     trainer.utilization.stop()
     started = samples[0][0] if samples else end
-    reached = "reached_at" in found
     result: dict[str, Any] = {
         "startup_s": started - args.launched_at,
         "frames": samples[-1][1] if samples else 0,
@@ -158,19 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "settings": {"train": {k: v for k, v in train.items() if isinstance(v, (int, float, str))},
                      "departures": departures},
     }  # fmt: skip
-    if args.task == "cartpole":
-        result.update(
-            reached=reached,
-            frames_to_target=found.get("frames"),
-            launch_to_target_s=found["reached_at"] - args.launched_at if reached else None,
-            train_to_target_s=found["reached_at"] - started if reached else None,
-        )
-    else:
-        rate = steady_rate(samples, args.warmup_s)
-        result.update(
-            agent_steps_per_s=rate,
-            measured_s=max(0.0, samples[-1][0] - started - args.warmup_s) if samples else 0.0,
-        )
+    result.update(task_outcome(args.task, found, args.launched_at, started, samples, args.warmup_s))
     emit_result(result)
     return 0
 

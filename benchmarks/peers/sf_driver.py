@@ -20,7 +20,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.peers.measure import ReturnWindow, emit_result, say, steady_rate, task_driver_parser
+from benchmarks.peers.measure import (
+    ReturnWindow,
+    emit_result,
+    say,
+    task_driver_parser,
+    task_outcome,
+)
 
 CARTPOLE_ARGS = [
     "--algo=APPO", "--use_rnn=False", "--num_envs_per_worker=20",
@@ -126,7 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = runner.run()
     end = time.monotonic()
     started = samples[0][0] if samples else end
-    reached = "reached_at" in found
     result: dict[str, Any] = {
         "status_code": int(status),
         "startup_s": started - args.launched_at,
@@ -143,19 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }  # fmt: skip
     # Sample Factory ends by itself only at its frame cap (or on an error).
     result["stopped_by"] = found.get("stopped_by", "frame cap" if status == 0 else "error")
-    if args.task == "cartpole":
-        result.update(
-            reached=reached,
-            frames_to_target=found.get("frames"),
-            launch_to_target_s=found["reached_at"] - args.launched_at if reached else None,
-            train_to_target_s=found["reached_at"] - started if reached else None,
-        )
-    else:
-        rate = steady_rate(samples, args.warmup_s)
-        result.update(
-            agent_steps_per_s=rate,
-            measured_s=max(0.0, samples[-1][0] - started - args.warmup_s) if samples else 0.0,
-        )
+    result.update(task_outcome(args.task, found, args.launched_at, started, samples, args.warmup_s))
     emit_result(result)
     return 0
 
