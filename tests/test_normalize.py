@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import threading
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -86,16 +87,7 @@ def test_training_sees_the_frames_as_the_policy_acted_on_them():
     rng = np.random.default_rng(1)
     raw = [rng.normal(loc=i, scale=1 + i, size=(k, 4)) for i in range(t + 1)]  # drifting
 
-    async def serve() -> None:
-        loop = asyncio.get_running_loop()
-        for frame in raw:
-            payload = FramePayload(
-                conn, frame.tobytes(), np.zeros(k, np.float32).tobytes(),
-                np.zeros(k, np.bool_).tobytes(), np.zeros(k, np.bool_).tobytes(),
-            )  # fmt: skip
-            await engine.process([PendingRequest(payload, k, loop.create_future())])
-
-    asyncio.run(serve())
+    serve_frames(engine, conn, raw)
     unrolls = queue.get(k, timeout=1)
     assert unrolls is not None and unrolls.obs.dtype == np.float32
     for row in range(t + 1):
@@ -253,16 +245,7 @@ def test_leaf_statistics_feed_the_policy_and_the_unrolls_alike():
     stream[0][:] = 1.0  # every action allowed
     frames = raw.pack_values(stream).reshape(t + 1, k, raw.row_bytes)
 
-    async def serve() -> None:
-        loop = asyncio.get_running_loop()
-        for frame in frames:
-            payload = FramePayload(
-                conn, frame.tobytes(), np.zeros(k, np.float32).tobytes(),
-                np.zeros(k, np.bool_).tobytes(), np.zeros(k, np.bool_).tobytes(),
-            )  # fmt: skip
-            await engine.process([PendingRequest(payload, k, loop.create_future())])
-
-    asyncio.run(serve())
+    serve_frames(engine, conn, frames)
     unrolls = queue.get(k, timeout=1)
     assert unrolls is not None and unrolls.obs.shape[-1] == out.row_bytes < raw.row_bytes
     joints = codec.space_leaves(spec).index(next(x for x in raw.leaves if x.name == "joints"))
@@ -325,3 +308,20 @@ def test_a_dict_observation_checkpoint_keeps_each_leafs_statistics(tmp_path, mon
     np.testing.assert_allclose(got[2][0], expected(obs["position"][None], values[2])[0], rtol=1e-5)
     np.testing.assert_array_equal(got[1][0], obs["image"])
     assert int(got[0][0]) == obs["direction"]
+
+
+def serve_frames(engine: Any, conn: Any, frames: Any) -> None:
+    """Send each ``[k, ...]`` frame of ``frames`` through the engine as one stream's Frame
+    (zero rewards, no episode ends)."""
+    k = conn.num_envs
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        for frame in frames:
+            payload = FramePayload(
+                conn, frame.tobytes(), np.zeros(k, np.float32).tobytes(),
+                np.zeros(k, np.bool_).tobytes(), np.zeros(k, np.bool_).tobytes(),
+            )  # fmt: skip
+            await engine.process([PendingRequest(payload, k, loop.create_future())])
+
+    asyncio.run(serve())
