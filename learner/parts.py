@@ -190,12 +190,14 @@ def make_league(config: LearnerConfig, env_spec: pb.EnvSpec) -> League | None:
     from learner.league import opponents  # the league loads only for self-play
     from learner.league.league import League
 
-    for name in config.fixed_opponents:  # a bad name fails here, not at the first game
-        try:
-            opponents.build(name, config.env, config.seed, "--fixed-opponents")
-        except ValueError as exc:
-            raise UnsupportedSetup(str(exc)) from None
-    return League.for_config(config)
+    try:  # built now, so a bad name fails here, not at the first game
+        scripted = [
+            opponents.build(name, config.env, config.seed + 1 + index, "--fixed-opponents")
+            for index, name in enumerate(config.fixed_opponents)
+        ]
+    except ValueError as exc:
+        raise UnsupportedSetup(str(exc)) from None
+    return League.for_config(config, scripted)
 
 
 def restore_store(store: Store, path: Path, template: Unrolls) -> None:

@@ -163,16 +163,10 @@ def make_self_play(learner: Learner, host: TrainerHost) -> SelfPlay | None:
         with host.inference_lock:
             return {k: v.detach().to("cpu", copy=True) for k, v in source.state_dict().items()}
 
-    from learner.league.opponents import ScriptedRows, build
+    from learner.league.opponents import ScriptedRows
 
-    scripted = {
-        opponent_id: ScriptedRows(
-            build(name, config.env, config.seed + 1 + index, "--fixed-opponents"),
-            learner.env_spec.observation_space,
-        )
-        for index, opponent_id in enumerate(league.pool.fixed_ids())
-        if (name := league.pool.fixed_name(opponent_id)) is not None
-    }
+    observation = learner.env_spec.observation_space
+    scripted = {i: ScriptedRows(player, observation) for i, player in league.scripted.items()}
     agents = len(learner.env_spec.agents)
     return SelfPlay(
         league, agents, config.snapshot_every, make_policy, current_weights, config.seed,

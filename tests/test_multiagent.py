@@ -579,6 +579,7 @@ def test_a_fixed_opponent_that_cannot_play_stops_the_learner_with_one_line() -> 
     spec = codec.env_spec("multiagent_envs:two_player", {}, OBS, ACTIONS, agents=("a", "b"))
     ok = make_league(LearnerConfig(self_play=True, fixed_opponents=("random",)), spec)
     assert ok is not None and ok.pool.fixed_ids() == [-1]
+    assert list(ok.scripted) == [-1] and type(ok.scripted[-1]).__name__ == "RandomOpponent"
     for name, words in (
         ("heuristic", "--fixed-opponents heuristic reads a Connect Four board"),
         ("multiagent_envs:missing", "has no 'missing'"),

@@ -15,12 +15,13 @@ from __future__ import annotations
 import collections
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
-from learner.league.pool import SCORE, Outcome, PoolConfig, SnapshotPool
+from learner.league.opponents import Opponent
+from learner.league.pool import SCORE, Outcome, PoolConfig, SnapshotPool, fixed_id
 from learner.league.ratings import LEARNER, EloRatings, snapshot_name
 
 RESULT_WINDOW = 200
@@ -40,8 +41,17 @@ ELO_PREFIX = "elo_"
 class League:
     """A :class:`SnapshotPool` and an :class:`EloRatings` over the learner and its snapshots."""
 
-    def __init__(self, config: PoolConfig, seed: int, elo_k: float = 16.0) -> None:
+    def __init__(
+        self,
+        config: PoolConfig,
+        seed: int,
+        elo_k: float = 16.0,
+        scripted: Sequence[Opponent] = (),
+    ) -> None:
         self.pool = SnapshotPool(config, seed)
+        self.scripted = {fixed_id(i): player for i, player in enumerate(scripted)}
+        """The fixed opponents' players by opponent id (``scripted`` in the order the pool
+        names them), built once when the run starts."""
         self.ratings = EloRatings(k=elo_k)
         self.ratings.add(LEARNER)
         self._rate_fixed_opponents()
@@ -50,9 +60,10 @@ class League:
         """The learner's latest results, for the rates in the metrics."""
 
     @classmethod
-    def for_config(cls, config: Any) -> League:
-        """The league of a :class:`seedrl.config.LearnerConfig` (its pool flags and seed)."""
-        return cls(PoolConfig.of(config), config.seed)
+    def for_config(cls, config: Any, scripted: Sequence[Opponent] = ()) -> League:
+        """The league of a :class:`seedrl.config.LearnerConfig` (its pool flags and seed),
+        with the players of its fixed opponents."""
+        return cls(PoolConfig.of(config), config.seed, scripted=scripted)
 
     def add(self, learner_step: int, state_dict: Mapping[str, torch.Tensor]) -> int:
         """Freeze a snapshot now, rated as the learner is now; its id."""
