@@ -81,8 +81,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+## Two test processes: most system tests wait on sockets and child processes, so two
+## share two cores well (PYTEST_WORKERS=0 runs them in this process, e.g. for -s or --pdb).
+PYTEST_WORKERS ?= 2
 test: lint
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=15 $(PYTEST_ARGS)
 
 ## The long learning runs CI skips (e.g. CartPole all the way to 475).
 test-slow: $(STAMP)
