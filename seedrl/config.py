@@ -147,9 +147,11 @@ class LearnerConfig:
     """Optimizer steps on each batch (K): every step recomputes the loss with the current
     weights and V-trace corrects for the policy having moved since acting, so a batch
     teaches more before it is dropped, at K times the training compute per frame."""
-    learning_rate: float = 4e-3
-    """Adam learning rate, scaled with the batch (1e-3 suits 16 unrolls), so a larger
-    batch learns as fast per frame (docs/performance.md)."""
+    learning_rate: float = 1e-3
+    """Adam learning rate. Low for a run without a preset: at four times this rate a policy
+    that had just solved its task was often thrown off within a few dozen updates, since
+    Adam takes full-sized steps on the gradients left once every episode ends alike
+    (docs/stability.md); the presets set their own."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
     discount: float = 0.99

@@ -62,9 +62,10 @@ def test_r2d2_learns_cartpole_well_above_random(tmp_path):
     assert end > 45, f"no learning: {start:.1f} -> {end:.1f}"
 
 
-CARTPOLE_LONG_FRAMES = 2_200_000
-"""About 2 M frames past solving: the old defaults lost seed 1's policy 40 k frames after
-solving it; the long-run suite (``make bench-learning SUITE=classic-long``) goes to 20 M."""
+CARTPOLE_LONG_FRAMES = 2_300_000
+"""About 1.5 M frames past solving: at four times the default rate seed 6's policy was lost
+60 k frames after solving it; the long-run suite (``make bench-learning
+SUITE=classic-long``) goes to 20 M."""
 CARTPOLE_FLOOR = 248.5
 """Half way from a random policy's mean return (about 22) to solved (475)."""
 
@@ -72,14 +73,14 @@ CARTPOLE_FLOOR = 248.5
 @pytest.mark.timeout(600)  # a minute and a half on an idle 2-core machine; more when shared
 def test_cartpole_defaults_keep_a_solved_policy(tmp_path):
     """The defaults with no preset (docs/stability.md) solve CartPole and then never fall
-    below half way from random to solved over the next ~2 M frames (64 envs, seed 1).
+    below half way from random to solved over the next ~1.5 M frames (64 envs, seed 6).
 
-    With the old defaults (entropy bonus 0.003, a constant rate) this run reached 475 at
-    0.38 M frames and fell to 160 at 0.42 M; seeds 0 to 4 of the new ones stayed above
-    480 wherever they were followed (to 3 M frames and more), so the bar holds on a machine
-    whose floating point takes a slightly different path.
+    At four times the default rate this run reached 475 at 0.64 M frames and fell to 93 at
+    0.70 M; at the default rate none of seeds 0 to 19 went below 409 after solving (to
+    2.5 M frames), so the bar holds on a machine whose floating point takes a slightly
+    different path.
     """
-    overrides = {"logdir": str(tmp_path), "seed": 1, "tensorboard": False}
+    overrides = {"logdir": str(tmp_path), "seed": 6, "tensorboard": False}
     config = build_config(LearnerConfig, overrides)
     curve = train_synchronously(config, num_envs=64, frames=CARTPOLE_LONG_FRAMES)
     solved_at = next((frames for frames, mean in curve if mean >= 475.0), None)
