@@ -307,6 +307,7 @@ SUITES: dict[str, Suite] = {
         eval_episodes=100,
         greedy=False,
         shapes=LONG_SHAPES,
+        curves_folder="classic-long",
         stability=True,
     ),
     "minatar": Suite(
