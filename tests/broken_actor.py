@@ -26,6 +26,7 @@ from actors import process
 from actors.actor import Actor, Backoff, StepWire
 from actors.stream import LockstepStream
 from seedrl import codec
+from seedrl.envs.agents import AgentEnvs
 from seedrl.proto import seedrl_pb2 as pb
 
 
@@ -196,6 +197,44 @@ def skip_getinfo() -> None:
     actor_module.pb_grpc.LearnerStub = stub  # type: ignore[attr-defined]
 
 
+def agents_reversed() -> None:
+    def ensure(original, self, info):  # type: ignore[no-untyped-def]
+        spec = pb.EnvSpec()
+        spec.CopyFrom(original(self, info))
+        spec.agents[:] = list(spec.agents)[::-1]
+        return spec
+
+    _wrap(Actor, "_ensure_envs", ensure)
+
+
+def acting_shifted() -> None:
+    def frame(original, self, *args):  # type: ignore[no-untyped-def]
+        real = self.acting
+        self.acting = None if real is None else np.roll(real, 1)
+        try:
+            return original(self, *args)
+        finally:
+            self.acting = real
+
+    _wrap(StepWire, "frame", frame)
+
+
+def agent_actions_rolled() -> None:
+    def step(original, self, actions):  # type: ignore[no-untyped-def]
+        return original(self, np.roll(actions, -1))
+
+    _wrap(AgentEnvs, "step", step)
+
+
+def end_flags_kept() -> None:
+    def wait(original, self, row):  # type: ignore[no-untyped-def]
+        kept = self.terminated[row], self.truncated[row]
+        original(self, row)
+        self.terminated[row], self.truncated[row] = kept
+
+    _wrap(AgentEnvs, "_wait", wait)
+
+
 def exit_on_restart() -> list[str]:
     return ["--exit-on-shutdown"]
 
@@ -271,6 +310,10 @@ BREAKS: dict[str, Callable[[], list[str] | None]] = {
     "skip-getinfo": skip_getinfo,
     "late-half-close": late_half_close,
     "ignore-final": ignore_final,
+    "agents-reversed": agents_reversed,
+    "acting-shifted": acting_shifted,
+    "agent-actions-rolled": agent_actions_rolled,
+    "end-flags-kept": end_flags_kept,
     "exit-on-restart": exit_on_restart,
     "no-retry": no_retry,
     "no-retry-unavailable": no_retry_unavailable,

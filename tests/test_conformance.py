@@ -30,6 +30,7 @@ from seedrl.conformance.models import (
     DictProbeModel,
     MultiDiscreteProbeModel,
     StackedProbeModel,
+    TurnProbeModel,
 )
 from seedrl.conformance.scripted import leaf_record
 
@@ -43,6 +44,9 @@ STACKED = "seedrl.conformance.probe:StackedProbe"
 BOX = "seedrl.conformance.probe:BoxProbe"
 DICT = "seedrl.conformance.probe:DictProbe"
 MULTI = "seedrl.conformance.probe:MultiDiscreteProbe"
+TURN = "seedrl.conformance.probe:TurnProbe"
+AGENT_ACTOR_CASES = ["agent-rows", "acting-rows", "agent-actions-applied", "agent-episode-ends"]
+"""The actor cases that only a multi-agent env shows (single-agent envs skip them)."""
 
 
 def broken(name: str) -> list[str]:
@@ -54,8 +58,9 @@ def test_seedrl_actor_passes_every_case_on_cartpole():
     assert report.ok, report.text()
     skipped = {v.case.id for v in report.verdicts if v.status is Status.SKIP}
     assert skipped == {"box-actions-clipped", "frame-stack-offered", "frame-stack-not-offered",
-                       "observation-leaves"}  # fmt: skip
+                       "observation-leaves", *AGENT_ACTOR_CASES}  # fmt: skip
     assert len(report.verdicts) == len(ACTOR_CASES)
+    assert "CartPole-v1 is single-agent" in report.of("acting-rows").detail
 
 
 @pytest.mark.parametrize(
@@ -67,6 +72,8 @@ def test_seedrl_actor_passes_every_case_on_cartpole():
         (DICT, ["observation-leaves", "actions-applied", "time-limit-truncation",
                 "next-step-autoreset", "reset-frame-first", "finite-values"]),
         (MULTI, ["actions-applied", "time-limit-truncation", "next-step-autoreset"]),
+        (TURN, [*AGENT_ACTOR_CASES, "reset-frame-first", "observation-leaves", "tensor-layout",
+                "k-constant", "hello-env"]),
     ],
 )  # fmt: skip
 def test_seedrl_actor_passes_the_probe_envs(env, cases, monkeypatch):
@@ -88,6 +95,12 @@ def test_seedrl_actor_passes_the_probe_envs(env, cases, monkeypatch):
     if env == STACKED:  # the offer was taken: newest frames first, whole stacks after
         assert first.info.frame_stack == probe.STACK and second.info.frame_stack == 0
         assert (first.hello.frame_stack, second.hello.frame_stack) == (probe.STACK, 0)
+    if env == TURN:  # K x A rows, and every agent ended at least twice in the first stream
+        assert list(first.hello.env.agents) == list(probe.TURN_AGENTS)
+        frames = first.frames
+        assert all(f.acting_R.shape == (3 * len(probe.TURN_AGENTS),) for f in frames)
+        ends = sum(f.terminated_K | f.truncated_K for f in frames)
+        assert ends.min() >= 2, ends
 
 
 # (break, env, the case it must fail, words its message must hold)
@@ -125,8 +138,16 @@ BROKEN = [
     ("no-jitter", CP, "backoff-jittered", "lie within 15 ms of each other: no jitter"),
     ("no-cap", CP, "backoff-capped", "exceed the cap of 0.5 s"),
     ("no-backoff", CP, "backoff-waits", "a tight retry loop"),
+    ("agents-reversed", TURN, "agent-rows",
+     "agents ['p2', 'p1', 'p0'], but GetInfo said ['p0', 'p1', 'p2']"),
+    ("acting-shifted", TURN, "acting-rows",
+     "env 0, frame 0: acting marks ['p1'], but the env applies the action of ['p0'] next"),
+    ("agent-actions-rolled", TURN, "agent-actions-applied",
+     "an action applied to the wrong agent?"),
+    ("end-flags-kept", TURN, "agent-episode-ends",
+     "row 0, frame 5 (its agent ended earlier): an end flag is set again"),
 ]  # fmt: skip
-FAST = {"reset-reward", "swap-actions"}
+FAST = {"reset-reward", "swap-actions", "agent-actions-rolled"}
 SLOW = pytest.mark.slow
 """Run in ``make test`` (reuse-run-id runs there through the command line, below)."""
 
@@ -202,7 +223,8 @@ def test_seedrl_learner_passes_the_learner_side(tmp_path):
         assert learner.wait(timeout=60) == 0, learner.output()
     assert report.ok, report.text()
     skipped = {v.case.id for v in report.verdicts if v.status is Status.SKIP}
-    assert skipped == {"frame-stack-accepted", "rejects-bad-leaves"}
+    assert skipped == {"frame-stack-accepted", "rejects-bad-leaves", "rejects-missing-agents",
+                       "agent-actions-reply"}  # fmt: skip
     assert len(report.verdicts) == len(LEARNER_CASES)
 
 
@@ -226,21 +248,53 @@ def test_seedrl_learner_passes_the_leaf_probe_envs(tmp_path, env):
     )
 
 
-@pytest.mark.slow
-def test_a_learner_that_takes_an_empty_run_id_fails(tmp_path):
-    """seedrl's learner with its run_id check removed by one line."""
+AGENT_LEARNER_CASES = ("rejects-missing-agents", "rejects-bad-acting", "agent-actions-reply")
+
+
+def test_seedrl_learner_passes_the_multi_agent_probe(tmp_path):
+    """A multi-agent learner (TurnProbe: three agents, a dict observation with an action
+    mask): the several-agents cases pass, and the older cases speak K x A rows to it."""
+    extra = ["--env", TURN, "--total-frames", "100000", "--no-train"]
+    with learner_process(tmp_path, *extra) as (_learner, port):
+        report = run_learner_suite(
+            f"127.0.0.1:{port}",
+            LearnerSuiteConfig(only=",".join((*LEAF_LEARNER_CASES, *AGENT_LEARNER_CASES))),
+        )
+    assert report.ok, report.text()
+    assert not [v for v in report.verdicts if v.status is Status.SKIP], report.text()
+
+
+# (break, env, the case it must fail, words its message must hold)
+BROKEN_LEARNERS = [
+    ("empty-run-id", "CartPole-v1", "rejects-bad-hello", "an empty run_id: ended with"),
+    ("agents-unchecked", TURN, "rejects-missing-agents",
+     "a Hello without agents: ended with OK"),
+    ("acting-ignored", "CartPole-v1", "rejects-bad-acting",
+     "acting set for a single-agent env: ended with OK"),
+    ("mask-all-rows", TURN, "agent-actions-reply",
+     "frame 0 (of episode frame 0): the stream ended with INVALID_ARGUMENT"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "env", "case", "words"),
+    [
+        pytest.param(*row, id=f"{row[0]}:{row[2]}", marks=() if row[0] == "mask-all-rows" else SLOW)
+        for row in BROKEN_LEARNERS
+    ],
+)
+def test_a_broken_learner_fails_the_case_guarding_its_rule(tmp_path, name, env, case, words):
+    """seedrl's learner with one rule removed by one line (tests/broken_learner.py)."""
     script = ROOT / "tests" / "broken_learner.py"
-    args = [sys.executable, str(script), "--port", "0", "--logdir", str(tmp_path), "--no-train",
-            "--progress", "plain", "--no-tensorboard"]  # fmt: skip
+    args = [sys.executable, str(script), name, "--port", "0", "--logdir", str(tmp_path),
+            "--no-train", "--progress", "plain", "--no-tensorboard", "--env", env]  # fmt: skip
     with running(args) as learner:
         line = learner.wait_for("listening on", 60)
         port = int(re.search(r"listening on \S*:(\d+) ", line)[1])
-        report = run_learner_suite(
-            f"127.0.0.1:{port}", LearnerSuiteConfig(only="rejects-bad-hello")
-        )
-    verdict = report.of("rejects-bad-hello")
+        report = run_learner_suite(f"127.0.0.1:{port}", LearnerSuiteConfig(only=case))
+    verdict = report.of(case)
     assert verdict.status is Status.FAIL, report.text()
-    assert verdict.detail.startswith("an empty run_id: ended with"), verdict.detail
+    assert words in verdict.detail, verdict.detail
 
 
 # ---------------------------------------------------------------------- the parts
@@ -283,6 +337,47 @@ def test_probe_models_predict_their_envs_exactly(make_env, make_model):
             obs = recorded(env.reset()[0])
             assert model.is_reset(obs)
     assert ends > 10
+
+
+def test_turn_probe_is_a_pettingzoo_aec_env():
+    """PettingZoo's own API test passes it (where PettingZoo is installed)."""
+    api_test = pytest.importorskip("pettingzoo.test").api_test
+    api_test(probe.TurnProbe(), num_cycles=30)
+
+
+def test_turn_probe_model_predicts_seedrl_rows_exactly():
+    """The model is written apart from the env; 200 steps of two envs stepped as rows by
+    seedrl's AgentEnvs must agree bit for bit: observations, rewards, flags, acting."""
+    from seedrl.envs.agents import AgentEnvs
+
+    envs = AgentEnvs("turn", [probe.TurnProbe, probe.TurnProbe])
+    model, a = TurnProbeModel(), len(probe.TURN_AGENTS)
+    rng = np.random.default_rng(3)
+    obs, _ = envs.reset()
+    want = [model.reset(), model.reset()]
+    ends = resets = 0
+
+    def row(r):  # type: ignore[no-untyped-def]
+        return {name: obs[name][r] for name in ("action_mask", "observation")}
+
+    for _ in range(200):
+        for i in range(2):
+            span = slice(i * a, (i + 1) * a)
+            w = want[i]
+            assert np.array_equal(envs.acting[span], w.acting)
+            assert np.array_equal(envs.rewards[span], w.reward)
+            assert np.array_equal(envs.terminated[span], w.terminated)
+            assert np.array_equal(envs.truncated[span], w.truncated)
+            for j in range(a):
+                if w.obs[j] is not None:
+                    assert model.same(w.obs[j], row(i * a + j))
+            ends += int(w.terminated.sum() + w.truncated.sum())
+        actions = np.array([model.choose(row(r), r, rng) for r in range(2 * a)])
+        obs, *_ = envs.step(actions)
+        resets += sum(w.over for w in want)
+        want = [model.reset() if w.over else model.step(w, actions[i * a : (i + 1) * a])
+                for i, w in enumerate(want)]  # fmt: skip
+    assert ends > 40 and resets > 15
 
 
 def test_cases_are_unique_and_each_has_a_check():

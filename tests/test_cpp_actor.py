@@ -56,7 +56,8 @@ def test_cpp_actor_passes_the_conformance_suite(cpp_actor):
     assert report.ok, report.text()
     skipped = {v.case.id for v in report.verdicts if v.status is Status.SKIP}
     assert skipped == {"box-actions-clipped", "frame-stack-offered", "frame-stack-not-offered",
-                       "observation-leaves"}  # fmt: skip
+                       "observation-leaves", "agent-rows", "acting-rows", "agent-actions-applied",
+                       "agent-episode-ends"}  # fmt: skip
     assert len(report.verdicts) == len(ACTOR_CASES)
 
 

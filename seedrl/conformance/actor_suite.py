@@ -44,12 +44,19 @@ from seedrl import envs
 from seedrl.config import AUTH_TOKEN_ENV
 from seedrl.conformance.cases import Case, Report, Skip, Status, Verdict, select
 from seedrl.conformance.config import ActorSuiteConfig
-from seedrl.conformance.models import EnvModel, model_for
+from seedrl.conformance.models import (
+    AgentsFrame,
+    AgentsModel,
+    EnvModel,
+    agents_model_for,
+    model_for,
+)
 from seedrl.conformance.scripted import (
     CANCELLED,
     HALF_CLOSED,
     SHUTDOWN_WAIT_S,
     SILENT,
+    FrameRecord,
     InfoCall,
     Refuse,
     Script,
@@ -175,6 +182,15 @@ class Context:
     frame_stack: int
     """D offered to the actor when the env's observations are D-frame stacks, else 0."""
     token: str | None
+    agents_model: AgentsModel | None = None
+    """The model of a multi-agent env (None: single-agent, or no model)."""
+    agent_walk: dict[str, list[str]] | None = None
+    """What the multi-agent walk found, per case (it runs once for three cases)."""
+
+    @property
+    def agents(self) -> int:
+        """A multi-agent env's agents per env (rows of every frame); 0 for one agent."""
+        return len(self.env.agents)
 
 
 def _launch(ctx: Context, address: str, session: str) -> ActorProcess:
@@ -196,7 +212,9 @@ def _launch(ctx: Context, address: str, session: str) -> ActorProcess:
     return ActorProcess(args, env, session if ctx.config.verbose else "")
 
 
-def _choose(model: EnvModel | None) -> Callable[[int, np.ndarray, np.random.Generator], Any] | None:
+def _choose(
+    model: EnvModel | AgentsModel | None,
+) -> Callable[[int, np.ndarray, np.random.Generator], Any] | None:
     return None if model is None else (lambda i, obs, rng: model.choose(obs, i, rng))
 
 
@@ -209,7 +227,8 @@ def _session(
 ) -> ActorRun:
     """Run the actor command against a scripted learner until it exits, ``done_after``
     (a time, once known) passes, or the session times out."""
-    learner = ScriptedLearner(ctx.env, script, ctx.token, _choose(ctx.model), ctx.config.seed)
+    model = ctx.agents_model if ctx.agents else ctx.model
+    learner = ScriptedLearner(ctx.env, script, ctx.token, _choose(model), ctx.config.seed)
     run = ActorRun(name, learner, time.monotonic())
     deadline = run.started + ctx.config.session_timeout_s
     actor: ActorProcess | None = None
@@ -309,6 +328,8 @@ def _refused_at(learner: ScriptedLearner) -> float | None:
 
 def stream_session(ctx: Context) -> ActorRun:
     limit = ctx.model.max_episode_steps if ctx.model is not None else None
+    if ctx.agents_model is not None:  # every agent ends, twice, and the env resets
+        limit = 2 * ctx.agents_model.episode_frames
     first = (limit + 5) if limit else 120
     offers = [ctx.frame_stack, 0] if ctx.frame_stack > 1 else [0]
     script = Script(
@@ -498,6 +519,15 @@ def _reset_frame_first(runs: Runs, ctx: Context) -> list[str]:
                 problems.append(
                     f"stream {stream.index}: first frame has {flag} set ({values.tolist()})"
                 )
+        if ctx.agents_model is not None:
+            reset = ctx.agents_model.reset()
+            for row, obs in enumerate(frame.obs_KO):
+                want = reset.obs[row % ctx.agents]
+                if want is not None and not ctx.agents_model.same(want, obs):
+                    problems.append(
+                        f"stream {stream.index}: row {row}'s first observation {_show(obs)} "
+                        "is not one a reset gives"
+                    )
         if ctx.model is not None:
             for i, obs in enumerate(frame.obs_KO):
                 if not ctx.model.is_reset(obs):
@@ -549,6 +579,8 @@ def _finite_values(runs: Runs, ctx: Context) -> list[str]:
 
 @check("next-step-autoreset")
 def _next_step_autoreset(runs: Runs, ctx: Context) -> list[str]:
+    if ctx.agents:
+        raise Skip("a multi-agent env ends per agent (agent-episode-ends)")
     problems, ends = [], 0
     for stream in _served(runs):
         for t, (frame, after) in enumerate(itertools.pairwise(stream.frames)):
@@ -569,6 +601,8 @@ def _next_step_autoreset(runs: Runs, ctx: Context) -> list[str]:
 
 
 def _need_model(ctx: Context) -> EnvModel:
+    if ctx.agents:
+        raise Skip("a multi-agent env: its steps are judged per agent (agent-actions-applied)")
     if ctx.model is None:
         raise Skip(
             f"the suite has no model of {ctx.env.env_id} (models: CartPole-v1 and the probe envs)"
@@ -715,6 +749,228 @@ def _box_actions_clipped(runs: Runs, ctx: Context) -> list[str]:
                 )
     if not outside and not problems:
         raise Skip("no out-of-bounds action was stepped")
+    return problems
+
+
+def _multi_agent(ctx: Context) -> int:
+    if not ctx.agents:
+        raise Skip(
+            f"{ctx.env.env_id} is single-agent (try --env seedrl.conformance.probe:TurnProbe)"
+        )
+    return ctx.agents
+
+
+def _need_agents_model(ctx: Context) -> AgentsModel:
+    _multi_agent(ctx)
+    if ctx.agents_model is None:
+        raise Skip(
+            f"the suite has no model of {ctx.env.env_id} (multi-agent models: "
+            "seedrl.conformance.probe:TurnProbe)"
+        )
+    return ctx.agents_model
+
+
+@check("agent-rows")
+def _agent_rows(runs: Runs, ctx: Context) -> list[str]:
+    _multi_agent(ctx)
+    problems = _recorded(runs, "agent-rows")
+    if not problems:
+        _served(runs)
+    return problems
+
+
+AGENT_WALK_CASES = ("acting-rows", "agent-actions-applied", "agent-episode-ends")
+
+
+def _agent_walk(runs: Runs, ctx: Context) -> dict[str, list[str]]:
+    """Every served frame of a multi-agent env against its model, driven by the actions
+    the suite sent: what each case finds wrong. An env is followed until its first
+    wrong frame in a stream (its later frames would only repeat the error)."""
+    if ctx.agent_walk is not None:
+        return ctx.agent_walk
+    model = _need_agents_model(ctx)
+    a = ctx.agents
+    found: dict[str, list[str]] = {case: [] for case in AGENT_WALK_CASES}
+    for stream in _served(runs):
+        k = len(stream.frames[0].reward_K) // a
+        follow: list[tuple[AgentsFrame, AgentsFrame | None, np.ndarray | None] | None] = [
+            (model.reset(), None, None) for _ in range(k)
+        ]
+        for t, frame in enumerate(stream.frames):
+            for i in range(k):
+                state = follow[i]
+                if state is None:
+                    continue
+                want, before, sent = state
+                where = f"stream {stream.index}, env {i}, frame {t}"
+                wrong = _agent_frame_problems(model, ctx, frame, i, want, before, sent, where)
+                for case, problem in wrong:
+                    found[case].append(problem)
+                if wrong or frame.actions_KA is None:
+                    follow[i] = None
+                    continue
+                sent_A = frame.actions_KA[i * a : (i + 1) * a]
+                after = model.reset() if want.over else model.step(want, sent_A)
+                follow[i] = (after, None if want.over else want, sent_A)
+    ctx.agent_walk = found
+    return found
+
+
+def _agent_frame_problems(
+    model: AgentsModel,
+    ctx: Context,
+    frame: FrameRecord,
+    i: int,
+    want: AgentsFrame,
+    before: AgentsFrame | None,
+    sent_A: np.ndarray | None,
+    where: str,
+) -> list[tuple[str, str]]:
+    """(case, problem) for env i's rows of ``frame`` against the model's ``want`` (``before``
+    and ``sent_A``: the frame and actions it came from; None for a reset frame)."""
+    a, ids = ctx.agents, ctx.env.agents
+    rows = slice(i * a, (i + 1) * a)
+    reset = before is None
+    found: list[tuple[str, str]] = []
+    assert frame.acting_R is not None  # the scripted learner refuses a frame without it
+    acting = frame.acting_R[rows]
+    if not np.array_equal(acting, want.acting):
+        got = [ids[j] for j in np.flatnonzero(acting)]
+        mover = [ids[j] for j in np.flatnonzero(want.acting)]
+        note = " (a reset frame)" if reset else ""
+        found.append(("acting-rows", f"{where}: acting marks {got}, but the env applies the "
+                      f"action of {mover} next{note}"))  # fmt: skip
+    for j in range(a):
+        row, who = i * a + j, f"{ids[j]} (row {i * a + j})"
+        flags = (bool(frame.terminated_K[row]), bool(frame.truncated_K[row]))
+        wanted = (bool(want.terminated[j]), bool(want.truncated[j]))
+        out = want.obs[j] is None
+        if flags != wanted:
+            why = (
+                "a reset frame has both flags clear" if reset
+                else "its episode ended earlier: its rows carry both flags clear until it "
+                "acts again" if out
+                else f"its episode ends here ({'truncated' if wanted[1] else 'terminated'})"
+                if any(wanted) else "it plays on"
+            )  # fmt: skip
+            found.append(("agent-episode-ends", f"{where}, {who}: terminated {flags[0]}, "
+                          f"truncated {flags[1]}, but {why}"))  # fmt: skip
+        reward = float(frame.reward_K[row])
+        if reward != float(want.reward[j]):
+            case = "agent-episode-ends" if reset or out else "agent-actions-applied"
+            why = (
+                "a reset frame's rewards are 0" if reset
+                else "its episode ended earlier: its rows carry reward 0 until it acts again"
+                if out else "the env's rules under the action sent give that"
+            )  # fmt: skip
+            found.append((case, f"{where}, {who}: reward {reward}, not {want.reward[j]} ({why})"))
+        expected = want.obs[j]
+        got_obs = frame.obs_KO[row]
+        if expected is not None and not model.same(expected, got_obs):
+            if reset:
+                found.append(("agent-episode-ends", f"{where}, {who}: observation "
+                              f"{_show_record(got_obs)} is not one a reset gives"))  # fmt: skip
+                continue
+            hint = _which_row(model, before, sent_A, got_obs, j, ids)
+            found.append(("agent-actions-applied", f"{where}, {who}: observation "
+                          f"{_show_record(got_obs)}, but the env's rules under the actions sent "
+                          f"give {_show_record(expected)}{hint}"))  # fmt: skip
+    return found
+
+
+def _which_row(
+    model: AgentsModel,
+    before: AgentsFrame | None,
+    sent_A: np.ndarray | None,
+    got: np.ndarray,
+    j: int,
+    ids: Sequence[str],
+) -> str:
+    if before is None or sent_A is None:
+        return ""
+    mover = int(np.flatnonzero(before.acting)[0]) if before.acting.any() else -1
+    for q, other in enumerate(sent_A):
+        if q == mover or mover < 0 or np.array_equal(other, sent_A[mover]):
+            continue
+        moved = np.array(sent_A, copy=True)
+        moved[mover] = other
+        maybe = model.step(before, moved).obs[j]
+        if maybe is not None and model.same(maybe, got):
+            return f"; it is what {ids[q]}'s action gives: an action applied to the wrong agent?"
+    return ""
+
+
+def _show_record(value: Any) -> str:
+    """An observation as ``{leaf: value, ...}`` (a record's fields, a dict's items)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{name}: {_show(v)}" for name, v in value.items()) + "}"
+    names = getattr(getattr(value, "dtype", None), "names", None)
+    if not names:
+        return _show(value)
+    return "{" + ", ".join(f"{name}: {_show(value[name])}" for name in names) + "}"
+
+
+def _agent_case(runs: Runs, ctx: Context, case: str) -> list[str]:
+    found = _agent_walk(runs, ctx)
+    return found[case]
+
+
+@check("acting-rows")
+def _acting_rows(runs: Runs, ctx: Context) -> list[str]:
+    return _agent_case(runs, ctx, "acting-rows")
+
+
+@check("agent-actions-applied")
+def _agent_actions_applied(runs: Runs, ctx: Context) -> list[str]:
+    return _agent_case(runs, ctx, "agent-actions-applied")
+
+
+@check("agent-episode-ends")
+def _agent_episode_ends(runs: Runs, ctx: Context) -> list[str]:
+    a = _multi_agent(ctx)
+    problems = _agent_ends_by_rule(runs, a)
+    if ctx.agents_model is not None:
+        problems += _agent_case(runs, ctx, "agent-episode-ends")
+    return problems
+
+
+def _agent_ends_by_rule(runs: Runs, a: int) -> list[str]:
+    """The per-agent end rules that need no model: a final row does not act; until its
+    agent acts again, its rows carry reward 0 and both flags clear; once every agent of an
+    env has ended, the next frame is a reset frame (rewards 0, flags clear, someone acting)."""
+    problems, ends = [], 0
+    for stream in _served(runs):
+        rows = len(stream.frames[0].reward_K)
+        out = np.zeros(rows, np.bool_)
+        """Rows whose agent ended and has not acted since."""
+        for t, frame in enumerate(stream.frames):
+            assert frame.acting_R is not None
+            acting = frame.acting_R
+            flags = frame.terminated_K | frame.truncated_K
+            reset_E = out.reshape(-1, a).all(axis=1)
+            for i in np.flatnonzero(reset_E):  # every agent ended: a reset frame
+                span = slice(i * a, (i + 1) * a)
+                where = f"stream {stream.index}, env {i}, frame {t} (all its agents had ended)"
+                if frame.reward_K[span].any() or flags[span].any() or not acting[span].any():
+                    problems.append(f"{where}: rewards {frame.reward_K[span].tolist()}, flags "
+                                    f"{flags[span].tolist()}, acting {acting[span].tolist()}: "
+                                    "not a reset frame")  # fmt: skip
+                out[span] = False
+            for row in np.flatnonzero(out & ~acting):
+                where = f"stream {stream.index}, row {row}, frame {t} (its agent ended earlier)"
+                if frame.reward_K[row] != 0:
+                    problems.append(f"{where}: reward {frame.reward_K[row]}, not 0")
+                if flags[row]:
+                    problems.append(f"{where}: an end flag is set again")
+            out &= ~acting
+            for row in np.flatnonzero(flags & ~out):
+                ends += 1
+                if acting[row]:
+                    problems.append(f"stream {stream.index}, row {row}, frame {t}: the final "
+                                    "row of its agent's episode is marked acting")  # fmt: skip
+            out |= flags
+    if not ends and not problems:
+        raise Skip("no agent's episode ended while the suite watched")
     return problems
 
 
@@ -1011,6 +1267,9 @@ def run_actor_suite(command: Sequence[str], config: ActorSuiteConfig) -> Report:
     )
     token = secrets.token_urlsafe(16) if config.auth else None
     ctx = Context(list(command), config, env, model, stack if stack > 1 else 0, token)
+    if env.agents:
+        ctx.model = None  # a multi-agent env's rows are judged by its own kind of model
+        ctx.agents_model = agents_model_for(config.env, config.env_kwargs)
     report = Report("actor", " ".join(command), config.env)
     names = sessions_for(cases)
     with ThreadPoolExecutor(len(names) if config.parallel else 1) as pool:

@@ -67,6 +67,19 @@ ACTOR_CASES = _cases(
         ("box-actions-clipped", "one-act-stream",
          "Box actions are clipped to [low, high] before the env steps (needs a Box-action "
          "model)"),
+        ("agent-rows", "several-agents",
+         "every tensor of a frame has K x A rows and acting is bool [K x A]; the Hello's env "
+         "carries GetInfo's agents in order (multi-agent envs)"),
+        ("acting-rows", "several-agents",
+         "acting marks exactly the rows whose action the env applies next: its turn order "
+         "(needs a multi-agent model)"),
+        ("agent-actions-applied", "several-agents",
+         "each env's next rows (observations, rewards) follow its rules under the action sent "
+         "for its acting row (needs a multi-agent model)"),
+        ("agent-episode-ends", "several-agents",
+         "an agent's final row comes once, flagged and not acting, then reward 0, flags clear "
+         "and not acting until it acts again; once all have ended, the env's reset frame "
+         "(multi-agent envs)"),
         ("frame-stack-offered", "learnerinfo",
          "with LearnerInfo.frame_stack D, Hello.frame_stack is 0 or D and frames carry "
          "whole observations or newest frames to match (stacked envs)"),
@@ -125,6 +138,15 @@ LEARNER_CASES = _cases(
          "a dict/tuple observation sent whole, with a leaf missing, with leaves swapped or "
          "with a leaf of another dtype ends the stream with INVALID_ARGUMENT (structured "
          "envs)"),
+        ("rejects-missing-agents", "several-agents",
+         "a Hello whose env lacks the learner's agents, or has them in another order, ends "
+         "the stream with INVALID_ARGUMENT (multi-agent envs)"),
+        ("rejects-bad-acting", "several-agents",
+         "a frame without acting, with acting of another length or dtype (multi-agent envs), "
+         "or with acting for a single-agent env ends the stream with INVALID_ARGUMENT"),
+        ("agent-actions-reply", "several-agents",
+         "frames of turns, waiting rows and per-agent ends each get K x A valid actions, the "
+         "acting rows' within their action mask (multi-agent envs)"),
         ("oversized-message", "errors",
          "a message above max_message_bytes ends the stream with RESOURCE_EXHAUSTED"),
         ("field-order-served", "encoding-on-the-hot-path",

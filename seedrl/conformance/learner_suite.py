@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import numpy as np
@@ -173,11 +173,26 @@ Observation = np.ndarray | list[np.ndarray]
 """K envs' observations: one array for a leaf space, one per leaf for a dict/tuple space."""
 
 
+MASK_LEAF = "action_mask"
+"""The observation leaf that masks the actions unless the learner names another: every
+action is allowed in the observations sent (a mask that allows none is refused)."""
+
+
+def rows(info: pb.LearnerInfo, k: int) -> int:
+    """The rows of every tensor of a stream of K envs: K x A for a multi-agent env."""
+    return k * codec.rows_per_env(info.env)
+
+
 def valid_obs(space: pb.SpaceSpec, k: int, newest_only: bool = False) -> Observation:
-    """K observations inside the space (zeros, moved into the bounds where they exclude 0);
-    a dict/tuple space's as one array per leaf."""
+    """K observations (rows) inside the space (zeros, moved into the bounds where they
+    exclude 0; an action mask allowing everything); a dict/tuple space's as one array per
+    leaf."""
     if codec.is_structured(space):
-        return [valid_obs(leaf.spec, k) for leaf in codec.space_leaves(space)]  # type: ignore[misc]
+        return [
+            np.ones((k, *leaf.shape), leaf.dtype) if leaf.name == MASK_LEAF
+            else cast(np.ndarray, valid_obs(leaf.spec, k))
+            for leaf in codec.space_leaves(space)
+        ]  # fmt: skip
     obs = np.zeros(codec.spec_shape(space), np.float64)
     if space.low.data and space.high.data:
         low = codec.decode_tensor(space.low, "low").astype(np.float64)
@@ -188,11 +203,15 @@ def valid_obs(space: pb.SpaceSpec, k: int, newest_only: bool = False) -> Observa
 
 
 def frame(
+    info: pb.LearnerInfo,
     obs: Observation,
     reward: np.ndarray | None = None,
     terminated: np.ndarray | None = None,
     truncated: np.ndarray | None = None,
+    acting: np.ndarray | bool | None = None,
 ) -> pb.ActorMessage:
+    """A Frame of these rows; ``acting`` None: every row acting for a multi-agent env and
+    the field unset for a single-agent one; False: unset; an array: sent as is."""
     k = len(obs[0]) if isinstance(obs, list) else obs.shape[0]
     message = pb.ActorMessage()
     f = message.frame
@@ -204,11 +223,23 @@ def frame(
     codec.encode_tensor(np.zeros(k, np.float32) if reward is None else reward, f.rewards)
     codec.encode_tensor(no if terminated is None else terminated, f.terminated)
     codec.encode_tensor(no if truncated is None else truncated, f.truncated)
+    if acting is None and info.env.agents:
+        acting = np.ones(k, np.bool_)
+    if isinstance(acting, np.ndarray):
+        codec.encode_tensor(acting, f.acting)
     return message
 
 
-def actions_problem(reply: pb.LearnerMessage | Ended, info: pb.LearnerInfo, k: int) -> str:
-    """What is wrong with a reply that should carry K actions ("" if nothing)."""
+def actions_problem(
+    reply: pb.LearnerMessage | Ended,
+    info: pb.LearnerInfo,
+    k: int,
+    allowed: np.ndarray | None = None,
+) -> str:
+    """What is wrong with a reply that should carry K envs' actions, a row each ("" if
+    nothing); ``allowed`` (rows x actions, a discrete action space) marks the actions the
+    acting rows' masks allow."""
+    k = rows(info, k)
     if isinstance(reply, Ended):
         return f"the stream ended with {reply.code.name}: {reply.details}"
     kind = reply.WhichOneof("kind")
@@ -236,6 +267,11 @@ def actions_problem(reply: pb.LearnerMessage | Ended, info: pb.LearnerInfo, k: i
         problem = _action_values_problem(leaf, actions)
         if problem:
             return f"{name}: {problem}"
+        if allowed is not None:
+            masked = [r for r in range(k) if allowed[r].any() and not allowed[r, int(actions[r])]]
+            if masked:
+                return (f"{name}: rows {masked} got masked actions "
+                        f"{[int(actions[r]) for r in masked]}")  # fmt: skip
     return ""
 
 
@@ -363,6 +399,9 @@ def _info_valid(ctx: LearnerContext) -> list[str]:
             problems.append(f"{name}: kind {space.kind!r} is not one of {sorted(SPACE_CHECKS)}")
         else:
             problems += kind_check(space, name)
+    agents = list(info.env.agents)
+    if len(set(agents)) != len(agents) or not all(agents):
+        problems.append(f"env.agents {agents} must be distinct, non-empty ids")
     if not info.learner_run_id:
         problems.append("learner_run_id is empty")
     if info.max_message_bytes <= 0:
@@ -435,11 +474,14 @@ def _good_run(ctx: LearnerContext) -> _GoodRun:
             f"Accept.learner_run_id {reply.accept.learner_run_id!r} is not "
             f"GetInfo's {info.learner_run_id!r}"
         )
-    obs = valid_obs(info.env.observation_space, k)
+    obs = valid_obs(info.env.observation_space, rows(info, k))
     rng = np.random.default_rng(0)
-    for n, (reward, terminated, truncated) in enumerate(_episode_script(k, ctx.config.frames, rng)):
+    script = _episode_script(rows(info, k), ctx.config.frames, rng)
+    for n, (reward, terminated, truncated) in enumerate(script):
+        # a multi-agent env's final rows do not act (and the others all do)
+        acting = ~(terminated | truncated) if info.env.agents else False
         problem = actions_problem(
-            stream.exchange(frame(obs, reward, terminated, truncated)), info, k
+            stream.exchange(frame(info, obs, reward, terminated, truncated, acting)), info, k
         )
         if problem:
             target = (
@@ -454,7 +496,7 @@ def _good_run(ctx: LearnerContext) -> _GoodRun:
         result.reconnect.append("a second stream's Hello was not accepted")
     else:
         for n in range(2):
-            problem = actions_problem(again.exchange(frame(obs)), info, k)
+            problem = actions_problem(again.exchange(frame(info, obs)), info, k)
             if problem:
                 result.reconnect.append(f"second stream, frame {n}: {problem}")
                 break
@@ -521,7 +563,9 @@ def _good_step(ctx: LearnerContext) -> None:
     if ctx.good.ended is not None:
         return
     problem = actions_problem(
-        ctx.good.exchange(frame(valid_obs(info.env.observation_space, k))), info, k
+        ctx.good.exchange(frame(info, valid_obs(info.env.observation_space, rows(info, k)))),
+        info,
+        k,
     )
     if problem:
         ctx.good_problems.append(f"after {ctx.bad_streams} bad streams: {problem}")
@@ -561,7 +605,7 @@ def _changed_env(info: pb.LearnerInfo, change: Callable[[pb.EnvSpec], None]) -> 
 def _rejects_bad_hello(ctx: LearnerContext) -> list[str]:
     info = ctx.need_info()
     k = ctx.config.num_envs
-    obs = valid_obs(info.env.observation_space, k)
+    obs = valid_obs(info.env.observation_space, rows(info, k))
     other_stack = info.frame_stack + 1 if info.frame_stack > 1 else 4
 
     def grow_obs(env: pb.EnvSpec) -> None:
@@ -574,7 +618,7 @@ def _rejects_bad_hello(ctx: LearnerContext) -> list[str]:
             env.action_space.shape.append(2)
 
     cases: list[tuple[str, list[pb.ActorMessage | bytes]]] = [
-        ("a Frame first", [frame(obs)]),
+        ("a Frame first", [frame(info, obs)]),
         ("an empty first message", [pb.ActorMessage()]),
         ("protocol version 2", [hello(info, k, protocol_version=PROTOCOL_VERSION + 1)]),
         ("an empty run_id", [hello(info, k, run_id="")]),
@@ -603,23 +647,31 @@ def _rejects_bad_frame(ctx: LearnerContext) -> list[str]:
     info = ctx.need_info()
     k = ctx.config.num_envs
     space = info.env.observation_space
-    obs = valid_obs(space, k)
+    n = rows(info, k)
+    obs = valid_obs(space, n)
+    acting_more = np.ones(n + 1, np.bool_) if info.env.agents else False
     first = obs[0] if isinstance(obs, list) else obs  # a dict/tuple's first leaf stands in
     wrong_dtype = "float64" if first.dtype != np.float64 else "float32"
-    short = frame(obs)
+    short = frame(info, obs)
     tensor = (
         short.frame.observation_leaves[0] if isinstance(obs, list) else short.frame.observations
     )
     tensor.data = tensor.data[:-1]
     widened = np.concatenate([first, first], axis=-1) if first.ndim > 1 else first[:, None]
     cases: list[tuple[str, list[pb.ActorMessage | bytes]]] = [
-        ("observations of another dtype", [frame(_with_first(obs, first.astype(wrong_dtype)))]),
-        ("observations of another shape", [frame(_with_first(obs, widened))]),
+        (
+            "observations of another dtype",
+            [frame(info, _with_first(obs, first.astype(wrong_dtype)))],
+        ),
+        ("observations of another shape", [frame(info, _with_first(obs, widened))]),
         ("observations one byte short", [short]),
-        ("float64 rewards", [frame(obs, reward=np.zeros(k, np.float64))]),
-        ("uint8 terminated flags", [frame(obs, terminated=np.zeros(k, np.uint8))]),
-        ("K changed mid-stream", [frame(obs), frame(valid_obs(space, k + 1))]),
-        ("an infinite reward", [frame(obs, reward=np.full(k, np.inf, np.float32))]),
+        ("float64 rewards", [frame(info, obs, reward=np.zeros(n, np.float64))]),
+        ("uint8 terminated flags", [frame(info, obs, terminated=np.zeros(n, np.uint8))]),
+        (
+            "K changed mid-stream",
+            [frame(info, obs), frame(info, valid_obs(space, n + 1), acting=acting_more)],
+        ),
+        ("an infinite reward", [frame(info, obs, reward=np.full(n, np.inf, np.float32))]),
         ("bytes that do not parse", [b"\xff" * 40]),
     ]
     leaves = obs if isinstance(obs, list) else [obs]
@@ -627,7 +679,7 @@ def _rejects_bad_frame(ctx: LearnerContext) -> list[str]:
     if floating:
         nan = [np.full_like(leaf, np.nan) if i == floating[0] else leaf
                for i, leaf in enumerate(leaves)]  # fmt: skip
-        cases.append(("NaN observations", [frame(nan if isinstance(obs, list) else nan[0])]))
+        cases.append(("NaN observations", [frame(info, nan if isinstance(obs, list) else nan[0])]))
     return [
         p for label, messages in cases
         if (p := _refused(ctx, label, [hello(info, k), *messages], INVALID))
@@ -649,37 +701,172 @@ def _rejects_bad_leaves(ctx: LearnerContext) -> list[str]:
             "(try --env seedrl.conformance.probe:DictProbe)"
         )
     k = ctx.config.num_envs
-    leaves = valid_obs(space, k)
+    leaves = valid_obs(space, rows(info, k))
     assert isinstance(leaves, list)
-    whole = frame(leaves)
+    whole = frame(info, leaves)
     codec.encode_tensor(leaves[0], whole.frame.observations)
     cases: list[tuple[str, list[pb.ActorMessage | bytes]]] = [
         ("observations set beside the leaves", [whole]),
-        ("the last leaf missing", [frame(leaves[:-1])]),
-        ("one leaf too many", [frame([*leaves, leaves[-1]])]),
+        ("the last leaf missing", [frame(info, leaves[:-1])]),
+        ("one leaf too many", [frame(info, [*leaves, leaves[-1]])]),
     ]
     layouts = [(leaf.dtype, leaf.shape) for leaf in leaves]
     unlike = [j for j in range(1, len(leaves)) if layouts[j] != layouts[0]]
     if unlike:
         swapped = list(leaves)
         swapped[0], swapped[unlike[0]] = leaves[unlike[0]], leaves[0]
-        cases.append((f"leaves 0 and {unlike[0]} swapped", [frame(swapped)]))
+        cases.append((f"leaves 0 and {unlike[0]} swapped", [frame(info, swapped)]))
     return [
         p for label, messages in cases
         if (p := _refused(ctx, label, [hello(info, k), *messages], INVALID))
     ]  # fmt: skip
 
 
-@check("field-order-served")
-def _field_order_served(ctx: LearnerContext) -> list[str]:
-    """The four tensors last field first: the same Frame another encoder may write."""
+def _multi_agent(info: pb.LearnerInfo) -> int:
+    if not info.env.agents:
+        raise Skip(
+            f"{info.env.env_id} is single-agent (serve a multi-agent env, e.g. "
+            "--env seedrl.conformance.probe:TurnProbe)"
+        )
+    return len(info.env.agents)
+
+
+@check("rejects-missing-agents")
+def _rejects_missing_agents(ctx: LearnerContext) -> list[str]:
+    info = ctx.need_info()
+    agents = list(info.env.agents[:])
+    _multi_agent(info)
+    k = ctx.config.num_envs
+
+    def with_agents(ids: list[str]) -> pb.ActorMessage:
+        return hello(
+            info, k, env=_changed_env(info, lambda e: e.agents.__setitem__(slice(None), ids))
+        )
+
+    cases: list[tuple[str, list[pb.ActorMessage | bytes]]] = [
+        ("a Hello without agents", [with_agents([])]),
+        ("a Hello with one agent more", [with_agents([*agents, agents[-1] + "-extra"])]),
+    ]
+    if len(agents) > 1:
+        cases.append(("a Hello with the agents in reverse order", [with_agents(agents[::-1])]))
+    return [p for label, messages in cases if (p := _refused(ctx, label, messages, INVALID))]
+
+
+@check("rejects-bad-acting")
+def _rejects_bad_acting(ctx: LearnerContext) -> list[str]:
     info = ctx.need_info()
     k = ctx.config.num_envs
-    canonical = frame(valid_obs(info.env.observation_space, k)).frame
+    n = rows(info, k)
+    obs = valid_obs(info.env.observation_space, n)
+    if not info.env.agents:
+        cases = [
+            ("acting set for a single-agent env", frame(info, obs, acting=np.ones(n, np.bool_)))
+        ]
+    else:
+        short = n - 1 if n > 1 else n + 1
+        cases = [
+            ("a frame without acting", frame(info, obs, acting=False)),
+            (
+                f"acting of {short} rows, not K x A = {n}",
+                frame(info, obs, acting=np.ones(short, np.bool_)),
+            ),
+            ("uint8 acting", frame(info, obs, acting=np.ones(n, np.uint8))),
+        ]
+    return [
+        p for label, message in cases
+        if (p := _refused(ctx, label, [hello(info, k), message], INVALID))
+    ]  # fmt: skip
+
+
+AGENT_EPISODE = 7
+"""Frames of one scripted multi-agent episode: its reset frame, turns, a leaver's final row
+at frame 3, everyone else's final rows at the last frame."""
+
+
+def _agent_script(
+    info: pb.LearnerInfo, k: int, frames: int, rng: np.random.Generator
+) -> Iterator[tuple[pb.ActorMessage, np.ndarray | None]]:
+    """Frames of K multi-agent envs played in turns (round robin among the agents still in),
+    with one agent per env leaving early (truncated) and the rest ending together
+    (terminated), each followed by a reset frame; and the actions the acting rows' masks
+    allow (rows x actions; None when the env has no action mask)."""
+    a = len(info.env.agents)
+    n = k * a
+    space, action = info.env.observation_space, info.env.action_space
+    obs = valid_obs(space, n)
+    leaves = codec.space_leaves(space) if codec.is_structured(space) else []
+    masks = [
+        j for j, leaf in enumerate(leaves)
+        if leaf.name == MASK_LEAF and action.kind == "discrete"
+        and int(np.prod(leaf.shape)) == action.n
+    ]  # fmt: skip
+    for t in range(frames):
+        s = t % AGENT_EPISODE
+        reward = np.zeros(n, np.float32)
+        terminated, truncated, acting = (np.zeros(n, np.bool_) for _ in range(3))
+        for i in range(k):
+            leaver = i % a if a > 1 else -1
+            left = s > 3
+            players = [j for j in range(a) if not (j == leaver and s >= 3)]
+            for j in range(a):
+                row = i * a + j
+                if j == leaver and s == 3:
+                    truncated[row] = True
+                elif s == AGENT_EPISODE - 1 and not (j == leaver and left):
+                    terminated[row] = True
+                if s > 0 and not (j == leaver and left):
+                    reward[row] = rng.uniform(-1, 1)
+            if s < AGENT_EPISODE - 1:
+                acting[i * a + players[s % len(players)]] = True
+        allowed = None
+        if masks:
+            allowed = np.zeros((n, action.n), np.bool_)
+            for r in np.flatnonzero(acting):
+                allowed[r] = rng.random(action.n) < 0.5
+                allowed[r, rng.integers(action.n)] = True
+            assert isinstance(obs, list)
+            leaf = leaves[masks[0]]
+            obs[masks[0]] = allowed.reshape(n, *leaf.shape).astype(leaf.dtype)
+        yield frame(info, obs, reward, terminated, truncated, acting), allowed
+
+
+@check("agent-actions-reply")
+def _agent_actions_reply(ctx: LearnerContext) -> list[str]:
+    info = ctx.need_info()
+    _multi_agent(info)
+    k = ctx.config.num_envs
+    stream = ctx.stream()
+    reply = stream.exchange(hello(info, k))
+    if isinstance(reply, Ended) or reply.WhichOneof("kind") != "accept":
+        stream.cancel()
+        raise Skip("the Hello was not accepted (see hello-accepted)")
+    problems = []
+    frames = max(ctx.config.frames, 2 * AGENT_EPISODE)
+    for n, (message, allowed) in enumerate(
+        _agent_script(info, k, frames, np.random.default_rng(1))
+    ):
+        problem = actions_problem(stream.exchange(message), info, k, allowed)
+        if problem:
+            problems.append(f"frame {n} (of episode frame {n % AGENT_EPISODE}): {problem}")
+            break
+    stream.half_close()
+    return problems
+
+
+@check("field-order-served")
+def _field_order_served(ctx: LearnerContext) -> list[str]:
+    """The four tensors (and acting) last field first: the same Frame another encoder
+    may write."""
+    info = ctx.need_info()
+    k = ctx.config.num_envs
+    canonical = frame(info, valid_obs(info.env.observation_space, rows(info, k))).frame
     obs_field = "observation_leaves" if canonical.observation_leaves else "observations"
+    names: tuple[str, ...] = ("truncated", "terminated", "rewards", obs_field)
+    if info.env.agents:
+        names = ("acting", *names)
     reordered = b"".join(
         pb.ActorMessage(frame=pb.Frame(**{name: getattr(canonical, name)})).SerializeToString()
-        for name in ("truncated", "terminated", "rewards", obs_field)
+        for name in names
     )
     stream = ctx.stream()
     reply = stream.exchange(hello(info, k))
@@ -703,7 +890,7 @@ def _oversized_message(ctx: LearnerContext) -> list[str]:
     if limit > OVERSIZE_LIMIT:
         raise Skip(f"max_message_bytes {limit} is more than this check sends ({OVERSIZE_LIMIT})")
     k = ctx.config.num_envs
-    big = frame(valid_obs(info.env.observation_space, k))
+    big = frame(info, valid_obs(info.env.observation_space, rows(info, k)))
     f = big.frame
     (f.observation_leaves[0] if f.observation_leaves else f.observations).data = bytes(limit + 1)
     problem = _refused(
@@ -724,8 +911,12 @@ def _frame_stack_accepted(ctx: LearnerContext) -> list[str]:
     k = ctx.config.num_envs
     problems = []
     for label, stack, obs in (
-        ("newest frames", d, valid_obs(info.env.observation_space, k, newest_only=True)),
-        ("whole stacks", 0, valid_obs(info.env.observation_space, k)),
+        (
+            "newest frames",
+            d,
+            valid_obs(info.env.observation_space, rows(info, k), newest_only=True),
+        ),
+        ("whole stacks", 0, valid_obs(info.env.observation_space, rows(info, k))),
     ):
         stream = ctx.stream()
         reply = stream.exchange(hello(info, k, frame_stack=stack))
@@ -733,7 +924,7 @@ def _frame_stack_accepted(ctx: LearnerContext) -> list[str]:
             problems.append(f"{label}: the Hello with frame_stack {stack} was not accepted")
         else:
             for n in range(3):
-                problem = actions_problem(stream.exchange(frame(obs)), info, k)
+                problem = actions_problem(stream.exchange(frame(info, obs)), info, k)
                 if problem:
                     problems.append(f"{label}, frame {n}: {problem}")
                     break
@@ -763,10 +954,10 @@ def _shutdown_message(ctx: LearnerContext) -> list[str]:
     reply = stream.exchange(hello(info, k))
     if isinstance(reply, Ended) or reply.WhichOneof("kind") != "accept":
         return ["the Hello was not accepted"]
-    obs = valid_obs(info.env.observation_space, k)
+    obs = valid_obs(info.env.observation_space, rows(info, k))
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        reply = stream.exchange(frame(obs))
+        reply = stream.exchange(frame(info, obs))
         if isinstance(reply, Ended):
             return [f"the stream ended with {reply.code.name} ({reply.details!r}) and no Shutdown"]
         if reply.WhichOneof("kind") == "shutdown":

@@ -224,6 +224,114 @@ class MultiDiscreteProbeModel:
         return np.array([rng.integers(n) for n in probe.MULTI_NVEC], np.int64)
 
 
+@dataclass
+class AgentsFrame:
+    """One env's rows of a multi-agent frame, as its model predicts them."""
+
+    obs: list[dict[str, np.ndarray] | None]
+    """Each agent's observation (leaf name -> value); None for an agent out of the episode
+    (its observation is not judged)."""
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    acting: np.ndarray
+    over: bool
+    """Every agent has ended: the env's next frame is its reset frame."""
+    state: Any = None
+    """What the model needs to predict the frame after this one."""
+
+
+class AgentsModel(Protocol):
+    """A multi-agent env's model: one env's rows (agents in ``agents`` order) from its
+    previous rows and the actions sent for them."""
+
+    agents: tuple[str, ...]
+    episode_frames: int
+    """Frames from one reset frame to the next (the stream session serves a few)."""
+
+    def reset(self) -> AgentsFrame: ...
+    def step(self, before: AgentsFrame, actions_A: np.ndarray) -> AgentsFrame: ...
+    def same(self, predicted: dict[str, np.ndarray], actual: np.ndarray) -> bool: ...
+    def choose(self, obs: np.ndarray, row: int, rng: np.random.Generator) -> Any:
+        """The action the suite sends a row: an allowed one for the agent to move."""
+        ...
+
+
+class TurnProbeModel:
+    """:class:`~seedrl.conformance.probe.TurnProbe`: exact, written from its rules (round
+    robin among the agents still in, each ending on its own move count)."""
+
+    agents: tuple[str, ...] = probe.TURN_AGENTS
+    episode_frames: int = sum(probe.TURN_MOVES) + 1
+
+    def _frame(
+        self, moves: int, last: int, moves_of: tuple[int, ...], received: tuple[float, ...],
+        next_mover: int, out: tuple[bool, ...], ended: int = -1,
+    ) -> AgentsFrame:  # fmt: skip
+        a = len(self.agents)
+        obs: list[dict[str, np.ndarray] | None] = []
+        for j in range(a):
+            mask = np.zeros(3, np.int8)
+            if j == next_mover:
+                mask[:] = 1
+                if last >= 0:
+                    mask[last] = 0
+            values = (j, moves, last, received[j], *moves_of)
+            row: dict[str, np.ndarray] = {
+                "action_mask": mask,
+                "observation": np.array(values, np.float32),
+            }
+            obs.append(None if out[j] else row)
+        terminated, truncated = np.zeros(a, np.bool_), np.zeros(a, np.bool_)
+        if ended >= 0:
+            (truncated if ended == probe.TURN_TRUNCATED else terminated)[ended] = True
+        acting = np.zeros(a, np.bool_)
+        if next_mover >= 0:
+            acting[next_mover] = True
+        reward = np.array([0.0 if out[j] else received[j] for j in range(a)], np.float32)
+        state = (moves, last, moves_of, received, next_mover, out, ended)
+        return AgentsFrame(obs, reward, terminated, truncated, acting, next_mover < 0, state)
+
+    def reset(self) -> AgentsFrame:
+        a = len(self.agents)
+        return self._frame(0, -1, (0,) * a, (0.0,) * a, 0, (False,) * a)
+
+    def step(self, before: AgentsFrame, actions_A: np.ndarray) -> AgentsFrame:
+        moves, _, moves_of, received, m, out, ended = before.state
+        out = tuple(o or j == ended for j, o in enumerate(out))  # a final row was sent
+        a = int(np.asarray(actions_A[m]))
+        counts = list(moves_of)
+        counts[m] += 1
+        got = tuple(
+            received[j] if out[j] else float(a - 1) if j == m else (1 - a) / 2
+            for j in range(len(self.agents))
+        )
+        live = [j for j, n in enumerate(counts) if n < probe.TURN_MOVES[j]]
+        following = [*range(m + 1, len(self.agents)), *range(m + 1)]
+        next_mover = next((j for j in following if j in live), -1)
+        finished = m if counts[m] == probe.TURN_MOVES[m] else -1
+        return self._frame(moves + 1, a, tuple(counts), got, next_mover, out, finished)
+
+    def same(self, predicted: dict[str, np.ndarray], actual: np.ndarray) -> bool:
+        return all(np.array_equal(value, actual[name]) for name, value in predicted.items())
+
+    def choose(self, obs: np.ndarray, row: int, rng: np.random.Generator) -> Any:
+        allowed = np.flatnonzero(obs["action_mask"])
+        return int(rng.choice(allowed)) if len(allowed) else int(rng.integers(3))
+
+
+AGENT_MODELS: dict[str, Callable[[], AgentsModel]] = {
+    "seedrl.conformance.probe:TurnProbe": TurnProbeModel,
+}
+"""Multi-agent env id -> its model."""
+
+
+def agents_model_for(env_id: str, env_kwargs: dict[str, Any]) -> AgentsModel | None:
+    """The model of this multi-agent env, or None."""
+    make = AGENT_MODELS.get(env_id)
+    return make() if make is not None and not env_kwargs else None
+
+
 MODELS: dict[str, Callable[[], Any]] = {
     "CartPole-v1": CartPoleModel,
     "seedrl.conformance.probe:StackedProbe": StackedProbeModel,

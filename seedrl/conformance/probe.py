@@ -9,9 +9,10 @@ whether the actor clipped. Both report the action they applied, a step counter a
 position their dynamics moved, so one frame is enough to predict the next exactly
 (:mod:`seedrl.conformance.models`). ``DictProbe`` has a dict observation with a nested
 tuple (one tensor per leaf on the wire) and ``MultiDiscreteProbe`` a MultiDiscrete action,
-for actors that run structured spaces. Name them as
+for actors that run structured spaces. ``TurnProbe`` is a PettingZoo AEC game of three
+agents with a known turn order, for actors that run multi-agent envs. Name them as
 ``seedrl.conformance.probe:StackedProbe`` (and ``BoxProbe``, ``DictProbe``,
-``MultiDiscreteProbe``).
+``MultiDiscreteProbe``, ``TurnProbe``).
 """
 
 from __future__ import annotations
@@ -212,3 +213,136 @@ class MultiDiscreteProbe(gym.Env):
         terminated = bool(abs(obs[0]) > MULTI_BOUND)
         truncated = bool(obs[3] >= MULTI_TIME_LIMIT)
         return obs.copy(), float(-abs(obs[0])), terminated, truncated, {}
+
+
+TURN_AGENTS = ("p0", "p1", "p2")
+TURN_MOVES = (2, 3, 4)
+"""Moves each agent makes before its episode ends: they finish at different times."""
+TURN_TRUNCATED = 2
+"""The agent whose end is a time limit (truncated); the others' ends are terminations."""
+TURN_OBS = 4 + len(TURN_AGENTS)
+"""A TurnProbe observation: agent index, moves, last action, reward received, each
+agent's moves."""
+
+try:  # a real PettingZoo env where PettingZoo is installed; its API alone otherwise
+    from pettingzoo import AECEnv as _AECBase
+except ImportError:  # pragma: no cover - seedrl's actors need only the duck-typed API
+    _AECBase = object
+
+
+class TurnProbe(_AECBase):
+    """A PettingZoo AEC game of three agents ``p0, p1, p2`` who move in turn (round robin
+    among those still in). Action ``a`` in {0, 1, 2}: the mover receives ``a - 1``, every
+    other agent still in ``(1 - a) / 2``. An agent's episode ends on its own 2nd, 3rd, 4th
+    move (``p0`` and ``p1`` terminated, ``p2`` truncated); PettingZoo's convention then
+    selects it to be stepped dead (``step(None)``), and once all have ended the game is
+    over. Observations are a dict: ``action_mask`` ``int8 [3]`` (the agent to move may play
+    anything but the last action played; everyone else nothing) and ``observation``
+    ``float32 [7]`` ``[agent index, moves, last action (-1 at first), reward received from
+    the last move, moves of p0, p1, p2]``, so each row's frame shows the action applied,
+    the rewards and whose turn it is."""
+
+    metadata = {"render_modes": [], "name": "turn_probe_v0"}  # noqa: RUF012
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = list(TURN_AGENTS)
+        self._observation_space = gym.spaces.Dict(
+            {
+                "action_mask": gym.spaces.Box(0, 1, (3,), np.int8),
+                "observation": gym.spaces.Box(-100.0, 100.0, (TURN_OBS,), np.float32),
+            }
+        )
+        self._action_space = gym.spaces.Discrete(3)
+        self.reset()
+
+    def observation_space(self, agent: str) -> gym.spaces.Space:
+        return self._observation_space
+
+    def action_space(self, agent: str) -> gym.spaces.Space:
+        return self._action_space
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def max_num_agents(self) -> int:
+        return len(self.possible_agents)
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        self.agents = list(self.possible_agents)
+        self._moves = 0
+        self._last = -1
+        self._moves_of = [0] * len(TURN_AGENTS)
+        self._received = [0.0] * len(TURN_AGENTS)
+        self._next = 0
+        """The agent to move (by the game's rule, whatever dead steps are pending); -1: over."""
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos: dict[str, dict[str, Any]] = {agent: {} for agent in self.agents}
+        self.agent_selection = self.agents[0]
+
+    def observe(self, agent: str) -> dict[str, np.ndarray]:
+        j = TURN_AGENTS.index(agent)
+        mask = np.zeros(3, np.int8)
+        if j == self._next:
+            mask[:] = 1
+            if self._last >= 0:
+                mask[self._last] = 0
+        values = (j, self._moves, self._last, self._received[j], *self._moves_of)
+        return {"action_mask": mask, "observation": np.array(values, np.float32)}
+
+    def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        agent = self.agent_selection
+        return (
+            self.observe(agent) if observe else None, self._cumulative_rewards[agent],
+            self.terminations[agent], self.truncations[agent], self.infos[agent],
+        )  # fmt: skip
+
+    def step(self, action: Any) -> None:
+        mover = self.agent_selection
+        if self.terminations[mover] or self.truncations[mover]:
+            if action is not None:
+                raise ValueError(f"TurnProbe: {mover} has ended; step it with None")
+            self._remove(mover)
+            return
+        a = int(action)
+        if a not in (0, 1, 2):
+            raise ValueError(f"TurnProbe: action {action!r} is not in Discrete(3)")
+        m = TURN_AGENTS.index(mover)
+        self._cumulative_rewards[mover] = 0.0
+        self._moves += 1
+        self._moves_of[m] += 1
+        self._last = a
+        for agent in self.agents:
+            j = TURN_AGENTS.index(agent)
+            self._received[j] = float(a - 1) if j == m else (1 - a) / 2
+            self.rewards[agent] = self._received[j]
+            self._cumulative_rewards[agent] += self._received[j]
+        live = [j for j, n in enumerate(self._moves_of) if n < TURN_MOVES[j]]
+        self._next = next((j for j in (*range(m + 1, 3), *range(m + 1)) if j in live), -1)
+        if self._moves_of[m] == TURN_MOVES[m]:  # selected again: it is stepped dead next
+            ends = self.truncations if m == TURN_TRUNCATED else self.terminations
+            ends[mover] = True
+        else:
+            self.agent_selection = TURN_AGENTS[self._next]
+
+    def _remove(self, agent: str) -> None:
+        """PettingZoo's dead step: the agent leaves, the next one in turn is selected, the
+        step's rewards are cleared (they were the move's)."""
+        self.agents.remove(agent)
+        for table in (self.rewards, self._cumulative_rewards, self.terminations,
+                      self.truncations, self.infos):  # fmt: skip
+            del table[agent]
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        if self.agents:
+            self.agent_selection = TURN_AGENTS[self._next]
+
+    def render(self) -> None:
+        return None
+
+    def close(self) -> None:
+        pass

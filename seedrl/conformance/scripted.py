@@ -10,9 +10,10 @@ so whatever the actor sent is seen as sent. Like seedrl's learner it ends a stre
 
 A dict/tuple observation (or action) is kept as a numpy record array ``[K]`` with one
 field per leaf, named as its leaf (``obs_KO[i]["pos"]``), so every check reads env i's
-observation as ``obs_KO[i]`` whatever the space.
+observation as ``obs_KO[i]`` whatever the space. A multi-agent env (``EnvSpec.agents``)
+has K x (its agents) rows in every tensor: "K" below then counts rows, env-major.
 
-Shape suffixes: K envs in the stream, O observation dims, A action dims.
+Shape suffixes: K envs (rows) in the stream, O observation dims, A action dims, R rows.
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ class FrameRecord:
     truncated_K: np.ndarray
     actions_KA: np.ndarray | None = None
     """The reply; None for the frame answered with the Shutdown."""
+    acting_R: np.ndarray | None = None
+    """A multi-agent env's acting rows; None for a single-agent env."""
 
 
 @dataclass
@@ -198,6 +201,8 @@ class ScriptedLearner:
         else:
             self._act_dtype, self._act_shape = self._act_leaves[0].dtype, codec.spec_shape(act)
         self._server: grpc.Server | None = None
+        self.agents = codec.rows_per_env(env) if env.agents else 0
+        """A multi-agent env's agents per env (rows of every frame); 0 for one agent."""
 
     # ------------------------------------------------------------------ records
 
@@ -368,6 +373,8 @@ class ScriptedLearner:
             bad(case, f"Hello.frame_stack {hello.frame_stack} but GetInfo offered {offered}")
         for text in env_differences(hello.env, self.env):
             bad("hello-env", text)
+            if text.startswith("agents"):
+                stream.problem("agent-rows", text)
         return found
 
     def _serve(
@@ -378,7 +385,7 @@ class ScriptedLearner:
         reader: _Reader,
         context: grpc.ServicerContext,
     ) -> Iterator[bytes]:
-        k = hello.num_envs
+        k = hello.num_envs * max(1, self.agents)
         offered = stream.info.frame_stack if stream.info is not None else 0
         newest_only = hello.frame_stack > 1 and hello.frame_stack == offered
         sent_shape = (k, *(self._obs_shape[1:] if newest_only else self._obs_shape))
@@ -463,13 +470,35 @@ class ScriptedLearner:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {exc}")
         if self._obs_leaves:
             arrays.insert(0, self._read_leaves(stream, n, f, k, context))
+        acting = self._read_acting(stream, n, f, k, context)
         obs, reward, terminated, truncated = arrays
         values = [obs[x.name] for x in self._obs_leaves] if self._obs_leaves else [obs]
         for name, array in [*(("observations", v) for v in values), ("rewards", reward)]:
             if not codec.all_finite(array):
                 stream.problem("finite-values", f"frame {n}: {name} hold NaN or inf")
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {name}: NaN or inf")
-        return FrameRecord(time.monotonic(), obs, reward, terminated, truncated)
+        return FrameRecord(time.monotonic(), obs, reward, terminated, truncated, acting_R=acting)
+
+    def _read_acting(
+        self, stream: StreamRecord, n: int, f: pb.Frame, rows: int, context: grpc.ServicerContext
+    ) -> np.ndarray | None:
+        """A multi-agent env's acting flags ``[rows]``; a single-agent env's frame has none."""
+        if not self.agents:
+            if f.HasField("acting"):
+                stream.problem("tensor-layout", f"frame {n}: acting is set, but the env has "
+                               "one agent (acting is for multi-agent envs)")  # fmt: skip
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad frame: acting is set")
+            return None
+        if not f.HasField("acting"):
+            stream.problem("agent-rows", f"frame {n}: acting is missing (a multi-agent env's "
+                           f"frame carries bool [{rows}])")  # fmt: skip
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad frame: acting is missing")
+        try:
+            return codec.decode_tensor(f.acting, "acting", np.bool_, (rows,))
+        except codec.WireError as exc:
+            stream.problem("agent-rows", f"frame {n}: {exc} (K x A = {rows} rows)")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {exc}")
+        raise AssertionError("abort raised")
 
     def _read_leaves(
         self, stream: StreamRecord, n: int, f: pb.Frame, k: int, context: grpc.ServicerContext
@@ -600,6 +629,8 @@ def env_differences(theirs: pb.EnvSpec, ours: pb.EnvSpec) -> list[str]:
         found.append(
             f"env_kwargs_json {theirs.env_kwargs_json!r}, but GetInfo said {ours.env_kwargs_json!r}"
         )
+    if list(theirs.agents) != list(ours.agents):
+        found.append(f"agents {list(theirs.agents)}, but GetInfo said {list(ours.agents)}")
     for name in ("observation_space", "action_space"):
         a, b = getattr(theirs, name), getattr(ours, name)
         if not codec.specs_match(a, b):
