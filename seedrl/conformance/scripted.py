@@ -451,15 +451,18 @@ class ScriptedLearner:
         ]
         if not self._obs_leaves:
             expected.insert(0, ("observations", f.observations, self._obs_dtype, sent_shape))
+        unit = "rows" if self.agents else "envs"
         for name, tensor, dtype, shape in expected:
             if not f.HasField(name):
                 stream.problem("tensor-layout", f"frame {n}: {name} is missing")
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {name} is missing")
             if tensor.shape and tensor.shape[0] != k:
                 stream.problem(
-                    "k-constant",
-                    f"frame {n}: {name} carry {tensor.shape[0]} envs but the Hello said K={k}",
-                )
+                    "agent-rows" if self.agents else "k-constant",
+                    f"frame {n}: {name} carry {tensor.shape[0]} {unit} but the Hello said "
+                    + (f"K={k // self.agents} envs of {self.agents} agents" if self.agents
+                       else f"K={k}"),
+                )  # fmt: skip
                 context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: K changed to {tensor.shape[0]}"
                 )
@@ -517,10 +520,13 @@ class ScriptedLearner:
             bad("observation-leaves", f"{len(f.observation_leaves)} observation_leaves, but "
                 f"the space has {len(self._obs_leaves)} leaves")  # fmt: skip
         obs = np.zeros(k, self._obs_dtype)
+        unit = "rows" if self.agents else "envs"
         for leaf, tensor in zip(self._obs_leaves, f.observation_leaves, strict=True):
             if tensor.shape and tensor.shape[0] != k:
-                bad("k-constant", f"leaf {leaf.name!r} carries {tensor.shape[0]} envs but the "
-                    f"Hello said K={k}")  # fmt: skip
+                bad("agent-rows" if self.agents else "k-constant",
+                    f"leaf {leaf.name!r} carries {tensor.shape[0]} {unit} but the Hello said "
+                    + (f"K={k // self.agents} envs of {self.agents} agents" if self.agents
+                       else f"K={k}"))  # fmt: skip
             try:
                 obs[leaf.name] = codec.decode_tensor(
                     tensor, f"leaf {leaf.name!r}", leaf.dtype, (k, *leaf.shape)
