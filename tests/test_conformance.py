@@ -103,6 +103,21 @@ def test_seedrl_actor_passes_the_probe_envs(env, cases, monkeypatch):
         assert ends.min() >= 2, ends
 
 
+@pytest.mark.parametrize("env", ["multiagent_envs:JoinLeave", "multiagent_envs:turn_game"])
+def test_seedrl_actor_passes_multi_agent_envs_without_a_model(env, monkeypatch):
+    """tests/multiagent_envs.py: a Parallel env whose agents join and leave mid-episode, an
+    AEC game whose leaver is stepped dead. The rules that need no model are judged; the
+    model cases skip, saying why."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests"))
+    command = [*PYTHON_ACTOR, "--allow-env-module", "multiagent_envs"]
+    report = run_actor_suite(command, ActorSuiteConfig(env=env, only=",".join(AGENT_ACTOR_CASES)))
+    status = {v.case.id: v.status for v in report.verdicts}
+    assert status == {"agent-rows": Status.PASS, "acting-rows": Status.SKIP,
+                      "agent-actions-applied": Status.SKIP,
+                      "agent-episode-ends": Status.PASS}, report.text()  # fmt: skip
+    assert "the suite has no model of" in report.of("acting-rows").detail
+
+
 # (break, env, the case it must fail, words its message must hold)
 CP = "CartPole-v1"
 BROKEN = [

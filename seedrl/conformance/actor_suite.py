@@ -855,6 +855,17 @@ def _agent_frame_problems(
             )  # fmt: skip
             found.append(("agent-episode-ends", f"{where}, {who}: terminated {flags[0]}, "
                           f"truncated {flags[1]}, but {why}"))  # fmt: skip
+        expected = want.obs[j]
+        got_obs = frame.obs_KO[row]
+        if expected is not None and not model.same(expected, got_obs):
+            if reset:
+                found.append(("agent-episode-ends", f"{where}, {who}: observation "
+                              f"{_show_record(got_obs)} is not one a reset gives"))  # fmt: skip
+            else:
+                hint = _which_row(model, before, sent_A, got_obs, j, ids)
+                found.append(("agent-actions-applied", f"{where}, {who}: observation "
+                              f"{_show_record(got_obs)}, but the env's rules under the actions "
+                              f"sent give {_show_record(expected)}{hint}"))  # fmt: skip
         reward = float(frame.reward_K[row])
         if reward != float(want.reward[j]):
             case = "agent-episode-ends" if reset or out else "agent-actions-applied"
@@ -864,17 +875,6 @@ def _agent_frame_problems(
                 if out else "the env's rules under the action sent give that"
             )  # fmt: skip
             found.append((case, f"{where}, {who}: reward {reward}, not {want.reward[j]} ({why})"))
-        expected = want.obs[j]
-        got_obs = frame.obs_KO[row]
-        if expected is not None and not model.same(expected, got_obs):
-            if reset:
-                found.append(("agent-episode-ends", f"{where}, {who}: observation "
-                              f"{_show_record(got_obs)} is not one a reset gives"))  # fmt: skip
-                continue
-            hint = _which_row(model, before, sent_A, got_obs, j, ids)
-            found.append(("agent-actions-applied", f"{where}, {who}: observation "
-                          f"{_show_record(got_obs)}, but the env's rules under the actions sent "
-                          f"give {_show_record(expected)}{hint}"))  # fmt: skip
     return found
 
 
@@ -910,19 +910,14 @@ def _show_record(value: Any) -> str:
     return "{" + ", ".join(f"{name}: {_show(value[name])}" for name in names) + "}"
 
 
-def _agent_case(runs: Runs, ctx: Context, case: str) -> list[str]:
-    found = _agent_walk(runs, ctx)
-    return found[case]
-
-
 @check("acting-rows")
 def _acting_rows(runs: Runs, ctx: Context) -> list[str]:
-    return _agent_case(runs, ctx, "acting-rows")
+    return _agent_walk(runs, ctx)["acting-rows"]
 
 
 @check("agent-actions-applied")
 def _agent_actions_applied(runs: Runs, ctx: Context) -> list[str]:
-    return _agent_case(runs, ctx, "agent-actions-applied")
+    return _agent_walk(runs, ctx)["agent-actions-applied"]
 
 
 @check("agent-episode-ends")
@@ -930,7 +925,7 @@ def _agent_episode_ends(runs: Runs, ctx: Context) -> list[str]:
     a = _multi_agent(ctx)
     problems = _agent_ends_by_rule(runs, a)
     if ctx.agents_model is not None:
-        problems += _agent_case(runs, ctx, "agent-episode-ends")
+        problems += _agent_walk(runs, ctx)["agent-episode-ends"]
     return problems
 
 

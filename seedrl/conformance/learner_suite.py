@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 from seedrl import PROTOCOL_VERSION, codec
 from seedrl.conformance.cases import Case, Report, Skip, Status, Verdict, select
 from seedrl.conformance.config import LearnerSuiteConfig
+from seedrl.conformance.scripted import MASK_LEAF
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.security import resolve_auth_token
 from seedrl.transport import ACT_METHOD, auth_metadata, client_channel
@@ -171,11 +172,6 @@ def hello(info: pb.LearnerInfo, k: int, **changes: Any) -> pb.ActorMessage:
 
 Observation = np.ndarray | list[np.ndarray]
 """K envs' observations: one array for a leaf space, one per leaf for a dict/tuple space."""
-
-
-MASK_LEAF = "action_mask"
-"""The observation leaf that masks the actions unless the learner names another: every
-action is allowed in the observations sent (a mask that allows none is refused)."""
 
 
 def rows(info: pb.LearnerInfo, k: int) -> int:
@@ -734,14 +730,15 @@ def _multi_agent(info: pb.LearnerInfo) -> int:
 @check("rejects-missing-agents")
 def _rejects_missing_agents(ctx: LearnerContext) -> list[str]:
     info = ctx.need_info()
-    agents = list(info.env.agents[:])
     _multi_agent(info)
+    agents = list(info.env.agents)
     k = ctx.config.num_envs
 
     def with_agents(ids: list[str]) -> pb.ActorMessage:
-        return hello(
-            info, k, env=_changed_env(info, lambda e: e.agents.__setitem__(slice(None), ids))
-        )
+        env = pb.EnvSpec()
+        env.CopyFrom(info.env)
+        env.agents[:] = ids
+        return hello(info, k, env=env)
 
     cases: list[tuple[str, list[pb.ActorMessage | bytes]]] = [
         ("a Hello without agents", [with_agents([])]),

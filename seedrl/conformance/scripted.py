@@ -43,6 +43,9 @@ SHUTDOWN_WAIT_S = 3.0
 rule allows 2 s; the extra second tells "late" from "never")."""
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
+MASK_LEAF = "action_mask"
+"""The observation leaf that masks the actions (learners' default, --action-mask)."""
+
 HALF_CLOSED = "half-close"
 CANCELLED = "cancel"
 SILENT = "nothing"
@@ -203,6 +206,15 @@ class ScriptedLearner:
         self._server: grpc.Server | None = None
         self.agents = codec.rows_per_env(env) if env.agents else 0
         """A multi-agent env's agents per env (rows of every frame); 0 for one agent."""
+        self._mask = next(
+            (
+                leaf.name for leaf in self._obs_leaves
+                if leaf.name == MASK_LEAF and act.kind == "discrete"
+                and int(np.prod(leaf.shape)) == act.n
+            ),
+            "",
+        )  # fmt: skip
+        """The observation leaf that masks a discrete action (random actions respect it)."""
 
     # ------------------------------------------------------------------ records
 
@@ -552,6 +564,8 @@ class ScriptedLearner:
         for i in range(k):
             if self._choose is not None:
                 actions[i] = self._choose(i, obs_KO[i], self._rng)
+            elif self._mask and obs_KO[i][self._mask].any():  # as a learner: never masked
+                actions[i] = self._rng.choice(np.flatnonzero(obs_KO[i][self._mask]))
             elif self._act_structured:
                 for leaf in self._act_leaves:
                     actions[i][leaf.name] = self._random_action(leaf)
