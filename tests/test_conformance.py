@@ -293,10 +293,7 @@ BROKEN_LEARNERS = [
 
 @pytest.mark.parametrize(
     ("name", "env", "case", "words"),
-    [
-        pytest.param(*row, id=f"{row[0]}:{row[2]}", marks=() if row[0] == "mask-all-rows" else SLOW)
-        for row in BROKEN_LEARNERS
-    ],
+    [pytest.param(*row, id=f"{row[0]}:{row[2]}", marks=SLOW) for row in BROKEN_LEARNERS],
 )
 def test_a_broken_learner_fails_the_case_guarding_its_rule(tmp_path, name, env, case, words):
     """seedrl's learner with one rule removed by one line (tests/broken_learner.py)."""
