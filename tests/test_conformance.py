@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -29,6 +30,7 @@ from seedrl.conformance.models import (
     BoxProbeModel,
     DictProbeModel,
     MultiDiscreteProbeModel,
+    SimulProbeModel,
     StackedProbeModel,
     TurnProbeModel,
 )
@@ -45,6 +47,7 @@ BOX = "seedrl.conformance.probe:BoxProbe"
 DICT = "seedrl.conformance.probe:DictProbe"
 MULTI = "seedrl.conformance.probe:MultiDiscreteProbe"
 TURN = "seedrl.conformance.probe:TurnProbe"
+SIMUL = "seedrl.conformance.probe:SimulProbe"
 AGENT_ACTOR_CASES = ["agent-rows", "acting-rows", "agent-actions-applied", "agent-episode-ends"]
 """The actor cases that only a multi-agent env shows (single-agent envs skip them)."""
 
@@ -74,11 +77,13 @@ def test_seedrl_actor_passes_every_case_on_cartpole():
         (MULTI, ["actions-applied", "time-limit-truncation", "next-step-autoreset"]),
         (TURN, [*AGENT_ACTOR_CASES, "reset-frame-first", "observation-leaves", "tensor-layout",
                 "k-constant", "hello-env"]),
+        (SIMUL, [*AGENT_ACTOR_CASES, "reset-frame-first", "tensor-layout", "hello-env"]),
     ],
 )  # fmt: skip
 def test_seedrl_actor_passes_the_probe_envs(env, cases, monkeypatch):
     """The cases CartPole cannot show: frame-once stacks (uint8), Box actions clipped, a dict
-    observation's leaves, MultiDiscrete actions."""
+    observation's leaves, MultiDiscrete actions, an AEC game's turns, a Parallel game's
+    joins and leaves."""
     from seedrl.conformance import actor_suite
 
     kept = {}
@@ -101,6 +106,14 @@ def test_seedrl_actor_passes_the_probe_envs(env, cases, monkeypatch):
         assert all(f.acting_R.shape == (3 * len(probe.TURN_AGENTS),) for f in frames)
         ends = sum(f.terminated_K | f.truncated_K for f in frames)
         assert ends.min() >= 2, ends
+    if env == SIMUL:  # all act at once; every agent ended twice, s2 joined mid-episode twice
+        a = len(probe.SIMUL_AGENTS)
+        acting = np.array([f.acting_R for f in first.frames]).reshape(-1, 3, a)
+        assert (acting.sum(axis=2) >= 2).any(), "no step where agents acted at once"
+        ends = sum(f.terminated_K | f.truncated_K for f in first.frames)
+        assert ends.min() >= 2, ends
+        joined = acting[1:, :, 2] & ~acting[:-1, :, 2] & acting[:-1, :, 0]
+        assert (joined.sum(axis=0) >= 2).all(), "s2 did not join a running episode twice"
 
 
 @pytest.mark.parametrize("env", ["multiagent_envs:JoinLeave", "multiagent_envs:turn_game"])
@@ -161,6 +174,12 @@ BROKEN = [
      "an action applied to the wrong agent?"),
     ("end-flags-kept", TURN, "agent-episode-ends",
      "row 0, frame 5 (its agent ended earlier): an end flag is set again"),
+    ("agent-actions-rolled", SIMUL, "agent-actions-applied",
+     "frame 1, s0 (row 0): observation [ 0. ,  1. ,  0.5,  0.5,  1. ,  1. , -1. ], but the env's "
+     "rules under the actions sent give [ 0. ,  1. ,  1.5,  1.5,  2. ,  1. , -1. ]; it is what "
+     "the env gives with s1's action applied to s0: an action applied to the wrong agent?"),
+    ("end-flags-kept", SIMUL, "agent-episode-ends",
+     "row 1, frame 4 (its agent ended earlier): an end flag is set again"),
 ]  # fmt: skip
 FAST = {"reset-reward", "swap-actions", "agent-actions-rolled"}
 SLOW = pytest.mark.slow
@@ -170,7 +189,9 @@ SLOW = pytest.mark.slow
 def _broken_params() -> list[object]:
     return [
         pytest.param(
-            *row, id=f"{row[0]}:{row[2]}", marks=() if row[0] in FAST else pytest.mark.slow
+            *row,
+            id=f"{row[0]}:{row[2]}" + (":simul" if row[1] == SIMUL else ""),
+            marks=() if row[0] in FAST and row[1] != SIMUL else pytest.mark.slow,
         )
         for row in BROKEN
     ]
@@ -357,22 +378,37 @@ def test_turn_probe_is_a_pettingzoo_aec_env():
     api_test(probe.TurnProbe(), num_cycles=30)
 
 
-def test_turn_probe_model_predicts_seedrl_rows_exactly():
-    """The model is written apart from the env; 200 steps of two envs stepped as rows by
-    seedrl's AgentEnvs must agree bit for bit: observations, rewards, flags, acting."""
+def test_simul_probe_is_a_pettingzoo_parallel_env():
+    """PettingZoo's own Parallel API test passes it, without a warning (a live agent left
+    out of a step's dicts, or one given them after it left, warns)."""
+    parallel_api_test = pytest.importorskip("pettingzoo.test").parallel_api_test
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parallel_api_test(probe.SimulProbe(), num_cycles=30)
+
+
+@pytest.mark.parametrize(
+    ("make_env", "make_model", "steps"),
+    [(probe.TurnProbe, TurnProbeModel, 200), (probe.SimulProbe, SimulProbeModel, 300)],
+)
+def test_multi_agent_probe_models_predict_seedrl_rows_exactly(make_env, make_model, steps):
+    """The models are written apart from the envs; two envs stepped as rows by seedrl's
+    AgentEnvs (the AEC turns, the Parallel joins and leaves) must agree with them bit for
+    bit: observations, rewards, flags, acting."""
     from seedrl.envs.agents import AgentEnvs
 
-    envs = AgentEnvs("turn", [probe.TurnProbe, probe.TurnProbe])
-    model, a = TurnProbeModel(), len(probe.TURN_AGENTS)
+    envs = AgentEnvs("probe", [make_env, make_env])
+    model = make_model()
+    a = len(model.agents)
     rng = np.random.default_rng(3)
     obs, _ = envs.reset()
     want = [model.reset(), model.reset()]
     ends = resets = 0
 
     def row(r):  # type: ignore[no-untyped-def]
-        return {name: obs[name][r] for name in ("action_mask", "observation")}
+        return {name: leaf[r] for name, leaf in obs.items()} if isinstance(obs, dict) else obs[r]
 
-    for _ in range(200):
+    for _ in range(steps):
         for i in range(2):
             span = slice(i * a, (i + 1) * a)
             w = want[i]

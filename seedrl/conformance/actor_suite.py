@@ -45,6 +45,7 @@ from seedrl.config import AUTH_TOKEN_ENV
 from seedrl.conformance.cases import Case, Report, Skip, Status, Verdict, select
 from seedrl.conformance.config import ActorSuiteConfig
 from seedrl.conformance.models import (
+    AGENT_MODELS,
     AgentsFrame,
     AgentsModel,
     EnvModel,
@@ -755,7 +756,8 @@ def _box_actions_clipped(runs: Runs, ctx: Context) -> list[str]:
 def _multi_agent(ctx: Context) -> int:
     if not ctx.agents:
         raise Skip(
-            f"{ctx.env.env_id} is single-agent (try --env seedrl.conformance.probe:TurnProbe)"
+            f"{ctx.env.env_id} is single-agent (try --env seedrl.conformance.probe:TurnProbe "
+            "or :SimulProbe)"
         )
     return ctx.agents
 
@@ -765,7 +767,7 @@ def _need_agents_model(ctx: Context) -> AgentsModel:
     if ctx.agents_model is None:
         raise Skip(
             f"the suite has no model of {ctx.env.env_id} (multi-agent models: "
-            "seedrl.conformance.probe:TurnProbe)"
+            f"{', '.join(AGENT_MODELS)})"
         )
     return ctx.agents_model
 
@@ -878,6 +880,11 @@ def _agent_frame_problems(
     return found
 
 
+WRONG_AGENT_HINT_AGENTS = 5
+"""Up to this many agents per env, a wrong observation is tried against every way of
+handing the actions sent to other agents of the env (A! candidates)."""
+
+
 def _which_row(
     model: AgentsModel,
     before: AgentsFrame | None,
@@ -886,17 +893,20 @@ def _which_row(
     j: int,
     ids: Sequence[str],
 ) -> str:
-    if before is None or sent_A is None:
+    """A hint when ``got`` is what the env gives with the actions sent handed to other
+    agents of the env (an AEC mover's, a Parallel env's every acting agent's)."""
+    if before is None or sent_A is None or not 1 < len(ids) <= WRONG_AGENT_HINT_AGENTS:
         return ""
-    mover = int(np.flatnonzero(before.acting)[0]) if before.acting.any() else -1
-    for q, other in enumerate(sent_A):
-        if q == mover or mover < 0 or np.array_equal(other, sent_A[mover]):
+    movers = [int(q) for q in np.flatnonzero(before.acting)]
+    for order in itertools.permutations(range(len(ids))):
+        moved = np.asarray(sent_A)[list(order)]
+        handed = [q for q in movers if not np.array_equal(moved[q], sent_A[q])]
+        if not handed:
             continue
-        moved = np.array(sent_A, copy=True)
-        moved[mover] = other
         maybe = model.step(before, moved).obs[j]
         if maybe is not None and model.same(maybe, got):
-            return f"; it is what {ids[q]}'s action gives: an action applied to the wrong agent?"
+            pairs = ", ".join(f"{ids[order[q]]}'s action applied to {ids[q]}" for q in handed)
+            return f"; it is what the env gives with {pairs}: an action applied to the wrong agent?"
     return ""
 
 

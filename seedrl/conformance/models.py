@@ -228,9 +228,9 @@ class MultiDiscreteProbeModel:
 class AgentsFrame:
     """One env's rows of a multi-agent frame, as its model predicts them."""
 
-    obs: list[dict[str, np.ndarray] | None]
-    """Each agent's observation (leaf name -> value); None for an agent out of the episode
-    (its observation is not judged)."""
+    obs: list[dict[str, np.ndarray] | np.ndarray | None]
+    """Each agent's observation (leaf name -> value for a dict space); None for an agent out
+    of the episode (its observation is not judged)."""
     reward: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
@@ -251,7 +251,7 @@ class AgentsModel(Protocol):
 
     def reset(self) -> AgentsFrame: ...
     def step(self, before: AgentsFrame, actions_A: np.ndarray) -> AgentsFrame: ...
-    def same(self, predicted: dict[str, np.ndarray], actual: np.ndarray) -> bool: ...
+    def same(self, predicted: Any, actual: np.ndarray) -> bool: ...
     def choose(self, obs: np.ndarray, row: int, rng: np.random.Generator) -> Any:
         """The action the suite sends a row: an allowed one for the agent to move."""
         ...
@@ -269,7 +269,7 @@ class TurnProbeModel:
         next_mover: int, out: tuple[bool, ...], ended: int = -1,
     ) -> AgentsFrame:  # fmt: skip
         a = len(self.agents)
-        obs: list[dict[str, np.ndarray] | None] = []
+        obs: list[dict[str, np.ndarray] | np.ndarray | None] = []
         for j in range(a):
             mask = np.zeros(3, np.int8)
             if j == next_mover:
@@ -312,7 +312,7 @@ class TurnProbeModel:
         finished = m if counts[m] == probe.TURN_MOVES[m] else -1
         return self._frame(moves + 1, a, tuple(counts), got, next_mover, out, finished)
 
-    def same(self, predicted: dict[str, np.ndarray], actual: np.ndarray) -> bool:
+    def same(self, predicted: Any, actual: np.ndarray) -> bool:
         return all(np.array_equal(value, actual[name]) for name, value in predicted.items())
 
     def choose(self, obs: np.ndarray, row: int, rng: np.random.Generator) -> Any:
@@ -320,8 +320,60 @@ class TurnProbeModel:
         return int(rng.choice(allowed)) if len(allowed) else int(rng.integers(3))
 
 
+class SimulProbeModel:
+    """:class:`~seedrl.conformance.probe.SimulProbe`: exact, written from its rules (every
+    agent in the episode acts at once, each joins and leaves after its own step count)."""
+
+    agents: tuple[str, ...] = probe.SIMUL_AGENTS
+    episode_frames: int = probe.SIMUL_LENGTH + 1
+
+    def _frame(
+        self, steps: int, acted: tuple[int, ...], received: tuple[float, ...],
+        returns: tuple[float, ...],
+    ) -> AgentsFrame:  # fmt: skip
+        a = len(self.agents)
+        joined = [probe.SIMUL_JOINS[j] <= steps for j in range(a)]
+        ends = [probe.SIMUL_ENDS[j] == steps for j in range(a)]
+        obs: list[dict[str, np.ndarray] | np.ndarray | None] = [
+            np.array((j, steps, received[j], returns[j], *acted), np.float32)
+            if joined[j] and steps <= probe.SIMUL_ENDS[j] else None
+            for j in range(a)
+        ]  # fmt: skip
+        terminated = np.array([e and j != probe.SIMUL_TRUNCATED for j, e in enumerate(ends)])
+        truncated = np.array([e and j == probe.SIMUL_TRUNCATED for j, e in enumerate(ends)])
+        acting = np.array([probe.simul_live(j, steps) for j in range(a)])
+        reward = np.array(
+            [0.0 if o is None else received[j] for j, o in enumerate(obs)], np.float32
+        )
+        over = steps >= probe.SIMUL_LENGTH
+        state = (steps, received, returns)
+        return AgentsFrame(obs, reward, terminated, truncated, acting, over, state)
+
+    def reset(self) -> AgentsFrame:
+        a = len(self.agents)
+        return self._frame(0, (-1,) * a, (0.0,) * a, (0.0,) * a)
+
+    def step(self, before: AgentsFrame, actions_A: np.ndarray) -> AgentsFrame:
+        steps, _, returns = before.state
+        acted = tuple(
+            int(np.asarray(actions_A[j])) if before.acting[j] else -1
+            for j in range(len(self.agents))
+        )
+        total = sum(x for x in acted if x >= 0)
+        received = tuple(0.0 if x < 0 else x - (total - x) / 2 for x in acted)
+        returns = tuple(g + r for g, r in zip(returns, received, strict=True))
+        return self._frame(steps + 1, acted, received, returns)
+
+    def same(self, predicted: Any, actual: np.ndarray) -> bool:
+        return predicted.shape == actual.shape and bool(np.array_equal(predicted, actual))
+
+    def choose(self, obs: np.ndarray, row: int, rng: np.random.Generator) -> Any:
+        return int(rng.integers(3))
+
+
 AGENT_MODELS: dict[str, Callable[[], AgentsModel]] = {
     "seedrl.conformance.probe:TurnProbe": TurnProbeModel,
+    "seedrl.conformance.probe:SimulProbe": SimulProbeModel,
 }
 """Multi-agent env id -> its model."""
 

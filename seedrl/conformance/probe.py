@@ -346,3 +346,114 @@ class TurnProbe(_AECBase):
 
     def close(self) -> None:
         pass
+
+
+SIMUL_AGENTS = ("s0", "s1", "s2")
+SIMUL_JOINS = (0, 0, 2)
+"""The step after which each agent is in the episode: s2 joins after the second step."""
+SIMUL_ENDS = (5, 3, 6)
+"""The step whose outcome ends each agent's episode: they leave at different times."""
+SIMUL_TRUNCATED = 0
+"""The agent whose end is a time limit (truncated); the others' ends are terminations."""
+SIMUL_LENGTH = max(SIMUL_ENDS)
+SIMUL_OBS = 4 + len(SIMUL_AGENTS)
+"""A SimulProbe observation: agent index, steps, reward received, return, each agent's
+last action."""
+
+try:  # a real PettingZoo env where PettingZoo is installed; its API alone otherwise
+    from pettingzoo import ParallelEnv as _ParallelBase
+except ImportError:  # pragma: no cover - seedrl's actors need only the duck-typed API
+    _ParallelBase = object
+
+
+def simul_live(j: int, steps: int) -> bool:
+    """Whether agent j acts after ``steps`` steps of a SimulProbe episode."""
+    return SIMUL_JOINS[j] <= steps < SIMUL_ENDS[j]
+
+
+class SimulProbe(_ParallelBase):
+    """A PettingZoo Parallel game of three agents ``s0, s1, s2`` who act at once. ``s0``
+    and ``s1`` start; ``s2`` joins after step 2 (its first observation, reward 0); ``s1``
+    is terminated by step 3, ``s0`` truncated by step 5 and ``s2`` terminated by step 6,
+    which ends the episode. Actions are Discrete(3); of the agents acting at a step, agent
+    j receives ``a_j - (sum of the others' actions) / 2``, so every reward depends on every
+    action sent. Observations are ``float32 [7]`` ``[agent index, steps, reward received
+    from the last step, return so far, last action of s0, s1, s2 (-1 where one did not
+    act)]``, so each row's frame shows the actions applied to every agent."""
+
+    metadata = {"render_modes": [], "name": "simul_probe_v0"}  # noqa: RUF012
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = list(SIMUL_AGENTS)
+        self._observation_space = gym.spaces.Box(-100.0, 100.0, (SIMUL_OBS,), np.float32)
+        self._action_space = gym.spaces.Discrete(3)
+        self.agents: list[str] = []
+        self._steps = 0
+        self._acted = [-1] * len(SIMUL_AGENTS)
+        self._received = [0.0] * len(SIMUL_AGENTS)
+        self._returns = [0.0] * len(SIMUL_AGENTS)
+
+    def observation_space(self, agent: str) -> gym.spaces.Space:
+        return self._observation_space
+
+    def action_space(self, agent: str) -> gym.spaces.Space:
+        return self._action_space
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def max_num_agents(self) -> int:
+        return len(self.possible_agents)
+
+    def _observe(self, agent: str) -> np.ndarray:
+        j = SIMUL_AGENTS.index(agent)
+        values = (j, self._steps, self._received[j], self._returns[j], *self._acted)
+        return np.array(values, np.float32)
+
+    def _live(self) -> list[str]:
+        return [x for j, x in enumerate(SIMUL_AGENTS) if simul_live(j, self._steps)]
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+        self._steps = 0
+        self._acted = [-1] * len(SIMUL_AGENTS)
+        self._received = [0.0] * len(SIMUL_AGENTS)
+        self._returns = [0.0] * len(SIMUL_AGENTS)
+        self.agents = self._live()
+        return {x: self._observe(x) for x in self.agents}, {x: {} for x in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        if set(actions) != set(self.agents):
+            raise ValueError(f"SimulProbe: actions for {sorted(actions)}, but {self.agents} act")
+        acted = {SIMUL_AGENTS.index(x): int(a) for x, a in actions.items()}
+        if not all(a in (0, 1, 2) for a in acted.values()):
+            raise ValueError(f"SimulProbe: actions {actions!r} are not all in Discrete(3)")
+        self._steps += 1
+        self._acted = [acted.get(j, -1) for j in range(len(SIMUL_AGENTS))]
+        total = sum(acted.values())
+        self._received = [0.0] * len(SIMUL_AGENTS)
+        for j, a in acted.items():
+            self._received[j] = a - (total - a) / 2
+            self._returns[j] += self._received[j]
+        t = self._steps
+        present = [  # the agents that acted, and one that joins now
+            x for j, x in enumerate(SIMUL_AGENTS) if j in acted or SIMUL_JOINS[j] == t
+        ]
+        obs = {x: self._observe(x) for x in present}
+        rewards = {x: self._received[SIMUL_AGENTS.index(x)] for x in present}
+        ends = {x: SIMUL_ENDS[SIMUL_AGENTS.index(x)] == t for x in present}
+        truncated = SIMUL_AGENTS[SIMUL_TRUNCATED]
+        terminations = {x: end and x != truncated for x, end in ends.items()}
+        truncations = {x: end and x == truncated for x, end in ends.items()}
+        self.agents = self._live()
+        return obs, rewards, terminations, truncations, {x: {} for x in present}
+
+    def render(self) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
