@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from learner.__main__ import main
+from learner.agents.models import MultiCategoricalHead
 from learner.serving import servicer as server
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -68,11 +69,24 @@ def mask_all_rows() -> None:
     server.LearnerServicer._mask_check = mask_check  # type: ignore[method-assign]
 
 
+def multi_mask_first_only() -> None:
+    """A MultiDiscrete action's mask covers its first element only; the rest are unmasked."""
+    groups = MultiCategoricalHead._groups
+
+    def first_only(self: MultiCategoricalHead, params):  # type: ignore[no-untyped-def]
+        logits, masks = groups(self, params)
+        unmasked = params[..., : self.num_logits].split(self.nvec, -1)
+        return [logits[0], *unmasked[1:]], [masks[0], *[None] * (len(masks) - 1)]
+
+    MultiCategoricalHead._groups = first_only  # type: ignore[method-assign]
+
+
 BREAKS: dict[str, Callable[[], None]] = {
     "empty-run-id": empty_run_id,
     "agents-unchecked": agents_unchecked,
     "acting-ignored": acting_ignored,
     "mask-all-rows": mask_all_rows,
+    "multi-mask-first-only": multi_mask_first_only,
 }
 
 

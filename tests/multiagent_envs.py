@@ -12,6 +12,9 @@ which removes it), and the game ends for everyone after ``length`` moves.
 is its action plus the step number.
 
 Observations are ``[move or step number, agent index]`` (float32), actions Discrete(4).
+
+:class:`MaskedChoices` (Parallel): MultiDiscrete actions under an action mask, for the
+learner's masks of several agents.
 """
 
 from __future__ import annotations
@@ -122,6 +125,65 @@ class JoinLeave:
             if self.t == 2:
                 self.agents.insert(1, "b")
         return obs, rewards, terminated, truncated, {}
+
+    def close(self) -> None:
+        pass
+
+
+MASKED_NVEC = (3, 4)
+MASKED_OBS = spaces.Dict(
+    {
+        "action_mask": spaces.Box(0, 1, (sum(MASKED_NVEC),), np.int8),
+        "observation": spaces.Box(-100.0, 100.0, (2,), np.float32),
+    }
+)
+MASKED_ACTIONS = spaces.MultiDiscrete(list(MASKED_NVEC))
+
+
+class MaskedChoices:
+    """A Parallel env of two agents with MultiDiscrete([3, 4]) actions under an action mask
+    of ``3 + 4`` entries (seedrl's flat layout): each agent may not repeat either element of
+    its last action. Observations ``[step, agent index]``; the reward is the sum of the
+    elements; both agents end (terminated) after 4 steps."""
+
+    def __init__(self) -> None:
+        self.metadata: dict[str, Any] = {}
+        self.possible_agents = ["a", "b"]
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return MASKED_OBS
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return MASKED_ACTIONS
+
+    def _obs(self) -> dict[str, dict[str, np.ndarray]]:
+        return {
+            agent: {
+                "action_mask": self.masks[agent].copy(),
+                "observation": np.array([self.t, j], np.float32),
+            }
+            for j, agent in enumerate(self.possible_agents)
+        }
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Any:
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        self.masks = {agent: np.ones(sum(MASKED_NVEC), np.int8) for agent in self.agents}
+        return self._obs(), {agent: {} for agent in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        assert set(actions) == set(self.agents), f"actions for {sorted(actions)}"
+        for agent, action in actions.items():
+            a0, a1 = (int(x) for x in np.asarray(action).reshape(2))
+            assert self.masks[agent][a0] and self.masks[agent][3 + a1], f"{agent}: masked"
+            self.masks[agent][:] = 1
+            self.masks[agent][[a0, 3 + a1]] = 0
+        self.t += 1
+        rewards = {agent: float(np.sum(actions[agent])) for agent in self.agents}
+        ended = dict.fromkeys(self.agents, self.t == 4)
+        obs = self._obs()
+        self.agents = [] if self.t == 4 else self.agents
+        return obs, rewards, ended, dict.fromkeys(ended, False), {x: {} for x in ended}
 
     def close(self) -> None:
         pass

@@ -9,6 +9,7 @@ message naming what went wrong. The three cheapest run in ``make test``, the res
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -300,6 +301,25 @@ def test_seedrl_learner_passes_the_multi_agent_probe(tmp_path):
     assert not [v for v in report.verdicts if v.status is Status.SKIP], report.text()
 
 
+MASKED = "multiagent_envs:MaskedChoices"
+TESTS_ENV = {
+    "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT / "tests"), os.environ.get("PYTHONPATH"))))
+}
+"""What a learner needs to build tests/multiagent_envs.py's envs."""
+
+
+def test_seedrl_learner_masks_every_element_of_multi_discrete_actions(tmp_path):
+    """Several agents with MultiDiscrete actions under one action mask (sum(nvec) entries,
+    element 0's choices first): no acting row's action has an element its mask forbids."""
+    extra = ["--env", MASKED, "--total-frames", "100000", "--no-train"]
+    with learner_process(tmp_path, *extra, env=TESTS_ENV) as (_learner, port):
+        report = run_learner_suite(
+            f"127.0.0.1:{port}", LearnerSuiteConfig(only=",".join(AGENT_LEARNER_CASES))
+        )
+    assert report.ok, report.text()
+    assert not [v for v in report.verdicts if v.status is Status.SKIP], report.text()
+
+
 # (break, env, the case it must fail, words its message must hold)
 BROKEN_LEARNERS = [
     ("empty-run-id", "CartPole-v1", "rejects-bad-hello", "an empty run_id: ended with"),
@@ -309,6 +329,7 @@ BROKEN_LEARNERS = [
      "acting set for a single-agent env: ended with OK"),
     ("mask-all-rows", TURN, "agent-actions-reply",
      "frame 0 (of episode frame 0): the stream ended with INVALID_ARGUMENT"),
+    ("multi-mask-first-only", MASKED, "agent-actions-reply", "'s element 1 is "),
 ]  # fmt: skip
 
 
@@ -321,7 +342,7 @@ def test_a_broken_learner_fails_the_case_guarding_its_rule(tmp_path, name, env, 
     script = ROOT / "tests" / "broken_learner.py"
     args = [sys.executable, str(script), name, "--port", "0", "--logdir", str(tmp_path),
             "--no-train", "--progress", "plain", "--no-tensorboard", "--env", env]  # fmt: skip
-    with running(args) as learner:
+    with running(args, TESTS_ENV) as learner:
         line = learner.wait_for("listening on", 60)
         port = int(re.search(r"listening on \S*:(\d+) ", line)[1])
         report = run_learner_suite(f"127.0.0.1:{port}", LearnerSuiteConfig(only=case))

@@ -71,11 +71,11 @@ ACTOR_CASES = _cases(
          "every tensor of a frame has K x A rows and acting is bool [K x A]; the Hello's env "
          "carries GetInfo's agents in order (multi-agent envs)"),
         ("acting-rows", "several-agents",
-         "acting marks exactly the rows whose action the env applies next: its turn order "
-         "(needs a multi-agent model)"),
+         "acting marks exactly the rows whose action the env applies next: its turn order, "
+         "its live agents (needs a multi-agent model)"),
         ("agent-actions-applied", "several-agents",
-         "each env's next rows (observations, rewards) follow its rules under the action sent "
-         "for its acting row (needs a multi-agent model)"),
+         "each env's next rows (observations, rewards) follow its rules under the actions sent "
+         "for its acting rows (needs a multi-agent model)"),
         ("agent-episode-ends", "several-agents",
          "an agent's final row comes once, flagged and not acting, then reward 0, flags clear "
          "and not acting until it acts again; once all have ended, the env's reset frame "
@@ -146,7 +146,8 @@ LEARNER_CASES = _cases(
          "or with acting for a single-agent env ends the stream with INVALID_ARGUMENT"),
         ("agent-actions-reply", "several-agents",
          "frames of turns, waiting rows and per-agent ends each get K x A valid actions, the "
-         "acting rows' within their action mask (multi-agent envs)"),
+         "acting rows' within their action mask, every element of a MultiDiscrete action "
+         "(multi-agent envs)"),
         ("oversized-message", "errors",
          "a message above max_message_bytes ends the stream with RESOURCE_EXHAUSTED"),
         ("field-order-served", "encoding-on-the-hot-path",

@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 from seedrl import PROTOCOL_VERSION, codec
 from seedrl.conformance.cases import Case, Report, Skip, Status, Verdict, select
 from seedrl.conformance.config import LearnerSuiteConfig
-from seedrl.conformance.scripted import MASK_LEAF
+from seedrl.conformance.scripted import MASK_LEAF, mask_widths
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.security import resolve_auth_token
 from seedrl.transport import ACT_METHOD, auth_metadata, client_channel
@@ -233,8 +233,8 @@ def actions_problem(
     allowed: np.ndarray | None = None,
 ) -> str:
     """What is wrong with a reply that should carry K envs' actions, a row each ("" if
-    nothing); ``allowed`` (rows x actions, a discrete action space) marks the actions the
-    acting rows' masks allow."""
+    nothing); ``allowed`` (rows x mask entries, a discrete or MultiDiscrete action space)
+    marks the actions the acting rows' masks allow."""
     k = rows(info, k)
     if isinstance(reply, Ended):
         return f"the stream ended with {reply.code.name}: {reply.details}"
@@ -263,12 +263,29 @@ def actions_problem(
         problem = _action_values_problem(leaf, actions)
         if problem:
             return f"{name}: {problem}"
-        if allowed is not None:
-            masked = [r for r in range(k) if allowed[r].any() and not allowed[r, int(actions[r])]]
-            if masked:
-                return (f"{name}: rows {masked} got masked actions "
-                        f"{[int(actions[r]) for r in masked]}")  # fmt: skip
+        problem = "" if allowed is None else _masked_problem(leaf, actions, allowed)
+        if problem:
+            return f"{name}: {problem}"
     return ""
+
+
+def _masked_problem(leaf: codec.Leaf, actions: np.ndarray, allowed: np.ndarray) -> str:
+    """What is masked in the acting rows' actions (rows whose mask allows something): the
+    action, or for a MultiDiscrete action each element, must be one its mask allows."""
+    widths = mask_widths(leaf.spec)
+    starts = np.cumsum([0, *widths[:-1]])
+    actions_RE = actions.reshape(len(actions), -1).astype(np.int64)
+    ok_RE = np.take_along_axis(allowed, starts + actions_RE, axis=1)
+    masked = [r for r in range(len(actions)) if allowed[r].any() and not ok_RE[r].all()]
+    if not masked:
+        return ""
+    problem = f"rows {masked} got masked actions {[actions[r].tolist() for r in masked]}"
+    if len(widths) > 1:  # name the element, since a mask per element is easy to misplace
+        r = masked[0]
+        e = int(np.flatnonzero(~ok_RE[r])[0])
+        problem += (f" (row {r}'s element {e} is {actions_RE[r, e]}, which mask entry "
+                    f"{starts[e] + actions_RE[r, e]} forbids)")  # fmt: skip
+    return problem
 
 
 def _action_values_problem(leaf: codec.Leaf, actions: np.ndarray) -> str:
@@ -786,16 +803,18 @@ def _agent_script(
     """Frames of K multi-agent envs played in turns (round robin among the agents still in),
     with one agent per env leaving early (truncated) and the rest ending together
     (terminated), each followed by a reset frame; and the actions the acting rows' masks
-    allow (rows x actions; None when the env has no action mask)."""
+    allow (rows x mask entries, a MultiDiscrete action's choices side by side; None when the
+    env has no action mask)."""
     a = len(info.env.agents)
     n = k * a
     space, action = info.env.observation_space, info.env.action_space
     obs = valid_obs(space, n)
     leaves = codec.space_leaves(space) if codec.is_structured(space) else []
+    widths = mask_widths(action)
+    starts = np.cumsum([0, *widths[:-1]])
     masks = [
         j for j, leaf in enumerate(leaves)
-        if leaf.name == MASK_LEAF and action.kind == "discrete"
-        and int(np.prod(leaf.shape)) == action.n
+        if leaf.name == MASK_LEAF and widths and int(np.prod(leaf.shape)) == sum(widths)
     ]  # fmt: skip
     for t in range(frames):
         s = t % AGENT_EPISODE
@@ -817,10 +836,11 @@ def _agent_script(
                 acting[i * a + players[s % len(players)]] = True
         allowed = None
         if masks:
-            allowed = np.zeros((n, action.n), np.bool_)
-            for r in np.flatnonzero(acting):
-                allowed[r] = rng.random(action.n) < 0.5
-                allowed[r, rng.integers(action.n)] = True
+            allowed = np.zeros((n, sum(widths)), np.bool_)
+            for r in np.flatnonzero(acting):  # each choice allows about half, at least one
+                allowed[r] = rng.random(sum(widths)) < 0.5
+                for start, width in zip(starts, widths, strict=True):
+                    allowed[r, start + rng.integers(width)] = True
             assert isinstance(obs, list)
             leaf = leaves[masks[0]]
             obs[masks[0]] = allowed.reshape(n, *leaf.shape).astype(leaf.dtype)

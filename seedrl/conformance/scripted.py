@@ -46,6 +46,17 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MASK_LEAF = "action_mask"
 """The observation leaf that masks the actions (learners' default, --action-mask)."""
 
+
+def mask_widths(action: pb.SpaceSpec) -> list[int]:
+    """The action mask's entries per choice, in mask order: ``[n]`` for a discrete action,
+    ``nvec`` (flattened) for a MultiDiscrete one; empty for actions a mask does not cover."""
+    if action.kind == "discrete":
+        return [int(action.n)]
+    if action.kind == "multi_discrete":
+        return [int(n) for n in action.nvec]
+    return []
+
+
 HALF_CLOSED = "half-close"
 CANCELLED = "cancel"
 SILENT = "nothing"
@@ -206,15 +217,17 @@ class ScriptedLearner:
         self._server: grpc.Server | None = None
         self.agents = codec.rows_per_env(env) if env.agents else 0
         """A multi-agent env's agents per env (rows of every frame); 0 for one agent."""
+        self._mask_widths = mask_widths(act)
         self._mask = next(
             (
                 leaf.name for leaf in self._obs_leaves
-                if leaf.name == MASK_LEAF and act.kind == "discrete"
-                and int(np.prod(leaf.shape)) == act.n
+                if leaf.name == MASK_LEAF and self._mask_widths
+                and int(np.prod(leaf.shape)) == sum(self._mask_widths)
             ),
             "",
         )  # fmt: skip
-        """The observation leaf that masks a discrete action (random actions respect it)."""
+        """The observation leaf that masks a discrete or MultiDiscrete action (random actions
+        respect it)."""
 
     # ------------------------------------------------------------------ records
 
@@ -565,13 +578,24 @@ class ScriptedLearner:
             if self._choose is not None:
                 actions[i] = self._choose(i, obs_KO[i], self._rng)
             elif self._mask and obs_KO[i][self._mask].any():  # as a learner: never masked
-                actions[i] = self._rng.choice(np.flatnonzero(obs_KO[i][self._mask]))
+                actions[i] = self._allowed_action(obs_KO[i][self._mask])
             elif self._act_structured:
                 for leaf in self._act_leaves:
                     actions[i][leaf.name] = self._random_action(leaf)
             else:
                 actions[i] = self._random_action(self._act_leaves[0])
         return actions
+
+    def _allowed_action(self, mask: np.ndarray) -> Any:
+        """A random action the mask allows: one allowed entry per choice (a choice whose
+        entries are all masked, as on a waiting row, takes any)."""
+        entries = np.asarray(mask).reshape(-1) != 0
+        start, picks = 0, []
+        for width in self._mask_widths:
+            allowed = np.flatnonzero(entries[start : start + width])
+            picks.append(self._rng.choice(allowed) if len(allowed) else self._rng.integers(width))
+            start += width
+        return picks[0] if len(picks) == 1 else np.reshape(picks, self._act_shape)
 
     def _random_action(self, leaf: codec.Leaf) -> Any:
         """A valid action of one leaf: a Box's within its finite bounds, normal elsewhere."""
