@@ -10,9 +10,10 @@ position their dynamics moved, so one frame is enough to predict the next exactl
 (:mod:`seedrl.conformance.models`). ``DictProbe`` has a dict observation with a nested
 tuple (one tensor per leaf on the wire) and ``MultiDiscreteProbe`` a MultiDiscrete action,
 for actors that run structured spaces. ``TurnProbe`` is a PettingZoo AEC game of three
-agents with a known turn order, for actors that run multi-agent envs. Name them as
+agents with a known turn order and ``SimulProbe`` a Parallel game of three agents who act
+at once, join and leave at known steps, for actors that run multi-agent envs. Name them as
 ``seedrl.conformance.probe:StackedProbe`` (and ``BoxProbe``, ``DictProbe``,
-``MultiDiscreteProbe``, ``TurnProbe``).
+``MultiDiscreteProbe``, ``TurnProbe``, ``SimulProbe``).
 """
 
 from __future__ import annotations
