@@ -2,7 +2,7 @@
 
 Each broken actor is seedrl's actor with one rule corrupted by one line
 (tests/broken_actor.py); the suite must fail exactly the case guarding that rule, with a
-message naming what went wrong. The three cheapest run in ``make test``, the rest with
+message naming what went wrong. The cheapest (``FAST``) run in ``make test``, the rest with
 ``make test-slow``.
 """
 
@@ -192,7 +192,7 @@ def _broken_params() -> list[object]:
         pytest.param(
             *row,
             id=f"{row[0]}:{row[2]}" + (":simul" if row[1] == SIMUL else ""),
-            marks=() if row[0] in FAST and row[1] != SIMUL else pytest.mark.slow,
+            marks=() if row[0] in FAST else pytest.mark.slow,
         )
         for row in BROKEN
     ]
