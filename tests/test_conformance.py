@@ -117,11 +117,15 @@ def test_seedrl_actor_passes_the_probe_envs(env, cases, monkeypatch):
         assert (joined.sum(axis=0) >= 2).all(), "s2 did not join a running episode twice"
 
 
-@pytest.mark.parametrize("env", ["multiagent_envs:JoinLeave", "multiagent_envs:turn_game"])
+@pytest.mark.parametrize(
+    "env",
+    ["multiagent_envs:JoinLeave", "multiagent_envs:turn_game", "multiagent_envs:MaskedChoices"],
+)
 def test_seedrl_actor_passes_multi_agent_envs_without_a_model(env, monkeypatch):
     """tests/multiagent_envs.py: a Parallel env whose agents join and leave mid-episode, an
-    AEC game whose leaver is stepped dead. The rules that need no model are judged; the
-    model cases skip, saying why."""
+    AEC game whose leaver is stepped dead, a Parallel env that refuses a masked
+    MultiDiscrete action (the scripted learner, like a learner, never sends one). The rules
+    that need no model are judged; the model cases skip, saying why."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests"))
     command = [*PYTHON_ACTOR, "--allow-env-module", "multiagent_envs"]
     report = run_actor_suite(command, ActorSuiteConfig(env=env, only=",".join(AGENT_ACTOR_CASES)))
