@@ -231,7 +231,31 @@ except ImportError:  # pragma: no cover - seedrl's actors need only the duck-typ
     _AECBase = object
 
 
-class TurnProbe(_AECBase):
+class _SameSpacesForAll:
+    """The part of PettingZoo's API both multi-agent probes share: every agent has the
+    same two spaces."""
+
+    agents: list[str]
+    possible_agents: list[str]
+    _observation_space: gym.spaces.Space
+    _action_space: gym.spaces.Space
+
+    def observation_space(self, agent: str) -> gym.spaces.Space:
+        return self._observation_space
+
+    def action_space(self, agent: str) -> gym.spaces.Space:
+        return self._action_space
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def max_num_agents(self) -> int:
+        return len(self.possible_agents)
+
+
+class TurnProbe(_SameSpacesForAll, _AECBase):
     """A PettingZoo AEC game of three agents ``p0, p1, p2`` who move in turn (round robin
     among those still in). Action ``a`` in {0, 1, 2}: the mover receives ``a - 1``, every
     other agent still in ``(1 - a) / 2``. An agent's episode ends on its own 2nd, 3rd, 4th
@@ -256,20 +280,6 @@ class TurnProbe(_AECBase):
         )
         self._action_space = gym.spaces.Discrete(3)
         self.reset()
-
-    def observation_space(self, agent: str) -> gym.spaces.Space:
-        return self._observation_space
-
-    def action_space(self, agent: str) -> gym.spaces.Space:
-        return self._action_space
-
-    @property
-    def num_agents(self) -> int:
-        return len(self.agents)
-
-    @property
-    def max_num_agents(self) -> int:
-        return len(self.possible_agents)
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self.agents = list(self.possible_agents)
@@ -372,7 +382,7 @@ def simul_live(j: int, steps: int) -> bool:
     return SIMUL_JOINS[j] <= steps < SIMUL_ENDS[j]
 
 
-class SimulProbe(_ParallelBase):
+class SimulProbe(_SameSpacesForAll, _ParallelBase):
     """A PettingZoo Parallel game of three agents ``s0, s1, s2`` who act at once. ``s0``
     and ``s1`` start; ``s2`` joins after step 2 (its first observation, reward 0); ``s1``
     is terminated by step 3, ``s0`` truncated by step 5 and ``s2`` terminated by step 6,
@@ -394,20 +404,6 @@ class SimulProbe(_ParallelBase):
         self._acted = [-1] * len(SIMUL_AGENTS)
         self._received = [0.0] * len(SIMUL_AGENTS)
         self._returns = [0.0] * len(SIMUL_AGENTS)
-
-    def observation_space(self, agent: str) -> gym.spaces.Space:
-        return self._observation_space
-
-    def action_space(self, agent: str) -> gym.spaces.Space:
-        return self._action_space
-
-    @property
-    def num_agents(self) -> int:
-        return len(self.agents)
-
-    @property
-    def max_num_agents(self) -> int:
-        return len(self.possible_agents)
 
     def _observe(self, agent: str) -> np.ndarray:
         j = SIMUL_AGENTS.index(agent)
