@@ -70,14 +70,19 @@ def test_run_summary_records_the_first_crossing_of_each_threshold(tmp_path):
     assert finished_run(tmp_path, 5000) is None  # a bigger budget extends the run
 
 
-def _finished_run(logdir: Path, seed: int, records: list[dict]) -> None:
+def _finished_run(
+    logdir: Path, seed: int, records: list[dict], overrides: dict | None = None
+) -> None:
+    """A finished run's files; its config has the default rate of 1e-3 unless overridden."""
     write_metrics(logdir, records)
     run = {"seed": seed, "frames": records[-1]["frames"], "budget_frames": records[-1]["frames"],
            "train_return_mean100": records[-1]["episode_return_mean"],
            "eval": {"mean": 9.0, "std": 1.0, "episodes": 2, "greedy": False, "truncated": 0,
-                    "returns": [8.0, 10.0], "lengths": [5, 5]}}  # fmt: skip
+                    "returns": [8.0, 10.0], "lengths": [5, 5]},
+           "overrides": overrides or {}}  # fmt: skip
     (logdir / RUN_FILE).write_text(json.dumps(run))
-    (logdir / "config.json").write_text(json.dumps({"env": "MinAtar/Breakout-v1", "seed": seed}))
+    config = {"env": "MinAtar/Breakout-v1", "seed": seed, "learning_rate": 1e-3, **run["overrides"]}
+    (logdir / "config.json").write_text(json.dumps(config))
     (logdir / "checkpoint.pt").write_bytes(b"weights")
 
 
@@ -112,16 +117,19 @@ def test_archived_runs_are_small_and_summarise_as_the_runs_themselves(tmp_path):
 
     sweep = tmp_path / "sweep"
     _finished_run(sweep / spec.name / "seed1", 1, segment[:10])  # fits, but goes with seed3
-    _finished_run(sweep / spec.name / "seed3", 3, segment[:10])
-    run = json.loads((sweep / spec.name / "seed3" / RUN_FILE).read_text())
-    (sweep / spec.name / "seed3" / RUN_FILE).write_text(json.dumps({**run, "overrides": {"lr": 1}}))
+    _finished_run(sweep / spec.name / "seed3", 3, segment[:10], {"learning_rate": 4e-3})
     with pytest.raises(ValueError, match="its own --results"):
         report.archive(suite, sweep, results)
     assert not (results / spec.name / "seed1").exists()  # refused: nothing was copied
 
+    # An override that restates the rate the others ran at is the same configuration.
+    restated = tmp_path / "restated"
+    _finished_run(restated / spec.name / "seed4", 4, segment[:10], {"learning_rate": 1e-3})
+    assert report.archive(suite, restated, results) == [results / spec.name / "seed4"]
+
     doc = tmp_path / "docs" / "learning.md"
     assert main(["table", "--out", str(results), "--doc", str(doc)]) == 0
-    assert "| MinAtar/Breakout-v1 | 2 |" in doc.read_text()
+    assert "| MinAtar/Breakout-v1 | 3 |" in doc.read_text()  # seeds 0, 2 and 4
     assert (doc.parent / "learning" / f"{spec.name}.png").exists()
     assert not (results / "curves").exists()  # the committed archive holds no PNG copies
     elsewhere = tmp_path / "curves-elsewhere"

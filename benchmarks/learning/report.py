@@ -126,15 +126,29 @@ def compact_records(spec: EnvSpec, logdir: Path, points: int = ARCHIVE_POINTS) -
     return compact
 
 
+def _settings(run_dir: Path, fields: set[str]) -> dict[str, Any]:
+    """What ``fields`` were in the run: its learner config where it was saved, else its
+    ``--set`` overrides."""
+    config_file = run_dir / CONFIG_FILE
+    if config_file.exists():
+        config = json.loads(config_file.read_text())
+        return {field: config.get(field) for field in sorted(fields)}
+    overrides = json.loads((run_dir / RUN_FILE).read_text()).get("overrides", {})
+    return {field: overrides.get(field) for field in sorted(fields)}
+
+
 def _check_same_settings(run_dir: Path, env_results: Path) -> None:
     """Seeds tabled together must be one configuration: a sweep's run (other ``--set``
-    overrides) is not archived beside the preset's."""
+    overrides) is not archived beside the preset's. An override that only restates what
+    the run would have had anyway (a default changed to the swept value) is no difference,
+    so the fields either run overrode are compared as the runs had them."""
     overrides = json.loads((run_dir / RUN_FILE).read_text()).get("overrides", {})
     for other in sorted(env_results.glob(f"seed*/{RUN_FILE}")):
         if other.parent.name == run_dir.name:
             continue  # the same seed is replaced
         theirs = json.loads(other.read_text()).get("overrides", {})
-        if theirs != overrides:
+        fields = set(overrides) | set(theirs)
+        if _settings(run_dir, fields) != _settings(other.parent, fields):
             raise ValueError(
                 f"{run_dir} was run with --set {overrides} but {other.parent} with {theirs}; "
                 "archive a sweep in its own --results"
