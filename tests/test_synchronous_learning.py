@@ -63,11 +63,11 @@ def test_r2d2_learns_cartpole_well_above_random(tmp_path):
 
 
 CARTPOLE_LONG_FRAMES = 2_300_000
-"""About 1.5 M frames past solving, where the earlier default rate lost seed 6's policy soon
-after solving it; the long-run suite (``make bench-learning SUITE=classic-long``) goes to
-20 M."""
+"""Well past solving, covering the stretch where the earlier default rate lost seed 6's
+policy (figures in docs/stability.md); the long-run suite (``make bench-learning
+SUITE=classic-long``) goes further."""
 CARTPOLE_FLOOR = 248.5
-"""Half way from a random policy's mean return (about 22) to solved (475)."""
+"""Half way from a random policy's mean return to solved (475)."""
 
 
 @pytest.mark.timeout(600)  # a minute and a half on an idle 2-core machine; more when shared
