@@ -26,6 +26,7 @@ from benchmarks.learning.runner import (
 )
 from benchmarks.learning.suites import SUITES
 from seedrl import envs
+from seedrl.config import LearnerConfig
 from seedrl.metrics import read_metrics
 
 
@@ -70,10 +71,14 @@ def test_run_summary_records_the_first_crossing_of_each_threshold(tmp_path):
     assert finished_run(tmp_path, 5000) is None  # a bigger budget extends the run
 
 
+DEFAULT_RATE = LearnerConfig().learning_rate
+"""What a run's saved config holds for the rate when no --set overrode it."""
+
+
 def _finished_run(
     logdir: Path, seed: int, records: list[dict], overrides: dict | None = None
 ) -> None:
-    """A finished run's files; its config has the default rate of 1e-3 unless overridden."""
+    """A finished run's files; its config has the default rate unless overridden."""
     write_metrics(logdir, records)
     run = {"seed": seed, "frames": records[-1]["frames"], "budget_frames": records[-1]["frames"],
            "train_return_mean100": records[-1]["episode_return_mean"],
@@ -81,7 +86,12 @@ def _finished_run(
                     "returns": [8.0, 10.0], "lengths": [5, 5]},
            "overrides": overrides or {}}  # fmt: skip
     (logdir / RUN_FILE).write_text(json.dumps(run))
-    config = {"env": "MinAtar/Breakout-v1", "seed": seed, "learning_rate": 1e-3, **run["overrides"]}
+    config = {
+        "env": "MinAtar/Breakout-v1",
+        "seed": seed,
+        "learning_rate": DEFAULT_RATE,
+        **run["overrides"],
+    }
     (logdir / "config.json").write_text(json.dumps(config))
     (logdir / "checkpoint.pt").write_bytes(b"weights")
 
@@ -117,14 +127,14 @@ def test_archived_runs_are_small_and_summarise_as_the_runs_themselves(tmp_path):
 
     sweep = tmp_path / "sweep"
     _finished_run(sweep / spec.name / "seed1", 1, segment[:10])  # fits, but goes with seed3
-    _finished_run(sweep / spec.name / "seed3", 3, segment[:10], {"learning_rate": 4e-3})
+    _finished_run(sweep / spec.name / "seed3", 3, segment[:10], {"learning_rate": 4 * DEFAULT_RATE})
     with pytest.raises(ValueError, match="its own --results"):
         report.archive(suite, sweep, results)
     assert not (results / spec.name / "seed1").exists()  # refused: nothing was copied
 
     # An override that restates the rate the others ran at is the same configuration.
     restated = tmp_path / "restated"
-    _finished_run(restated / spec.name / "seed4", 4, segment[:10], {"learning_rate": 1e-3})
+    _finished_run(restated / spec.name / "seed4", 4, segment[:10], {"learning_rate": DEFAULT_RATE})
     assert report.archive(suite, restated, results) == [results / spec.name / "seed4"]
 
     doc = tmp_path / "docs" / "learning.md"
