@@ -9,6 +9,10 @@ Two signs, checked on each metrics record:
   what the run had gained, from its first full window to its best one (for a return of
   0 to 500, below 250 after 500; the rule reads the same for Acrobot's negative returns).
 
+In self-play the return is the learning policy's score against a pool that grows stronger
+as it does, so a falling return is what progress looks like there: only the entropy is
+watched (``watch_return=False``); the win rates and ratings say how play goes.
+
 Each sign is logged when it appears and not again until it has cleared with margin
 (entropy back above REARM_ENTROPY of its maximum, the return back above REARM_RETURN of
 the gain), so a policy that hovers at a threshold does not flood the log; the metrics
@@ -36,10 +40,12 @@ RETURN_FLAG = "collapse_return_drop"
 
 class CollapseWatch:
     """The two collapse flags of a run, given its policy's maximum entropy (None for a
-    continuous policy, whose entropy has no maximum: only the return is watched)."""
+    continuous policy, whose entropy has no maximum: only the return is watched) and
+    whether its return means anything on its own (not in self-play)."""
 
-    def __init__(self, max_entropy: float | None) -> None:
+    def __init__(self, max_entropy: float | None, watch_return: bool = True) -> None:
         self.max_entropy = max_entropy
+        self.watch_return = watch_return
         self.entropy_low = False
         self.return_dropped = False
 
@@ -62,7 +68,7 @@ class CollapseWatch:
                 )
             elif self.entropy_low and fraction > REARM_ENTROPY:
                 self.entropy_low = False
-        mean = record.get("episode_return_mean")
+        mean = record.get("episode_return_mean") if self.watch_return else None
         first, best = return_first, return_best
         if mean is not None and first is not None and best is not None and best > first:
             gain = best - first

@@ -352,7 +352,7 @@ async def _serve(
 
     start = time.perf_counter()
     keeper = checkpoint.BestKeeper.for_config(config)
-    watch = CollapseWatch(learner.head.max_entropy)
+    watch = CollapseWatch(learner.head.max_entropy, watch_return=not config.self_play)
     fence = None
     if rank.writes_checkpoints:  # the learner that owns the run directory says so
         own = failover.Leader(learner.learner_run_id, failover.own_address(config))

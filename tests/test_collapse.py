@@ -70,6 +70,17 @@ def test_negative_returns_read_the_same_way():
     assert flags == [0, 1]
 
 
+def test_self_play_watches_the_entropy_but_not_the_return():
+    """Against a pool that gets stronger the return falls as play improves."""
+    watch = CollapseWatch(max_entropy=math.log(7), watch_return=False)
+    flags = []
+    for entropy, mean in ((1.0, 0.6), (1.0, -0.9), (0.001, -0.9)):
+        record = _record(0, entropy=entropy, mean=mean)
+        watch.check(record, -1.0, 0.6)
+        flags.append((record[ENTROPY_FLAG], record[RETURN_FLAG]))
+    assert flags == [(0, 0), (0, 0), (1, 0)]
+
+
 def test_nothing_is_flagged_before_there_is_something_to_lose():
     watch = CollapseWatch(max_entropy=None)  # a Gaussian policy: no entropy maximum
     for first, best in ((None, None), (20.0, None), (20.0, 20.0)):
