@@ -132,6 +132,11 @@ class LearnerConfig:
     loss. Empty: never mask."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """MLP hidden layer widths."""
+    cnn_channels: tuple[int, ...] = (16,)
+    """Channels of the small-grid CNN's unpadded 3x3 conv layers, one entry per layer, for
+    images under 36 pixels a side (MinAtar's, a board game's; larger frames get the Nature
+    CNN). Each layer trims a cell from every side of the grid and widens what one feature
+    sees: two layers see 5x5 windows."""
     lstm: bool = False
     """Add an LSTM core; its per-(actor, env) state lives on the learner."""
     lstm_size: int = 128
@@ -147,6 +152,11 @@ class LearnerConfig:
     """Optimizer steps on each batch (K): every step recomputes the loss with the current
     weights and V-trace corrects for the policy having moved since acting, so a batch
     teaches more before it is dropped, at K times the training compute per frame."""
+    mirror: bool = False
+    """Train on every unroll twice, as played and as its left-right mirror image (image
+    leaves flipped along their width, the action mask and the Discrete action reversed),
+    for games whose rules do not change under the flip, such as Connect Four: twice the
+    experience per game at twice the training compute. V-trace only."""
     learning_rate: float = 1e-3
     """Adam learning rate. Low for a run without a preset: at four times this rate a policy
     that had just solved its task was often thrown off within a few dozen updates, since
@@ -403,7 +413,7 @@ class LearnerConfig:
             self,
             ("unroll_length", "batch_size", "updates_per_batch", "inference_batch_size",
              "max_queue_unrolls", "max_actors", "max_envs", "max_message_bytes", "lstm_size",
-             "hidden_sizes", "n_step", "target_update_interval", "replay_frames",
+             "hidden_sizes", "cnn_channels", "n_step", "target_update_interval", "replay_frames",
              "replay_bytes", "epsilon_slots", "snapshot_every", "pool_size"),
             low=1,
         )  # fmt: skip
@@ -437,6 +447,8 @@ class LearnerConfig:
         _require_range(self, ("inference_quorum",), low=0, high=1, low_open=True)
         if not self.hidden_sizes:
             raise ValueError("--hidden-sizes needs at least one layer width")
+        if not self.cnn_channels:
+            raise ValueError("--cnn-channels needs at least one layer")
         _require_choice(self, "inference_backend", INFERENCE_BACKENDS)
         _require_choice(self, "agent", AGENTS)
         _require_choice(self, "model", ("auto", "mlp", "cnn", "resnet"))
@@ -455,6 +467,8 @@ class LearnerConfig:
                 f"{self.effective_lr_schedule}"
             )
         _require_range(self, ("lr_hold_frames",), low=1)
+        if self.mirror and self.agent != "vtrace":
+            raise ValueError(f"--mirror trains V-trace unrolls; --agent {self.agent} has none")
         if self.final_entropy_cost is not None and not self.total_frames:
             raise ValueError("--final-entropy-cost needs --total-frames (it is reached there)")
         if (self.tls_cert is None) != (self.tls_key is None):

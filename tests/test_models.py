@@ -26,6 +26,7 @@ from learner.agents.models import (
     ModelSpec,
     NatureCNN,
     ResidualBlock,
+    UnsupportedSetup,
     action_head,
     build_model,
     choose_torso,
@@ -688,3 +689,47 @@ def test_resnet_starts_with_identity_blocks_and_distinct_bounded_features():
     features = features_of_near_identical_frames(net)
     assert features.std(0).mean().item() > 0.03  # far above the default init's spread
     assert features.mean().item() < 1.0  # far below every conv at the ReLU gain
+
+
+def test_the_small_grid_cnn_stacks_one_unpadded_layer_per_channel_count():
+    """``--cnn-channels 32,32`` on a Connect Four board (6x7, two planes): two 3x3 layers
+    leave a 2x3 grid of 32 features; the checkpoint's ModelSpec rebuilds the network."""
+    torch.manual_seed(0)
+    head = action_head(pb.SpaceSpec(kind="discrete", n=7))
+    model = build_model(box_spec((6, 7, 2)), head, "auto", cnn_channels=(32, 32))
+    convs = [m for m in model.torso.conv if isinstance(m, nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.padding) for c in convs] == [
+        (2, 32, (0, 0)), (32, 32, (0, 0)),
+    ]  # fmt: skip
+    assert model.torso.fc[0].in_features == 32 * 2 * 3
+    clone = ActorCritic(ModelSpec(**codec_roundtrip(model.spec)))
+    clone.load_state_dict(model.state_dict())
+    obs = torch.randint(0, 2, (2, 3, 6, 7, 2)).float()
+    first = torch.zeros(2, 3, dtype=torch.bool)
+    with torch.no_grad():
+        torch.testing.assert_close(clone(obs, first)[0], model(obs, first)[0])
+
+
+def test_two_layers_see_a_five_by_five_window():
+    """What makes the second layer worth having on a board: the feature at the corner sees
+    the cells up to four away from it, so a line of four fits in one filter's view."""
+    encoder = models.SmallCNN(1, 6, 7, channels=(4, 4))
+    board = torch.rand(1, 1, 6, 7)
+    with torch.no_grad():
+        for conv in encoder.conv:  # positive weights: no ReLU can hide a change
+            if isinstance(conv, nn.Conv2d):
+                conv.weight.abs_()
+                conv.bias.zero_()
+        corner = encoder.conv(board).reshape(4, 2, 3)[:, 0, 0]
+        seen, unseen = board.clone(), board.clone()
+        seen[0, 0, 4, 4] += 1.0
+        unseen[0, 0, 5, 0] += 1.0
+        unseen[0, 0, 0, 5] += 1.0
+        assert not torch.equal(encoder.conv(seen).reshape(4, 2, 3)[:, 0, 0], corner)
+        assert torch.equal(encoder.conv(unseen).reshape(4, 2, 3)[:, 0, 0], corner)
+
+
+def test_a_grid_too_small_for_its_layers_is_refused():
+    head = action_head(pb.SpaceSpec(kind="discrete", n=7))
+    with pytest.raises(UnsupportedSetup, match="--cnn-channels 8,8,8: 3 unpadded 3x3 layers"):
+        build_model(box_spec((6, 7, 2)), head, "auto", cnn_channels=(8, 8, 8))

@@ -461,6 +461,7 @@ class ModelSpec:
     # one (name, dtype, shape, encoder, categories) per leaf in wire order; encoder is "cnn",
     # "mlp", "embed" (categories: the choices of each element) or "mask" (the action mask).
     leaf_inputs: tuple[tuple[str, str, tuple[int, ...], str, tuple[int, ...]], ...] = ()
+    cnn_channels: tuple[int, ...] = (16,)  # the small-grid CNN's conv layers
 
 
 MAX_EMBEDDED_CHOICES = 256
@@ -562,7 +563,7 @@ class LeafEncoders(nn.Module):
                 continue
             if encoder == "cnn":
                 c, h, w, _ = image_layout(shape)
-                module = NatureCNN(c, h, w) if min(h, w) >= 36 else SmallCNN(c, h, w)
+                module = image_encoder(c, h, w, spec.cnn_channels)
                 size = module.out_size
             elif encoder == "embed":
                 offsets = torch.tensor([0, *np.cumsum(choices)[:-1].tolist()])
@@ -665,17 +666,45 @@ class NatureCNN(nn.Module):
 
 
 class SmallCNN(nn.Module):
-    """A compact conv encoder for small grids (MinAtar's 10x10) where Nature's strides don't fit."""
+    """A compact conv encoder for small grids (MinAtar's 10x10) where Nature's strides don't
+    fit: unpadded 3x3 convs, one per entry of ``channels``, then one ReLU layer.
 
-    def __init__(self, in_channels: int, height: int, width: int, out_size: int = 128) -> None:
+    One 16-channel layer is MinAtar's own network. Each further layer widens what one
+    feature sees by a cell on every side: two see a 5x5 window, which holds every line of
+    four on a Connect Four board, so one shared filter can find a line anywhere.
+    """
+
+    def __init__(
+        self, in_channels: int, height: int, width: int, out_size: int = 128,
+        channels: tuple[int, ...] = (16,),
+    ) -> None:  # fmt: skip
         super().__init__()
-        self.conv = nn.Sequential(nn.Conv2d(in_channels, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
-        flat = 16 * (height - 2) * (width - 2)
+        trimmed = 2 * len(channels)
+        if not channels or min(height, width) <= trimmed:
+            raise UnsupportedSetup(
+                f"--cnn-channels {','.join(map(str, channels))}: {len(channels)} unpadded 3x3 "
+                f"layers need a grid more than {trimmed} cells a side, got {height}x{width}"
+            )
+        layers: list[nn.Module] = []
+        for out_channels in channels:
+            layers += [nn.Conv2d(in_channels, out_channels, 3, stride=1), nn.ReLU()]
+            in_channels = out_channels
+        self.conv = nn.Sequential(*layers, nn.Flatten())
+        flat = channels[-1] * (height - trimmed) * (width - trimmed)
         self.fc = nn.Sequential(nn.Linear(flat, out_size), nn.ReLU())
         self.out_size = out_size
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.conv(x))
+
+
+def image_encoder(
+    in_channels: int, height: int, width: int, small_channels: tuple[int, ...]
+) -> NatureCNN | SmallCNN:
+    """Nature's CNN for frames at least 36 pixels a side, the small-grid CNN below that."""
+    if min(height, width) >= 36:
+        return NatureCNN(in_channels, height, width)
+    return SmallCNN(in_channels, height, width, channels=small_channels)
 
 
 class ResidualBlock(nn.Module):
@@ -767,7 +796,7 @@ class ActorCritic(nn.Module):
             if spec.torso == "resnet":
                 encoder = ImpalaResNet(c, h, w)
             else:
-                encoder = NatureCNN(c, h, w) if min(h, w) >= 36 else SmallCNN(c, h, w)
+                encoder = image_encoder(c, h, w, spec.cnn_channels)
             self.torso = encoder
             torso_out = encoder.out_size
         elif spec.torso == "leaves":
@@ -915,6 +944,7 @@ def build_model(
     separate_value: bool = True,
     dueling: bool = False,
     mask_leaf: str = "",
+    cnn_channels: tuple[int, ...] = (16,),
 ) -> ActorCritic:
     """The ActorCritic for an env's spaces; ``mask_leaf`` names a dict observation's action
     mask (the head must then be a masked one)."""
@@ -946,6 +976,7 @@ def build_model(
         action_low=head.low if isinstance(head, GaussianHead) else (),
         action_high=head.high if isinstance(head, GaussianHead) else (),
         dueling=dueling,
+        cnn_channels=tuple(cnn_channels),
     )
     return ActorCritic(spec)
 

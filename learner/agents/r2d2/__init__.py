@@ -74,7 +74,7 @@ class R2D2Agent:
         lstm_size = cfg.lstm_size if cfg.lstm else 0
         return build_model(
             observation_space, self.head, torso, cfg.hidden_sizes, lstm_size,
-            separate_value=False, dueling=True,
+            separate_value=False, dueling=True, cnn_channels=cfg.cnn_channels,
         )  # fmt: skip
 
     def inference_policy(self, model: ActorCritic, seed: int | tuple[int, ...]) -> Policy:

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from learner.agents.base import LossTerms
+from learner.agents.mirror import Mirror
 from learner.agents.models import ActorCritic, action_head, autocast, build_model, resolve_precision
 from learner.agents.policy import Policy, inference_policy
 from learner.agents.vtrace.loss import VTraceCosts, vtrace_loss
@@ -39,14 +40,20 @@ class VTraceAgent:
         self.entropy_cost = entropy_cost_schedule(config)
         self.return_normalizer = ReturnNormalizer() if config.normalize_returns else None
         """Rewards are divided by a running scale of the return (``--normalize-returns``)."""
+        self._mirror: Mirror | None = None
+        """Built from the first model it meets (``--mirror``): the model knows the leaves."""
 
     def build_model(self, observation_space: pb.SpaceSpec, torso: str) -> ActorCritic:
         cfg = self.config
         lstm_size = cfg.lstm_size if cfg.lstm else 0
-        return build_model(
+        model = build_model(
             observation_space, self.head, torso, cfg.hidden_sizes, lstm_size,
             mask_leaf=cfg.action_mask if self.head.masked else "",
+            cnn_channels=cfg.cnn_channels,
         )  # fmt: skip
+        if cfg.mirror:
+            Mirror(model.spec, self.head)  # refuses, at setup, what has no mirror image
+        return model
 
     def inference_policy(self, model: ActorCritic, seed: int | tuple[int, ...]) -> Policy:
         return inference_policy(
@@ -67,6 +74,11 @@ class VTraceAgent:
         clock: StepClock,
     ) -> tuple[torch.Tensor, LossTerms]:
         cfg = self.config
+        if cfg.mirror:
+            if self._mirror is None:
+                self._mirror = Mirror(model.spec, self.head)
+            batch = self._mirror(batch)
+            core_state = ()  # Mirror refuses an LSTM, so there is no state to double
         with autocast(self.device, self.precision):
             params_T1BP, values_T1B, _ = model(batch["obs"], batch["first"], core_state)
         # V-trace and the loss terms in fp32 whatever the forward pass ran in.
