@@ -77,8 +77,7 @@ class VTraceAgent:
         if cfg.mirror:
             if self._mirror is None:
                 self._mirror = Mirror(model.spec, self.head)
-            batch = self._mirror(batch)
-            core_state = ()  # Mirror refuses an LSTM, so there is no state to double
+            batch = self._mirror(batch)  # no core state to double: Mirror refuses an LSTM
         with autocast(self.device, self.precision):
             params_T1BP, values_T1B, _ = model(batch["obs"], batch["first"], core_state)
         # V-trace and the loss terms in fp32 whatever the forward pass ran in.
