@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from learner.agents.models import (
@@ -66,8 +67,8 @@ class Mirror:
                 f"--mirror: observation leaf {name!r} is neither an image nor the action mask, "
                 "so its mirror image is unknown"
             )
-        itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-        return math.prod(shape) * itemsize, shape, axis
+        # The packed leaf's length, as LeafEncoders slices the row.
+        return math.prod(shape) * np.dtype(dtype).itemsize, shape, axis
 
     def obs(self, obs: torch.Tensor) -> torch.Tensor:
         """Observations ``[T, B, ...]`` flipped left to right (packed leaves byte-wise)."""
