@@ -20,7 +20,6 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -48,7 +47,6 @@ from seedrl.security import check_bind_protected, config_auth_token
 from seedrl.transport import offered_local_socket
 
 if TYPE_CHECKING:
-    from learner.agents.policy import Policy
     from learner.serving.selfplay import SelfPlay
 
 log = logging.getLogger(__name__)
@@ -144,20 +142,21 @@ def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:
 
 
 def make_self_play(learner: Learner, host: TrainerHost) -> SelfPlay | None:
-    """With --self-play: the opponents' side of inference, each snapshot's frozen weights
-    in a model of the learner's shape on the device inference runs on."""
+    """With --self-play: the opponents' side of inference, the snapshots' frozen weights
+    stacked in models of the learner's shape on the device inference runs on."""
     league = learner.league
     if league is None:
         return None
+    from learner.agents.ensemble import StackedModels
     from learner.serving.selfplay import SelfPlay
 
     config, source = learner.config, host.inference_model
 
-    def make_policy(weights: Mapping[str, torch.Tensor]) -> Policy:
-        model = copy.deepcopy(source)  # the learner's architecture, device and dtype
-        model.load_state_dict(weights)
-        model.requires_grad_(False)
-        return learner.agent.inference_policy(model, (config.seed, 1 + len(league.pool.ids())))
+    # The learner's architecture, device and dtype. Self-play calls only the chooser's
+    # `choose`, on the parameters the stacked snapshots computed.
+    template = copy.deepcopy(source).requires_grad_(False)
+    snapshots = StackedModels(template, config.precision)
+    chooser = learner.agent.inference_policy(template, (config.seed, 1))
 
     def current_weights() -> dict[str, torch.Tensor]:
         with host.inference_lock:
@@ -169,8 +168,8 @@ def make_self_play(learner: Learner, host: TrainerHost) -> SelfPlay | None:
     scripted = {i: ScriptedRows(player, observation) for i, player in league.scripted.items()}
     agents = len(learner.env_spec.agents)
     return SelfPlay(
-        league, agents, config.snapshot_every, make_policy, current_weights, config.seed,
-        scripted,
+        league, agents, config.snapshot_every, snapshots, chooser, current_weights,
+        config.seed, scripted,
     )  # fmt: skip
 
 

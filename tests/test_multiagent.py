@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from multiagent_envs import ACTIONS, OBS, JoinLeave, TurnGame, two_player
 from support import actor_args, learner_process, read_records, running
 
@@ -322,17 +323,40 @@ def _self_play(seed: int = 0):
     from learner.serving.selfplay import SelfPlay
 
     league = League(PoolConfig(1000, 4, "latest"), seed)
-    opponent_calls: list[np.ndarray] = []
+    snapshots = _Snapshots()
+    play = SelfPlay(league, 2, 1000, snapshots, _ChooseThree(), lambda: {}, seed)
+    return league, play, snapshots.calls
 
-    def make_policy(weights: Any):
-        def policy(obs_BO, first_B, state, slot_B=None):
-            opponent_calls.append(np.array(obs_BO))
-            return np.full(len(obs_BO), 3, np.int64), np.zeros((len(obs_BO), 4), np.float32), ()
 
-        return policy
+class _Snapshots:
+    """Stands in for StackedModels: holds members, records the rows it acts on."""
 
-    play = SelfPlay(league, 2, 1000, make_policy, lambda: {}, seed)
-    return league, play, opponent_calls
+    def __init__(self) -> None:
+        self.held: dict[int, Any] = {}
+        self.calls: list[np.ndarray] = []
+
+    def __contains__(self, member: int) -> bool:
+        return member in self.held
+
+    def members(self) -> list[int]:
+        return list(self.held)
+
+    def add(self, member: int, weights: Any) -> None:
+        self.held[member] = weights
+
+    def remove(self, member: int) -> None:
+        del self.held[member]
+
+    def act(self, obs_BO: np.ndarray, member_B: np.ndarray) -> torch.Tensor:
+        self.calls.append(np.array(obs_BO))
+        return torch.zeros(len(obs_BO), 4)
+
+
+class _ChooseThree:
+    """A chooser whose every action is 3: the replies tell the snapshot's moves apart."""
+
+    def choose(self, params_BP: torch.Tensor, slot_B: np.ndarray | None = None) -> np.ndarray:
+        return np.full(len(params_BP), 3, np.int64)
 
 
 def test_self_play_trains_only_the_learning_seat_and_records_each_game() -> None:
@@ -399,7 +423,9 @@ def test_a_fixed_opponent_acts_on_its_rows_and_its_games_are_counted() -> None:
         scripted_rows.append(np.array(obs_BO))
         return np.full(len(obs_BO), 2, np.int64)
 
-    play = SelfPlay(league, 2, 1000, snapshot_play._make_policy, lambda: {}, 0, {-1: scripted})
+    play = SelfPlay(
+        league, 2, 1000, snapshot_play.snapshots, _ChooseThree(), lambda: {}, 0, {-1: scripted}
+    )
     run = _serve(two_player, 160, lambda obs: obs[:, 1].astype(np.int64), 2, play)
     sent, replies = run["sent"], run["replies"]
     moves = {2: 0, 3: 0}

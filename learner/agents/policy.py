@@ -59,6 +59,11 @@ class Policy(Protocol):
         slot_B: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, CoreStateArrays]: ...
 
+    def choose(self, params_BP: torch.Tensor, slot_B: np.ndarray | None = None) -> np.ndarray:
+        """The actions for policy parameters computed elsewhere (self-play's stacked
+        snapshots): the second half of a call."""
+        ...
+
 
 class TorchPolicy:
     """``model.act`` with T = 1, then ``head.sample``; numpy in, numpy out.
@@ -106,12 +111,15 @@ class TorchPolicy:
             with autocast(self.device, self.precision):
                 params_1BP, core_after = self.model.act(obs.unsqueeze(0), first.unsqueeze(0), core)
             params_BP = params_1BP[0].float()
-            action_BA = self.head.sample(params_BP)
         return (
-            action_BA.cpu().numpy(),
+            self.choose(params_BP),
             params_BP.cpu().numpy(),
             tuple(s.float().cpu().numpy() for s in core_after),
         )
+
+    def choose(self, params_BP: torch.Tensor, slot_B: np.ndarray | None = None) -> np.ndarray:
+        with torch.no_grad():
+            return self.head.sample(params_BP).cpu().numpy()
 
 
 def _view(tensor: torch.Tensor) -> np.ndarray:
@@ -178,6 +186,9 @@ class NumpyMLPPolicy:
         params_BP += bias
         params_BP = self._finish(params_BP)
         return self._sample(params_BP), params_BP, ()
+
+    def choose(self, params_BP: torch.Tensor, slot_B: np.ndarray | None = None) -> np.ndarray:
+        return self._sample(params_BP.cpu().numpy())
 
 
 def _linear_tanh_layers(torso: nn.Module) -> list[tuple[np.ndarray, np.ndarray]] | None:

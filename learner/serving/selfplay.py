@@ -6,8 +6,9 @@ episode starts (its first acting row after all its agents ended), the learning p
 takes one agent, drawn at random (so it learns to move first and second), and the other
 gets a snapshot from the league's pool (``learner.league.pool.SnapshotPool.sample``).
 Rows of the learning policy's agent are acted on and trained as any slot; rows of the
-opponent's agent are acted on by that snapshot's frozen weights, grouped by snapshot
-into one forward pass each, and never reach the trainer. When the learning policy's agent
+opponent's agent are acted on by that snapshot's frozen weights, all snapshots' rows in
+one vmapped forward pass (:class:`~learner.agents.ensemble.StackedModels`), and never
+reach the trainer. When the learning policy's agent
 ends its episode, the sign of its return is the result (win > 0, draw 0, loss < 0),
 recorded in the league (the pool's counts steer pfsp sampling; the Elo ratings move).
 
@@ -29,6 +30,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
+from learner.agents.ensemble import StackedModels
 from learner.agents.policy import Policy
 from learner.league.league import League
 from learner.league.pool import Outcome
@@ -54,20 +56,23 @@ class SelfPlay:
         league: League,
         agents: int,
         snapshot_every: int,
-        make_policy: Callable[[Mapping[str, torch.Tensor]], Policy],
+        snapshots: StackedModels,
+        chooser: Policy,
         current_weights: Callable[[], dict[str, torch.Tensor]],
         seed: int,
         scripted: Mapping[int, Callable[[np.ndarray], np.ndarray]] | None = None,
     ) -> None:
-        """``scripted``: the fixed opponents by pool id, each from raw observation rows
-        to their actions."""
+        """``snapshots``: where the pool's snapshots are loaded to act (empty at first);
+        ``chooser``: the agent's inference policy, whose ``choose`` turns their policy
+        parameters into actions as the learning policy's own are; ``scripted``: the fixed
+        opponents by pool id, each from raw observation rows to their actions."""
         self.league = league
         self.agents = agents
         self.snapshot_every = snapshot_every
-        self._make_policy = make_policy
+        self.snapshots = snapshots
+        self._chooser = chooser
         self._current_weights = current_weights
         self._rng = np.random.default_rng(seed)
-        self._policies: dict[int, Policy] = {}
         self._scripted = dict(scripted or {})
         self._next_snapshot = 0 if not league.pool.ids() else None
         """Learner step at which the next snapshot is due (None: one period from now)."""
@@ -94,9 +99,9 @@ class SelfPlay:
             kept = set(self.league.pool.ids())
         self._next_snapshot = learner_step + self.snapshot_every
         playing = set(self.opponent_S[self.open_S].tolist())
-        for snapshot_id in list(self._policies):
+        for snapshot_id in self.snapshots.members():
             if snapshot_id not in kept and snapshot_id not in playing:
-                del self._policies[snapshot_id]
+                self.snapshots.remove(snapshot_id)
 
     # ------------------------------------------------------------- seats
 
@@ -127,10 +132,10 @@ class SelfPlay:
     def _draw(self, env: int) -> None:
         self.learner_agent_S[env] = self._rng.integers(self.agents)
         snapshot_id = self.league.opponent()
-        if snapshot_id not in self._policies and snapshot_id not in self._scripted:
+        if snapshot_id not in self.snapshots and snapshot_id not in self._scripted:
             with self.league.lock:
                 weights = self.league.pool.weights(snapshot_id)
-            self._policies[snapshot_id] = self._make_policy(weights)
+            self.snapshots.add(snapshot_id, weights)
         self.opponent_S[env] = snapshot_id
         self.open_S[env] = True
         self.ended_S[env] = 0
@@ -161,22 +166,26 @@ class SelfPlay:
         action_BA: np.ndarray,
         rows_B: np.ndarray,
     ) -> None:
-        """Write into ``action_BA[rows_B]`` the opponents' actions: one forward pass per
-        snapshot among those rows (feed-forward policies: no state, no episode flags) on
-        ``obs_BO`` as the learning policy sees it; a fixed opponent's from ``raw_BO``."""
+        """Write into ``action_BA[rows_B]`` the opponents' actions: the snapshots' from
+        one forward pass over all their rows (feed-forward policies: no state, no episode
+        flags) on ``obs_BO`` as the learning policy sees it; a fixed opponent's from
+        ``raw_BO``."""
         if not rows_B.any():
             return
         index = np.flatnonzero(rows_B)
-        for snapshot_id in np.unique(opponent_B[index]).tolist():
-            group = index[opponent_B[index] == snapshot_id]
-            scripted = self._scripted.get(snapshot_id)
-            if scripted is not None:
+        opponent_I = opponent_B[index]
+        scripted_I = np.zeros(len(index), bool)
+        for scripted_id, scripted in self._scripted.items():
+            of_it = opponent_I == scripted_id
+            if of_it.any():
+                group = index[of_it]
                 action_BA[group] = scripted(raw_BO[group]).reshape(action_BA[group].shape)
-                continue
-            policy = self._policies[snapshot_id]
-            first = np.zeros(len(group), bool)
-            actions, _, _ = policy(obs_BO[group], first, (), slot_B[group])
-            action_BA[group] = actions
+                scripted_I |= of_it
+        group = index[~scripted_I]
+        if len(group):
+            params_BP = self.snapshots.act(obs_BO[group], opponent_B[group])
+            actions = self._chooser.choose(params_BP, slot_B[group])
+            action_BA[group] = actions.reshape(action_BA[group].shape)
 
     # ------------------------------------------------------------- results
 

@@ -61,7 +61,12 @@ class EpsilonGreedyPolicy:
         core = tuple(torch.from_numpy(s).to(self.device) for s in state)
         with torch.no_grad(), autocast(self.device, self.precision):
             q_1BA, core_after = self.model.act(obs.unsqueeze(0), first.unsqueeze(0), core)
-        q_BA = q_1BA[0].float().cpu().numpy()
+        q_BA = q_1BA[0].float().cpu()
+        core_arrays = tuple(s.float().cpu().numpy() for s in core_after)
+        return self.choose(q_BA, slot_B), q_BA.numpy(), core_arrays
+
+    def choose(self, params_BP: torch.Tensor, slot_B: np.ndarray | None = None) -> np.ndarray:
+        q_BA = params_BP.float().cpu().numpy()
         rows = len(q_BA)
         slot_B = np.zeros(rows, np.int64) if slot_B is None else slot_B
         eps_B = self.epsilons[slot_B % len(self.epsilons)]
@@ -70,4 +75,4 @@ class EpsilonGreedyPolicy:
         action_B = np.where(explore_B, random_B, q_BA.argmax(axis=1)).astype(np.int64)
         if self.report is not None and rows:
             self.report((float(eps_B.min()), float(eps_B.max())))
-        return action_B, q_BA, tuple(s.float().cpu().numpy() for s in core_after)
+        return action_B
