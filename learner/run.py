@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import gc
 import json
 import logging
@@ -152,11 +151,9 @@ def make_self_play(learner: Learner, host: TrainerHost) -> SelfPlay | None:
 
     config, source = learner.config, host.inference_model
 
-    # The learner's architecture, device and dtype. Self-play calls only the chooser's
-    # `choose`, on the parameters the stacked snapshots computed.
-    template = copy.deepcopy(source).requires_grad_(False)
-    snapshots = StackedModels(template, config.precision)
-    chooser = learner.agent.inference_policy(template, (config.seed, 1))
+    snapshots = StackedModels(source, config.precision)  # a copy: its weights go unused
+    # Self-play calls only the chooser's `choose`, on the parameters the stack computed.
+    chooser = learner.agent.inference_policy(source, (config.seed, 1))
 
     def current_weights() -> dict[str, torch.Tensor]:
         with host.inference_lock:
