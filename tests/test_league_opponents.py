@@ -167,3 +167,108 @@ def test_build_names_the_flag_it_was_given() -> None:
         build("best", "x", 0, "--fixed-opponents")
     with pytest.raises(ValueError, match=r"^--fixed-opponents no_such_module_xyz:f: cannot"):
         build("no_such_module_xyz:f", "x", 0, "--fixed-opponents")
+
+
+def _random_boards(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mover's pieces, other's pieces), bool [count, 6, 7]: games of random drops, each
+    stopped after a random number of moves (possibly past a four: any board will do)."""
+    rng = np.random.default_rng(seed)
+    mine = np.zeros((count, 6, 7), bool)
+    theirs = np.zeros((count, 6, 7), bool)
+    for b in range(count):
+        for move in range(int(rng.integers(0, 30))):
+            open_columns = np.flatnonzero(~(mine[b] | theirs[b])[0])
+            column = rng.choice(open_columns)
+            row = np.flatnonzero(~(mine[b] | theirs[b])[:, column])[-1]
+            (mine if move % 2 else theirs)[b, row, column] = True
+    return mine, theirs
+
+
+def _wins_slowly(mine: np.ndarray, theirs: np.ndarray) -> set[int]:
+    """Columns where one more piece of ``mine`` makes four, by dropping it and counting the
+    run through it along each direction: another route than the heuristic's line table."""
+    wins = set()
+    for column in range(7):
+        empty = np.flatnonzero(~(mine | theirs)[:, column])
+        if not empty.size:
+            continue
+        row = empty[-1]
+        for d_row, d_col in ((0, 1), (1, 0), (1, 1), (1, -1)):
+            run = 1
+            for sign in (1, -1):
+                r, c = row + sign * d_row, column + sign * d_col
+                while 0 <= r < 6 and 0 <= c < 7 and mine[r, c]:
+                    run, r, c = run + 1, r + sign * d_row, c + sign * d_col
+            if run >= 4:
+                wins.add(column)
+    return wins
+
+
+def test_winning_columns_of_a_batch_match_a_slow_run_count_on_random_boards() -> None:
+    from learner.league.opponents import winning_columns
+
+    mine, theirs = _random_boards(400, seed=3)
+    got = winning_columns(mine, theirs)
+    expected = [_wins_slowly(mine[b], theirs[b]) for b in range(len(mine))]
+    assert [set(np.flatnonzero(row).tolist()) for row in got] == expected
+    assert sum(len(e) for e in expected) > 50, "the boards hold enough wins to test"
+
+
+def test_a_batch_plays_each_board_as_one_move_would() -> None:
+    """Row by row: a win when there is one, else a block, else any legal move; over many
+    draws every choice of a row's set comes up, and a single observation agrees."""
+    mine, theirs = _random_boards(200, seed=4)
+    legal = ~(mine | theirs)[:, 0]
+    keep = legal.any(axis=1)
+    mine, theirs, legal = mine[keep], theirs[keep], legal[keep]
+    obs = {
+        "observation": np.stack([mine, theirs], axis=-1).astype(np.int8),
+        "action_mask": legal.astype(np.int8),
+    }
+    heuristic = ConnectFourHeuristic(0)
+    seen = [set() for _ in range(len(mine))]
+    for _ in range(150):
+        for b, action in enumerate(heuristic.batch(obs)):
+            seen[b].add(int(action))
+    single = ConnectFourHeuristic(1)
+    for b in range(len(mine)):
+        allowed = set(np.flatnonzero(legal[b]).tolist())
+        wins = _wins_slowly(mine[b], theirs[b]) & allowed
+        blocks = _wins_slowly(theirs[b], mine[b]) & allowed
+        want = wins or blocks or allowed
+        assert seen[b] == want, b
+        one = {"observation": obs["observation"][b], "action_mask": obs["action_mask"][b]}
+        assert single(one) in want
+
+
+def test_self_plays_scripted_rows_hand_the_heuristic_a_whole_batch() -> None:
+    """The learner's packed rows go to the heuristic's batch in one call, each row back as
+    its board: two crafted boards, one with a win in column 3, one with a block in 5."""
+    from gymnasium import spaces
+
+    from learner.league.opponents import ScriptedRows
+    from seedrl import codec
+
+    space = spaces.Dict(
+        {
+            "observation": spaces.Box(0, 1, (6, 7, 2), np.int8),
+            "action_mask": spaces.Box(0, 1, (7,), np.int8),
+        }
+    )
+    spec = codec.space_to_spec(space)
+    boards = [
+        board([".......", ".......", ".......", "......o", "......o", "xxx...o"]),
+        board([".......", ".......", ".......", ".....o.", "x....o.", "x...xo."]),
+    ]
+    leaves = codec.space_leaves(spec)
+    values = [np.stack([codec.flatten_values(spec, b)[i] for b in boards]) for i in range(2)]
+    rows = codec.LeafPacking(leaves).pack_values(values)
+    calls = []
+
+    class Counting(ConnectFourHeuristic):
+        def batch(self, obs):
+            calls.append(len(obs["observation"]))
+            return super().batch(obs)
+
+    assert ScriptedRows(Counting(0), spec)(rows).tolist() == [3, 5]
+    assert calls == [2]

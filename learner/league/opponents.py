@@ -44,59 +44,84 @@ class RandomOpponent:
         return int(self.rng.choice(legal_actions(obs)))
 
 
-def drop_row(occupied_RC: np.ndarray, column: int) -> int | None:
-    """The row a piece dropped in ``column`` lands on (the lowest empty one), None when full."""
-    empty = np.flatnonzero(~occupied_RC[:, column])
-    return int(empty[-1]) if empty.size else None
+def _lines() -> np.ndarray:
+    """Every line of four on the board, as flat cell indices ``[69, 4]``."""
+    lines = []
+    for row in range(ROWS):
+        for column in range(COLUMNS):
+            for d_row, d_col in _DIRECTIONS:
+                cells = [(row + i * d_row, column + i * d_col) for i in range(CONNECT)]
+                if all(0 <= r < ROWS and 0 <= c < COLUMNS for r, c in cells):
+                    lines.append([r * COLUMNS + c for r, c in cells])
+    return np.array(lines)
 
 
-def completes_four(pieces_RC: np.ndarray, row: int, column: int) -> bool:
-    """Whether a piece at (row, column) joins ``pieces_RC`` (bool [rows, columns]) into a
-    line of four: count the run through it along each direction."""
-    rows, columns = pieces_RC.shape
-    for d_row, d_col in _DIRECTIONS:
-        run = 1
-        for sign in (1, -1):
-            r, c = row + sign * d_row, column + sign * d_col
-            while 0 <= r < rows and 0 <= c < columns and pieces_RC[r, c]:
-                run += 1
-                r, c = r + sign * d_row, c + sign * d_col
-        if run >= CONNECT:
-            return True
-    return False
+LINES = _lines()
 
 
-def winning_moves(mine_RC: np.ndarray, theirs_RC: np.ndarray, legal: np.ndarray) -> list[int]:
-    """Legal columns where a piece of ``mine`` would complete four at once."""
-    occupied = mine_RC | theirs_RC
-    moves = []
-    for column in legal:
-        row = drop_row(occupied, int(column))
-        if row is not None and completes_four(mine_RC, row, int(column)):
-            moves.append(int(column))
-    return moves
+def winning_columns(mine_BRC: np.ndarray, theirs_BRC: np.ndarray) -> np.ndarray:
+    """bool ``[B, columns]``: where a piece of ``mine`` dropped now completes four, for a
+    batch of boards (bool ``[B, rows, columns]``, row 0 the top)."""
+    boards = len(mine_BRC)
+    mine = mine_BRC.reshape(boards, -1)
+    occupied = mine | theirs_BRC.reshape(boards, -1)
+    # A line is won by one more piece when three of its cells are mine and one is empty.
+    open_BL = (mine[:, LINES].sum(axis=-1) == CONNECT - 1) & (
+        occupied[:, LINES].sum(axis=-1) == CONNECT - 1
+    )
+    board_i, line_i = np.nonzero(open_BL)
+    cells_N4 = LINES[line_i]
+    empty_N = cells_N4[~occupied[board_i[:, None], cells_N4]]  # one per open line
+    wins_B = np.zeros_like(occupied)
+    wins_B[board_i, empty_N] = True
+    # A piece dropped in a column lands on its lowest empty row (none when it is full).
+    rows_R1 = np.arange(ROWS)[:, None]
+    empty_BRC = ~occupied.reshape(boards, ROWS, COLUMNS)
+    landing_BC = np.where(empty_BRC, rows_R1, -1).max(axis=1)
+    columns = np.arange(COLUMNS)
+    lands_BC = wins_B.reshape(boards, ROWS, COLUMNS)[
+        np.arange(boards)[:, None], np.maximum(landing_BC, 0), columns
+    ]
+    return lands_BC & (landing_BC >= 0)
 
 
 class ConnectFourHeuristic:
     """One-step lookahead for Connect Four: win if it can, block the other's immediate win
-    if it must, else a random legal move (issue 57's benchmark opponent)."""
+    if it must, else a random legal move (issue 57's benchmark opponent).
+
+    :meth:`batch` plays many boards at once (self-play's fixed opponent acts for a whole
+    batch of rows); one observation is a batch of one.
+    """
 
     def __init__(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(seed)
 
     def __call__(self, obs: Any) -> int:
-        legal = legal_actions(obs)
+        legal_actions(obs)
+        one = {key: np.asarray(obs[key])[None] for key in ("observation", "action_mask")}
+        return int(self.batch(one)[0])
+
+    def batch(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Actions ``[B]`` for observations whose leaves are stacked along a first axis."""
         board = np.asarray(obs["observation"])
-        if board.shape != (ROWS, COLUMNS, 2):
+        if board.shape[1:] != (ROWS, COLUMNS, 2):
             raise ValueError(
-                f"the Connect Four heuristic reads a {ROWS}x{COLUMNS}x2 board, got {board.shape}"
+                f"the Connect Four heuristic reads a {ROWS}x{COLUMNS}x2 board, "
+                f"got {board.shape[1:]}"
             )
+        legal_BC = np.asarray(obs["action_mask"]).reshape(len(board), COLUMNS) != 0
+        if not legal_BC.any(axis=1).all():
+            raise ValueError("the action mask allows no action")
         mine, theirs = board[..., 0] != 0, board[..., 1] != 0
-        for player, other in ((mine, theirs), (theirs, mine)):  # win first, then block
-            moves = winning_moves(player, other, legal)
-            if moves:
-                return int(self.rng.choice(moves))
-        return int(self.rng.choice(legal))
+        win_BC = winning_columns(mine, theirs) & legal_BC
+        block_BC = winning_columns(theirs, mine) & legal_BC
+        # Win first, then block, else any legal move; uniform among the row's choices.
+        choice_BC = np.where(
+            win_BC.any(axis=1, keepdims=True),
+            win_BC,
+            np.where(block_BC.any(axis=1, keepdims=True), block_BC, legal_BC),
+        )
+        return np.where(choice_BC, self.rng.random(choice_BC.shape), -1.0).argmax(axis=1)
 
 
 SCRIPTED: dict[str, Callable[[int | None], Opponent]] = {
@@ -156,10 +181,14 @@ class ScriptedRows:
         self.packing = codec.LeafPacking(codec.space_leaves(observation)) if structured else None
 
     def __call__(self, obs_BO: np.ndarray) -> np.ndarray:
-        """Observation rows (raw, as the actor sent them) -> one action per row."""
+        """Observation rows (raw, as the actor sent them) -> one action per row; in one
+        call for an opponent with a ``batch`` method (the Connect Four heuristic)."""
         if self.packing is None:
             return np.asarray([self.opponent(row) for row in obs_BO])
         leaves = self.packing.unpack(obs_BO)
+        batch = getattr(self.opponent, "batch", None)
+        if batch is not None:
+            return np.asarray(batch(codec.unflatten_values(self.space, leaves)))
         return np.asarray(
             [
                 self.opponent(codec.unflatten_values(self.space, [leaf[i] for leaf in leaves]))
