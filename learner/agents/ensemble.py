@@ -85,12 +85,12 @@ class StackedModels:
             place = self._free.pop()
         else:
             place = len(next(iter(self._stack.values())))
+            capacity = max(1, 2 * place)
             for name, stacked in self._stack.items():
-                grown = torch.empty((max(1, 2 * place), *stacked.shape[1:]), dtype=stacked.dtype)
-                grown = grown.to(stacked.device)
+                grown = stacked.new_empty((capacity, *stacked.shape[1:]))
                 grown[:place] = stacked
                 self._stack[name] = grown
-            self._free = list(range(len(grown) - 1, place, -1))
+            self._free = list(range(capacity - 1, place, -1))
         with torch.no_grad():
             for key, value in weights.items():
                 self._stack[f"model.{key}"][place].copy_(value)
