@@ -220,13 +220,14 @@ def save_checkpoint(
     learner: Learner,
     training: checkpoint.TrainingState | None = None,
     counters: tuple[int, int] | None = None,
-    best_return: float | None = None,
+    best: float | None = None,
+    best_measure: str = checkpoint.BY_RETURN,
 ) -> None:
     """Write the checkpoint of ``training`` (default: the learner's own model and optimizer).
 
-    ``counters`` overrides (frames, episodes), e.g. all ranks' totals. With
-    ``best_return`` (the mean-100 return that makes it the best) it goes to
-    checkpoint-best.pt instead, and checkpoint.pt and the history are left as they are.
+    ``counters`` overrides (frames, episodes), e.g. all ranks' totals. With ``best`` (the
+    value of ``best_measure`` that makes it the best) it goes to checkpoint-best.pt
+    instead, and checkpoint.pt and the history are left as they are.
     """
     stats = learner.stats
     if training is None:
@@ -255,8 +256,9 @@ def save_checkpoint(
         return_best=stats.return_best,
         **extra,
     )
-    if best_return is not None:
-        state[checkpoint.BEST_RETURN] = best_return
+    if best is not None:
+        state[checkpoint.BEST_RETURN] = best
+        state[checkpoint.BEST_MEASURE] = best_measure
         checkpoint.save(learner.config.best_checkpoint_path, state)
         return
     checkpoint.save(learner.config.checkpoint_path, state)

@@ -249,19 +249,29 @@ def write_checkpoint(
     learner: Learner,
     trainer: TrainerHost,
     counters: tuple[int, int] | None,
-    best_return: float | None = None,
+    keeper: checkpoint.BestKeeper | None = None,
+    best: float | None = None,
 ) -> bool:
-    """Checkpoint the trainer's current state (to checkpoint-best.pt with ``best_return``);
-    a dead trainer process leaves the last one. True once written."""
+    """Checkpoint the trainer's current state (to checkpoint-best.pt with ``best``, the
+    ``keeper``'s measure now); a dead trainer process leaves the last one. True once written."""
     training = trainer.training_state()
     if training is None:
         path = learner.config.checkpoint_path
-        if best_return is not None:
+        if best is not None:
             path = learner.config.best_checkpoint_path
         log.error("no checkpoint written: the trainer process died; %s stays as it was", path)
         return False
-    save_checkpoint(learner, training, counters, best_return)
+    measure = keeper.measure if keeper is not None else checkpoint.BY_RETURN
+    save_checkpoint(learner, training, counters, best, measure)
     return True
+
+
+def best_measure_now(learner: Learner, keeper: checkpoint.BestKeeper) -> float | None:
+    """The value of the keeper's measure now: the mean-100 return, or the league's
+    yardstick against its fixed opponents (None while neither has a full window)."""
+    if keeper.measure == checkpoint.BY_YARDSTICK and learner.league is not None:
+        return learner.league.yardstick()
+    return learner.stats.full_window_mean
 
 
 async def keep_best(
@@ -271,15 +281,17 @@ async def keep_best(
     keeper: checkpoint.BestKeeper | None,
     final: bool = False,
 ) -> None:
-    """Write checkpoint-best.pt when the keeper says the mean-100 return is a new best."""
-    mean = learner.stats.full_window_mean
-    if keeper is None or not rank.writes_checkpoints or not keeper.due(mean, final):
+    """Write checkpoint-best.pt when the keeper says its measure is at a new best."""
+    if keeper is None or not rank.writes_checkpoints:
         return
-    assert mean is not None
+    value = best_measure_now(learner, keeper)
+    if not keeper.due(value, final):
+        return
+    assert value is not None
     try:
         counters = rank.checkpoint_counters()
-        if await asyncio.to_thread(write_checkpoint, learner, trainer, counters, mean):
-            keeper.written(mean)
+        if await asyncio.to_thread(write_checkpoint, learner, trainer, counters, keeper, value):
+            keeper.written(value)
     except OSError as exc:  # as for checkpoint.pt: the run goes on, the old best stays
         log.error("could not write checkpoint %s: %s", keeper.path, exc)
 

@@ -370,8 +370,9 @@ class LearnerConfig:
     earlier policies, e.g. from before a collapse."""
     best_checkpoint_interval_s: float = 10.0
     """Keep logdir/checkpoint-best.pt, the checkpoint of the best mean return of the last
-    100 episodes so far, rewritten at most this often while the return climbs: a run left
-    on past its best ends with that policy at hand (0: keep no best checkpoint)."""
+    100 episodes so far (in self-play with --fixed-opponents: of the best score against
+    them), rewritten at most this often while it climbs: a run left on past its best ends
+    with that policy at hand (0: keep no best checkpoint)."""
     resume: bool = False
     """Continue from logdir/checkpoint.pt when it exists."""
     standby: str = ""

@@ -4,6 +4,7 @@ latest checkpoint, and ``evaluate`` says which of the two it loaded."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from pathlib import Path
 
@@ -90,10 +91,10 @@ def test_evaluate_says_which_checkpoint_it_loaded(tmp_path, capsys):
     learner = build_learner(_config(tmp_path))
     learner.stats.frames = 4000
     _window(learner, 20.0)
-    save_checkpoint(learner, best_return=None)
+    save_checkpoint(learner, best=None)
     learner.stats.frames = 2000
     _window(learner, 80.0)
-    save_checkpoint(learner, best_return=80.0)
+    save_checkpoint(learner, best=80.0)
 
     assert evaluate_main(["--checkpoint", str(tmp_path), "--best", "--episodes", "1"]) == 0
     out = capsys.readouterr().out
@@ -124,3 +125,54 @@ def test_the_first_and_best_full_windows_are_tracked_and_survive_a_resume(tmp_pa
     save_checkpoint(learner)
     resumed = build_learner(_config(tmp_path, resume=True)).stats
     assert (resumed.return_first, resumed.return_best) == (20.0, 300.0)
+
+
+def test_in_self_play_with_fixed_opponents_the_best_is_by_the_yardstick(tmp_path):
+    """The return there is against a pool that strengthens with the learner; the score
+    against the scripted players is what says one point of the run plays better."""
+    pytest.importorskip("pettingzoo")
+    from learner.league.pool import Outcome
+    from learner.tools.evaluate import loaded_line
+
+    config = _config(
+        tmp_path, env="pettingzoo.classic.connect_four_v3", self_play=True,
+        fixed_opponents=("heuristic", "random"), best_checkpoint_interval_s=3600.0,
+    )  # fmt: skip
+    learner = build_learner(config)
+    assert learner.league is not None
+    keeper = checkpoint.BestKeeper.for_config(config)
+    assert keeper is not None and keeper.measure == checkpoint.BY_YARDSTICK
+    best = config.best_checkpoint_path
+    _window(learner, 1.0)  # a full window of returns makes no best here
+    _offer(learner, keeper, final=True)
+    assert not best.exists()
+    for _ in range(50):  # the heuristic (-1): half won; random (-2): all won
+        learner.league.record(-1, Outcome.WIN)
+        learner.league.record(-1, Outcome.LOSS)
+    for _ in range(100):
+        learner.league.record(-2, Outcome.WIN)
+    _offer(learner, keeper)
+    assert checkpoint.load(best)[checkpoint.BEST_RETURN] == 0.5
+    for _ in range(100):  # the return falls, the yardstick rises: a new best
+        learner.league.record(-1, Outcome.WIN)
+    _window(learner, -1.0)
+    _offer(learner, keeper, final=True)
+    saved = checkpoint.load(best)
+    assert (saved[checkpoint.BEST_RETURN], saved[checkpoint.BEST_MEASURE]) == (
+        1.0, checkpoint.BY_YARDSTICK,
+    )  # fmt: skip
+    info = checkpoint.CheckpointInfo.of(best, saved)
+    assert f"with a {checkpoint.BY_YARDSTICK} of 100.0 %" in info.describe()
+    save_checkpoint(learner)
+    latest = checkpoint.CheckpointInfo.of(
+        config.checkpoint_path, checkpoint.load(config.checkpoint_path)
+    )
+    assert f"(the run's best by its {checkpoint.BY_YARDSTICK}, 100.0 %, is in {best}" in (
+        loaded_line(latest)
+    )
+    # A resumed run goes on from that best; one whose best is by another measure starts over.
+    resumed = checkpoint.BestKeeper.for_config(dataclasses.replace(config, resume=True))
+    assert resumed is not None and resumed.best == 1.0
+    by_return = checkpoint.BestKeeper.for_config(_config(tmp_path, resume=True))
+    assert by_return is not None and by_return.measure == checkpoint.BY_RETURN
+    assert by_return.best == -math.inf

@@ -129,3 +129,40 @@ def test_fixed_opponents_are_rated_and_reported_by_name() -> None:
     resumed.load_state_dict(league.state_dict())  # a resumed run that names another one
     assert resumed.ratings.rating("random") == 1000.0
     assert "heuristic" not in resumed.ratings.table()
+
+
+def test_the_yardstick_is_the_lowest_score_over_each_fixed_opponents_last_games() -> None:
+    config = PoolConfig(snapshot_every=1, pool_size=2, fixed_opponents=("heuristic", "random"))
+    league = League(config, seed=0)
+    league.on_step(0, tensor_weights(0))
+    # Against the heuristic (id -1): 60 wins, 20 draws, 20 losses -> (60 + 10) / 100.
+    for outcome in [Outcome.WIN] * 60 + [Outcome.DRAW] * 20 + [Outcome.LOSS] * 20:
+        league.record(-1, outcome)
+    for _ in range(99):  # against random (id -2): all won, one game short of a full window
+        league.record(-2, Outcome.WIN)
+    league.record(0, Outcome.LOSS)  # a snapshot's game is no part of it
+    assert league.yardstick() is None
+    assert "selfplay_yardstick" not in league.metrics()
+    league.record(-2, Outcome.WIN)
+    assert league.yardstick() == pytest.approx(0.70)  # min(0.70, 1.00)
+    # Only the latest 100 games count: 30 more wins push out 30 of the oldest wins.
+    for _ in range(30):
+        league.record(-1, Outcome.WIN)
+    assert league.yardstick() == pytest.approx(0.70)
+    for _ in range(40):  # 40 more: the other 30 old wins and 10 draws go
+        league.record(-1, Outcome.WIN)
+    assert league.yardstick() == pytest.approx(0.75)  # 70 wins, 10 draws, 20 losses
+    for _ in range(30):  # and the rest: all wins
+        league.record(-1, Outcome.WIN)
+    assert league.yardstick() == pytest.approx(1.0)
+    for _ in range(10):  # now random is the lower: 90 wins, 10 losses
+        league.record(-2, Outcome.LOSS)
+    assert league.metrics()["selfplay_yardstick"] == pytest.approx(0.90)
+
+    resumed = League(config, seed=1)
+    resumed.load_state_dict(league.state_dict())
+    assert resumed.yardstick() == pytest.approx(0.90)
+    renamed = League(PoolConfig(snapshot_every=1, pool_size=2, fixed_opponents=("random",)), 0)
+    renamed.load_state_dict(league.state_dict())  # windows follow the opponent's name
+    assert renamed.yardstick() == pytest.approx(0.90)
+    assert League(PoolConfig(snapshot_every=1, pool_size=2), seed=0).yardstick() is None

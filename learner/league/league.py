@@ -27,6 +27,10 @@ from learner.league.ratings import LEARNER, EloRatings, snapshot_name
 RESULT_WINDOW = 200
 """The learner's latest games the win / draw / loss rates in the metrics cover."""
 
+YARDSTICK_GAMES = 100
+"""The learner's latest games against each fixed opponent that :meth:`League.yardstick`
+scores."""
+
 
 def metric_name(player: str) -> str:
     """A player's name inside a flat metric key (``snapshot-3`` -> ``snapshot_3``,
@@ -58,6 +62,10 @@ class League:
         self.lock = threading.Lock()
         self.recent: collections.deque[Outcome] = collections.deque(maxlen=RESULT_WINDOW)
         """The learner's latest results, for the rates in the metrics."""
+        self.recent_fixed: dict[str, collections.deque[Outcome]] = {
+            self.player(i): collections.deque(maxlen=YARDSTICK_GAMES) for i in self.pool.fixed_ids()
+        }
+        """The learner's latest results against each fixed opponent, by its name."""
 
     @classmethod
     def for_config(cls, config: Any, scripted: Sequence[Opponent] = ()) -> League:
@@ -95,14 +103,33 @@ class League:
         with self.lock:
             self.pool.record(snapshot_id, outcome)
             self.recent.append(outcome)
+            fixed = self.recent_fixed.get(self.player(snapshot_id))
+            if fixed is not None:
+                fixed.append(outcome)
             if snapshot_id in self.pool:
                 self.ratings.update(LEARNER, self.player(snapshot_id), SCORE[outcome])
+
+    def yardstick(self) -> float | None:
+        """The learner's lowest score (a win 1, a draw 1/2) over its latest
+        ``YARDSTICK_GAMES`` games against each fixed opponent; None without fixed opponents
+        or before each has been played that often. Scripted players do not change, so,
+        unlike the return against a pool that strengthens with the learner, this compares
+        the learner at one point of the run with another (what checkpoint-best.pt keeps)."""
+        with self.lock:
+            return self._yardstick()
+
+    def _yardstick(self) -> float | None:
+        windows = list(self.recent_fixed.values())
+        if not windows or any(len(w) < YARDSTICK_GAMES for w in windows):
+            return None
+        return min(sum(SCORE[o] for o in w) / len(w) for w in windows)
 
     def metrics(self) -> dict[str, float]:
         """Flat metrics.jsonl keys: ``elo_<player>`` for the learner and each kept
         snapshot, ``selfplay_{win,draw,loss}_rate`` over the latest games,
-        ``vs_snapshot_<id>_{wins,draws,losses}`` per kept snapshot, and the pool's size
-        (``selfplay_snapshots``) and memory (``selfplay_pool_bytes``)."""
+        ``vs_snapshot_<id>_{wins,draws,losses}`` per kept snapshot, the pool's size
+        (``selfplay_snapshots``) and memory (``selfplay_pool_bytes``), and once there is one
+        the :meth:`yardstick` (``selfplay_yardstick``)."""
         with self.lock:
             out = {ELO_PREFIX + metric_name(p): r for p, r in self.ratings.table().items()}
             out["selfplay_snapshots"] = float(len(self.pool))
@@ -112,6 +139,9 @@ class League:
                 for outcome in Outcome:
                     rate = sum(o is outcome for o in self.recent) / n
                     out[f"selfplay_{outcome.value}_rate"] = rate
+            yardstick = self._yardstick()
+            if yardstick is not None:
+                out["selfplay_yardstick"] = yardstick
             for snapshot_id, (wins, draws, losses) in self.pool.results().items():
                 key = f"vs_{metric_name(self.player(snapshot_id))}_"
                 out[key + "wins"] = float(wins)
@@ -125,6 +155,7 @@ class League:
                 "pool": self.pool.state_dict(),
                 "ratings": self.ratings.state_dict(),
                 "recent": [o.value for o in self.recent],
+                "recent_fixed": {k: [o.value for o in w] for k, w in self.recent_fixed.items()},
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -133,6 +164,10 @@ class League:
             self.ratings.load_state_dict(state["ratings"])
             self.recent.clear()
             self.recent.extend(Outcome(v) for v in state.get("recent", []))
+            saved = state.get("recent_fixed", {})
+            for name, window in self.recent_fixed.items():  # a fixed opponent by its name
+                window.clear()
+                window.extend(Outcome(v) for v in saved.get(name, []))
             self._rate_fixed_opponents()
             self._forget_evicted()
 

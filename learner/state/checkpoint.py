@@ -35,7 +35,13 @@ log = logging.getLogger(__name__)
 FORMAT = "seedrl-checkpoint"
 VERSION = 1
 BEST_RETURN = "best_return_mean"
-"""Key of checkpoint-best.pt's mean-100 return: what made it the best when written."""
+"""Key of checkpoint-best.pt's value of its measure: what made it the best when written."""
+BEST_MEASURE = "best_measure"
+"""Key of what that value measures (absent: ``BY_RETURN``, as before there was a choice)."""
+BY_RETURN = "mean-100 return"
+BY_YARDSTICK = "lowest score against a fixed opponent over its last 100 games"
+"""Self-play with fixed opponents (``League.yardstick``): there the return is against a
+pool that strengthens with the learner, so a higher one need not be a better player."""
 
 
 class CheckpointError(RuntimeError):
@@ -173,7 +179,8 @@ class CheckpointInfo:
     return_mean: float | None
     """Mean of the episode returns the checkpoint kept (the last 100 when it was written)."""
     best_return: float | None
-    """Set on a best checkpoint: the mean-100 return that made it the run's best."""
+    """Set on a best checkpoint: the value of ``best_measure`` that made it the run's best."""
+    best_measure: str = BY_RETURN
 
     @classmethod
     def of(cls, path: str | os.PathLike[str], state: dict[str, Any]) -> CheckpointInfo:
@@ -184,6 +191,7 @@ class CheckpointInfo:
             frames=int(state.get("frames", 0)),
             return_mean=sum(returns) / len(returns) if returns else None,
             best_return=None if best is None else float(best),
+            best_measure=str(state.get(BEST_MEASURE, BY_RETURN)),
         )
 
     def describe(self) -> str:
@@ -191,10 +199,15 @@ class CheckpointInfo:
         if self.best_return is not None:
             return (
                 f"{self.path}: the run's best, written at {self.frames:,} frames with a "
-                f"mean-100 return of {self.best_return:.1f}"
+                f"{self.best_measure} of {best_text(self.best_return, self.best_measure)}"
             )
         level = "" if self.return_mean is None else f", mean-100 return {self.return_mean:.1f}"
         return f"{self.path}: written at {self.frames:,} frames{level}"
+
+
+def best_text(value: float, measure: str) -> str:
+    """A best checkpoint's value as its measure reads: a return, or a score in percent."""
+    return f"{value:.1f}" if measure == BY_RETURN else f"{100 * value:.1f} %"
 
 
 BEST_FILE = "checkpoint-best.pt"
@@ -202,15 +215,19 @@ BEST_FILE = "checkpoint-best.pt"
 
 
 class BestKeeper:
-    """When to write checkpoint-best.pt: the mean return of a full window of the last 100
-    episodes beats the one it was last written with, and ``interval_s`` has passed since
-    (so a long climb does not write a checkpoint at every log interval)."""
+    """When to write checkpoint-best.pt: the run's ``measure`` (the mean return of a full
+    window of the last 100 episodes, or in self-play with fixed opponents the yardstick
+    score against them) beats the value it was last written with, and ``interval_s`` has
+    passed since (so a long climb does not write a checkpoint at every log interval)."""
 
-    def __init__(self, path: Path, interval_s: float, best: float = -math.inf) -> None:
+    def __init__(
+        self, path: Path, interval_s: float, best: float = -math.inf, measure: str = BY_RETURN
+    ) -> None:
         self.path = path
         self.interval_s = interval_s
         self.best = best
-        """The mean-100 return checkpoint-best.pt holds (-inf: none yet)."""
+        """The value of ``measure`` checkpoint-best.pt holds (-inf: none yet)."""
+        self.measure = measure
         self._last = -math.inf
 
     @classmethod
@@ -220,23 +237,27 @@ class BestKeeper:
         if not config.best_checkpoint_interval_s:
             return None
         path = config.best_checkpoint_path
+        measure = BY_YARDSTICK if config.self_play and config.fixed_opponents else BY_RETURN
         best = -math.inf
         if config.resume and path.is_file():
             try:
-                best = float(load(path).get(BEST_RETURN, -math.inf))
+                state = load(path)
             except CheckpointError as exc:
                 log.warning("%s; a new best checkpoint will replace it", exc)
-        return cls(path, config.best_checkpoint_interval_s, best)
+            else:  # a best by another measure is no bar to this run's
+                if state.get(BEST_MEASURE, BY_RETURN) == measure:
+                    best = float(state.get(BEST_RETURN, -math.inf))
+        return cls(path, config.best_checkpoint_interval_s, best, measure)
 
-    def due(self, return_mean: float | None, final: bool = False) -> bool:
-        """Whether a full window's mean ``return_mean`` (None: not full yet) is to be kept
+    def due(self, value: float | None, final: bool = False) -> bool:
+        """Whether the measure's ``value`` now (None: no full window yet) is to be kept
         now; ``final``: the run ends, so the interval does not hold it back."""
-        if return_mean is None or not return_mean > self.best:
+        if value is None or not value > self.best:
             return False
         return final or time.monotonic() - self._last >= self.interval_s
 
-    def written(self, return_mean: float) -> None:
-        self.best = return_mean
+    def written(self, value: float) -> None:
+        self.best = value
         self._last = time.monotonic()
 
 

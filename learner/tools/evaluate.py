@@ -261,8 +261,13 @@ def loaded_line(info: checkpoint.CheckpointInfo) -> str:
     if info.best_return is None and best_path.is_file():
         with contextlib.suppress(checkpoint.CheckpointError):
             best = checkpoint.CheckpointInfo.of(best_path, checkpoint.load(best_path))
-            level = info.return_mean
-            if best.best_return is not None and (level is None or best.best_return > level):
+            level, measure = info.return_mean, best.best_measure
+            if best.best_return is None:
+                return text
+            if measure != checkpoint.BY_RETURN:  # another measure: not comparable, said as is
+                value = checkpoint.best_text(best.best_return, measure)
+                text += f" (the run's best by its {measure}, {value}, is in {best_path}: --best)"
+            elif level is None or best.best_return > level:
                 text += f" (the run's best, {best.best_return:.1f}, is in {best_path}: --best)"
     return text
 
@@ -272,7 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--checkpoint", required=True,
         help="a checkpoint file, or a logdir: its checkpoint.pt (the latest), or with --best "
-        "its checkpoint-best.pt (the best mean-100 return of the run)",
+        "its checkpoint-best.pt (the best mean-100 return of the run; in self-play with "
+        "fixed opponents, the best score against them)",
     )  # fmt: skip
     parser.add_argument(
         "--best", action="store_true", help="with a logdir: load its checkpoint-best.pt"
