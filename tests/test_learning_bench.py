@@ -414,7 +414,9 @@ def test_a_run_goes_on_over_several_leases_of_a_host(tmp_path):
     pytest.importorskip("minatar")
     flags = ["--suite", "minatar", "--envs", "Breakout", "--seeds", "1", "--eval-episodes", "3",
              "--set", "checkpoint_interval_s=600"]  # fmt: skip
-    first = run_leg(tmp_path / "lease1", 25, tmp_path / "out1", [*flags, "--frames", "50000000"])
+    # The lease has room for start-up on a loaded 2-core host (at 25 s a leg beside a long
+    # benchmark run stopped before its first frame).
+    first = run_leg(tmp_path / "lease1", 45, tmp_path / "out1", [*flags, "--frames", "50000000"])
     assert first.returncode == 130 and "--stop-after reached" in first.stdout, first.stdout
     carried = tmp_path / "carried"
     unpack_relay(tmp_path / "out1", carried)
