@@ -249,11 +249,12 @@ def write_checkpoint(
     learner: Learner,
     trainer: TrainerHost,
     counters: tuple[int, int] | None,
-    keeper: checkpoint.BestKeeper | None = None,
     best: float | None = None,
+    best_measure: str = checkpoint.BY_RETURN,
 ) -> bool:
     """Checkpoint the trainer's current state (to checkpoint-best.pt with ``best``, the
-    ``keeper``'s measure now); a dead trainer process leaves the last one. True once written."""
+    value of ``best_measure`` now); a dead trainer process leaves the last one. True once
+    written."""
     training = trainer.training_state()
     if training is None:
         path = learner.config.checkpoint_path
@@ -261,15 +262,15 @@ def write_checkpoint(
             path = learner.config.best_checkpoint_path
         log.error("no checkpoint written: the trainer process died; %s stays as it was", path)
         return False
-    measure = keeper.measure if keeper is not None else checkpoint.BY_RETURN
-    save_checkpoint(learner, training, counters, best, measure)
+    save_checkpoint(learner, training, counters, best, best_measure)
     return True
 
 
 def best_measure_now(learner: Learner, keeper: checkpoint.BestKeeper) -> float | None:
     """The value of the keeper's measure now: the mean-100 return, or the league's
     yardstick against its fixed opponents (None while neither has a full window)."""
-    if keeper.measure == checkpoint.BY_YARDSTICK and learner.league is not None:
+    if keeper.measure == checkpoint.BY_YARDSTICK:  # only kept by a self-play run's keeper
+        assert learner.league is not None
         return learner.league.yardstick()
     return learner.stats.full_window_mean
 
@@ -290,7 +291,8 @@ async def keep_best(
     assert value is not None
     try:
         counters = rank.checkpoint_counters()
-        if await asyncio.to_thread(write_checkpoint, learner, trainer, counters, keeper, value):
+        write = (learner, trainer, counters, value, keeper.measure)
+        if await asyncio.to_thread(write_checkpoint, *write):
             keeper.written(value)
     except OSError as exc:  # as for checkpoint.pt: the run goes on, the old best stays
         log.error("could not write checkpoint %s: %s", keeper.path, exc)
