@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import torch
 
 from learner.agents.models import ActorCritic
+from learner.league.league import YARDSTICK_GAMES
 from learner.state.counters import StepCounter
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
@@ -39,7 +40,7 @@ BEST_RETURN = "best_return_mean"
 BEST_MEASURE = "best_measure"
 """Key of what that value measures (absent: ``BY_RETURN``, as before there was a choice)."""
 BY_RETURN = "mean-100 return"
-BY_YARDSTICK = "lowest score against a fixed opponent over its last 100 games"
+BY_YARDSTICK = f"lowest score against a fixed opponent over its last {YARDSTICK_GAMES} games"
 """Self-play with fixed opponents (``League.yardstick``): there the return is against a
 pool that strengthens with the learner, so a higher one need not be a better player."""
 
