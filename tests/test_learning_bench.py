@@ -375,6 +375,30 @@ def test_the_benchmark_runs_keeps_and_tables_a_minatar_run(tmp_path):
     assert (doc.parent / "learning" / "MinAtar-Breakout-v1.png").exists()
 
 
+def test_the_benchmark_trains_and_tables_a_self_play_run(tmp_path):
+    """A tiny Connect Four run through the harness: the preset's self-play trained, the
+    final policy's games against both scripted players in both seats, the table and the
+    yardstick's curve in the docs."""
+    pytest.importorskip("pettingzoo")
+    out = tmp_path / "bench"
+    args = ["run", "--suite", "selfplay", "--seeds", "1", "--frames", str(PIPELINE_FRAMES),
+            "--eval-episodes", "2", "--num-actors", "1", "--envs-per-actor", "16",
+            "--out", str(out), "--set", "checkpoint_interval_s=600"]  # fmt: skip
+    done = run_bench(args, timeout=240)
+    assert done.returncode == 0, done.stdout
+    assert "vs random" in done.stdout and "vs heuristic" in done.stdout, done.stdout
+    (spec,) = SUITES["selfplay"].envs
+    run = json.loads((out / spec.name / "seed0" / RUN_FILE).read_text())
+    assert run["frames"] >= PIPELINE_FRAMES and run["eval"] is None
+    assert [m["opponent"] for m in run["matches"]] == ["random", "heuristic"]
+    assert all(report.result_games(s) == 2 for m in run["matches"] for s in m["seats"].values())
+    doc = tmp_path / "docs" / "learning.md"
+    table = run_bench(["table", "--out", str(out), "--doc", str(doc)], timeout=120)
+    assert table.returncode == 0, table.stdout
+    assert "| pettingzoo.classic.connect_four_v3 | 1x16 | 0 |" in doc.read_text()
+    assert (doc.parent / "learning" / f"{spec.name}.png").exists()
+
+
 @pytest.mark.slow
 def test_minatar_breakout_learns_well_above_a_random_policy(tmp_path):
     """Learning on pixels on a tiny budget, scored with evaluate against the random
@@ -526,3 +550,111 @@ def test_the_stability_table_reports_what_each_run_kept_after_solving(tmp_path):
     kept = results / spec.name / "seed1-2x32"
     assert len(report.read_metrics(kept)) <= report.ARCHIVE_POINTS + 10
     assert report.run_summary(spec, kept)["lowest_after_solved"] == 80.0
+
+
+def _match(opponent: str, first: tuple[int, int, int], second: tuple[int, int, int]) -> dict:
+    """An arena match record: (wins, draws, losses) of the policy in each seat."""
+
+    def seat(wins: int, draws: int, losses: int) -> dict:
+        n = wins + draws + losses
+        return {"wins": wins, "draws": draws, "losses": losses, "cut": 0,
+                "win": wins / n, "draw": draws / n, "loss": losses / n}  # fmt: skip
+
+    return {"opponent": opponent, "seats": {"first": seat(*first), "second": seat(*second)}}
+
+
+def test_a_two_player_run_is_judged_by_its_win_rates_in_both_seats_within_its_time(tmp_path):
+    """Connect Four's verdict: at least 99 % against random and 80 % against the heuristic
+    in each seat, in a run that trained within 30 minutes; the curve is the yardstick."""
+    suite = SUITES["selfplay"]
+    (spec,) = suite.envs
+    assert spec.opponents == {"random": 0.99, "heuristic": 0.80} and spec.wall_budget_s == 1800
+    out = tmp_path / "selfplay"
+    runs = {  # seed: (wall seconds at the end, the matches)
+        0: (1790.0, [_match("random", (198, 0, 2), (199, 1, 0)),
+                     _match("heuristic", (160, 0, 40), (161, 2, 37))]),
+        1: (1790.0, [_match("random", (200, 0, 0), (197, 0, 3)),
+                     _match("heuristic", (170, 0, 30), (159, 0, 41))]),
+        2: (1810.0, [_match("random", (200, 0, 0), (200, 0, 0)),
+                     _match("heuristic", (190, 0, 10), (190, 0, 10))]),
+    }  # fmt: skip
+    for seed, (wall, matches) in runs.items():
+        logdir = out / spec.name / f"seed{seed}"
+        write_metrics(logdir, [
+            {"elapsed_s": 10.0, "frames": 1000, "episode_return_mean": 0.1,
+             "selfplay_yardstick": None, "learner_steps": 10, "elo_learner": 1000.0},
+            {"elapsed_s": wall / 2, "frames": 2000, "episode_return_mean": 0.3,
+             "selfplay_yardstick": 0.55, "learner_steps": 20, "elo_learner": 1100.0,
+             "elo_snapshot_1": 1050.0, "elo_heuristic": 1200.0},
+            {"elapsed_s": wall, "frames": 3000, "episode_return_mean": 0.2,
+             "selfplay_yardstick": 0.85, "learner_steps": 30, "elo_learner": 1300.0,
+             "elo_snapshot_1": 1060.0, "elo_snapshot_2": 1250.0, "elo_heuristic": 1150.0,
+             "learning_rate_scale": 0.5},
+        ])  # fmt: skip
+        run = {"seed": seed, "frames": 3000, "budget_frames": 3000, "actors": [2, 256],
+               "train_return_mean100": 0.2, "eval": None, "matches": matches,
+               "learner_steps": 40, "episodes": 300}  # fmt: skip
+        (logdir / RUN_FILE).write_text(json.dumps(run))
+    summary = report.write_summary(suite, out)
+    (env,) = summary["envs"]
+    verdicts = [(r["seed"], r["meets_targets"], r["short_of"], r["in_time"]) for r in env["runs"]]
+    assert verdicts == [
+        (0, True, [], True),
+        (1, False, ["random second", "heuristic second"], True),  # 98.5 % and 79.5 %
+        (2, False, [], False),  # every score met, but in 30 min 10 s
+    ]
+    assert env["meets_reference"] is False
+    assert env["runs"][0]["thresholds"] == {
+        "0.5": {"frames": 2000, "wall_time_s": 895.0},
+        "0.8": {"frames": 3000, "wall_time_s": 1790.0},
+    }
+    table = report.markdown_table(summary)
+    assert (
+        "| pettingzoo.classic.connect_four_v3 | 2x256 | 0 | 3 k | 29.8 min | 40 | 300 "
+        "| 99.0 % / 99.5 % | 80.0 % / 80.5 % | 3 k (29.8 min) | yes |" in table
+    )
+    assert "as first and as second player within 30 minutes. Games a seat: 200." in table
+    assert "| no (random second, heuristic second) |" in table
+    assert "| no (over the wall budget) |" in table
+
+    # The archive keeps the yardstick, so the verdict and the curve read off it are the
+    # run's, and the players' ratings for their plot, one a run.
+    results = tmp_path / "results"
+    report.archive(suite, out, results)
+    kept = report.run_summary(spec, results / spec.name / "seed0")
+    assert kept["thresholds"] == env["runs"][0]["thresholds"] and kept["meets_targets"]
+    assert report.curve(results / spec.name / "seed0", spec.curve_metric)[-1][2] == 0.85
+    last = report.read_metrics(results / spec.name / "seed0")[-1]
+    assert "learning_rate_scale" not in last
+    assert {k: v for k, v in last.items() if k.startswith(("elo_", "learner_"))} == {
+        "learner_steps": 30, "elo_learner": 1300.0, "elo_snapshot_1": 1060.0,
+        "elo_snapshot_2": 1250.0, "elo_heuristic": 1150.0,
+    }  # fmt: skip
+    paths = report.plot_curves(suite, results)
+    assert [p.name for p in paths] == [f"{spec.name}.png"] + [
+        report.ratings_png(spec.name, f"seed{seed}") for seed in runs
+    ]
+    assert all(p.stat().st_size > 0 for p in paths)
+    table = report.markdown_table(report.write_summary(suite, results), "curves")
+    assert f"(curves/{report.ratings_png(spec.name, 'seed2')})" in table
+
+
+def test_a_match_plays_each_opponent_in_both_seats_on_the_same_games():
+    """The final policy's games: every scripted opponent, as first and as second player,
+    the games of each seat seeded alike; here the heuristic itself plays random."""
+    pytest.importorskip("pettingzoo")
+    from benchmarks.learning.runner import matches
+    from learner.league import arena, opponents
+
+    (spec,) = SUITES["selfplay"].envs
+    policy = arena.ScriptedPlayer(opponents.build("heuristic", spec.env, 7))
+    played = matches(spec, policy, games=20, seed=3)
+    assert [m["opponent"] for m in played] == ["random", "heuristic"]
+    for match in played:
+        assert [report.result_games(s) for s in match["seats"].values()] == [20, 20]
+    against_random = played[0]["seats"]
+    # Win if it can, block if it must: it beats a random player in most games of each seat.
+    assert against_random["first"]["wins"] >= 15 and against_random["second"]["wins"] >= 15
+    again = matches(spec, arena.ScriptedPlayer(opponents.build("heuristic", spec.env, 7)),
+                    games=20, seed=3)  # fmt: skip
+    assert again == played

@@ -121,11 +121,18 @@ def run_one(
     record = json.loads((logdir / "run.json").read_text())
     ev = record["eval"]
     final = record["train_return_mean100"]
+    if ev is not None:
+        score = f"evaluate {ev['mean']:.2f} +- {ev['std']:.2f} over {ev['episodes']} episodes"
+    else:  # a two-player game: win rates per opponent and seat
+        score = "; ".join(
+            f"vs {m['opponent']} "
+            + " / ".join(f"{100 * seat['win']:.1f} %" for seat in m["seats"].values())
+            for m in record["matches"]
+        )
     print(
         f"{label}: done in {_duration(time.monotonic() - started)}, "
         f"{record['frames']:,} frames, final mean-100 return "
-        f"{'-' if final is None else f'{final:.2f}'}, evaluate {ev['mean']:.2f} +- "
-        f"{ev['std']:.2f} over {ev['episodes']} episodes",
+        f"{'-' if final is None else f'{final:.2f}'}, {score}",
         flush=True,
     )
     return True

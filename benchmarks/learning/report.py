@@ -15,15 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.learning.runner import RANDOM_FILE, RUN_FILE
-from benchmarks.learning.suites import SUITES, EnvSpec, Suite
+from benchmarks.learning.suites import RETURN_METRIC, SUITES, YARDSTICK_METRIC, EnvSpec, Suite
 from seedrl.metrics import METRICS_FILE, read_metrics
 
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
 ARCHIVE_POINTS = 500
 """Curve points an archived run keeps: enough for the plot, small enough to commit."""
-ARCHIVE_FIELDS = ("frames", "elapsed_s", "episode_return_mean", "entropy", "learning_rate")
-"""What an archived metrics record keeps: the curve, and what explains its shape."""
+ARCHIVE_FIELDS = ("frames", "elapsed_s", RETURN_METRIC, "entropy", "learning_rate")
+"""What an archived metrics record keeps: the curve (and the env's own curve metric, where
+it has another), and what explains its shape."""
+CURVE_LABELS = {
+    RETURN_METRIC: "mean return of the last 100 episodes",
+    YARDSTICK_METRIC: "lowest score over the last 100 games\nagainst a fixed opponent",
+}
 
 
 def _timed_records(logdir: Path) -> Iterator[tuple[dict[str, Any], float]]:
@@ -38,12 +43,13 @@ def _timed_records(logdir: Path) -> Iterator[tuple[dict[str, Any], float]]:
         yield record, offset + elapsed
 
 
-def curve(logdir: Path) -> list[tuple[int, float, float]]:
-    """(frames, wall seconds, mean-100 return) per metrics record that has a return."""
+def curve(logdir: Path, metric: str = RETURN_METRIC) -> list[tuple[int, float, float]]:
+    """(frames, wall seconds, value) per metrics record that has ``metric`` (the mean-100
+    return unless the env's curve is another)."""
     return [
-        (int(record["frames"]), wall, record["episode_return_mean"])
+        (int(record["frames"]), wall, record[metric])
         for record, wall in _timed_records(logdir)
-        if record.get("episode_return_mean") is not None
+        if record.get(metric) is not None
     ]
 
 
@@ -58,7 +64,7 @@ def run_summary(spec: EnvSpec, logdir: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     run: dict[str, Any] = json.loads(path.read_text())
-    points = curve(logdir)
+    points = curve(logdir, spec.curve_metric)
     wall = wall_time_s(logdir)
     crossings: dict[str, Any] = {}
     for threshold in spec.thresholds:
@@ -76,11 +82,35 @@ def run_summary(spec: EnvSpec, logdir: Path) -> dict[str, Any] | None:
         "wall_time_s": round(wall, 1),
         "frames_per_s": round(run["frames"] / wall, 1) if wall > 0 else None,
         "final_return_mean100": run["train_return_mean100"],
-        "eval": {k: v for k, v in run["eval"].items() if not k.endswith(("returns", "lengths"))},
+        "eval": None
+        if run["eval"] is None
+        else {k: v for k, v in run["eval"].items() if not k.endswith(("returns", "lengths"))},
         **({"heuristic": run["heuristic"]} if "heuristic" in run else {}),
+        **({"matches": run["matches"], **match_verdict(spec, run, wall)} if spec.opponents else {}),
+        "learner_steps": run.get("learner_steps"),
+        "episodes": run.get("episodes"),
         "thresholds": crossings,
         **held_returns(spec, points),
     }
+
+
+def match_verdict(spec: EnvSpec, run: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """Whether a two-player run met its targets: at least its win rate against each of
+    ``spec.opponents`` in both seats, having trained within the wall budget."""
+    played = {match["opponent"]: match for match in run["matches"]}
+    short = [
+        f"{name} {seat}"
+        for name, need in spec.opponents.items()
+        for seat, result in (played[name]["seats"].items() if name in played else [("-", None)])
+        if result is None or result["wins"] < need * result_games(result) - 1e-9
+    ]
+    in_time = not spec.wall_budget_s or wall_s <= spec.wall_budget_s
+    return {"meets_targets": not short and in_time, "short_of": short, "in_time": in_time}
+
+
+def result_games(seat: dict[str, Any]) -> int:
+    """Games one seat's record counts (wins, draws and losses)."""
+    return int(seat["wins"] + seat["draws"] + seat["losses"])
 
 
 def held_returns(spec: EnvSpec, points: list[tuple[int, float, float]]) -> dict[str, Any]:
@@ -99,16 +129,18 @@ def compact_records(spec: EnvSpec, logdir: Path, points: int = ARCHIVE_POINTS) -
     first and last and each threshold's first crossing, so that the summary and curve
     read off the archive are the run's own. Wall time is summed over resumed segments
     into one ``elapsed_s`` clock."""
+    from learner.league.league import ELO_PREFIX  # torch comes with it: only when archiving
+
+    rating_fields = ("learner_steps", ELO_PREFIX)
+    metric = spec.curve_metric
     timed = [
-        (record, wall)
-        for record, wall in _timed_records(logdir)
-        if record.get("episode_return_mean") is not None
+        (record, wall) for record, wall in _timed_records(logdir) if record.get(metric) is not None
     ]
     if not timed:
         return []
     keep = {0, len(timed) - 1}
     keep.update(range(0, len(timed), max(1, len(timed) // points)))
-    returns = [r["episode_return_mean"] for r, _ in timed]
+    returns = [r[metric] for r, _ in timed]
     for threshold in spec.thresholds:
         crossing = (i for i, ret in enumerate(returns) if ret >= threshold)
         keep.update(itertools.islice(crossing, 1))
@@ -121,7 +153,9 @@ def compact_records(spec: EnvSpec, logdir: Path, points: int = ARCHIVE_POINTS) -
     compact = []
     for i in sorted(keep):
         record, wall = timed[i]
-        kept = {k: record[k] for k in ARCHIVE_FIELDS if k in record}
+        kept = {k: record[k] for k in (*ARCHIVE_FIELDS, metric) if k in record}
+        if spec.opponents:  # each player's Elo by learner step, for the plot of them
+            kept.update((k, v) for k, v in record.items() if k.startswith(rating_fields))
         compact.append({**kept, "elapsed_s": round(wall, 3)})
     return compact
 
@@ -196,7 +230,7 @@ def env_summary(suite: Suite, spec: EnvSpec, out: Path) -> dict[str, Any]:
         if summary is not None:
             runs.append(summary)
     finals = [r["final_return_mean100"] for r in runs if r["final_return_mean100"] is not None]
-    evals = [r["eval"]["mean"] for r in runs]
+    evals = [r["eval"]["mean"] for r in runs if r["eval"] is not None]
     heuristics = [r["heuristic"]["mean"] for r in runs if "heuristic" in r]
     random_path = out / spec.name / RANDOM_FILE
     ref = spec.reference
@@ -205,6 +239,9 @@ def env_summary(suite: Suite, spec: EnvSpec, out: Path) -> dict[str, Any]:
     mean_heuristic = statistics.fmean(heuristics) if heuristics else None
     # the verdict is against the published figure, else the heuristic on the same episodes
     target = ref.value if ref is not None else mean_heuristic
+    meets = None if mean_eval is None or target is None else mean_eval >= target
+    if spec.opponents:  # every run wins enough against every opponent in both seats, in time
+        meets = all(r["meets_targets"] for r in runs) if runs else None
     return {
         "env": spec.title,
         "name": spec.name,
@@ -222,8 +259,10 @@ def env_summary(suite: Suite, spec: EnvSpec, out: Path) -> dict[str, Any]:
         "same_setting": [dataclasses.asdict(r) for r in spec.same_setting],
         "others": [dataclasses.asdict(r) for r in spec.others],
         "suite_budget_frames": spec.frames,
+        "opponents": dict(spec.opponents),
+        "wall_budget_s": spec.wall_budget_s,
         # the final score is evaluate's (mean of seeds), as published scores are
-        "meets_reference": None if mean_eval is None or target is None else mean_eval >= target,
+        "meets_reference": meets,
         "runs": runs,
     }
 
@@ -251,12 +290,14 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
     from matplotlib import pyplot as plt
     from matplotlib.ticker import EngFormatter
 
+    from learner.league.plot import has_ratings, plot_ratings
+
     written = []
     folder = folder or out / "curves"
     folder.mkdir(parents=True, exist_ok=True)
     for spec in suite.envs:
         seed_dirs = sorted((out / spec.name).glob("seed*"))
-        curves = [(d.name, curve(d)) for d in seed_dirs]
+        curves = [(d.name, curve(d, spec.curve_metric)) for d in seed_dirs]
         curves = [(name, pts) for name, pts in curves if pts]
         if not curves:
             continue
@@ -282,6 +323,11 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
                        label=f"{other.label} {other.value:g} ({other.budget})")  # fmt: skip
         random_path = out / spec.name / RANDOM_FILE
         rnd = json.loads(random_path.read_text())["mean"] if random_path.exists() else None
+        if spec.curve_metric != RETURN_METRIC:
+            rnd = None  # a random policy's return is not on this curve's scale
+            for level in spec.thresholds:
+                ax.axhline(level, color="tab:red", linestyle=":", linewidth=1,
+                           label=f"{level:g}")  # fmt: skip
         if rnd is not None:
             ax.axhline(rnd, color="gray", linestyle=":", label=f"random {rnd:.1f}")
         if suite.stability:
@@ -292,7 +338,7 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
             f"agent steps (x{spec.frames_per_step} emulator frames)"
         )  # fmt: skip
         ax.set_xlabel(f"seedrl frames = {unit}")
-        ax.set_ylabel("mean return of the last 100 episodes")
+        ax.set_ylabel(CURVE_LABELS.get(spec.curve_metric, spec.curve_metric))
         ax.set_title(f"{spec.title} ({suite.name} suite)")
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.grid(alpha=0.3)
@@ -301,7 +347,18 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
+        if spec.opponents:
+            written += [
+                plot_ratings(d, folder / ratings_png(spec.name, d.name))
+                for d in seed_dirs
+                if (d / RUN_FILE).exists() and has_ratings(d)
+            ]
     return written
+
+
+def ratings_png(env_name: str, run_name: str) -> str:
+    """The file name of one self-play run's ratings plot."""
+    return f"{env_name}-{run_name}-ratings.png"
 
 
 def _finished_runs(env_dir: Path) -> list[dict[str, Any]]:
@@ -374,12 +431,81 @@ def stability_table(summary: dict[str, Any], curves_dir: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def match_table(summary: dict[str, Any], curves_dir: str = "") -> str:
+    """A two-player suite's table: per run, its win rates in each seat against each
+    scripted opponent, the targets and the wall time they count within."""
+    lines = [
+        f"Suite `{summary['suite']}` ({summary['actors']} per run; the final weights' "
+        f"{summary['eval_mode']} play; summary written {summary['written']}).",
+        "",
+    ]
+    for env in summary["envs"]:
+        names = list(env["opponents"])
+        targets = ", ".join(
+            f"{100 * need:g} % against {name}" for name, need in env["opponents"].items()
+        )
+        budget = env["wall_budget_s"]
+        within = f" within {budget / 60:g} minutes" if budget else ""
+        counts = sorted({
+            result_games(seat)
+            for r in env["runs"] for m in r["matches"] for seat in m["seats"].values()
+        })  # fmt: skip
+        games = f" Games a seat: {', '.join(map(str, counts))}." if counts else ""
+        lines += [
+            f"{env['env']}: target at least {targets}, as first and as second player{within}."
+            + games,
+            "",
+            "| env | actors | seed | frames | wall time | learner steps | episodes | "
+            + " | ".join(f"vs {name}, first / second" for name in names)
+            + f" | yardstick {env['solved_level']:g} at | meets |",
+            "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|---|",
+        ]
+        for r in env["runs"]:
+            by_name = {m["opponent"]: m for m in r["matches"]}
+            scores = []
+            for name in names:
+                seats = by_name[name]["seats"] if name in by_name else {}
+                scores.append(" / ".join(
+                    f"{100 * seats[seat]['win']:.1f} %" if seat in seats else "-"
+                    for seat in ("first", "second")
+                ))  # fmt: skip
+            hit = r["thresholds"].get(f"{env['solved_level']:g}")
+            reached = "-"
+            if hit:
+                reached = f"{_frames(hit['frames'])} ({hit['wall_time_s'] / 60:.1f} min)"
+            verdict = "yes" if r["meets_targets"] else "no"
+            if not r["meets_targets"]:
+                misses = list(r["short_of"]) + ([] if r["in_time"] else ["over the wall budget"])
+                verdict += f" ({', '.join(misses)})"
+            actors = "x".join(str(n) for n in r["actors"]) if r.get("actors") else "-"
+            lines.append(
+                f"| {env['env']} | {actors} | {r['seed']} | {_frames(r['frames'])} "
+                f"| {r['wall_time_s'] / 60:.1f} min | {_num(r.get('learner_steps'), ',d')} "
+                f"| {_num(r.get('episodes'), ',d')} | "
+                + " | ".join(scores)
+                + f" | {reached} | {verdict} |"
+            )
+        lines.append("")
+    if curves_dir:
+        for env in summary["envs"]:
+            if env["runs"]:
+                lines.append(f"![{env['env']}]({curves_dir}/{env['name']}.png)")
+            lines += [
+                f"![Elo ratings, {env['env']} {r['run']}]"
+                f"({curves_dir}/{ratings_png(env['name'], r['run'])})"
+                for r in env["runs"]
+            ]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
     """The results table and the references table of one suite, in markdown (a long-run
-    suite's: :func:`stability_table`)."""
+    suite's: :func:`stability_table`; a two-player suite's: :func:`match_table`)."""
     suite = summary["suite"]
     if SUITES[suite].stability:
         return stability_table(summary, curves_dir)
+    if any(spec.opponents for spec in SUITES[suite].envs):
+        return match_table(summary, curves_dir)
     # A suite with scripted baselines shows them in their own column.
     heuristics = any(env.get("heuristic") for env in summary["envs"])
     lines = [

@@ -98,10 +98,14 @@ def train_and_evaluate(
     policy = Policy.load(result.checkpoint, greedy=suite.greedy)
     torch.manual_seed(seed)
     eval_seed = 1_000_000 + 1000 * seed
-    scores = evaluate(policy, eval_episodes, seed=eval_seed)
-    baseline = {}
+    scores: dict[str, Any] | None = None
+    baseline: dict[str, Any] = {}
+    if spec.opponents:
+        baseline = {"matches": matches(spec, policy, eval_episodes, eval_seed)}
+    else:
+        scores = evaluate(policy, eval_episodes, seed=eval_seed).to_dict()
     if spec.heuristic:  # the same episodes (env seeds) as the policy's evaluation
-        baseline = {"heuristic": heuristic_return(spec, eval_episodes, eval_seed)}
+        baseline["heuristic"] = heuristic_return(spec, eval_episodes, eval_seed)
     record = {
         "env": spec.env,
         "env_kwargs": dict(spec.env_kwargs),
@@ -113,11 +117,28 @@ def train_and_evaluate(
         "learner_steps": result.learner_steps,
         "episodes": result.episodes,
         "train_return_mean100": result.episode_return_mean,
-        "eval": scores.to_dict(),
+        "eval": scores,
         **baseline,
     }
     (logdir / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
     return record
+
+
+def matches(spec: EnvSpec, policy: Any, games: int, seed: int) -> list[dict[str, Any]]:
+    """The policy's games against each of ``spec.opponents`` as first and second player
+    (``learner.league.arena``, as ``python -m learner evaluate --opponent`` plays them)."""
+    from learner.league import arena, opponents
+
+    env = arena.make_aec_env(spec.env, spec.env_kwargs)
+    played = []
+    try:
+        for name in spec.opponents:
+            opponent = arena.ScriptedPlayer(opponents.build(name, spec.env, seed + 1))
+            result = arena.play_match(env, policy, opponent, games, name, seed)
+            played.append(result.to_dict())
+    finally:
+        env.close()
+    return played
 
 
 def agents_return(
