@@ -390,6 +390,9 @@ def test_the_benchmark_trains_and_tables_a_self_play_run(tmp_path):
     (spec,) = SUITES["selfplay"].envs
     run = json.loads((out / spec.name / "seed0" / RUN_FILE).read_text())
     assert run["frames"] >= PIPELINE_FRAMES and run["eval"] is None
+    best = (out / spec.name / "seed0" / "checkpoint-best.pt").exists()
+    assert run["matches_of"] == ("best" if best else "final")
+    assert ("final_matches" in run) == best
     assert [m["opponent"] for m in run["matches"]] == ["random", "heuristic"]
     assert all(report.result_games(s) == 2 for m in run["matches"] for s in m["seats"].values())
     doc = tmp_path / "docs" / "learning.md"
@@ -569,6 +572,8 @@ def test_a_two_player_run_is_judged_by_its_win_rates_in_both_seats_within_its_ti
     suite = SUITES["selfplay"]
     (spec,) = suite.envs
     assert spec.opponents == {"random": 0.99, "heuristic": 0.80} and spec.wall_budget_s == 1800
+    # The budget stops the run; the rate follows the preset's plan for a time-limited one.
+    assert run_overrides(spec, None)["lr_schedule"] == "inverse_sqrt"
     out = tmp_path / "selfplay"
     runs = {  # seed: (wall seconds at the end, the matches)
         0: (1790.0, [_match("random", (198, 0, 2), (199, 1, 0)),
@@ -594,6 +599,10 @@ def test_a_two_player_run_is_judged_by_its_win_rates_in_both_seats_within_its_ti
         run = {"seed": seed, "frames": 3000, "budget_frames": 3000, "actors": [2, 256],
                "train_return_mean100": 0.2, "eval": None, "matches": matches,
                "learner_steps": 40, "episodes": 300}  # fmt: skip
+        if seed == 0:  # its best checkpoint played; the final weights' games beside them
+            run |= {"matches_of": "best", "best_frames": 2500, "final_matches": [
+                _match("random", (190, 0, 10), (180, 0, 20)),
+                _match("heuristic", (100, 0, 100), (50, 0, 150))]}  # fmt: skip
         (logdir / RUN_FILE).write_text(json.dumps(run))
     summary = report.write_summary(suite, out)
     (env,) = summary["envs"]
@@ -611,10 +620,14 @@ def test_a_two_player_run_is_judged_by_its_win_rates_in_both_seats_within_its_ti
     table = report.markdown_table(summary)
     assert (
         "| pettingzoo.classic.connect_four_v3 | 2x256 | 0 | 3 k | 29.8 min | 40 | 300 "
-        "| 99.0 % / 99.5 % | 80.0 % / 80.5 % | 3 k (29.8 min) | yes |" in table
+        "| best (at 2 k) | 99.0 % / 99.5 % | 80.0 % / 80.5 % | 95.0 / 90.0; 50.0 / 25.0 "
+        "| 3 k (29.8 min) | yes |" in table
     )
     assert "as first and as second player within 30 minutes. Games a seat: 200." in table
-    assert "| no (random second, heuristic second) |" in table
+    assert (
+        "| final | 100.0 % / 98.5 % | 85.0 % / 79.5 % | as played | 3 k (29.8 min) "
+        "| no (random second, heuristic second) |" in table
+    )
     assert "| no (over the wall budget) |" in table
 
     # The archive keeps the yardstick, so the verdict and the curve read off it are the

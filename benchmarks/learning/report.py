@@ -86,11 +86,22 @@ def run_summary(spec: EnvSpec, logdir: Path) -> dict[str, Any] | None:
         if run["eval"] is None
         else {k: v for k, v in run["eval"].items() if not k.endswith(("returns", "lengths"))},
         **({"heuristic": run["heuristic"]} if "heuristic" in run else {}),
-        **({"matches": run["matches"], **match_verdict(spec, run, wall)} if spec.opponents else {}),
+        **(match_summary(spec, run, wall) if spec.opponents else {}),
         "learner_steps": run.get("learner_steps"),
         "episodes": run.get("episodes"),
         "thresholds": crossings,
         **held_returns(spec, points),
+    }
+
+
+def match_summary(spec: EnvSpec, run: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """A two-player run's games: those of the weights its verdict is on (the best
+    checkpoint, else the final weights), the final weights' beside them, and the verdict."""
+    kept = ("matches", "matches_of", "best_frames", "final_matches")
+    return {
+        **{key: run[key] for key in kept if key in run},
+        "matches_of": run.get("matches_of", "final"),
+        **match_verdict(spec, run, wall_s),
     }
 
 
@@ -106,6 +117,15 @@ def match_verdict(spec: EnvSpec, run: dict[str, Any], wall_s: float) -> dict[str
     ]
     in_time = not spec.wall_budget_s or wall_s <= spec.wall_budget_s
     return {"meets_targets": not short and in_time, "short_of": short, "in_time": in_time}
+
+
+def _seat_scores(played: list[dict[str, Any]], opponent: str, form: str) -> str:
+    """One opponent's win rates in percent, first seat / second, from a run's matches."""
+    seats: dict[str, Any] = next((m["seats"] for m in played if m["opponent"] == opponent), {})
+    return " / ".join(
+        form.format(100 * seats[seat]["win"]) if seat in seats else "-"
+        for seat in ("first", "second")
+    )
 
 
 def result_games(seat: dict[str, Any]) -> int:
@@ -155,7 +175,11 @@ def compact_records(spec: EnvSpec, logdir: Path, points: int = ARCHIVE_POINTS) -
         record, wall = timed[i]
         kept = {k: record[k] for k in (*ARCHIVE_FIELDS, metric) if k in record}
         if spec.opponents:  # each player's Elo by learner step, for the plot of them
-            kept.update((k, v) for k, v in record.items() if k.startswith(rating_fields))
+            kept.update(
+                (k, round(v, 1) if isinstance(v, float) else v)
+                for k, v in record.items()
+                if k.startswith(rating_fields)
+            )
         compact.append({**kept, "elapsed_s": round(wall, 3)})
     return compact
 
@@ -435,8 +459,9 @@ def match_table(summary: dict[str, Any], curves_dir: str = "") -> str:
     """A two-player suite's table: per run, its win rates in each seat against each
     scripted opponent, the targets and the wall time they count within."""
     lines = [
-        f"Suite `{summary['suite']}` ({summary['actors']} per run; the final weights' "
-        f"{summary['eval_mode']} play; summary written {summary['written']}).",
+        f"Suite `{summary['suite']}` ({summary['actors']} per run; {summary['eval_mode']} "
+        "play of each run's best checkpoint, the final weights' beside it; summary written "
+        f"{summary['written']}).",
         "",
     ]
     for env in summary["envs"]:
@@ -455,20 +480,22 @@ def match_table(summary: dict[str, Any], curves_dir: str = "") -> str:
             f"{env['env']}: target at least {targets}, as first and as second player{within}."
             + games,
             "",
-            "| env | actors | seed | frames | wall time | learner steps | episodes | "
+            "| env | actors | seed | frames | wall time | learner steps | episodes "
+            "| weights played | "
             + " | ".join(f"vs {name}, first / second" for name in names)
+            + " | the final weights, "
+            + "; ".join(f"vs {name}" for name in names)
             + f" | yardstick {env['solved_level']:g} at | meets |",
-            "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|---|",
+            "|---|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|",
         ]
         for r in env["runs"]:
-            by_name = {m["opponent"]: m for m in r["matches"]}
-            scores = []
-            for name in names:
-                seats = by_name[name]["seats"] if name in by_name else {}
-                scores.append(" / ".join(
-                    f"{100 * seats[seat]['win']:.1f} %" if seat in seats else "-"
-                    for seat in ("first", "second")
-                ))  # fmt: skip
+            scores = [_seat_scores(r["matches"], name, "{:.1f} %") for name in names]
+            final = "as played"
+            if "final_matches" in r:
+                final = "; ".join(_seat_scores(r["final_matches"], n, "{:.1f}") for n in names)
+            weights = "final"
+            if r["matches_of"] == "best":
+                weights = f"best (at {_frames(r.get('best_frames'))})"
             hit = r["thresholds"].get(f"{env['solved_level']:g}")
             reached = "-"
             if hit:
@@ -481,9 +508,9 @@ def match_table(summary: dict[str, Any], curves_dir: str = "") -> str:
             lines.append(
                 f"| {env['env']} | {actors} | {r['seed']} | {_frames(r['frames'])} "
                 f"| {r['wall_time_s'] / 60:.1f} min | {_num(r.get('learner_steps'), ',d')} "
-                f"| {_num(r.get('episodes'), ',d')} | "
+                f"| {_num(r.get('episodes'), ',d')} | {weights} | "
                 + " | ".join(scores)
-                + f" | {reached} | {verdict} |"
+                + f" | {final} | {reached} | {verdict} |"
             )
         lines.append("")
     if curves_dir:

@@ -101,7 +101,7 @@ def train_and_evaluate(
     scores: dict[str, Any] | None = None
     baseline: dict[str, Any] = {}
     if spec.opponents:
-        baseline = {"matches": matches(spec, policy, eval_episodes, eval_seed)}
+        baseline = chosen_matches(spec, logdir, policy, eval_episodes, eval_seed, suite.greedy)
     else:
         scores = evaluate(policy, eval_episodes, seed=eval_seed).to_dict()
     if spec.heuristic:  # the same episodes (env seeds) as the policy's evaluation
@@ -122,6 +122,29 @@ def train_and_evaluate(
     }
     (logdir / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
     return record
+
+
+def chosen_matches(
+    spec: EnvSpec, logdir: Path, final: Any, games: int, seed: int, greedy: bool
+) -> dict[str, Any]:
+    """The games the verdict is on, those of the run's best checkpoint (in self-play with
+    fixed opponents it is chosen by the training games against them, so these games are
+    fresh to it), and the final weights' beside them; the final weights' alone where the
+    run kept no best."""
+    from learner.state.checkpoint import BEST_FILE
+    from learner.tools.trained_policy import Policy
+
+    final_games = matches(spec, final, games, seed)
+    if not (logdir / BEST_FILE).exists():
+        return {"matches": final_games, "matches_of": "final"}
+    best = Policy.load(logdir / BEST_FILE, greedy=greedy)
+    assert best.checkpoint_info is not None  # Policy.load always says where from
+    return {
+        "matches": matches(spec, best, games, seed),
+        "matches_of": "best",
+        "best_frames": best.checkpoint_info.frames,
+        "final_matches": final_games,
+    }
 
 
 def matches(spec: EnvSpec, policy: Any, games: int, seed: int) -> list[dict[str, Any]]:
