@@ -137,8 +137,9 @@ class Suite:
 
 
 C4_FRAMES = 7_000_000
-"""Connect Four's budget in the ``selfplay`` suite: what the 2-core development machine
-trains in about 30 minutes at that suite's actor shape (docs/learning.md)."""
+"""Connect Four's budget in the ``selfplay`` suite: at most what the 2-core development
+machine trains in 30 minutes at that suite's actor shape, measured beside other work; on
+the quiet machine it takes less (docs/learning.md)."""
 
 _MINATAR_PAPER = (
     "Young & Tian 2019 (MinAtar), better of DQN and AC(lambda), read off the paper's curves"
@@ -452,10 +453,9 @@ SUITES["selfplay"] = Suite(
         # the one-step-lookahead heuristic, as first and as second player, within 30
         # minutes on the 2-core development machine. The budget is in frames, as every
         # suite's, so a run means the same training on any host; the wall time is checked
-        # beside it. It is what that machine trains in about 30 minutes at the suite's
-        # actor shape. The rate follows the preset's plan for a run without a frame budget
-        # (as `--max-seconds` runs it), not a linear decay to 0 at the budget, under which
-        # the training games stopped improving for the last third of the run.
+        # beside it (C4_FRAMES). The rate follows the preset's plan for a run without a
+        # frame budget (as `--max-seconds` runs it), not a linear decay to 0 at the budget,
+        # under which the training games stopped improving for the last third of the run.
         EnvSpec(
             "pettingzoo.classic.connect_four_v3",
             C4_FRAMES,
