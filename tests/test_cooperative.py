@@ -170,7 +170,7 @@ def test_the_multiagent_suite_holds_simple_spread_to_its_heuristic(tmp_path):
     )
     assert spread.reference is None and spread.heuristic in heuristics.HEURISTICS
     assert envs.family_of(spread.env).preset == "spread"
-    with pytest.raises(ValueError, match="give a reference, a heuristic, or both"):
+    with pytest.raises(ValueError, match="give a reference, a heuristic or opponents"):
         type(spread)(spread.env, 10, None, (0.0,))
     # A finished run's heuristic, scored on its evaluation episodes, is the verdict's bar.
     seed_dir = tmp_path / spread.name / "seed0"
