@@ -120,12 +120,10 @@ def match_verdict(spec: EnvSpec, run: dict[str, Any], wall_s: float) -> dict[str
 
 
 def _seat_scores(played: list[dict[str, Any]], opponent: str, form: str) -> str:
-    """One opponent's win rates in percent, first seat / second, from a run's matches."""
+    """One opponent's win rates in percent, seat by seat in the arena's order (first /
+    second), from a run's matches; "-" where it was not played."""
     seats: dict[str, Any] = next((m["seats"] for m in played if m["opponent"] == opponent), {})
-    return " / ".join(
-        form.format(100 * seats[seat]["win"]) if seat in seats else "-"
-        for seat in ("first", "second")
-    )
+    return " / ".join(form.format(100 * seat["win"]) for seat in seats.values()) or "-"
 
 
 def result_games(seat: dict[str, Any]) -> int:
