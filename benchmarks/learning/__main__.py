@@ -124,10 +124,10 @@ def run_one(
     if ev is not None:
         score = f"evaluate {ev['mean']:.2f} +- {ev['std']:.2f} over {ev['episodes']} episodes"
     else:  # a two-player game: win rates per opponent and seat
+        played = record["matches"]
         score = "; ".join(
-            f"vs {m['opponent']} "
-            + " / ".join(f"{100 * seat['win']:.1f} %" for seat in m["seats"].values())
-            for m in record["matches"]
+            f"vs {m['opponent']} {report.seat_scores(played, m['opponent'], '{:.1f} %')}"
+            for m in played
         )
     print(
         f"{label}: done in {_duration(time.monotonic() - started)}, "

@@ -119,7 +119,7 @@ def match_verdict(spec: EnvSpec, run: dict[str, Any], wall_s: float) -> dict[str
     return {"meets_targets": not short and in_time, "short_of": short, "in_time": in_time}
 
 
-def _seat_scores(played: list[dict[str, Any]], opponent: str, form: str) -> str:
+def seat_scores(played: list[dict[str, Any]], opponent: str, form: str) -> str:
     """One opponent's win rates in percent, seat by seat in the arena's order (first /
     second), from a run's matches; "-" where it was not played."""
     seats: dict[str, Any] = next((m["seats"] for m in played if m["opponent"] == opponent), {})
@@ -487,10 +487,10 @@ def match_table(summary: dict[str, Any], curves_dir: str = "") -> str:
             "|---|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|",
         ]
         for r in env["runs"]:
-            scores = [_seat_scores(r["matches"], name, "{:.1f} %") for name in names]
+            scores = [seat_scores(r["matches"], name, "{:.1f} %") for name in names]
             final = "as played"
             if "final_matches" in r:
-                final = "; ".join(_seat_scores(r["final_matches"], n, "{:.1f}") for n in names)
+                final = "; ".join(seat_scores(r["final_matches"], n, "{:.1f}") for n in names)
             weights = "final"
             if r["matches_of"] == "best":
                 weights = f"best (at {_frames(r.get('best_frames'))})"

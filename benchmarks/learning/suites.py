@@ -74,9 +74,10 @@ class EnvSpec:
     """A scripted baseline of ``benchmarks.learning.heuristics.HEURISTICS`` scored on each
     run's evaluation episodes beside the policy ("": none)."""
     opponents: dict[str, float] = field(default_factory=dict)
-    """Two-player games: scripted opponents (``learner.league.opponents``) the final policy
-    plays the suite's ``eval_episodes`` games a seat against, as first and as second
-    player, each with the win rate it must reach in both seats. The verdict is against
+    """Two-player games: scripted opponents (``learner.league.opponents``) the run's best
+    checkpoint (else its final weights) plays the suite's ``eval_episodes`` games a seat
+    against, as first and as second player, each with the win rate it must reach in both
+    seats. The verdict is against
     these, not a reference, and no single-agent evaluation is run."""
     wall_budget_s: float = 0.0
     """With ``opponents``: the win rates count only for a run that trained within this
