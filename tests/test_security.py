@@ -83,17 +83,20 @@ def rpc_code(call) -> grpc.StatusCode:
 
 
 def train_then_stop(learner: Proc, logdir: Path, actors: Proc, frames: int) -> None:
-    """Both actors connected and ``frames`` trained, then SIGTERM: everyone exits 0."""
+    """Both actors connected, ``frames`` seen and a learner step taken, then SIGTERM:
+    everyone exits 0. Frames alone are not enough: on a loaded host the first
+    training step can come well after the actors have streamed ``frames``."""
 
     def trained() -> bool:
         records = read_records(logdir)
         return (
             bool(records)
             and records[-1]["actors_connected"] == 2
-            and (records[-1]["frames"] >= frames)
+            and records[-1]["frames"] >= frames
+            and records[-1]["learner_steps"] > 0
         )
 
-    wait_until(trained, 120, what=f"{frames} frames from 2 actors")
+    wait_until(trained, 120, what=f"{frames} frames from 2 actors and a learner step")
     learner.signal(signal.SIGTERM)
     assert learner.wait(30) == 0, learner.output()
     assert actors.wait(30) == 0, actors.output()
