@@ -178,6 +178,13 @@ class LearnerConfig:
     """Weight of the value (baseline) loss."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip (losses are per-frame means, so PPO-sized clips fit)."""
+    max_update_kl: float | None = None
+    """Bound on how far one optimizer step may move the policy: the mean KL divergence, over
+    the batch's actions, from the policy before the step to the one after it. A step that
+    goes further is shrunk back along its own direction to the bound. Adam's steps keep
+    their size when the gradient turns from tiny to large (a solved policy's first
+    failures), and such a step can throw the policy far from what it knew
+    (docs/stability.md); unset bounds nothing. V-trace only."""
     lr_schedule: str = "auto"
     """Learning rate over the run: constant; linear (from --learning-rate down to 0 at
     --total-frames trained frames, as IMPALA and TorchBeast anneal it); or inverse_sqrt
@@ -432,6 +439,7 @@ class LearnerConfig:
             self,
             ("learning_rate", "adam_eps", "max_grad_norm", "clip_rho_threshold",
              "clip_pg_rho_threshold", "reward_scale", "reward_clip", "checkpoint_interval_s",
+             "max_update_kl",
              "log_interval_s", "standby_grace_s"),
             low=0,
             low_open=True,
@@ -470,6 +478,11 @@ class LearnerConfig:
         _require_range(self, ("lr_hold_frames",), low=1)
         if self.mirror and self.agent != "vtrace":
             raise ValueError(f"--mirror trains V-trace unrolls; --agent {self.agent} has none")
+        if self.max_update_kl is not None and self.agent != "vtrace":
+            raise ValueError(
+                f"--max-update-kl bounds a policy's change; --agent {self.agent} has no policy"
+                " to bound"
+            )
         if self.final_entropy_cost is not None and not self.total_frames:
             raise ValueError("--final-entropy-cost needs --total-frames (it is reached there)")
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -34,6 +34,7 @@ LEARNER_CASES = {
     "rho-bar": ("--clip-rho-threshold", "-1", "--clip-rho-threshold must be > 0"),
     "interval": ("--log-interval-s", "0", "--log-interval-s must be > 0"),
     "nan": ("--max-grad-norm", "nan", "--max-grad-norm must be > 0"),
+    "update bound": ("--max-update-kl", "0", "--max-update-kl must be > 0"),
     # probabilities and factors in [0, 1]
     "lambda": ("--lambda", "1.5", "--lambda must be in [0, 1]"),
     "discount": ("--discount", "-0.1", "--discount must be in [0, 1]"),
@@ -123,3 +124,9 @@ def test_every_numeric_field_has_a_range(cls):
                 cls(**{field.name: bad})
         checked += 1
     assert checked >= (25 if cls is LearnerConfig else 8)
+
+
+def test_the_update_bound_is_refused_for_an_agent_without_a_policy_to_bound():
+    with pytest.raises(ValueError, match="--max-update-kl bounds a policy's change; --agent r2d2"):
+        LearnerConfig(agent="r2d2", max_update_kl=1e-3)
+    assert LearnerConfig(max_update_kl=1e-3).max_update_kl == 1e-3

@@ -161,14 +161,17 @@ def test_actor_picks_rank_by_index():
     assert learner_targets("a:1, b:2,") == ["a:1", "b:2"]
 
 
-def test_two_ranks_train_in_lockstep(tmp_path):
-    """2 gloo ranks, 3 actors (2 find their rank via GetInfo, 1 is given a list)."""
+@pytest.mark.parametrize("bound", [[], ["--max-update-kl", "1e-7"]], ids=["free", "bounded"])
+def test_two_ranks_train_in_lockstep(tmp_path, bound):
+    """2 gloo ranks, 3 actors (2 find their rank via GetInfo, 1 is given a list). With a
+    step bound that bites every step, the ranks must still agree on how far each step
+    went (their batches, and so their own measures, differ) or their weights part."""
     port = free_port_pair()
     learner = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
         "-m", "learner", "--port", str(port), "--logdir", str(tmp_path), "--total-frames", "8000",
         "--batch-size", "8", "--unroll-length", "10", "--max-seconds", "90",
-        "--progress", "plain", "--log-interval-s", "1", "--no-tensorboard",
+        "--progress", "plain", "--log-interval-s", "1", "--no-tensorboard", *bound,
     ]  # fmt: skip
     by_discovery = [
         sys.executable, "-m", "actors", "--learner", f"127.0.0.1:{port}",
@@ -200,6 +203,9 @@ def test_two_ranks_train_in_lockstep(tmp_path):
         records = read_records(logdir)
         assert max(r["actors_connected"] for r in records) >= 1, logdir
         assert records[-1]["world_size"] == 2
+        if bound:
+            kept = [r["update_kept"] for r in records if "update_kept" in r]
+            assert kept and min(kept) < 1.0, logdir
     # Rank 1 got actor 1 (by discovery) and actor 2 (by list): two streams at once.
     assert max(r["actors_connected"] for r in read_records(tmp_path / "rank1")) == 2
     assert not (tmp_path / "rank1" / "checkpoint.pt").exists(), "only rank 0 checkpoints"

@@ -29,6 +29,7 @@ from torch import nn
 from learner.agents.models import action_head, build_model
 from learner.agents.vtrace import VTraceAgent
 from learner.agents.vtrace import targets as vtrace
+from learner.agents.vtrace.loss import update_kl
 from learner.state.trajectories import Unrolls
 from learner.training.trainer import Trainer, TrainerParts, to_time_major
 from seedrl.config import LearnerConfig
@@ -327,3 +328,34 @@ def test_only_the_baseline_term_reaches_the_real_value_head():
     for pid, g in baseline_only.items():
         if pid not in value_params:
             assert g.abs().max() < 1e-7
+
+
+@pytest.mark.parametrize("family", ["categorical", "gaussian"])
+def test_update_kl_estimates_the_kl_divergence_from_actions_of_the_first_policy(family):
+    """The step bound's measure, from log-probabilities of sampled actions alone, against
+    the closed-form KL of ``torch.distributions``; a weight of 0 drops a row."""
+    gen = torch.Generator().manual_seed(0)
+    if family == "categorical":
+        before = torch.distributions.Categorical(logits=torch.tensor([0.3, -0.2, 1.1, 0.0]))
+        after = torch.distributions.Categorical(logits=torch.tensor([0.5, -0.4, 0.9, 0.2]))
+    else:
+        before = torch.distributions.Normal(torch.tensor(0.1), torch.tensor(0.8))
+        after = torch.distributions.Normal(torch.tensor(0.25), torch.tensor(0.7))
+    torch.manual_seed(0)
+    actions = before.sample((400, 500))
+    before_logp, after_logp = before.log_prob(actions), after.log_prob(actions)
+    want = float(torch.distributions.kl_divergence(before, after))
+    weight = torch.ones_like(before_logp)
+    got = float(update_kl(before_logp, after_logp, weight))
+    assert got == pytest.approx(want, rel=0.03)
+    # Rows of weight 0 are not counted: junk there changes nothing.
+    junk = torch.rand(before_logp.shape, generator=gen) * 50
+    padded = float(
+        update_kl(
+            torch.cat([before_logp, junk]),
+            torch.cat([after_logp, -junk]),
+            torch.cat([weight, torch.zeros_like(weight)]),
+        )
+    )
+    assert padded == pytest.approx(got, rel=1e-9)
+    assert float(update_kl(before_logp, before_logp, weight)) == 0.0

@@ -583,3 +583,37 @@ def test_a_non_finite_batch_leaves_the_return_scale_as_it_was():
     norm.update(torch.tensor([1.0, float("nan"), 3.0, 4.0]), weight)
     norm.update(torch.tensor([float("inf"), 2.0, 3.0, 4.0]), weight)
     assert (norm.count, norm.mean, norm.var, norm.scale) == before
+
+
+def test_a_step_that_moves_the_policy_too_far_is_shrunk_back_to_the_bound(tmp_path):
+    """--max-update-kl: a step within the bound is the unbounded step; one beyond it is
+    scaled back along its own direction until the policy's change is within the bound."""
+    unrolls = _unrolls(0)
+    free = _trainer(tmp_path / "free", learning_rate=0.05)
+    loose = _trainer(tmp_path / "loose", learning_rate=0.05, max_update_kl=1e6)
+    start = _weights_of(free.model)
+    for got, want in zip(_weights_of(loose.model), start, strict=True):
+        assert torch.equal(got, want)  # the same seed builds the same weights
+
+    assert "update_kl" not in free.train_step(unrolls)
+    scalars = loose.train_step(unrolls)
+    assert scalars["update_kept"] == 1.0
+    for got, want in zip(_weights_of(loose.model), _weights_of(free.model), strict=True):
+        assert torch.equal(got, want)
+    full_kl = scalars["update_kl"]
+    assert full_kl > 0
+
+    bound = full_kl / 10
+    tight = _trainer(tmp_path / "tight", learning_rate=0.05, max_update_kl=bound)
+    batch = to_time_major(unrolls, torch.device("cpu"))
+    before_logp = tight.loss(batch, ())[1]["update_logp"]
+    scalars = tight.train_step(unrolls)
+    assert scalars["update_kl"] == pytest.approx(full_kl, rel=1e-5)
+    kept = scalars["update_kept"]
+    assert 0 < kept < 1
+    for got, begun, stepped in zip(
+        _weights_of(tight.model), start, _weights_of(free.model), strict=True
+    ):
+        torch.testing.assert_close(got, begun + kept * (stepped - begun))
+    moved = float(tight.agent.policy_change(tight.model, batch, (), before_logp))
+    assert 0.5 * bound < moved <= bound

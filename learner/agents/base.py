@@ -10,7 +10,7 @@ not branches through the serve loop.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -28,6 +28,12 @@ except :data:`SAMPLE_PRIORITY`."""
 SAMPLE_PRIORITY = "sample_priority"
 """Loss-term key of a ``[B]`` tensor: each sampled unroll's new priority, which the
 trainer host hands back to the store (:meth:`Store.feedback`) instead of the metrics."""
+
+
+UPDATE_LOGP = "update_logp"
+"""Loss-term key of the ``[T, B]`` log-probabilities the loss gave the batch's actions,
+there only with ``--max-update-kl``: after the optimizer step the trainer hands them back
+to :meth:`BoundedAgent.policy_change` to measure how far the step moved the policy."""
 
 
 class SavedStoreError(RuntimeError):
@@ -117,4 +123,21 @@ class Agent(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Take back what :meth:`state_dict` saved (keys it does not know are ignored)."""
+        ...
+
+
+@runtime_checkable
+class BoundedAgent(Protocol):
+    """An agent whose policy the trainer can keep from moving too far in one step
+    (``--max-update-kl``): its loss leaves :data:`UPDATE_LOGP` among the terms."""
+
+    def policy_change(
+        self,
+        model: ActorCritic,
+        batch: dict[str, torch.Tensor],
+        core_state: tuple[torch.Tensor, ...],
+        before_logp: torch.Tensor,
+    ) -> torch.Tensor:
+        """How far the model's policy now is from the one that gave the batch's actions
+        ``before_logp`` in the loss: an estimate of the mean KL divergence (a scalar)."""
         ...

@@ -230,6 +230,14 @@ class RankSync:
         dist.all_reduce(flat)
         flat.div_(count)
 
+    def weighted_mean(self, value: float, weight: float) -> float:
+        """The ``weight``-ed mean of ``value`` over the ranks (0 when no rank weighs in):
+        what every rank must agree on, such as how far a step moved the policy."""
+        sums = torch.tensor([value * weight, weight], dtype=torch.float64, device=self.device)
+        dist.all_reduce(sums)
+        total, weights = sums.tolist()
+        return total / weights if weights > 0 else 0.0
+
     def metrics(self) -> dict[str, Any]:
         """Extra keys for this rank's metrics record."""
         return {
@@ -313,6 +321,9 @@ class RankGradients:
 
     def scalars(self) -> dict[str, float]:
         return {"ranks_contributing": float(self._contributors)}
+
+    def mean(self, value: float, weight: float) -> float:
+        return self.sync.weighted_mean(value, weight)
 
 
 class RankHost(ThreadHost):

@@ -12,6 +12,7 @@ Shape suffixes: T unroll length, B unrolls in the batch, O observation dims.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -21,7 +22,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from learner.agents.base import SAMPLE_PRIORITY, Agent
+from learner.agents.base import SAMPLE_PRIORITY, UPDATE_LOGP, Agent, BoundedAgent
 from learner.agents.models import ActorCritic
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
@@ -104,6 +105,44 @@ class GradientBuffer:
         return total
 
 
+class UpdateBound:
+    """Shrinks an optimizer step that moved the policy too far back along its own
+    direction until it is within the bound: the KL of a small step grows as its square, so
+    scaling the step by ``sqrt(target / kl)`` brings it to about the target; a large step
+    may need a second look."""
+
+    RESCALES = 4
+    """The most times one step is measured again after being scaled back."""
+    TARGET = 0.9
+    """Share of the bound a scaled-back step aims at, so that one rescale mostly suffices."""
+
+    def __init__(self, model: torch.nn.Module, max_kl: float) -> None:
+        self.max_kl = max_kl
+        self.params: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
+        # The weights before the step, in buffers made once: no allocation per step.
+        self.start = [torch.empty_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def remember(self) -> None:
+        """Keep the weights the next step starts from."""
+        torch._foreach_copy_(self.start, self.params)
+
+    @torch.no_grad()
+    def enforce(self, measure: Callable[[], float]) -> dict[str, float]:
+        """Scale the step just taken back while ``measure()`` (its KL) is past the bound;
+        the step's KL as the optimizer took it and the share of it kept."""
+        kl = taken = measure()
+        kept = 1.0
+        for _ in range(self.RESCALES):
+            if kl <= self.max_kl:
+                break
+            factor = math.sqrt(self.TARGET * self.max_kl / kl)
+            torch._foreach_lerp_(self.params, self.start, 1.0 - factor)
+            kept *= factor
+            kl = measure()
+        return {"update_kl": taken, "update_kept": kept}
+
+
 class GradientExchange(Protocol):
     """How a step's gradient becomes the one applied: alone, as it is; among torchrun
     ranks, averaged over the ranks that had a batch."""
@@ -120,6 +159,11 @@ class GradientExchange(Protocol):
         """Extra per-step metrics."""
         ...
 
+    def mean(self, value: float, weight: float) -> float:
+        """The ``weight``-ed mean of a per-learner ``value`` over the learners, the same on
+        each (every learner calls it at the same step)."""
+        ...
+
 
 class LocalGradients:
     """A learner alone: its own gradient, a step only when it has one."""
@@ -131,6 +175,9 @@ class LocalGradients:
 
     def scalars(self) -> dict[str, float]:
         return {}
+
+    def mean(self, value: float, weight: float) -> float:
+        return value
 
 
 @dataclass(frozen=True)
@@ -196,6 +243,10 @@ class Trainer:
         self.update_guard = update_guard or (lambda: self.weights_lock)
         self.grads = GradientBuffer(self.model.parameters(), self.device)
         self.learning_rate = learning_rate_schedule(config)
+        self.bound = (
+            None if config.max_update_kl is None else UpdateBound(self.model, config.max_update_kl)
+        )
+        """Keeps each step within ``--max-update-kl`` of the policy it started from."""
         self.feedback: list[tuple[np.ndarray, np.ndarray]] = []
         """(sample ids, new priorities) of the steps since :meth:`take_feedback`, for the
         host to hand to the store."""
@@ -269,8 +320,16 @@ class Trainer:
             self._skip("gradient")
             return None
         lr = self.set_learning_rate(step)
+        before_logp = None if terms is None else terms.pop(UPDATE_LOGP, None)
+        bound_scalars: dict[str, float] = {}
         with self.update_guard():
+            if self.bound is not None:
+                self.bound.remember()
             self.optimizer.step()
+            if self.bound is not None:
+                bound_scalars = self.bound.enforce(
+                    lambda: self.exchange.mean(*self._update_kl(batch, core_state, before_logp))
+                )
             self.model.bound_log_std_()
             self.step_counter.value += 1
         if terms is None or unrolls is None:
@@ -282,8 +341,22 @@ class Trainer:
         scalars["grad_norm"] = float(grad_norm)
         scalars["learning_rate"] = lr
         scalars["policy_lag"] = policy_lag(step, unrolls)
+        scalars.update(bound_scalars)
         scalars.update(self.exchange.scalars())
         return scalars
+
+    def _update_kl(
+        self,
+        batch: dict[str, torch.Tensor] | None,
+        core_state: tuple[torch.Tensor, ...],
+        before_logp: torch.Tensor | None,
+    ) -> tuple[float, float]:
+        """(how far the step just taken moved the policy on this learner's batch, the
+        weight of that batch among the ranks': 0 for a rank that had none)."""
+        if batch is None or before_logp is None:
+            return 0.0, 0.0
+        assert isinstance(self.agent, BoundedAgent)  # the config allows the bound on no other
+        return float(self.agent.policy_change(self.model, batch, core_state, before_logp)), 1.0
 
     def take_feedback(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The (sample ids, priorities) pairs gathered since the last call."""

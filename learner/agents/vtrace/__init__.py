@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
-from learner.agents.base import LossTerms
+from learner.agents.base import UPDATE_LOGP, LossTerms
 from learner.agents.mirror import Mirror
 from learner.agents.models import ActorCritic, action_head, autocast, build_model, resolve_precision
 from learner.agents.policy import Policy, inference_policy
-from learner.agents.vtrace.loss import VTraceCosts, vtrace_loss
+from learner.agents.vtrace.loss import VTraceCosts, update_kl, valid_transitions, vtrace_loss
 from learner.state.normalize import ReturnNormalizer
 from learner.state.trajectories import UnrollQueue
 from learner.training.schedules import StepClock, entropy_cost_schedule
@@ -74,10 +74,7 @@ class VTraceAgent:
         clock: StepClock,
     ) -> tuple[torch.Tensor, LossTerms]:
         cfg = self.config
-        if cfg.mirror:
-            if self._mirror is None:
-                self._mirror = Mirror(model.spec, self.head)
-            batch = self._mirror(batch)  # no core state to double: Mirror refuses an LSTM
+        batch = self._as_trained(model, batch)
         with autocast(self.device, self.precision):
             params_T1BP, values_T1B, _ = model(batch["obs"], batch["first"], core_state)
         # V-trace and the loss terms in fp32 whatever the forward pass ran in.
@@ -108,7 +105,33 @@ class VTraceAgent:
             terms["reward_norm_scale"] = torch.tensor(scale)
         if cfg.final_entropy_cost is not None:
             terms["entropy_cost"] = torch.tensor(entropy_cost)
+        if cfg.max_update_kl is not None:
+            terms[UPDATE_LOGP] = result.target_logp_TB
         return result.total, terms
+
+    def policy_change(
+        self,
+        model: ActorCritic,
+        batch: dict[str, torch.Tensor],
+        core_state: tuple[torch.Tensor, ...],
+        before_logp: torch.Tensor,
+    ) -> torch.Tensor:
+        batch = self._as_trained(model, batch)
+        t = before_logp.shape[0]
+        with torch.no_grad(), autocast(self.device, self.precision):
+            params_T1BP, _, _ = model(batch["obs"], batch["first"], core_state)
+        after_logp = self.head.log_prob(params_T1BP[:t].float(), batch["action"][:t])
+        return update_kl(before_logp, after_logp, valid_transitions(batch, t).float())
+
+    def _as_trained(
+        self, model: ActorCritic, batch: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """The batch as the loss sees it: with ``--mirror``, doubled by its mirror image."""
+        if not self.config.mirror:
+            return batch
+        if self._mirror is None:
+            self._mirror = Mirror(model.spec, self.head)
+        return self._mirror(batch)  # no core state to double: Mirror refuses an LSTM
 
     def state_dict(self) -> dict[str, Any]:
         if self.return_normalizer is None:

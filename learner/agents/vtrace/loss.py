@@ -43,6 +43,8 @@ class VTraceLoss:
     terms: LossTerms
     vs_TB: torch.Tensor
     weight_TB: torch.Tensor
+    target_logp_TB: torch.Tensor
+    """The learner's log-probability of each trained action, detached."""
 
 
 def valid_transitions(batch: dict[str, torch.Tensor], t: int) -> torch.Tensor:
@@ -103,4 +105,18 @@ def vtrace_loss(
         "value_mean": (values_T1B[:t].detach() * weight_TB).sum() / count,
         "value_target_mean": (vs_TB * weight_TB).sum() / count,
     }
-    return VTraceLoss(total, terms, vs_TB, weight_TB)
+    return VTraceLoss(total, terms, vs_TB, weight_TB, target_logp_TB.detach())
+
+
+def update_kl(
+    before_logp_TB: torch.Tensor, after_logp_TB: torch.Tensor, weight_TB: torch.Tensor
+) -> torch.Tensor:
+    """Estimate of KL(before || after) from two policies' log-probabilities of actions drawn
+    from (about) the first: the weighted mean of ``r - 1 - log r``, ``r = after / before``.
+    Unbiased for actions drawn from ``before``, never negative, and of low variance
+    (Schulman's "k3"); it needs only ``log_prob``, which every action head has. The
+    actors' actions stand in for draws from the policy before the step: they come from one
+    a few updates older."""
+    log_r_TB = after_logp_TB - before_logp_TB
+    k3_TB = torch.expm1(log_r_TB) - log_r_TB
+    return (k3_TB * weight_TB).sum() / weight_TB.sum().clamp(min=1.0)
