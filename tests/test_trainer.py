@@ -30,6 +30,7 @@ from learner.training.trainer import (
     GradientBuffer,
     Trainer,
     TrainerParts,
+    UpdateBound,
     make_optimizer,
     to_time_major,
 )
@@ -617,3 +618,18 @@ def test_a_step_that_moves_the_policy_too_far_is_shrunk_back_to_the_bound(tmp_pa
         torch.testing.assert_close(got, begun + kept * (stepped - begun))
     moved = float(tight.agent.policy_change(tight.model, batch, (), before_logp))
     assert 0.5 * bound < moved <= bound
+
+
+def test_a_step_whose_policy_change_is_not_finite_is_taken_back_whole():
+    model = torch.nn.Linear(3, 2)
+    bound = UpdateBound(model, max_kl=1e-3)
+    before = _weights_of(model)
+    bound.remember()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    measures = iter([float("nan"), 0.0])
+    scalars = bound.enforce(lambda: next(measures))
+    assert scalars["update_kept"] == 0.0 and math.isnan(scalars["update_kl"])
+    for got, want in zip(_weights_of(model), before, strict=True):
+        assert torch.equal(got, want)

@@ -136,7 +136,8 @@ class UpdateBound:
         for _ in range(self.RESCALES):
             if kl <= self.max_kl:
                 break
-            factor = math.sqrt(self.TARGET * self.max_kl / kl)
+            # A step whose measure is not even finite is taken back whole.
+            factor = math.sqrt(self.TARGET * self.max_kl / kl) if math.isfinite(kl) else 0.0
             torch._foreach_lerp_(self.params, self.start, 1.0 - factor)
             kept *= factor
             kl = measure()
