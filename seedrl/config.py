@@ -30,6 +30,8 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 
 LR_SCHEDULES = ("auto", "constant", "linear", "inverse_sqrt")
+DEFAULT_MAX_UPDATE_KL = 1e-4
+"""V-trace's bound on each step when --max-update-kl is unset (docs/stability.md)."""
 WANDB_MODES = ("online", "offline")
 OPPONENT_SAMPLING = ("latest", "uniform", "pfsp")
 """How self-play picks an episode's opponent from the pool of past selves."""
@@ -157,11 +159,11 @@ class LearnerConfig:
     leaves flipped along their width, the action mask and the Discrete action reversed),
     for games whose rules do not change under the flip, such as Connect Four: twice the
     experience per game at twice the training compute. V-trace only."""
-    learning_rate: float = 1e-3
-    """Adam learning rate. Low for a run without a preset: at four times this rate a policy
-    that had just solved its task was often thrown off within a few dozen updates, since
-    Adam takes full-sized steps on the gradients left once every episode ends alike
-    (docs/stability.md); the presets set their own."""
+    learning_rate: float = 4e-3
+    """Adam learning rate. This high only with the bound on each step (--max-update-kl): at
+    this rate without it a policy that had just solved its task was often thrown off within
+    a few dozen updates, since Adam takes full-sized steps on the gradients left once every
+    episode ends alike (docs/stability.md); the presets set their own."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
     discount: float = 0.99
@@ -184,7 +186,9 @@ class LearnerConfig:
     goes further is shrunk back along its own direction to the bound. Adam's steps keep
     their size when the gradient turns from tiny to large (a solved policy's first
     failures), and such a step can throw the policy far from what it knew
-    (docs/stability.md); unset bounds nothing. V-trace only."""
+    (docs/stability.md). Unset: 1e-4 for V-trace, the bound the default --learning-rate
+    was measured with; 0 bounds nothing (the presets, each tuned without it); R2D2 has no
+    policy to bound."""
     lr_schedule: str = "auto"
     """Learning rate over the run: constant; linear (from --learning-rate down to 0 at
     --total-frames trained frames, as IMPALA and TorchBeast anneal it); or inverse_sqrt
@@ -439,7 +443,6 @@ class LearnerConfig:
             self,
             ("learning_rate", "adam_eps", "max_grad_norm", "clip_rho_threshold",
              "clip_pg_rho_threshold", "reward_scale", "reward_clip", "checkpoint_interval_s",
-             "max_update_kl",
              "log_interval_s", "standby_grace_s"),
             low=0,
             low_open=True,
@@ -478,7 +481,8 @@ class LearnerConfig:
         _require_range(self, ("lr_hold_frames",), low=1)
         if self.mirror and self.agent != "vtrace":
             raise ValueError(f"--mirror trains V-trace unrolls; --agent {self.agent} has none")
-        if self.max_update_kl is not None and self.agent != "vtrace":
+        _require_range(self, ("max_update_kl",), low=0)
+        if self.max_update_kl and self.agent != "vtrace":
             raise ValueError(
                 f"--max-update-kl bounds a policy's change; --agent {self.agent} has no policy"
                 " to bound"
@@ -503,6 +507,14 @@ class LearnerConfig:
         if self.lr_schedule != "auto":
             return self.lr_schedule
         return "linear" if self.total_frames and self.target_return is None else "inverse_sqrt"
+
+    @property
+    def effective_max_update_kl(self) -> float | None:
+        """``max_update_kl`` with unset resolved (V-trace's default bound) and 0 read as
+        no bound: None when nothing bounds the step."""
+        if self.max_update_kl is None:
+            return DEFAULT_MAX_UPDATE_KL if self.agent == "vtrace" else None
+        return self.max_update_kl or None
 
     @property
     def checkpoint_path(self) -> Path:

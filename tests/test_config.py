@@ -34,7 +34,7 @@ LEARNER_CASES = {
     "rho-bar": ("--clip-rho-threshold", "-1", "--clip-rho-threshold must be > 0"),
     "interval": ("--log-interval-s", "0", "--log-interval-s must be > 0"),
     "nan": ("--max-grad-norm", "nan", "--max-grad-norm must be > 0"),
-    "update bound": ("--max-update-kl", "0", "--max-update-kl must be > 0"),
+    "update bound": ("--max-update-kl", "-0.5", "--max-update-kl must be >= 0"),
     # probabilities and factors in [0, 1]
     "lambda": ("--lambda", "1.5", "--lambda must be in [0, 1]"),
     "discount": ("--discount", "-0.1", "--discount must be in [0, 1]"),
@@ -129,4 +129,14 @@ def test_every_numeric_field_has_a_range(cls):
 def test_the_update_bound_is_refused_for_an_agent_without_a_policy_to_bound():
     with pytest.raises(ValueError, match="--max-update-kl bounds a policy's change; --agent r2d2"):
         LearnerConfig(agent="r2d2", max_update_kl=1e-3)
-    assert LearnerConfig(max_update_kl=1e-3).max_update_kl == 1e-3
+    assert LearnerConfig(max_update_kl=1e-3).effective_max_update_kl == 1e-3
+
+
+def test_the_update_bound_is_on_for_v_trace_unless_turned_off_and_off_for_r2d2():
+    """Unset, V-trace steps are bounded at the rate's measured 1e-4; 0 turns the bound off
+    (what every V-trace preset does, each tuned without it); R2D2, which has no policy to
+    bound, is left alone rather than refused."""
+    assert LearnerConfig().effective_max_update_kl == 1e-4
+    assert LearnerConfig(max_update_kl=0).effective_max_update_kl is None
+    assert LearnerConfig(agent="r2d2").effective_max_update_kl is None
+    assert LearnerConfig(agent="r2d2", max_update_kl=0).effective_max_update_kl is None

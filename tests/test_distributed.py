@@ -141,12 +141,22 @@ def test_a_rank_takes_updates_per_batch_lockstep_updates_and_stops_with_its_peer
 
     monkeypatch.setattr(sync, "exchange_control", exchange)
     monkeypatch.setattr(sync, "average_gradients", lambda flat, contributed, count: None)
+    measures: list[float] = []  # the step bound's measure (on by default), one per look
+
+    def weighted_mean(value: float, weight: float) -> float:
+        measures.append(weight)
+        return value
+
+    monkeypatch.setattr(sync, "weighted_mean", weighted_mean)
     unrolls = random_unrolls(2, sync.config.unroll_length, seed=0)
     assert trainer.lockstep_batch(unrolls) is False
     assert exchanges == [True] * 3 and learner.step_counter.value == 3
     assert learner.stats.learner_steps == 3
+    assert len(measures) >= 3 and set(measures) == {1.0}
+    looks = len(measures)
     assert trainer.lockstep_batch(None) is False  # no batch here: one exchange, the peer's update
     assert exchanges == [True] * 3 + [False] and learner.step_counter.value == 4
+    assert measures[looks:] == [0.0]  # and it joins the peer's measure of that step, unweighted
     assert trainer.lockstep_batch(unrolls) is True  # stop decided in its first exchange
     assert exchanges == [True] * 3 + [False, True] and learner.step_counter.value == 5
 

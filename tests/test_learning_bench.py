@@ -4,8 +4,10 @@ variant that guards learning on pixels: MinAtar Breakout must beat a random poli
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -90,6 +92,7 @@ def _finished_run(
         "env": "MinAtar/Breakout-v1",
         "seed": seed,
         "learning_rate": DEFAULT_RATE,
+        "entropy_cost": 0.001,
         **run["overrides"],
     }
     (logdir / "config.json").write_text(json.dumps(config))
@@ -137,9 +140,24 @@ def test_archived_runs_are_small_and_summarise_as_the_runs_themselves(tmp_path):
     _finished_run(restated / spec.name / "seed4", 4, segment[:10], {"learning_rate": DEFAULT_RATE})
     assert report.archive(suite, restated, results) == [results / spec.name / "seed4"]
 
+    # A default changed since the others ran is another configuration, though no --set says
+    # so; where a run was hosted (its port, its log folder) is not.
+    moved = tmp_path / "moved"
+    _finished_run(moved / spec.name / "seed5", 5, segment[:10])
+    config = json.loads((moved / spec.name / "seed5" / "config.json").read_text())
+    hosted = {**config, "port": 4321, "logdir": "/elsewhere", "total_frames": 10**9}
+    (moved / spec.name / "seed5" / "config.json").write_text(json.dumps(hosted))
+    assert report.archive(suite, moved, results) == [results / spec.name / "seed5"]
+    retuned = tmp_path / "retuned"
+    _finished_run(retuned / spec.name / "seed6", 6, segment[:10])
+    config["entropy_cost"] = 0.5  # a field no run here overrode
+    (retuned / spec.name / "seed6" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=re.escape("differ in {'entropy_cost': (0.5, 0.001)")):
+        report.archive(suite, retuned, results)
+
     doc = tmp_path / "docs" / "learning.md"
     assert main(["table", "--out", str(results), "--doc", str(doc)]) == 0
-    assert "| MinAtar/Breakout-v1 | 3 |" in doc.read_text()  # seeds 0, 2 and 4
+    assert "| MinAtar/Breakout-v1 | 4 |" in doc.read_text()  # seeds 0, 2, 4 and 5
     assert (doc.parent / "learning" / f"{spec.name}.png").exists()
     assert not (results / "curves").exists()  # the committed archive holds no PNG copies
     elsewhere = tmp_path / "curves-elsewhere"
@@ -671,3 +689,10 @@ def test_a_match_plays_each_opponent_in_both_seats_on_the_same_games():
     again = matches(spec, arena.ScriptedPlayer(opponents.build("heuristic", spec.env, 7)),
                     games=20, seed=3)  # fmt: skip
     assert again == played
+
+
+def test_hosting_fields_are_learner_fields():
+    """Each field the archive lets differ between seeds names a real learner setting (a
+    renamed one would silently be compared again, or a typo never exempt anything)."""
+    names = {field.name for field in dataclasses.fields(LearnerConfig)}
+    assert names >= report.HOSTING_FIELDS, sorted(report.HOSTING_FIELDS - names)

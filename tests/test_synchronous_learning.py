@@ -63,7 +63,7 @@ def test_r2d2_learns_cartpole_well_above_random(tmp_path):
 
 
 CARTPOLE_LONG_FRAMES = 2_300_000
-"""Well past solving, covering the stretch where the earlier default rate lost seed 6's
+"""Well past solving, covering the stretch where the rate without the bound loses seed 4's
 policy (figures in docs/stability.md); the long-run suite (``make bench-learning
 SUITE=classic-long``) goes further."""
 CARTPOLE_FLOOR = 248.5
@@ -73,13 +73,14 @@ CARTPOLE_FLOOR = 248.5
 @pytest.mark.timeout(600)  # a minute and a half on an idle 2-core machine; more when shared
 def test_cartpole_defaults_keep_a_solved_policy(tmp_path):
     """The defaults with no preset (docs/stability.md) solve CartPole and then never fall
-    below half way from random to solved over the next ~1.5 M frames (64 envs, seed 6).
+    below half way from random to solved over the next ~1.5 M frames (64 envs, seed 4).
 
-    Seed 6 is one the earlier default rate, four times this one, lost soon after solving,
-    and no seed of the screen fell at this rate (docs/stability.md), so the bar holds on a
-    machine whose floating point takes a slightly different path.
+    Seed 4 is one the default rate loses soon after solving when nothing bounds each step
+    (to ~100 by 0.51 M frames), and that the bound keeps above 475 (docs/stability.md):
+    a wide margin, so the bar holds on a machine whose floating point takes a slightly
+    different path.
     """
-    overrides = {"logdir": str(tmp_path), "seed": 6, "tensorboard": False}
+    overrides = {"logdir": str(tmp_path), "seed": 4, "tensorboard": False}
     config = build_config(LearnerConfig, overrides)
     curve = train_synchronously(config, num_envs=64, frames=CARTPOLE_LONG_FRAMES)
     solved_at = next((frames for frames, mean in curve if mean >= 475.0), None)

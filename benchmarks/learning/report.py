@@ -182,6 +182,19 @@ def compact_records(spec: EnvSpec, logdir: Path, points: int = ARCHIVE_POINTS) -
     return compact
 
 
+HOSTING_FIELDS = frozenset({
+    "seed", "logdir", "port", "metrics_port", "bind", "advertise_host", "auth_token_file",
+    "insecure", "tls_cert", "tls_key", "tls_client_ca", "standby", "standby_tls_ca",
+    "standby_grace_s", "local_socket", "progress", "tensorboard", "wandb", "wandb_entity",
+    "wandb_mode", "wandb_project", "log_interval_s", "log_episodes", "checkpoint_interval_s",
+    "best_checkpoint_interval_s", "resume", "max_seconds", "total_frames", "time_phases",
+    "device", "trainer", "inference_backend", "torch_threads", "uvloop",
+})  # fmt: skip
+"""Learner fields that say where a run ran and what it logged, not how it learned: seeds
+differing in these still table together (``total_frames`` too: a longer budget extends a
+run, and the suite's budget is in ``run.json``)."""
+
+
 def _settings(run_dir: Path, fields: set[str]) -> dict[str, Any]:
     """What ``fields`` were in the run: its learner config where it was saved, else its
     ``--set`` overrides."""
@@ -193,21 +206,36 @@ def _settings(run_dir: Path, fields: set[str]) -> dict[str, Any]:
     return {field: overrides.get(field) for field in sorted(fields)}
 
 
+def _learning_fields(run_dir: Path, other: Path) -> set[str]:
+    """The config fields both runs saved, less the hosting ones: a default changed between
+    two runs is a difference as much as a ``--set`` (a field one of them predates is left
+    out, as it did not exist to differ)."""
+    configs = [d / CONFIG_FILE for d in (run_dir, other)]
+    if not all(path.exists() for path in configs):
+        return set()
+    first, second = (set(json.loads(path.read_text())) for path in configs)
+    return (first & second) - HOSTING_FIELDS
+
+
 def _check_same_settings(run_dir: Path, env_results: Path) -> None:
     """Seeds tabled together must be one configuration: a sweep's run (other ``--set``
-    overrides) is not archived beside the preset's. An override that only restates what
-    the run would have had anyway (a default changed to the swept value) is no difference,
-    so the fields either run overrode are compared as the runs had them."""
+    overrides) is not archived beside the preset's, nor a run of changed defaults beside
+    the runs of the old ones. An override that only restates what the run would have had
+    anyway (a default changed to the swept value) is no difference, so the fields are
+    compared as the runs had them."""
     overrides = json.loads((run_dir / RUN_FILE).read_text()).get("overrides", {})
     for other in sorted(env_results.glob(f"seed*/{RUN_FILE}")):
         if other.parent.name == run_dir.name:
             continue  # the same seed is replaced
         theirs = json.loads(other.read_text()).get("overrides", {})
-        fields = set(overrides) | set(theirs)
-        if _settings(run_dir, fields) != _settings(other.parent, fields):
+        fields = set(overrides) | set(theirs) | _learning_fields(run_dir, other.parent)
+        mine, its = _settings(run_dir, fields), _settings(other.parent, fields)
+        differ = {field: (mine[field], its[field]) for field in fields if mine[field] != its[field]}
+        if differ:
             raise ValueError(
-                f"{run_dir} was run with --set {overrides} but {other.parent} with {theirs}; "
-                "archive a sweep in its own --results"
+                f"{run_dir} was run with --set {overrides} but {other.parent} with {theirs}, "
+                f"and they differ in {differ} (this run's, that one's); archive another "
+                "configuration in its own --results"
             )
 
 

@@ -245,8 +245,9 @@ class Trainer:
         self.grads = GradientBuffer(self.model.parameters(), self.device)
         self.learning_rate = learning_rate_schedule(config)
         self.bound = (
-            None if config.max_update_kl is None else UpdateBound(self.model, config.max_update_kl)
-        )
+            None if (bound := config.effective_max_update_kl) is None
+            else UpdateBound(self.model, bound)
+        )  # fmt: skip
         """Keeps each step within ``--max-update-kl`` of the policy it started from."""
         self.feedback: list[tuple[np.ndarray, np.ndarray]] = []
         """(sample ids, new priorities) of the steps since :meth:`take_feedback`, for the

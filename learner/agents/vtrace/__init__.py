@@ -105,7 +105,7 @@ class VTraceAgent:
             terms["reward_norm_scale"] = torch.tensor(scale)
         if cfg.final_entropy_cost is not None:
             terms["entropy_cost"] = torch.tensor(entropy_cost)
-        if cfg.max_update_kl is not None:
+        if cfg.effective_max_update_kl is not None:
             terms[UPDATE_LOGP] = result.target_logp_TB
         return result.total, terms
 
