@@ -195,26 +195,32 @@ differing in these still table together (``total_frames`` too: a longer budget e
 run, and the suite's budget is in ``run.json``)."""
 
 
-def _settings(run_dir: Path, fields: set[str]) -> dict[str, Any]:
-    """What ``fields`` were in the run: its learner config where it was saved, else its
-    ``--set`` overrides."""
-    config_file = run_dir / CONFIG_FILE
-    if config_file.exists():
-        config = json.loads(config_file.read_text())
-        return {field: config.get(field) for field in sorted(fields)}
+Run = tuple[dict[str, Any], dict[str, Any] | None]
+"""A finished run's ``--set`` overrides and its saved learner config."""
+
+
+def _saved_run(run_dir: Path) -> Run:
+    """A run's ``--set`` overrides and its saved learner config (None where it saved none)."""
     overrides = json.loads((run_dir / RUN_FILE).read_text()).get("overrides", {})
-    return {field: overrides.get(field) for field in sorted(fields)}
+    config_file = run_dir / CONFIG_FILE
+    return overrides, json.loads(config_file.read_text()) if config_file.exists() else None
 
 
-def _learning_fields(run_dir: Path, other: Path) -> set[str]:
-    """The config fields both runs saved, less the hosting ones: a default changed between
-    two runs is a difference as much as a ``--set`` (a field one of them predates is left
-    out, as it did not exist to differ)."""
-    configs = [d / CONFIG_FILE for d in (run_dir, other)]
-    if not all(path.exists() for path in configs):
-        return set()
-    first, second = (set(json.loads(path.read_text())) for path in configs)
-    return (first & second) - HOSTING_FIELDS
+def _compared_fields(mine: Run, theirs: Run) -> set[str]:
+    """Either run's overrides, and the config fields both saved less the hosting ones: a
+    default changed between two runs is a difference as much as a ``--set`` (a field one
+    of them predates is left out, as it did not exist to differ)."""
+    fields = set(mine[0]) | set(theirs[0])
+    if mine[1] is not None and theirs[1] is not None:
+        fields |= (set(mine[1]) & set(theirs[1])) - HOSTING_FIELDS
+    return fields
+
+
+def _as_run(run: Run, fields: set[str]) -> dict[str, Any]:
+    """What ``fields`` were in the run: its saved config where it has one, else its
+    overrides."""
+    overrides, config = run
+    return {field: (overrides if config is None else config).get(field) for field in fields}
 
 
 def _check_same_settings(run_dir: Path, env_results: Path) -> None:
@@ -222,18 +228,19 @@ def _check_same_settings(run_dir: Path, env_results: Path) -> None:
     overrides) is not archived beside the preset's, nor a run of changed defaults beside
     the runs of the old ones. An override that only restates what the run would have had
     anyway (a default changed to the swept value) is no difference, so the fields are
-    compared as the runs had them."""
-    overrides = json.loads((run_dir / RUN_FILE).read_text()).get("overrides", {})
+    compared as the runs had them: from the saved config where there is one, else from the
+    overrides."""
+    mine = _saved_run(run_dir)
     for other in sorted(env_results.glob(f"seed*/{RUN_FILE}")):
         if other.parent.name == run_dir.name:
             continue  # the same seed is replaced
-        theirs = json.loads(other.read_text()).get("overrides", {})
-        fields = set(overrides) | set(theirs) | _learning_fields(run_dir, other.parent)
-        mine, its = _settings(run_dir, fields), _settings(other.parent, fields)
-        differ = {field: (mine[field], its[field]) for field in fields if mine[field] != its[field]}
+        theirs = _saved_run(other.parent)
+        fields = _compared_fields(mine, theirs)
+        ours, its = _as_run(mine, fields), _as_run(theirs, fields)
+        differ = {f: (ours[f], its[f]) for f in sorted(fields) if ours[f] != its[f]}
         if differ:
             raise ValueError(
-                f"{run_dir} was run with --set {overrides} but {other.parent} with {theirs}, "
+                f"{run_dir} was run with --set {mine[0]} but {other.parent} with {theirs[0]}, "
                 f"and they differ in {differ} (this run's, that one's); archive another "
                 "configuration in its own --results"
             )
