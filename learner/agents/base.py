@@ -32,8 +32,9 @@ trainer host hands back to the store (:meth:`Store.feedback`) instead of the met
 
 UPDATE_LOGP = "update_logp"
 """Loss-term key of the ``[T, B]`` log-probabilities the loss gave the batch's actions,
-there only with ``--max-update-kl``: after the optimizer step the trainer hands them back
-to :meth:`BoundedAgent.policy_change` to measure how far the step moved the policy."""
+there only when steps are bounded (``--max-update-kl``, V-trace's default): after the
+optimizer step the trainer hands them back to :meth:`BoundedAgent.policy_change` to
+measure how far the step moved the policy."""
 
 
 class SavedStoreError(RuntimeError):
