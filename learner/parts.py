@@ -153,6 +153,7 @@ def build_learner(config: LearnerConfig) -> Learner:
         core_state_sizes=(lstm_size, lstm_size) if lstm_size else (),
         frame_stack=stored_frame_stack(config, env_spec.observation_space),
         overlap=overlap,
+        return_discount=agent.return_discount,
     )
     store = agent.make_store()
     if resumed and config.replay_checkpoint and config.replay_path.exists():

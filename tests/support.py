@@ -168,20 +168,32 @@ def wait_until(
     raise AssertionError(f"{what} not reached within {timeout} s")
 
 
-def random_unrolls(n: int, length: int, seed: int = 0) -> Unrolls:
-    """``n`` CartPole-shaped unrolls of ``length`` transitions, random, no episode ends."""
+def random_unrolls(n: int, length: int, seed: int = 0, discount: float | None = 0.99) -> Unrolls:
+    """``n`` CartPole-shaped unrolls of ``length`` transitions, random, no episode ends,
+    with each row's discounted reward sum so far (the episodes start at row 0; none
+    without ``discount``), which a learner normalising returns reads."""
     rng = np.random.default_rng(seed)
     rows = length + 1
+    obs = rng.normal(size=(n, rows, 4)).astype(np.float32)
+    reward = rng.normal(size=(n, rows)).astype(np.float32)
+    running = None
+    if discount is not None:
+        running = np.array(
+            [[sum(discount ** (t - m) * float(r[m]) for m in range(t + 1)) for t in range(rows)]
+             for r in reward],
+            np.float32,
+        )  # fmt: skip
     return Unrolls(
-        obs=rng.normal(size=(n, rows, 4)).astype(np.float32),
+        obs=obs,
         first=np.zeros((n, rows), bool),
-        reward=rng.normal(size=(n, rows)).astype(np.float32),
+        reward=reward,
         terminated=np.zeros((n, rows), bool),
         truncated=np.zeros((n, rows), bool),
         action=rng.integers(0, 2, size=(n, rows)),
         policy_params=rng.normal(size=(n, rows, 2)).astype(np.float32),
         core_state=(),
         acted_step=np.zeros((n, rows), np.int64),
+        running_return=running,
     )
 
 

@@ -156,7 +156,9 @@ def _agent(config: LearnerConfig, num_actions: int) -> VTraceAgent:
 
 
 def table_trainer(**overrides) -> Trainer:
-    config = LearnerConfig(unroll_length=T, batch_size=B, max_queue_unrolls=B, **overrides)
+    """A trainer of the table model on raw rewards, the paper's arithmetic."""
+    fields = {"normalize_returns": False, **overrides}
+    config = LearnerConfig(unroll_length=T, batch_size=B, max_queue_unrolls=B, **fields)
     model = TableModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     return Trainer(

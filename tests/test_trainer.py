@@ -145,7 +145,10 @@ def test_normalized_returns_make_the_loss_free_of_the_reward_scale(tmp_path):
     """With --normalize-returns an env paying 1000x the rewards trains on the same numbers
     once the return statistics have seen it; raw rewards give a 1000x policy loss."""
     small = _unrolls(seed=5)
-    large = dataclasses.replace(small, reward=small.reward * 1000.0)
+    assert small.running_return is not None
+    large = dataclasses.replace(
+        small, reward=small.reward * 1000.0, running_return=small.running_return * 1000.0
+    )
     losses = {}
     for normalize in (False, True):
         for name, unrolls in (("small", small), ("large", large)):
@@ -153,7 +156,7 @@ def test_normalized_returns_make_the_loss_free_of_the_reward_scale(tmp_path):
             with torch.no_grad():  # V = 0: the V-trace targets are the discounted returns
                 trainer.model.baseline.weight.zero_()
                 trainer.model.baseline.bias.zero_()
-            for _ in range(2):  # the return statistics see the batch (in raw units) twice
+            for _ in range(2):  # the return statistics see the batch twice
                 _loss(trainer, unrolls)
             losses[normalize, name] = _loss(trainer, unrolls)
     raw_small, raw_large = losses[False, "small"], losses[False, "large"]
@@ -164,6 +167,26 @@ def test_normalized_returns_make_the_loss_free_of_the_reward_scale(tmp_path):
     assert abs(norm_large["reward_norm_scale"] * 1000 - norm_small["reward_norm_scale"]) < (
         1e-3 * norm_small["reward_norm_scale"]
     )
+
+
+def test_the_return_scale_is_measured_on_the_rewards_and_never_on_the_value_head(tmp_path):
+    """--normalize-returns divides rewards by the std of each episode's discounted reward
+    sum so far (numpy's std over the batches seen), whatever the value head predicts: a
+    scale fed by the head's own outputs could fall without end (an Acrobot run's did)."""
+    unrolls = _unrolls(seed=6)
+    assert unrolls.running_return is not None
+    expected = 1.0 / np.std(unrolls.running_return[:, 1:].astype(np.float64))
+    scales = []
+    for value in (0.0, 1000.0):
+        trainer = _trainer(tmp_path / str(value), normalize_returns=True)
+        with torch.no_grad():  # the value head predicts `value` everywhere
+            trainer.model.baseline.weight.zero_()
+            trainer.model.baseline.bias.fill_(value)
+        for _ in range(3):
+            _loss(trainer, unrolls)
+        scales.append(_loss(trainer, unrolls)["reward_norm_scale"])
+    assert scales[0] == scales[1]
+    assert abs(scales[0] - expected) <= 1e-5 * expected
 
 
 # ---------------------------------------------------------------------- the step
@@ -309,8 +332,9 @@ def _gaussian_trainer(log_std: float) -> Trainer:
     with torch.no_grad():
         model.log_std.fill_(log_std)
     config = LearnerConfig(
-        unroll_length=T, batch_size=B, max_queue_unrolls=B, entropy_cost=0.0, learning_rate=0.05
-    )
+        unroll_length=T, batch_size=B, max_queue_unrolls=B, entropy_cost=0.0,
+        learning_rate=0.05, normalize_returns=False,
+    )  # fmt: skip
     cpu = torch.device("cpu")
     agent = VTraceAgent(config, pb.SpaceSpec(kind="box", shape=[1], dtype="float32"), cpu)
     return Trainer(TrainerParts.unshared(config, agent, model, make_optimizer(model, config), cpu))

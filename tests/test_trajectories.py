@@ -259,6 +259,55 @@ def test_overlap_frame_last_row_equals_next_first_row() -> None:
                 )
 
 
+def expected_running_returns(stream: list[Frame], discount: float) -> list[float]:
+    """Per frame: the discounted sum of its episode's rewards up to it, summed term by term
+    from the episode's reset frame (the frame after a done one, or the first)."""
+    sums = []
+    start = 0
+    for i in range(len(stream)):
+        if i and stream[i - 1].done:
+            start = i
+        sums.append(sum(discount ** (i - m) * stream[m].reward for m in range(start, i + 1)))
+    return sums
+
+
+def test_running_returns_follow_each_slots_episodes_across_unrolls() -> None:
+    """With a return discount every row keeps its episode's discounted reward sum so far,
+    carried from unroll to unroll (with and without overlap), restarted at every reset."""
+    discount = 0.9
+    for overlap in (0, 2):
+        builder = TrajectoryBuilder(
+            unroll_length=T, obs_shape=(2,), obs_dtype=np.float32, action_shape=(),
+            action_dtype=np.int64, param_size=3, overlap=overlap, return_discount=discount,
+        )  # fmt: skip
+        a, b = (int(i) for i in builder.allocate(2))
+        streams = {
+            a: episodes((3, "term"), (7, "trunc"), (30, "open")),
+            b: episodes((12, "trunc"), (2, "term"), (30, "open")),
+        }
+        driver = Driver(builder, streams)
+        driver.run([[a, b]] * (4 * T + 1))
+        for s in (a, b):
+            expected = expected_running_returns(streams[s], discount)
+            assert len(driver.unrolls[s]) >= 4
+            for one in driver.unrolls[s]:
+                assert one.running_return is not None
+                frames = one.obs[0, :, 0].astype(int) - 1000 * s
+                np.testing.assert_allclose(
+                    one.running_return[0], [expected[i] for i in frames], rtol=1e-6,
+                    err_msg=f"overlap {overlap}, slot {s}, frames {frames}",
+                )  # fmt: skip
+
+
+def test_without_a_return_discount_no_running_return_is_kept() -> None:
+    builder = make_builder()
+    (a,) = (int(i) for i in builder.allocate(1))
+    driver = Driver(builder, {a: episodes((30, "open"))})
+    driver.run([[a]] * (T + 1))
+    assert driver.unrolls[a][0].running_return is None
+    assert builder.empty_unrolls(2).running_return is None
+
+
 def test_emitted_unrolls_are_copies_not_views_of_the_slot_buffers() -> None:
     builder = make_builder()
     (slot,) = (int(i) for i in builder.allocate(1))

@@ -36,7 +36,7 @@ PANELS = (
     ("policy_step_ratio", "policy |m|/(sqrt(v)+eps) mean", True),
     ("policy_weight_rms", "policy weight RMS", False),
     ("grad_norm", "gradient norm (before clip)", True),
-    ("reward_norm_scale", "return scale (reward multiplier)", False),
+    ("reward_norm_scale", "return scale (reward multiplier)", True),
     ("value_target_mean", "value target mean (training units)", False),
 )
 """The plot's panels: metric key, title, log scale."""

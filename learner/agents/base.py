@@ -87,6 +87,9 @@ class Agent(Protocol):
     """The ``--agent`` value that selects it."""
     head: ActionHead
     """How actions are parameterised, sampled and scored."""
+    return_discount: float | None
+    """The discount of the running episode return the trajectories keep for the loss
+    (:attr:`Unrolls.running_return`); None: the loss reads none."""
 
     def build_model(self, observation_space: pb.SpaceSpec, torso: str) -> ActorCritic:
         """The network to train, for observations as the model sees them, on the encoder

@@ -230,9 +230,11 @@ class ReturnNormalizer:
     the clipped gradient, rewards of 1e-3 vanish under the entropy bonus. Like PPO's
     VecNormalize, rewards are divided by a running std of the discounted return (no
     mean subtracted, so signs stay), and the result is clipped to +-``clip``. The
-    return estimates are the V-trace targets of each batch, brought back to raw reward
-    units, so no per-env state is needed. The statistics are checkpointed with the
-    weights: a resumed run goes on with the scale it trained at.
+    returns measured are VecNormalize's too: each episode's discounted reward sum so far,
+    kept per env by the trajectory builder. Not the value targets: those hold the value
+    head's own outputs, so a falling scale inflated them (the head lags the new units) and
+    the scale fell further. The statistics are checkpointed with the weights: a resumed
+    run goes on with the scale it trained at.
     """
 
     def __init__(self, clip: float = 10.0, epsilon: float = 1e-8) -> None:

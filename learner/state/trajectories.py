@@ -69,6 +69,9 @@ class Unrolls:
     acted_step: np.ndarray  # [N, T+1] int64: learner step of the weights that acted on each row
     sample_id: np.ndarray | None = None  # [N] int64: replay key of a sampled unroll (None: queued)
     sample_weight: np.ndarray | None = None  # [N] float32: its importance weight (None: all 1)
+    running_return: np.ndarray | None = None
+    """[N, T+1] float32: each row's discounted sum of its episode's rewards so far, kept
+    when the agent asks (:attr:`TrajectoryBuilder.return_discount`), else None."""
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
@@ -98,6 +101,7 @@ class Unrolls:
             acted_step=np.concatenate([p.acted_step for p in parts]),
             sample_id=_concat_optional([p.sample_id for p in parts]),
             sample_weight=_concat_optional([p.sample_weight for p in parts]),
+            running_return=_concat_optional([p.running_return for p in parts]),
         )
 
     def split(self, n: int) -> tuple[Unrolls, Unrolls]:
@@ -146,15 +150,19 @@ class TrajectoryBuilder:
         initial_capacity: int = 64,
         frame_stack: int = 1,
         overlap: int = 0,
+        return_discount: float | None = None,
     ) -> None:
         """``overlap`` rows beyond the bootstrap frame are shared by a slot's consecutive
-        unrolls: the next one starts at row ``T - overlap`` (R2D2's overlapping sequences)."""
+        unrolls: the next one starts at row ``T - overlap`` (R2D2's overlapping sequences).
+        With ``return_discount`` each row also keeps its episode's discounted reward sum so
+        far (:attr:`Unrolls.running_return`)."""
         if not 0 <= overlap < unroll_length:
             raise ValueError(f"overlap {overlap} must be in [0, {unroll_length})")
         if frame_stack > 1 and (len(obs_shape) < 2 or obs_shape[0] != frame_stack):
             raise ValueError(f"frame_stack {frame_stack} does not fit observations {obs_shape}")
         self.unroll_length = unroll_length
         self.overlap = overlap
+        self.return_discount = return_discount
         self._rows = unroll_length + 1
         self.obs_shape = obs_shape
         self.obs_dtype = np.dtype(obs_dtype)
@@ -204,6 +212,9 @@ class TrajectoryBuilder:
         self.episode_length_S = resized(get("episode_length_S"), (), np.int64)
         self.pending_reward_S = resized(get("pending_reward_S"), (), np.float64)
         self.step_SR = resized(get("step_SR"), (rows,), np.int64)
+        if self.return_discount is not None:
+            self.running_return_S = resized(get("running_return_S"), (), np.float64)
+            self.running_return_SR = resized(get("running_return_SR"), (rows,), np.float32)
         old_states = get("core_state_SH", [None] * len(self._state_sizes))
         self.core_state_SH = [
             resized(s, (h,), np.float32) for s, h in zip(old_states, self._state_sizes, strict=True)
@@ -237,6 +248,9 @@ class TrajectoryBuilder:
             acted_step=np.zeros((n, rows), np.int64),
             sample_id=np.full(n, -1, np.int64),
             sample_weight=np.ones(n, np.float32),
+            running_return=(
+                None if self.return_discount is None else np.zeros((n, rows), np.float32)
+            ),
         )
 
     def allocate(self, count: int) -> np.ndarray:
@@ -249,6 +263,8 @@ class TrajectoryBuilder:
         self.episode_return_S[ids] = 0.0
         self.episode_length_S[ids] = -1  # the reset frame is step 0, as after a done frame
         self.pending_reward_S[ids] = 0.0
+        if self.return_discount is not None:
+            self.running_return_S[ids] = 0.0
         for state in self.core_state_SH:
             state[ids] = 0.0
         return ids
@@ -340,6 +356,12 @@ class TrajectoryBuilder:
         self.action_SRA[slot_B, pos_B] = action_BA
         self.params_SRP[slot_B, pos_B] = params_BP
         self.step_SR[slot_B, pos_B] = learner_step
+        if self.return_discount is not None:
+            # A sum starts afresh at an episode's first frame.
+            running_B = self.running_return_S[slot_B]
+            carried_B = np.where(first_B, 0.0, self.return_discount * running_B)
+            self.running_return_S[slot_B] = carried_B + reward_B
+            self.running_return_SR[slot_B, pos_B] = self.running_return_S[slot_B]
         for store, after in zip(self.core_state_SH, state_after_BH, strict=True):
             store[slot_B] = after
         if self.overlap:
@@ -395,7 +417,23 @@ class TrajectoryBuilder:
             policy_params=self.params_SRP[slots],
             core_state=tuple(s[slots] for s in self.start_state_SH),
             acted_step=self.step_SR[slots],
+            running_return=None if self.return_discount is None else self.running_return_SR[slots],
         )
+
+    def _row_arrays(self) -> list[np.ndarray]:
+        """The per-row arrays a roll-over carries into the next unroll (frames apart)."""
+        arrays = [
+            self.first_SR,
+            self.reward_SR,
+            self.terminated_SR,
+            self.truncated_SR,
+            self.action_SRA,
+            self.params_SRP,
+            self.step_SR,
+        ]
+        if self.return_discount is not None:
+            arrays.append(self.running_return_SR)
+        return arrays
 
     def _roll_over(self, slots: np.ndarray, state_before: list[np.ndarray]) -> None:
         """Row T becomes row 0 of the next unroll (the one-frame overlap); with
@@ -410,15 +448,7 @@ class TrajectoryBuilder:
             self.obs_SRO[slots, : self.frame_stack] = stacks
         else:
             self.obs_SRO[slots, 0] = self.obs_SRO[slots, last]
-        for arr in (
-            self.first_SR,
-            self.reward_SR,
-            self.terminated_SR,
-            self.truncated_SR,
-            self.action_SRA,
-            self.params_SRP,
-            self.step_SR,
-        ):
+        for arr in self._row_arrays():
             arr[slots, 0] = arr[slots, last]
         self._mark_start(slots, state_before)
 
@@ -437,15 +467,7 @@ class TrajectoryBuilder:
             self.obs_SRO[slots, depth : k + depth] = newer
         else:
             self.obs_SRO[slots, : k + 1] = self.obs_SRO[slots, start : last + 1]
-        for arr in (
-            self.first_SR,
-            self.reward_SR,
-            self.terminated_SR,
-            self.truncated_SR,
-            self.action_SRA,
-            self.params_SRP,
-            self.step_SR,
-        ):
+        for arr in self._row_arrays():
             arr[slots, : k + 1] = arr[slots, start : last + 1]
         self._mark_start(slots, [rows[slots, start] for rows in self.row_state_SRH])
         for rows in self.row_state_SRH:

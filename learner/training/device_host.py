@@ -35,7 +35,7 @@ from learner.state import checkpoint
 from learner.state.counters import StepCounter
 from learner.state.trajectories import TrajectoryBuilder, Unrolls
 from learner.training.hosts import ThreadHost
-from learner.training.trainer import Trainer, TrainerParts, stack_frames
+from learner.training.trainer import Trainer, TrainerParts, row_fields, stack_frames
 
 STAGING_BUFFERS = 2
 """Pinned batches in turn: one is filled while the other's copy to the device runs."""
@@ -63,12 +63,7 @@ class _StagedBatch:
 
         self.tensors = {
             "obs": host(empty.obs),
-            "first": host(empty.first),
-            "reward": host(empty.reward),
-            "terminated": host(empty.terminated),
-            "truncated": host(empty.truncated),
-            "action": host(empty.action),
-            "behaviour_params": host(empty.policy_params),
+            **{name: host(array) for name, array in row_fields(empty).items()},
         }
         self.core_state = tuple(host(s) for s in empty.core_state)
         self.sample_weight = host(np.ones(len(empty), np.float32))  # [B]: per unroll
@@ -77,17 +72,9 @@ class _StagedBatch:
     def fill(self, unrolls: Unrolls) -> None:
         if self.copied is not None:
             self.copied.synchronize()  # its last copy to the device has read it
-        fields = {
-            "obs": unrolls.obs,
-            "first": unrolls.first,
-            "reward": unrolls.reward,
-            "terminated": unrolls.terminated,
-            "truncated": unrolls.truncated,
-            "action": unrolls.action,
-            "behaviour_params": unrolls.policy_params,
-        }
-        for name, array in fields.items():
-            self.tensors[name].numpy()[...] = array
+        arrays = {"obs": unrolls.obs, **row_fields(unrolls)}
+        for name, tensor in self.tensors.items():  # what this learner's unrolls carry
+            tensor.numpy()[...] = arrays[name]
         for dst, src in zip(self.core_state, unrolls.core_state, strict=True):
             dst.numpy()[...] = src
         weight = unrolls.sample_weight

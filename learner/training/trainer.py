@@ -47,16 +47,27 @@ def to_time_major(unrolls: Unrolls, device: torch.device) -> dict[str, torch.Ten
     frames = torch.from_numpy(unrolls.obs).to(device, non_blocking=True)
     batch = {
         "obs": stack_frames(frames, unrolls.first, unrolls.frame_stack).transpose(0, 1),
-        "first": tm(unrolls.first),
-        "reward": tm(unrolls.reward),
-        "terminated": tm(unrolls.terminated),
-        "truncated": tm(unrolls.truncated),
-        "action": tm(unrolls.action),
-        "behaviour_params": tm(unrolls.policy_params),
+        **{name: tm(array) for name, array in row_fields(unrolls).items()},
     }
     if unrolls.sample_weight is not None:  # [B]: per unroll, not per row
         batch["sample_weight"] = torch.from_numpy(unrolls.sample_weight).to(device)
     return batch
+
+
+def row_fields(unrolls: Unrolls) -> dict[str, np.ndarray]:
+    """The unrolls' per-row arrays but the observations ``[N, T+1, ...]``, by the batch key
+    the loss reads them under (every trainer builds its batch from this one list)."""
+    fields = {
+        "first": unrolls.first,
+        "reward": unrolls.reward,
+        "terminated": unrolls.terminated,
+        "truncated": unrolls.truncated,
+        "action": unrolls.action,
+        "behaviour_params": unrolls.policy_params,
+    }
+    if unrolls.running_return is not None:
+        fields["running_return"] = unrolls.running_return
+    return fields
 
 
 def stack_frames(frames: torch.Tensor, first: np.ndarray, depth: int) -> torch.Tensor:

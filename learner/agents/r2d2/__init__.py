@@ -44,6 +44,7 @@ class R2D2Agent:
     """R2D2: epsilon-greedy on a dueling Q-network, a prioritized replay, n-step double Q."""
 
     name = "r2d2"
+    return_discount: float | None = None  # the value rescaling h stands in for a return scale
 
     def __init__(
         self,

@@ -332,6 +332,7 @@ def _arrays(unrolls: Unrolls) -> list[tuple[str, np.ndarray]]:
         (f.name, getattr(unrolls, f.name))
         for f in dataclasses.fields(unrolls)
         if f.name not in ("core_state", "sample_id", "sample_weight")
+        and getattr(unrolls, f.name) is not None
     ]
     named += [(f"core_state.{i}", s) for i, s in enumerate(unrolls.core_state)]
     return named

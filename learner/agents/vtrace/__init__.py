@@ -40,6 +40,9 @@ class VTraceAgent:
         self.entropy_cost = entropy_cost_schedule(config)
         self.return_normalizer = ReturnNormalizer() if config.normalize_returns else None
         """Rewards are divided by a running scale of the return (``--normalize-returns``)."""
+        self.return_discount = config.discount if config.normalize_returns else None
+        """The scale is measured on each episode's discounted reward sum so far, which the
+        trajectories keep: a statistic the value head cannot feed back into."""
         self._mirror: Mirror | None = None
         """Built from the first model it meets (``--mirror``): the model knows the leaves."""
 
@@ -101,7 +104,7 @@ class VTraceAgent:
         result = vtrace_loss(self.head, params_T1BP, values_T1B, batch, reward_TB, costs)
         terms = result.terms
         if norm is not None:
-            norm.update(result.vs_TB / scale, result.weight_TB)
+            norm.update(batch["running_return"][1:] * cfg.reward_scale, result.weight_TB)
             terms["reward_norm_scale"] = torch.tensor(scale)
         if cfg.final_entropy_cost is not None:
             terms["entropy_cost"] = torch.tensor(entropy_cost)

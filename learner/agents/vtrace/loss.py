@@ -37,12 +37,12 @@ class VTraceCosts:
 
 @dataclass
 class VTraceLoss:
-    """The total loss, its terms, and the value targets (which return statistics fold in)."""
+    """The total loss, its terms, and which transitions it trained on."""
 
     total: torch.Tensor
     terms: LossTerms
-    vs_TB: torch.Tensor
     weight_TB: torch.Tensor
+    """1 where a transition counts (return statistics fold in the same ones), else 0."""
     target_logp_TB: torch.Tensor
     """The learner's log-probability of each trained action, detached."""
 
@@ -105,7 +105,7 @@ def vtrace_loss(
         "value_mean": (values_T1B[:t].detach() * weight_TB).sum() / count,
         "value_target_mean": (vs_TB * weight_TB).sum() / count,
     }
-    return VTraceLoss(total, terms, vs_TB, weight_TB, target_logp_TB.detach())
+    return VTraceLoss(total, terms, weight_TB, target_logp_TB.detach())
 
 
 def update_kl(
