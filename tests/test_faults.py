@@ -387,6 +387,9 @@ def _unrolls(n: int, obs_dim: int, fill: float = 0.01, reward: float = 1.0) -> U
     rng = np.random.default_rng(0)
     first = np.zeros((n, rows), np.bool_)
     first[:, 0] = True
+    discount = LearnerConfig().discount  # the sums a learner normalising returns reads
+    with np.errstate(over="ignore", invalid="ignore"):  # a poisoned reward poisons its sums
+        running = reward * (1 - discount ** np.arange(1, rows + 1)) / (1 - discount)
     return Unrolls(
         obs=np.full((n, rows, obs_dim), fill, np.float32)
         + rng.normal(0, 0.01, (n, rows, obs_dim)).astype(np.float32),
@@ -398,6 +401,7 @@ def _unrolls(n: int, obs_dim: int, fill: float = 0.01, reward: float = 1.0) -> U
         policy_params=np.zeros((n, rows, 2), np.float32),
         core_state=(),
         acted_step=np.zeros((n, rows), np.int64),
+        running_return=np.tile(running, (n, 1)).astype(np.float32),
     )
 
 

@@ -104,7 +104,8 @@ class VTraceAgent:
         result = vtrace_loss(self.head, params_T1BP, values_T1B, batch, reward_TB, costs)
         terms = result.terms
         if norm is not None:
-            norm.update(batch["running_return"][1:] * cfg.reward_scale, result.weight_TB)
+            if torch.isfinite(result.total):  # a batch the step skips leaves no trace
+                norm.update(batch["running_return"][1:] * cfg.reward_scale, result.weight_TB)
             terms["reward_norm_scale"] = torch.tensor(scale)
         if cfg.final_entropy_cost is not None:
             terms["entropy_cost"] = torch.tensor(entropy_cost)
