@@ -16,6 +16,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,9 @@ T = 5
 H = 3  # core state size when a core is used
 
 
-def make_builder(core_state_sizes: tuple[int, ...] = (), initial_capacity: int = 64):
+def make_builder(
+    core_state_sizes: tuple[int, ...] = (), initial_capacity: int = 64, **options: Any
+) -> TrajectoryBuilder:
     return TrajectoryBuilder(
         unroll_length=T,
         obs_shape=(2,),
@@ -35,6 +38,7 @@ def make_builder(core_state_sizes: tuple[int, ...] = (), initial_capacity: int =
         param_size=3,
         core_state_sizes=core_state_sizes,
         initial_capacity=initial_capacity,
+        **options,
     )
 
 
@@ -276,10 +280,7 @@ def test_running_returns_follow_each_slots_episodes_across_unrolls() -> None:
     carried from unroll to unroll (with and without overlap), restarted at every reset."""
     discount = 0.9
     for overlap in (0, 2):
-        builder = TrajectoryBuilder(
-            unroll_length=T, obs_shape=(2,), obs_dtype=np.float32, action_shape=(),
-            action_dtype=np.int64, param_size=3, overlap=overlap, return_discount=discount,
-        )  # fmt: skip
+        builder = make_builder(overlap=overlap, return_discount=discount)
         a, b = (int(i) for i in builder.allocate(2))
         streams = {
             a: episodes((3, "term"), (7, "trunc"), (30, "open")),
