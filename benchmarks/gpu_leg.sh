@@ -2,13 +2,18 @@
 # One leg of a learning-benchmark run too long for one lease of a GPU host. The suite's
 # results directory travels in with the checkout (name it in the call's carry), `run
 # --stop-after` trains on from its checkpoint until the lease is nearly spent, and the
-# directory goes back out under $OUT as relay.tar.NN parts of at most 15 MiB, each small
-# enough to come back from the host (the checkpoint history stays behind).
+# directory goes back out under $OUT as relay.tar.NN parts (gzipped) of at most 15 MiB,
+# each small enough to come back from the host. The checkpoint history and an R2D2
+# replay (hundreds of MiB) stay behind: the next leg refills the replay before learning.
 #
 #   bash benchmarks/gpu_leg.sh RESULTS_DIR SECONDS [benchmarks.learning run flags]
+#   PARALLEL_ENVS=Breakout,Asterix bash benchmarks/gpu_leg.sh RESULTS_DIR SECONDS [flags]
 #
-# Unpack the parts over RESULTS_DIR here (cat relay.tar.* | tar -xf - -C RESULTS_DIR) and
-# carry it into the next lease. Exit status: 0 once every run finished, 130 to go on.
+# PARALLEL_ENVS trains those envs of the suite side by side, one `run --envs E` each into
+# the same RESULTS_DIR (its output lines prefixed with [E]), so that one host's cores and
+# GPU serve several small runs at once. Unpack the parts over RESULTS_DIR here
+# (cat relay.tar.* | tar -xzf - -C RESULTS_DIR) and carry it into the next lease.
+# Exit status: 0 once every run finished, 130 to go on, another for a run that failed.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 if [ $# -lt 2 ]; then
@@ -20,11 +25,30 @@ shift 2
 source benchmarks/device_python.sh
 OUT=${OUT:-$PWD/gpu-leg-out}
 mkdir -p "$OUT" "$results"
-# The hard limit leaves the run its grace to checkpoint after --stop-after.
-timeout -k 5 "$(( ${seconds%.*} + 150 ))" \
-    "$PY" -m benchmarks.learning run --out "$results" --stop-after "$seconds" "$@"
-status=$?
+# The hard limit leaves each run its grace to checkpoint after --stop-after.
+leg() {
+    timeout -k 5 "$(( ${seconds%.*} + 150 ))" \
+        "$PY" -m benchmarks.learning run --out "$results" --stop-after "$seconds" "$@"
+}
+if [ -n "${PARALLEL_ENVS:-}" ]; then
+    pids=()
+    for env in ${PARALLEL_ENVS//,/ }; do
+        leg "$@" --envs "$env" > >(sed -u "s/^/[$env] /") 2>&1 &
+        pids+=("$!")
+    done
+    status=0
+    for pid in "${pids[@]}"; do
+        wait "$pid"
+        code=$?
+        # A failure outranks "go on", which outranks "finished".
+        if [ "$code" -ne 0 ] && [ "$code" -ne 130 ]; then status=$code
+        elif [ "$code" -eq 130 ] && [ "$status" -eq 0 ]; then status=130; fi
+    done
+else
+    leg "$@"
+    status=$?
+fi
 rm -f "$OUT"/relay.tar.*
-tar -cf - --exclude=checkpoints -C "$results" . | split -b 15M -d - "$OUT/relay.tar."
+tar -czf - --exclude=checkpoints --exclude=replay.npz -C "$results" . | split -b 15M -d - "$OUT/relay.tar."
 ls -l "$OUT"
 exit "$status"

@@ -434,12 +434,12 @@ def test_minatar_breakout_learns_well_above_a_random_policy(tmp_path):
 
 
 def run_leg(
-    results: Path, seconds: float, out: Path, flags: list[str]
+    results: Path, seconds: float, out: Path, flags: list[str], parallel_envs: str = ""
 ) -> subprocess.CompletedProcess[str]:
     """``benchmarks/gpu_leg.sh`` as a lent host runs it, with the packages installed here."""
     (out / "no-wheels").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out),
-           "WHEELS": str(out / "no-wheels")}  # fmt: skip
+           "WHEELS": str(out / "no-wheels"), "PARALLEL_ENVS": parallel_envs}  # fmt: skip
     cmd = ["bash", "benchmarks/gpu_leg.sh", str(results), str(seconds), *flags]
     return run_in_own_session(cmd, seconds + 150, env)
 
@@ -450,21 +450,28 @@ def unpack_relay(out: Path, results: Path) -> None:
     assert parts, sorted(out.iterdir())
     results.mkdir(parents=True)
     data = b"".join(part.read_bytes() for part in parts)
-    subprocess.run(["tar", "-xf", "-", "-C", str(results)], input=data, check=True)
+    subprocess.run(["tar", "-xzf", "-", "-C", str(results)], input=data, check=True)
 
 
 def test_a_run_goes_on_over_several_leases_of_a_host(tmp_path):
     """A run longer than a lease: ``--stop-after`` checkpoints it and exits 130, the
-    results directory travels out and back in, and the next leg resumes where it stopped."""
+    results directory travels out and back in, and the next leg resumes where it stopped.
+    The first leg trains two envs side by side, as a GPU host's leg does."""
     pytest.importorskip("minatar")
     flags = ["--suite", "minatar", "--envs", "Breakout", "--seeds", "1", "--eval-episodes", "3",
              "--set", "checkpoint_interval_s=600"]  # fmt: skip
     # The lease has room for start-up on a loaded 2-core host (at 25 s a leg beside a long
     # benchmark run stopped before its first frame).
-    first = run_leg(tmp_path / "lease1", 45, tmp_path / "out1", [*flags, "--frames", "50000000"])
-    assert first.returncode == 130 and "--stop-after reached" in first.stdout, first.stdout
+    first = run_leg(tmp_path / "lease1", 45, tmp_path / "out1", [*flags, "--frames", "50000000"],
+                    parallel_envs="Breakout,Freeway")  # fmt: skip
+    assert first.returncode == 130, first.stdout
+    for game in ("Breakout", "Freeway"):
+        line = f"[{game}] [1/1] MinAtar/{game}-v1 seed 0: --stop-after reached"
+        assert line in first.stdout, first.stdout
     carried = tmp_path / "carried"
     unpack_relay(tmp_path / "out1", carried)
+    assert json.loads((carried / "summary.json").read_text())["suite"] == "minatar"
+    assert (carried / "MinAtar-Freeway-v1" / "seed0" / "checkpoint.pt").exists()
     seed0 = carried / "MinAtar-Breakout-v1" / "seed0"
     assert (seed0 / "checkpoint.pt").exists() and not (seed0 / RUN_FILE).exists()
     stopped_at = int(read_metrics(seed0)[-1]["frames"])

@@ -230,10 +230,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         failed += not ok
         summary = report.write_summary(suite, out)
         report.plot_curves(suite, out)
-        (out / "table.md").write_text(report.markdown_table(summary, "curves"))
+        report.write_whole(out / "table.md", report.markdown_table(summary, "curves"))
     summary = report.write_summary(suite, out)
     report.plot_curves(suite, out)
-    (out / "table.md").write_text(report.markdown_table(summary, "curves"))
+    report.write_whole(out / "table.md", report.markdown_table(summary, "curves"))
     print(f"summary: {out / report.SUMMARY_FILE}, table: {out / 'table.md'}, curves: {out}/curves")
     return 1 if failed else 0
 

@@ -8,6 +8,7 @@ import datetime
 import itertools
 import json
 import math
+import os
 import re
 import statistics
 from collections.abc import Iterator
@@ -334,8 +335,16 @@ def write_summary(suite: Suite, out: Path) -> dict[str, Any]:
         "eval_mode": "greedy" if suite.greedy else "sampled",
         "envs": [env_summary(suite, spec, out) for spec in suite.envs],
     }
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    write_whole(out / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` by renaming a finished file over it, so that runs of one
+    suite going on in parallel into one directory never leave a half-written summary."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Path]:
@@ -401,7 +410,9 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)  # curves rise away from it
         path = folder / f"{spec.name}.png"
-        fig.savefig(path, dpi=100)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")  # as write_whole does
+        fig.savefig(partial, dpi=100, format="png")
+        os.replace(partial, path)
         plt.close(fig)
         written.append(path)
         if spec.opponents:
