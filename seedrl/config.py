@@ -265,6 +265,11 @@ class LearnerConfig:
     replay_ratio: float = 1.0
     """R2D2: trained frames (sampled sequences x --unroll-length) per inserted frame; the
     learner waits rather than exceed it (0: no limit)."""
+    replay_hold_actors: bool = True
+    """R2D2: hold inference, and so the actors, back while the trainer is behind
+    --replay-ratio by more than the minimum fill and two batches, so a run trains at the
+    asked ratio on a slow learner too; off: actors run free and a slow trainer trains on
+    fewer samples per frame."""
     replay_checkpoint: bool = True
     """R2D2: write the replay beside each checkpoint (logdir/replay.npz, about the bytes the
     replay holds, up to --replay-bytes) and take it back on --resume, so a resumed run

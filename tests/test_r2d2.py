@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from learner.state.trajectories import TrajectoryBuilder, Unrolls
 from learner.training.schedules import StepClock
 from learner.training.trainer import to_time_major
 from seedrl.config import LearnerConfig
+from seedrl.presets import build_config, load_preset
 from seedrl.proto import seedrl_pb2 as pb
 
 EPS = 1e-3
@@ -198,6 +200,46 @@ def test_min_fill_and_replay_ratio_gate_sampling() -> None:
     store.put(sequences(1, first_id=2))  # 9 inserted: 18 allowed
     assert store.get(2, timeout=0.01) is not None
     assert store.metrics()["replay_ratio"] == pytest.approx(2.0)
+
+
+def test_inserts_wait_while_the_trainer_is_behind_the_replay_ratio() -> None:
+    """Inserts may lead what the trainer sampled (at the ratio) by the lead, no more; a
+    sample makes room and wakes a waiting insert. Each put inserts 3 frames; a sample of
+    n sequences covers 3 n trained frames, that is 3 n / 2 inserted ones at ratio 2."""
+    store = replay(min_frames=6, replay_ratio=2.0, insert_lead_frames=9)
+    for i in range(4):  # leads before each put: 0, 3, 6, 9 (<= 9)
+        assert store.put(sequences(1, first_id=i), timeout=0.01)
+    assert not store.has_room()  # lead 12
+    assert not store.put(sequences(1, first_id=4), timeout=0.01) and len(store) == 4
+    assert store.get(2, timeout=0.01) is not None  # lead 12 - 6 / 2 = 9
+    assert store.put(sequences(1, first_id=4), timeout=0.01)  # lead 12 again
+    waiting = threading.Thread(target=store.put, args=(sequences(1, first_id=5), 10.0))
+    waiting.start()
+    waiting.join(0.2)
+    assert waiting.is_alive() and len(store) == 5
+    assert store.get(2, timeout=0.01) is not None  # lead 15 - 12 / 2 = 9: room
+    waiting.join(2.0)
+    assert not waiting.is_alive() and len(store) == 6
+    store.close()  # a closed replay holds no insert back
+    assert store.has_room()
+
+
+def test_inserts_never_wait_without_a_lead_or_a_ratio() -> None:
+    for store in (replay(replay_ratio=2.0), replay(replay_ratio=0.0, insert_lead_frames=3)):
+        for i in range(20):
+            assert store.put(sequences(1, first_id=i), timeout=0.01)
+        assert len(store) == 20
+
+
+def test_the_agent_sizes_the_insert_lead_from_the_fill_and_two_batches() -> None:
+    """classic-r2d2: 2000 frames of fill; 16 sequences x 8 trained rows at ratio 8 are
+    16 inserted frames a batch, two of them 32."""
+    config = build_config(LearnerConfig, {}, load_preset("classic-r2d2"))
+    space = discrete(2)
+    agent = R2D2Agent(config, space, torch.device("cpu"))
+    assert agent.make_store().insert_lead_frames == 2032
+    free = dataclasses.replace(config, replay_hold_actors=False)
+    assert R2D2Agent(free, space, torch.device("cpu")).make_store().insert_lead_frames is None
 
 
 def test_sum_tree_finds_the_leaf_of_each_prefix_interval() -> None:

@@ -10,6 +10,7 @@ B sequences, A actions.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import torch
@@ -93,6 +94,12 @@ class R2D2Agent:
 
     def make_store(self) -> PrioritizedReplay:
         cfg = self.config
+        lead = None
+        if cfg.replay_hold_actors and cfg.replay_ratio > 0:
+            # Room for the fill and two batches at the ratio, so the trainer never waits
+            # for an insert the limit holds back.
+            batch_frames = cfg.batch_size * cfg.unroll_length / cfg.replay_ratio
+            lead = cfg.replay_min_frames + math.ceil(2 * batch_frames)
         self.store = PrioritizedReplay(
             max_frames=cfg.replay_frames,
             max_bytes=cfg.replay_bytes,
@@ -103,6 +110,7 @@ class R2D2Agent:
             priority_exponent=cfg.priority_exponent,
             importance_exponent=cfg.importance_exponent,
             seed=cfg.seed,
+            insert_lead_frames=lead,
         )
         return self.store
 

@@ -97,14 +97,19 @@ class PrioritizedReplay:
         priority_exponent: float = 0.9,
         importance_exponent: float = 0.6,
         seed: int = 0,
+        insert_lead_frames: int | None = None,
     ) -> None:
         """``new_frames_per_sequence`` frames a sequence adds beyond what it shares with
         its predecessor (counted as inserted); ``trained_frames_per_sequence`` transitions
-        a sampled one trains on (counted against ``replay_ratio``)."""
+        a sampled one trains on (counted against ``replay_ratio``). ``insert_lead_frames``:
+        how far inserts may run ahead of what the trainer has sampled at ``replay_ratio``
+        before ``put`` waits (None: never); at least the minimum fill plus one batch's
+        frames at the ratio, or inserts and samples would wait on each other."""
         self.max_frames = max_frames
         self.max_bytes = max_bytes
         self.min_frames = min_frames
         self.replay_ratio = replay_ratio
+        self.insert_lead_frames = insert_lead_frames if replay_ratio > 0 else None
         self.new_frames = new_frames_per_sequence
         self.trained_frames = trained_frames_per_sequence
         self.alpha = priority_exponent
@@ -137,12 +142,19 @@ class PrioritizedReplay:
         return self._size * self.rows
 
     def has_room(self) -> bool:
-        return True
+        """False while inserts are further ahead of the trainer than the lead allows."""
+        if self.insert_lead_frames is None or self._closed:
+            return True
+        sampled_frames = self.counters.sampled_sequences * self.trained_frames
+        lead = self.counters.inserted_frames - sampled_frames / self.replay_ratio
+        return lead <= self.insert_lead_frames
 
     def put(self, unrolls: Unrolls, timeout: float | None = None) -> bool:
-        """Insert each sequence at the current max priority, evicting the oldest."""
+        """Insert each sequence at the current max priority, evicting the oldest; waits
+        while the trainer is behind (``insert_lead_frames``). False if it timed out or
+        the replay is closed."""
         with self._cond:
-            if self._closed:
+            if not self._cond.wait_for(self.has_room, timeout) or self._closed:
                 return False
             if self._ring is None:
                 self._allocate(unrolls)
@@ -176,6 +188,7 @@ class PrioritizedReplay:
             ids_N = self._ids_C[slots_N].copy()
             ring = self._ring
             self.counters.sampled_sequences += n
+            self._cond.notify_all()  # a put waiting for the trainer to catch up
         assert ring is not None
         batch = _read(ring, slots_N)
         with self._cond:  # a sequence overwritten while it was copied trains on nothing
