@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import itertools
 import json
 import math
 import os
 import re
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -339,11 +340,15 @@ def write_summary(suite: Suite, out: Path) -> dict[str, Any]:
     return summary
 
 
-def write_whole(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` by renaming a finished file over it, so that runs of one
-    suite going on in parallel into one directory never leave a half-written summary."""
+def write_whole(path: Path, content: str | Callable[[Path], object]) -> None:
+    """Write ``content`` (text, or a function that writes the file it is given) to
+    ``path`` by renaming a finished file over it, so that runs of one suite going on in
+    parallel into one directory never leave a half-written summary or curve."""
     partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(text)
+    if isinstance(content, str):
+        partial.write_text(content)
+    else:
+        content(partial)
     os.replace(partial, path)
 
 
@@ -410,9 +415,7 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)  # curves rise away from it
         path = folder / f"{spec.name}.png"
-        partial = path.with_name(f".{path.name}.{os.getpid()}")  # as write_whole does
-        fig.savefig(partial, dpi=100, format="png")
-        os.replace(partial, path)
+        write_whole(path, functools.partial(fig.savefig, dpi=100, format="png"))
         plt.close(fig)
         written.append(path)
         if spec.opponents:
