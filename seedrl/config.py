@@ -499,7 +499,8 @@ class LearnerConfig:
         _require_one_token_source(self)
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (it is a TLS option)")
-        if self.max_queue_unrolls < self.batch_size:
+        # Only V-trace keeps its unrolls in the bounded queue; R2D2 samples its replay.
+        if self.agent == "vtrace" and self.max_queue_unrolls < self.batch_size:
             raise ValueError(
                 f"--max-queue-unrolls ({self.max_queue_unrolls}) must be >= --batch-size "
                 f"({self.batch_size}) or the trainer could never fill a batch"

@@ -79,6 +79,16 @@ def test_a_bad_learner_value_is_one_line_naming_the_flag(case, capsys):
     assert message in _one_line_exit_2(LearnerConfig, argv, capsys)
 
 
+def test_r2d2_batches_are_not_bound_by_the_unroll_queue_it_does_not_keep():
+    """The replay, not the V-trace queue, feeds R2D2's trainer: a batch larger than the
+    queue's bound is V-trace's error only."""
+    argv = ["--batch-size", "64", "--max-queue-unrolls", "16"]
+    config = parse_config(LearnerConfig, [*argv, "--agent", "r2d2"], "prog", "test")
+    assert (config.batch_size, config.max_queue_unrolls) == (64, 16)
+    with pytest.raises(SystemExit):
+        parse_config(LearnerConfig, argv, "prog", "test")
+
+
 @pytest.mark.parametrize("case", ACTOR_CASES.values(), ids=list(ACTOR_CASES))
 def test_a_bad_actor_value_is_one_line_naming_the_flag(case, capsys):
     flag, value, message = case
