@@ -173,7 +173,7 @@ class LearnerConfig:
     advantages vanish and only this bonus moves the policy, towards acting at random, to
     the edge of failing (docs/stability.md): hence small by default."""
     final_entropy_cost: float | None = None
-    """Entropy bonus at --total-frames trained frames: when set, the weight moves linearly
+    """Entropy bonus at --total-frames frames trained on: when set, the weight moves linearly
     from --entropy-cost to this over the run, so a bonus large enough to explore early
     does not hold back the policy late (Pong: docs/learning.md); unset keeps it constant."""
     baseline_cost: float = 0.5
@@ -191,9 +191,10 @@ class LearnerConfig:
     policy to bound."""
     lr_schedule: str = "auto"
     """Learning rate over the run: constant; linear (from --learning-rate down to 0 at
-    --total-frames trained frames, as IMPALA and TorchBeast anneal it); or inverse_sqrt
-    (--learning-rate for --lr-hold-frames trained frames, then falling as the inverse
-    square root of the frames, with no end in view). auto is linear for a run planned to
+    --total-frames frames trained on, a replayed frame counted once, as IMPALA and
+    TorchBeast anneal it); or inverse_sqrt (--learning-rate for --lr-hold-frames frames
+    trained on, then falling as the inverse square root of the frames, with no end in
+    view). auto is linear for a run planned to
     --total-frames without --target-return, else inverse_sqrt: at a constant rate, Adam
     keeps moving a solved policy by full-sized steps on gradients that are mostly noise
     until it loses what it learned (docs/stability.md)."""

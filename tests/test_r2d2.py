@@ -545,6 +545,22 @@ def test_replay_trains_on_a_host_and_gets_its_priorities_back(tmp_path, mode) ->
     assert state is not None and "r2d2_target" in state.agent_state
 
 
+def test_the_schedules_clock_counts_a_replayed_frame_once(tmp_path) -> None:
+    """A frame budget's linear rate must run over the frames the actors sent: at replay
+    ratio 8 a batch of 3 sequences x 4 trained rows (12 frames) holds 12 / 8 = 1.5 new
+    ones, so 10 steps are 15 frames on the clock, where V-trace's 10 steps of 12 fresh
+    frames each, trained twice (updates per batch 2), are 60."""
+    from support import small_learner
+
+    from learner.parts import make_trainer
+
+    r2d2 = small_learner(tmp_path / "r2d2", 4, 3, agent="r2d2", replay_ratio=8.0,
+                         burn_in=1, sequence_overlap=1, hidden_sizes=(8,))  # fmt: skip
+    assert make_trainer(r2d2).clock(10).frames == pytest.approx(15.0)
+    vtrace = small_learner(tmp_path / "vtrace", 4, 3, updates_per_batch=2, hidden_sizes=(8,))
+    assert make_trainer(vtrace).clock(10).frames == pytest.approx(60.0)
+
+
 def test_a_resumed_learner_gets_back_the_target_network_from_its_checkpoint(tmp_path) -> None:
     from support import small_learner
 

@@ -110,6 +110,11 @@ class Agent(Protocol):
         """Where finished unrolls wait for the trainer (bounded)."""
         ...
 
+    def new_frames_per_batch(self) -> float:
+        """Frames of new experience one training batch stands for: the clock that frame
+        budgets and schedules run on, whatever share of the batch is replayed."""
+        ...
+
     def loss(
         self,
         model: ActorCritic,

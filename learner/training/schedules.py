@@ -2,9 +2,9 @@
 
 Each is a small strategy object with one method, chosen from the config once, so the
 trainer and the loss read a value per step without knowing which schedule it is. Their
-clock is the frames trained before an optimizer step (``step * frames_per_step``), a
-function of the step count alone, which checkpoints keep: a resumed run continues every
-schedule exactly.
+clock is the frames trained on before an optimizer step, each counted once however often
+a replay hands it back (``step * frames_per_step``), a function of the step count alone,
+which checkpoints keep: a resumed run continues every schedule exactly.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class StepClock:
 
 class Schedule(Protocol):
     def __call__(self, frames: float) -> float:
-        """The value after ``frames`` trained frames."""
+        """The value after ``frames`` frames trained on."""
         ...
 
 

@@ -264,10 +264,11 @@ class Trainer:
         """(sample ids, new priorities) of the steps since :meth:`take_feedback`, for the
         host to hand to the store."""
         self.frames_per_step = (
-            config.batch_size * config.unroll_length / config.updates_per_batch
+            self.agent.new_frames_per_batch() / config.updates_per_batch
         ) * self.exchange.world_size
         """New transitions per optimizer step (the schedules' clock): a batch reused for K
-        steps advances the clock by its frames once, not K times."""
+        steps advances the clock by its frames once, not K times, and a replayed one by
+        its new frames only."""
 
     def clock(self, step: int) -> StepClock:
         return StepClock(step, step * self.frames_per_step)

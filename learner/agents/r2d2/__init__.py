@@ -114,6 +114,11 @@ class R2D2Agent:
         )
         return self.store
 
+    def new_frames_per_batch(self) -> float:
+        # A batch trains on batch x unroll frames, a replay ratio r of them per new frame.
+        trained = float(self.config.batch_size * self.config.unroll_length)
+        return trained / self.config.replay_ratio if self.config.replay_ratio > 0 else trained
+
     def target_network(self, model: ActorCritic, step: int) -> ActorCritic:
         """The target network for optimizer step ``step``, copied from ``model`` when it
         is due (or restored from a checkpoint on first use)."""

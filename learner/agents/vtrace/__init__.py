@@ -69,6 +69,9 @@ class VTraceAgent:
     def make_store(self) -> UnrollQueue:
         return UnrollQueue(self.config.max_queue_unrolls)
 
+    def new_frames_per_batch(self) -> float:
+        return float(self.config.batch_size * self.config.unroll_length)  # each unroll once
+
     def loss(
         self,
         model: ActorCritic,
