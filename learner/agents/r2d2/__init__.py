@@ -96,10 +96,9 @@ class R2D2Agent:
         cfg = self.config
         lead = None
         if cfg.replay_hold_actors and cfg.replay_ratio > 0:
-            # Room for the fill and two batches at the ratio, so the trainer never waits
+            # Room for the fill and two batches' new frames, so the trainer never waits
             # for an insert the limit holds back.
-            batch_frames = cfg.batch_size * cfg.unroll_length / cfg.replay_ratio
-            lead = cfg.replay_min_frames + math.ceil(2 * batch_frames)
+            lead = cfg.replay_min_frames + math.ceil(2 * self.new_frames_per_batch())
         self.store = PrioritizedReplay(
             max_frames=cfg.replay_frames,
             max_bytes=cfg.replay_bytes,
