@@ -307,6 +307,11 @@ class LearnerConfig:
     heuristic (Connect Four: win if it can, block if it must) or module:callable (a
     function from the agent's observation dict to an action); drawn by the same rule as
     the snapshots and rated with them."""
+    fixed_opponent_share: float | None = None
+    """The chance that an episode's opponent is one of the fixed opponents (picked among
+    them by the same rule), the rest going to the snapshots; unset, fixed opponents and
+    snapshots are drawn together by one rule. A floor keeps the scripted player whose
+    tactic the learner still misses in its games once the snapshots outnumber it."""
 
     # serving
     inference_batch_size: int = 64
@@ -454,7 +459,8 @@ class LearnerConfig:
             low_open=True,
         )  # fmt: skip
         _require_range(
-            self, ("discount", "lambda_", "priority_exponent", "priority_eta", "epsilon"),
+            self, ("discount", "lambda_", "priority_exponent", "priority_eta", "epsilon",
+                   "fixed_opponent_share"),
             low=0, high=1,
         )  # fmt: skip
         if self.sequence_overlap > self.burn_in + self.unroll_length - 1:
@@ -476,6 +482,8 @@ class LearnerConfig:
         _require_choice(self, "wandb_mode", WANDB_MODES)
         _require_choice(self, "lr_schedule", LR_SCHEDULES)
         _require_choice(self, "opponent_sampling", OPPONENT_SAMPLING)
+        if self.fixed_opponent_share is not None and not self.fixed_opponents:
+            raise ValueError("--fixed-opponent-share needs --fixed-opponents")
         if self.lr_schedule == "linear" and not self.total_frames:
             raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
         _require_range(self, ("lr_decay_start",), low=0, high=1, high_open=True)

@@ -164,9 +164,15 @@ def test_pool_config_matches_the_learner_flags_and_refuses_bad_values() -> None:
             LearnerConfig(**bad)  # type: ignore[arg-type]
 
 
-def fixed_pool(n: int, sampling: str, fixed: tuple[str, ...], seed: int = 0) -> SnapshotPool:
+def fixed_pool(
+    n: int, sampling: str, fixed: tuple[str, ...], seed: int = 0, share: float | None = None
+) -> SnapshotPool:
     config = PoolConfig(
-        snapshot_every=1, pool_size=3, opponent_sampling=sampling, fixed_opponents=fixed
+        snapshot_every=1,
+        pool_size=3,
+        opponent_sampling=sampling,
+        fixed_opponents=fixed,
+        fixed_opponent_share=share,
     )
     pool = SnapshotPool(config, seed)
     for step in range(n):
@@ -215,6 +221,52 @@ def test_fixed_opponents_are_drawn_by_the_pools_rule() -> None:
             opponent_id,
             samples.count(opponent_id),
         )
+
+
+def test_a_fixed_opponent_share_splits_the_draws_between_the_two_sources() -> None:
+    pfsp = fixed_pool(3, "pfsp", ("heuristic", "random"), seed=7, share=0.4)
+    for _ in range(3):
+        pfsp.record(-1, Outcome.LOSS)
+        pfsp.record(-2, Outcome.WIN)
+    for _ in range(5):
+        pfsp.record(2, Outcome.WIN)  # the newest snapshot is beaten: played less
+    # 0.4 split over the fixed pair by their pfsp weights, 0.6 over the snapshots by theirs:
+    heuristic, rand = (1 - 0.5 / 4) ** 2, (1 - 3.5 / 4) ** 2
+    old, newest = 0.25, (1 - 5.5 / 6) ** 2
+    expected = {
+        -1: 0.4 * heuristic / (heuristic + rand),
+        -2: 0.4 * rand / (heuristic + rand),
+        0: 0.6 * old / (2 * old + newest),
+        1: 0.6 * old / (2 * old + newest),
+        2: 0.6 * newest / (2 * old + newest),
+    }
+    assert pfsp.probabilities() == pytest.approx(expected)
+    draws = 20_000
+    samples = [pfsp.sample() for _ in range(draws)]
+    for opponent_id, p in expected.items():
+        assert within(samples.count(opponent_id), draws, p), (opponent_id, samples.count(opponent_id))
+    latest = fixed_pool(3, "latest", ("heuristic",), share=0.9)  # the newest snapshot gets 0.1
+    assert latest.probabilities() == pytest.approx({-1: 0.9, 0: 0, 1: 0, 2: 0.1})
+    never = fixed_pool(2, "uniform", ("heuristic",), share=0.0)
+    assert never.probabilities() == pytest.approx({-1: 0, 0: 0.5, 1: 0.5})
+    assert {never.sample() for _ in range(200)} == {0, 1}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"fixed_opponents": ("random",), "fixed_opponent_share": 1.5}, r"in \[0, 1\]"),
+        ({"fixed_opponents": ("random",), "fixed_opponent_share": float("nan")}, r"in \[0, 1\]"),
+        ({"fixed_opponent_share": 0.5}, "needs --fixed-opponents"),
+    ],
+)
+def test_a_fixed_opponent_share_out_of_range_or_without_fixed_opponents_is_refused(
+    fields: dict, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        PoolConfig(**fields)
+    with pytest.raises(ValueError, match=message):
+        LearnerConfig(**fields)
 
 
 def test_fixed_opponents_results_survive_a_checkpoint_by_name() -> None:

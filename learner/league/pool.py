@@ -72,6 +72,9 @@ class PoolConfig:
     the snapshots the learner loses to (0: uniform)."""
     fixed_opponents: tuple[str, ...] = LearnerConfig.fixed_opponents
     """--fixed-opponents: scripted players kept in the pool for good (ids -1, -2, ...)."""
+    fixed_opponent_share: float | None = LearnerConfig.fixed_opponent_share
+    """--fixed-opponent-share: the fixed opponents' chance of an episode (None: drawn with
+    the snapshots by one rule)."""
 
     def __post_init__(self) -> None:
         if self.snapshot_every < 1:
@@ -87,6 +90,12 @@ class PoolConfig:
             raise ValueError(f"--pfsp-exponent must be >= 0, got {self.pfsp_exponent}")
         if len(set(self.fixed_opponents)) != len(self.fixed_opponents):
             raise ValueError(f"--fixed-opponents names one twice: {self.fixed_opponents}")
+        share = self.fixed_opponent_share
+        if share is not None:
+            if not 0 <= share <= 1:  # also refuses NaN
+                raise ValueError(f"--fixed-opponent-share must be in [0, 1], got {share}")
+            if not self.fixed_opponents:
+                raise ValueError("--fixed-opponent-share needs --fixed-opponents")
 
     @classmethod
     def of(cls, config: Any) -> PoolConfig:
@@ -198,8 +207,18 @@ class SnapshotPool:
         else:
             p = self.config.pfsp_exponent
             weights = [pfsp_weight(*self._results_of(i), p) for i in ids]
-        total = sum(weights)
-        return {i: w / total for i, w in zip(ids, weights, strict=True)}
+        share = self.config.fixed_opponent_share
+        if share is None:
+            total = sum(weights)
+            return {i: w / total for i, w in zip(ids, weights, strict=True)}
+        # Two sources, as AlphaStar's matchmaking mixes them: the share goes to the fixed
+        # opponents, the rest to the snapshots, each split by the rule within its source.
+        fixed_total = sum(w for i, w in zip(ids, weights, strict=True) if i in self._fixed)
+        snapshot_total = sum(weights) - fixed_total
+        return {
+            i: (share * w / fixed_total if i in self._fixed else (1 - share) * w / snapshot_total)
+            for i, w in zip(ids, weights, strict=True)
+        }
 
     def sample(self) -> int:
         """An opponent for a new episode (LookupError while the pool has no snapshot)."""
