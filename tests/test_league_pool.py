@@ -244,7 +244,10 @@ def test_a_fixed_opponent_share_splits_the_draws_between_the_two_sources() -> No
     draws = 20_000
     samples = [pfsp.sample() for _ in range(draws)]
     for opponent_id, p in expected.items():
-        assert within(samples.count(opponent_id), draws, p), (opponent_id, samples.count(opponent_id))
+        assert within(samples.count(opponent_id), draws, p), (
+            opponent_id,
+            samples.count(opponent_id),
+        )
     latest = fixed_pool(3, "latest", ("heuristic",), share=0.9)  # the newest snapshot gets 0.1
     assert latest.probabilities() == pytest.approx({-1: 0.9, 0: 0, 1: 0, 2: 0.1})
     never = fixed_pool(2, "uniform", ("heuristic",), share=0.0)
