@@ -84,6 +84,31 @@ def _converter(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+def text_parser(tp: Any) -> Any:
+    """The function a field of type ``tp`` reads its ``--flag``'s text with: a tuple from
+    comma-separated items, a boolean from yes/no words, ``none`` for an optional field."""
+    if tp is bool:
+        return _parse_bool
+    conv, optional = _converter(tp)
+    if not optional:
+        return conv
+
+    def optional_conv(text: str) -> Any:
+        return None if text.lower() in ("none", "") else conv(text)
+
+    return optional_conv
+
+
+def parse_field(cls: type, name: str, text: str) -> Any:
+    """``text`` as field ``name`` of dataclass ``cls``, read as its ``--flag`` reads it, so
+    every other way of naming a field's value (``--set FIELD=VALUE``) means the same;
+    ValueError in one line when it does not parse."""
+    try:
+        return text_parser(typing.get_type_hints(cls)[name])(text)
+    except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
+        raise ValueError(f"{name}={text!r}: {exc}") from exc
+
+
 class ConfigArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser whose dataclass-field flags get their docstrings only when help
     is printed: reading them parses the config module's source, a start-up cost in time
@@ -129,16 +154,9 @@ def add_config_arguments(parser: ConfigArgumentParser, cls: type) -> None:
                 help=help_text,
             )
             continue
-        conv, optional = _converter(tp)
         metavar = f.name.rstrip("_").upper()
-        if optional:
-            inner = conv
-
-            def conv(text: str, inner: Any = inner) -> Any:
-                return None if text.lower() in ("none", "") else inner(text)
-
         parser.add_field_argument(
-            cls, group, flag, dest=f.name, type=conv, default=argparse.SUPPRESS,
+            cls, group, flag, dest=f.name, type=text_parser(tp), default=argparse.SUPPRESS,
             metavar=metavar, help=help_text, action=action,
         )  # fmt: skip
 

@@ -266,6 +266,18 @@ def test_overrides_are_learner_config_fields():
         parse_overrides(["no_such_field=1"])
 
 
+def test_override_values_are_read_as_the_learners_flags_read_them():
+    """A tuple field from comma-separated items (it reached the config as the string
+    "128,128" and the run died in a range check), a boolean from a word, none for off."""
+    assert parse_overrides(["hidden_sizes=128,128", "mirror=yes", "fixed_opponent_share=none"]) == {
+        "hidden_sizes": (128, 128),
+        "mirror": True,
+        "fixed_opponent_share": None,
+    }
+    with pytest.raises(ValueError, match="batch_size='many'"):
+        parse_overrides(["batch_size=many"])
+
+
 def test_rows_of_one_env_id_are_told_apart_by_their_variant():
     """The masked MiniGrid row: its own run directory and table name, its kwargs given to
     the learner, and a random baseline that plays only allowed actions (the env raises on

@@ -239,7 +239,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``FIELD=VALUE`` pairs, each value read as JSON when it parses (numbers, booleans)."""
+    """``FIELD=VALUE`` pairs, each value read as the learner's ``--field`` flag reads it
+    (``hidden_sizes=128,128`` a tuple, ``mirror=yes`` a boolean)."""
+    from seedrl.cli import parse_field
     from seedrl.config import LearnerConfig
 
     fields = {f.name for f in dataclasses.fields(LearnerConfig)}
@@ -251,10 +253,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             key = "lambda_"
         if not sep or key not in fields:
             raise ValueError(f"{item!r} is not FIELD=VALUE with a LearnerConfig field")
-        try:
-            overrides[key] = json.loads(text)
-        except ValueError:
-            overrides[key] = text
+        overrides[key] = parse_field(LearnerConfig, key, text)
     return overrides
 
 
