@@ -31,6 +31,16 @@ def within(count: int, draws: int, p: float, sigmas: float = 5.0) -> bool:
     return abs(count - draws * p) <= sigmas * math.sqrt(draws * p * (1 - p)) + 1e-9
 
 
+def assert_draws_follow(
+    pool: SnapshotPool, expected: dict[int, float], draws: int = 20_000
+) -> None:
+    """Each opponent's count over ``draws`` seeded samples lies within 5 sigma of ``expected``."""
+    samples = [pool.sample() for _ in range(draws)]
+    for opponent_id, p in expected.items():
+        count = samples.count(opponent_id)
+        assert within(count, draws, p), (opponent_id, count, draws * p)
+
+
 def test_snapshots_are_frozen_every_snapshot_every_steps() -> None:
     pool = SnapshotPool(PoolConfig(snapshot_every=100, pool_size=5), seed=0)
     added = [pool.maybe_add(step, weights(step)) for step in (0, 50, 99, 100, 150, 230, 330)]
@@ -106,13 +116,7 @@ def test_pfsp_sampling_frequencies_fixed_seed() -> None:
     total = sum(raw.values())
     expected = {i: w / total for i, w in raw.items()}
     assert pool.probabilities() == pytest.approx(expected)
-    draws = 20_000
-    samples = [pool.sample() for _ in range(draws)]
-    for snapshot_id, p in expected.items():
-        assert within(samples.count(snapshot_id), draws, p), (
-            snapshot_id,
-            samples.count(snapshot_id),
-        )
+    assert_draws_follow(pool, expected)
 
 
 def test_sampling_an_empty_pool_says_so() -> None:
@@ -214,13 +218,7 @@ def test_fixed_opponents_are_drawn_by_the_pools_rule() -> None:
     raw = {-1: (1 - 0.5 / 4) ** 2, -2: (1 - 3.5 / 4) ** 2, 0: 0.25, 1: 0.25}
     expected = {i: w / sum(raw.values()) for i, w in raw.items()}
     assert pfsp.probabilities() == pytest.approx(expected)
-    draws = 20_000
-    samples = [pfsp.sample() for _ in range(draws)]
-    for opponent_id, p in expected.items():
-        assert within(samples.count(opponent_id), draws, p), (
-            opponent_id,
-            samples.count(opponent_id),
-        )
+    assert_draws_follow(pfsp, expected)
 
 
 def test_a_fixed_opponent_share_splits_the_draws_between_the_two_sources() -> None:
@@ -241,13 +239,7 @@ def test_a_fixed_opponent_share_splits_the_draws_between_the_two_sources() -> No
         2: 0.6 * newest / (2 * old + newest),
     }
     assert pfsp.probabilities() == pytest.approx(expected)
-    draws = 20_000
-    samples = [pfsp.sample() for _ in range(draws)]
-    for opponent_id, p in expected.items():
-        assert within(samples.count(opponent_id), draws, p), (
-            opponent_id,
-            samples.count(opponent_id),
-        )
+    assert_draws_follow(pfsp, expected)
     latest = fixed_pool(3, "latest", ("heuristic",), share=0.9)  # the newest snapshot gets 0.1
     assert latest.probabilities() == pytest.approx({-1: 0.9, 0: 0, 1: 0, 2: 0.1})
     never = fixed_pool(2, "uniform", ("heuristic",), share=0.0)
