@@ -56,20 +56,24 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
 
 
-def _converter(tp: Any) -> tuple[Any, bool]:
-    """(string -> value converter, optional) for a field type."""
+def text_parser(tp: Any) -> Any:
+    """The function a field of type ``tp`` reads its ``--flag``'s text with: a tuple from
+    comma-separated items, a boolean from yes/no words, ``none`` for an optional field."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        conv, _ = _converter(args[0])
-        return conv, True
+        inner = text_parser(next(a for a in typing.get_args(tp) if a is not type(None)))
+
+        def optional(text: str) -> Any:
+            return None if text.lower() in ("none", "") else inner(text)
+
+        return optional
     if origin is tuple:
         (item,) = {a for a in typing.get_args(tp) if a is not Ellipsis}
 
         def to_tuple(text: str) -> tuple[Any, ...]:
             return tuple(item(p) for p in text.replace(" ", "").split(",") if p)
 
-        return to_tuple, False
+        return to_tuple
     if origin is dict or tp is dict:
 
         def to_dict(text: str) -> dict[str, Any]:
@@ -78,25 +82,10 @@ def _converter(tp: Any) -> tuple[Any, bool]:
                 raise argparse.ArgumentTypeError("expected a JSON object")
             return value
 
-        return to_dict, False
-    if tp is bool:
-        return _parse_bool, False
-    return tp, False
-
-
-def text_parser(tp: Any) -> Any:
-    """The function a field of type ``tp`` reads its ``--flag``'s text with: a tuple from
-    comma-separated items, a boolean from yes/no words, ``none`` for an optional field."""
+        return to_dict
     if tp is bool:
         return _parse_bool
-    conv, optional = _converter(tp)
-    if not optional:
-        return conv
-
-    def optional_conv(text: str) -> Any:
-        return None if text.lower() in ("none", "") else conv(text)
-
-    return optional_conv
+    return tp
 
 
 def parse_field(cls: type, name: str, text: str) -> Any:
