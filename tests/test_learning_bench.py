@@ -192,6 +192,26 @@ def test_a_partial_run_and_its_shortfall_are_said_in_the_table(tmp_path):
     assert "| HalfCheetah-v5 (another source, for scale) | 5819.1 |" in table
 
 
+def test_a_shortfall_on_returns_of_a_few_units_keeps_their_decimals(tmp_path):
+    """MiniGrid's returns lie in [0, 1]: 0.959 against the zoo's 0.964 is a few steps per
+    episode, and must not read as "short by 0.0"."""
+    suite = SUITES["minigrid"]
+    doorkey = find_env(suite, "MiniGrid-DoorKey-5x5-v0")
+    seed_dir = tmp_path / doorkey.name / "seed0"
+    records = [
+        {"elapsed_s": float(i), "frames": 10_000 * i, "episode_return_mean": 0.9}
+        for i in range(1, 11)
+    ]
+    _finished_run(seed_dir, 0, records)
+    run = json.loads((seed_dir / RUN_FILE).read_text())
+    run["eval"]["mean"] = 0.959
+    (seed_dir / RUN_FILE).write_text(json.dumps(run))
+
+    table = report.markdown_table(report.write_summary(suite, tmp_path))
+    row = next(r for r in table.splitlines() if r.startswith("| MiniGrid-DoorKey-5x5-v0 | 1 |"))
+    assert "| no (short by 0.005, 99 % of it) |" in row
+
+
 def test_same_setting_figures_are_listed_for_scale_and_the_verdict_stays_the_references(
     tmp_path,
 ):

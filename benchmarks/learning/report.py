@@ -22,6 +22,8 @@ from seedrl.metrics import METRICS_FILE, read_metrics
 
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
+SMALL_RETURNS = 5.0
+"""Returns below this in size are printed with more decimals (MiniGrid's lie in [0, 1])."""
 ARCHIVE_POINTS = 500
 """Curve points an archived run keeps: enough for the plot, small enough to commit."""
 ARCHIVE_FIELDS = ("frames", "elapsed_s", RETURN_METRIC, "entropy", "learning_rate")
@@ -400,7 +402,8 @@ def plot_curves(suite: Suite, out: Path, folder: Path | None = None) -> list[Pat
                 ax.axhline(level, color="tab:red", linestyle=":", linewidth=1,
                            label=f"{level:g}")  # fmt: skip
         if rnd is not None:
-            ax.axhline(rnd, color="gray", linestyle=":", label=f"random {rnd:.1f}")
+            digits = 2 if abs(rnd) < SMALL_RETURNS else 1
+            ax.axhline(rnd, color="gray", linestyle=":", label=f"random {rnd:.{digits}f}")
         if suite.stability:
             floor = held_floor({"random": None if rnd is None else {"mean": rnd}},
                                spec.thresholds[-1])  # fmt: skip
@@ -456,7 +459,9 @@ def shortfall(env: dict[str, Any]) -> str:
     if got is None or ref is None or got >= ref:
         return ""
     share = f", {100 * got / ref:.0f} % of it" if ref > 0 and got > 0 else ""
-    return f" (short by {ref - got:.1f}{share})"
+    # Returns within a few units (MiniGrid's) are a few steps apart in the third decimal.
+    gap = ".3f" if abs(ref) < SMALL_RETURNS else ".1f"
+    return f" (short by {ref - got:{gap}}{share})"
 
 
 def held_floor(env: dict[str, Any], solved: float) -> float:
@@ -604,7 +609,8 @@ def markdown_table(summary: dict[str, Any], curves_dir: str = "") -> str:
             continue
         # Returns of at most a few units (MiniGrid's, in [0, 1]) get two decimals: at one,
         # 0.96 against a reference of 0.964 would read as 1.0 and "no".
-        digits = ".2f" if env["target"] is not None and abs(env["target"]) < 5 else ".1f"
+        small = env["target"] is not None and abs(env["target"]) < SMALL_RETURNS
+        digits = ".2f" if small else ".1f"
         per_seed = ", ".join(_num(r["final_return_mean100"], digits) for r in runs)
         evals = "; ".join(
             f"{_num(r['eval']['mean'], digits)} ± {_num(r['eval']['std'], digits)} "
