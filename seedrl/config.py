@@ -213,6 +213,13 @@ class LearnerConfig:
     """V-trace rho-bar for the policy-gradient advantage."""
     reward_scale: float = 1.0
     """Multiply training rewards by this (before clipping); episode returns stay raw."""
+    policy_clip: float | None = None
+    """PPO's clipped surrogate for the policy term, as Sample Factory's APPO uses it beside
+    V-trace's targets: the advantage r + gamma * v_{s+1} - V(x_s) is weighted by the ratio
+    of the learner's policy to the one that acted, and a ratio past [1 - x, 1 + x] in the
+    advantage's favour stops pulling. Several updates on one batch (--updates-per-batch)
+    then cannot carry the policy far from the one that acted, which V-trace's truncated
+    weights alone do not stop. Unset: V-trace's own policy gradient."""
     normalize_advantages: bool = False
     """Scale V-trace policy-gradient advantages to zero mean, unit std per batch (helps
     continuous control; IMPALA itself does not)."""
@@ -453,8 +460,8 @@ class LearnerConfig:
         _require_range(
             self,
             ("learning_rate", "adam_eps", "max_grad_norm", "clip_rho_threshold",
-             "clip_pg_rho_threshold", "reward_scale", "reward_clip", "checkpoint_interval_s",
-             "log_interval_s", "standby_grace_s"),
+             "clip_pg_rho_threshold", "policy_clip", "reward_scale", "reward_clip",
+             "checkpoint_interval_s", "log_interval_s", "standby_grace_s"),
             low=0,
             low_open=True,
         )  # fmt: skip
@@ -500,6 +507,10 @@ class LearnerConfig:
             raise ValueError(
                 f"--max-update-kl bounds a policy's change; --agent {self.agent} has no policy"
                 " to bound"
+            )
+        if self.policy_clip is not None and self.agent != "vtrace":
+            raise ValueError(
+                f"--policy-clip bounds a policy's ratio; --agent {self.agent} has no policy"
             )
         if self.final_entropy_cost is not None and not self.total_frames:
             raise ValueError("--final-entropy-cost needs --total-frames (it is reached there)")

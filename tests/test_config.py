@@ -35,6 +35,7 @@ LEARNER_CASES = {
     "interval": ("--log-interval-s", "0", "--log-interval-s must be > 0"),
     "nan": ("--max-grad-norm", "nan", "--max-grad-norm must be > 0"),
     "update bound": ("--max-update-kl", "-0.5", "--max-update-kl must be >= 0"),
+    "policy clip": ("--policy-clip", "0", "--policy-clip must be > 0"),
     # probabilities and factors in [0, 1]
     "lambda": ("--lambda", "1.5", "--lambda must be in [0, 1]"),
     "discount": ("--discount", "-0.1", "--discount must be in [0, 1]"),
@@ -140,6 +141,8 @@ def test_the_update_bound_is_refused_for_an_agent_without_a_policy_to_bound():
     with pytest.raises(ValueError, match="--max-update-kl bounds a policy's change; --agent r2d2"):
         LearnerConfig(agent="r2d2", max_update_kl=1e-3)
     assert LearnerConfig(max_update_kl=1e-3).effective_max_update_kl == 1e-3
+    with pytest.raises(ValueError, match="--policy-clip bounds a policy's ratio; --agent r2d2"):
+        LearnerConfig(agent="r2d2", policy_clip=0.2)
 
 
 def test_the_update_bound_is_on_for_v_trace_unless_turned_off_and_off_for_r2d2():

@@ -99,6 +99,8 @@ def reference(u: Unrolls, cfg: LearnerConfig) -> dict[str, np.ndarray | float]:
     values = u.obs[..., A].astype(np.float64)
     vs = np.zeros((B, T))
     adv = np.zeros((B, T))
+    q_minus_v = np.zeros((B, T))  # the advantage without the importance weight
+    ratio = np.zeros((B, T))  # pi / mu of the action taken (0 where not valid)
     valid = np.zeros((B, T), bool)
     logpi = np.zeros((B, T))
     ent = np.zeros((B, T))
@@ -129,19 +131,30 @@ def reference(u: Unrolls, cfg: LearnerConfig) -> dict[str, np.ndarray | float]:
             vs[n, s] = total
         for s in range(T):
             v_next = vs[n, s + 1] if s + 1 < T else v[T]
-            adv[n, s] = min(cfg.clip_pg_rho_threshold, rho[s]) * (r[s] + gamma[s] * v_next - v[s])
+            q_minus_v[n, s] = r[s] + gamma[s] * v_next - v[s]
+            adv[n, s] = min(cfg.clip_pg_rho_threshold, rho[s]) * q_minus_v[n, s]
+            ratio[n, s] = rho[s]
     count = valid.sum()
-    pg = adv.copy()
+    pg = adv.copy() if cfg.policy_clip is None else q_minus_v.copy()
     if cfg.normalize_advantages:
-        mean = adv[valid].mean()
-        pg = (adv - mean) / (adv[valid].std() + 1e-8)
-    policy = -(logpi * pg)[valid].sum() / count
+        mean = pg[valid].mean()
+        pg = (pg - mean) / (pg[valid].std() + 1e-8)
+    if cfg.policy_clip is None:
+        policy = -(logpi * pg)[valid].sum() / count
+    else:  # PPO's surrogate, one transition at a time
+        eps, surrogate = cfg.policy_clip, []
+        for n, s in zip(*np.nonzero(valid), strict=True):
+            clipped = min(max(ratio[n, s], 1.0 - eps), 1.0 + eps)
+            surrogate.append(min(ratio[n, s] * pg[n, s], clipped * pg[n, s]))
+        policy = -sum(surrogate) / count
     baseline = 0.5 * np.square(vs - values[:, :T])[valid].sum() / count
     entropy = ent[valid].sum() / count
     total = policy + cfg.baseline_cost * baseline - cfg.entropy_cost * entropy
     return {
         "vs": vs,
         "pg_advantages": adv,
+        "advantage": pg,
+        "ratio": ratio,
         "valid": valid,
         "loss_policy": policy,
         "loss_baseline": baseline,
@@ -193,6 +206,8 @@ CONFIGS = {
     "reward scale and clip": {"reward_scale": 3.0, "reward_clip": 0.5},
     "normalized advantages": {"normalize_advantages": True},
     "costs": {"entropy_cost": 0.1, "baseline_cost": 0.25},
+    "policy clip": {"policy_clip": 0.2, "lambda_": 0.5},
+    "policy clip, normalized advantages": {"policy_clip": 0.3, "normalize_advantages": True},
 }  # fmt: skip
 
 
@@ -256,6 +271,35 @@ def test_policy_term_moves_log_pi_along_the_advantage_and_never_reaches_the_valu
                 onehot = np.eye(A)[unrolls.action[n, t]]
                 expected -= want["pg_advantages"][n, t] * (onehot - pi)
     expected /= want["valid"].sum()
+    np.testing.assert_allclose(grad_z, expected, rtol=1e-5, atol=1e-6)
+    assert grad_u == 0.0
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_a_clipped_ratio_stops_pulling_only_in_the_advantages_favour(monkeypatch, normalize):
+    """--policy-clip: d/dz = -(1/n) sum_t A_t rho_t (onehot(a_t) - pi_t) over the
+    transitions whose ratio has not passed the clip in the direction A_t pushes it (rho
+    above 1 + eps with A > 0, below 1 - eps with A < 0): those give no gradient."""
+    eps = 0.2
+    trainer = table_trainer(
+        baseline_cost=0.0, entropy_cost=0.0, policy_clip=eps, normalize_advantages=normalize
+    )
+    unrolls = hand_batch()
+    grad_z, grad_u = _grads(trainer, unrolls, monkeypatch)
+    want = reference(unrolls, trainer.config)
+    expected, stopped = np.zeros(A), 0
+    for n in range(B):
+        for t in range(T):
+            if not want["valid"][n, t]:
+                continue
+            rho, adv = want["ratio"][n, t], want["advantage"][n, t]
+            if (rho > 1 + eps and adv > 0) or (rho < 1 - eps and adv < 0):
+                stopped += 1
+                continue
+            pi = np.exp(log_softmax(unrolls.obs[n, t, :A]))
+            expected -= adv * rho * (np.eye(A)[unrolls.action[n, t]] - pi)
+    expected /= want["valid"].sum()
+    assert 0 < stopped < want["valid"].sum()  # the batch has both kinds
     np.testing.assert_allclose(grad_z, expected, rtol=1e-5, atol=1e-6)
     assert grad_u == 0.0
 

@@ -103,6 +103,7 @@ class VTraceAgent:
             clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
             lambda_=cfg.lambda_,
             normalize_advantages=cfg.normalize_advantages,
+            policy_clip=cfg.policy_clip,
         )
         result = vtrace_loss(self.head, params_T1BP, values_T1B, batch, reward_TB, costs)
         terms = result.terms

@@ -33,6 +33,8 @@ class VTraceCosts:
     clip_pg_rho_threshold: float | None = 1.0
     lambda_: float = 1.0
     normalize_advantages: bool = False
+    policy_clip: float | None = None
+    """PPO's clip on the ratio to the behaviour policy (APPO); None: V-trace's gradient."""
 
 
 @dataclass
@@ -83,12 +85,28 @@ def vtrace_loss(
     )
     weight_TB = valid_TB.float()
     count = weight_TB.sum().clamp(min=1.0)
+    if costs.policy_clip is not None:
+        # The ratio carries the off-policy weight, so the advantage goes without rho.
+        vs_next_TB = torch.cat([vs_TB[1:], values_T1B[t:].detach()])
+        pg_adv_TB = reward_TB + discount_TB * vs_next_TB - values_T1B[:t].detach()
     if costs.normalize_advantages:
         mean = (pg_adv_TB * weight_TB).sum() / count
         std = (((pg_adv_TB - mean) * weight_TB).pow(2).sum() / count).sqrt()
         pg_adv_TB = (pg_adv_TB - mean) / (std + 1e-8)
 
-    policy_loss = -(target_logp_TB * pg_adv_TB * weight_TB).sum() / count
+    clip_terms = {}
+    if costs.policy_clip is None:
+        policy_loss = -(target_logp_TB * pg_adv_TB * weight_TB).sum() / count
+    else:
+        eps = costs.policy_clip
+        ratio_TB = torch.where(valid_TB, target_logp_TB - behaviour_logp_TB, 0.0).exp()
+        surrogate_TB = torch.minimum(
+            ratio_TB * pg_adv_TB, ratio_TB.clamp(1.0 - eps, 1.0 + eps) * pg_adv_TB
+        )
+        policy_loss = -(surrogate_TB * weight_TB).sum() / count
+        with torch.no_grad():
+            clipped_TB = ((ratio_TB - 1.0).abs() > eps).float()
+            clip_terms["clip_fraction"] = (clipped_TB * weight_TB).sum() / count
     baseline_loss = 0.5 * ((vs_TB - values_T1B[:t]).pow(2) * weight_TB).sum() / count
     entropy = (entropy_TB * weight_TB).sum() / count
     total = policy_loss + costs.baseline_cost * baseline_loss - costs.entropy_cost * entropy
@@ -104,6 +122,7 @@ def vtrace_loss(
         "rho_mean": rho_mean,
         "value_mean": (values_T1B[:t].detach() * weight_TB).sum() / count,
         "value_target_mean": (vs_TB * weight_TB).sum() / count,
+        **clip_terms,
     }
     return VTraceLoss(total, terms, weight_TB, target_logp_TB.detach())
 
