@@ -31,6 +31,8 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 LR_SCHEDULES = ("auto", "constant", "linear", "inverse_sqrt")
 DEFAULT_MAX_UPDATE_KL = 1e-4
+LOG_STD_RANGE = (-5.0, 2.0)
+"""Where a Gaussian policy's log-std is kept (the learner projects it back after each step)."""
 """V-trace's bound on each step when --max-update-kl is unset (docs/stability.md)."""
 WANDB_MODES = ("online", "offline")
 OPPONENT_SAMPLING = ("latest", "uniform", "pfsp")
@@ -213,6 +215,10 @@ class LearnerConfig:
     """V-trace rho-bar for the policy-gradient advantage."""
     reward_scale: float = 1.0
     """Multiply training rewards by this (before clipping); episode returns stay raw."""
+    log_std_init: float = 0.0
+    """Starting log-std of a Gaussian policy (Box actions), on every action dimension: 0
+    starts with unit noise; lower starts quieter, for robots whose random flailing ends
+    episodes early or costs more in control penalty than staying up earns (Ant)."""
     policy_clip: float | None = None
     """PPO's clipped surrogate for the policy term, as Sample Factory's APPO uses it beside
     V-trace's targets: the advantage r + gamma * v_{s+1} - V(x_s) is weighted by the ratio
@@ -508,6 +514,7 @@ class LearnerConfig:
                 f"--max-update-kl bounds a policy's change; --agent {self.agent} has no policy"
                 " to bound"
             )
+        _require_range(self, ("log_std_init",), low=LOG_STD_RANGE[0], high=LOG_STD_RANGE[1])
         if self.policy_clip is not None and self.agent != "vtrace":
             raise ValueError(
                 f"--policy-clip bounds a policy's ratio; --agent {self.agent} has no policy"

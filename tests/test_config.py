@@ -36,6 +36,7 @@ LEARNER_CASES = {
     "nan": ("--max-grad-norm", "nan", "--max-grad-norm must be > 0"),
     "update bound": ("--max-update-kl", "-0.5", "--max-update-kl must be >= 0"),
     "policy clip": ("--policy-clip", "0", "--policy-clip must be > 0"),
+    "log-std": ("--log-std-init", "-7", "--log-std-init must be in [-5, 2]"),
     # probabilities and factors in [0, 1]
     "lambda": ("--lambda", "1.5", "--lambda must be in [0, 1]"),
     "discount": ("--discount", "-0.1", "--discount must be in [0, 1]"),

@@ -733,3 +733,22 @@ def test_a_grid_too_small_for_its_layers_is_refused():
     head = action_head(pb.SpaceSpec(kind="discrete", n=7))
     with pytest.raises(UnsupportedSetup, match="--cnn-channels 8,8,8: 3 unpadded 3x3 layers"):
         build_model(box_spec((6, 7, 2)), head, "auto", cnn_channels=(8, 8, 8))
+
+
+def test_log_std_init_starts_every_action_dimension_at_that_noise_and_needs_a_gaussian():
+    """--log-std-init: the sampled actions of a fresh model have std exp(x) on each action
+    dimension; an action space without a Gaussian refuses the flag at start-up."""
+    from learner.agents.vtrace import VTraceAgent
+    from seedrl.config import LearnerConfig
+
+    config = LearnerConfig(log_std_init=-1.5)
+    action = box_spec((3,))  # unbounded: the samples are not clipped
+    agent = VTraceAgent(config, action, torch.device("cpu"))
+    model = agent.build_model(box_spec((4,)), "mlp")
+    torch.manual_seed(0)
+    params, _, _ = model(torch.zeros(1, 20_000, 4), torch.zeros(1, 20_000, dtype=torch.bool))
+    samples = agent.head.sample(params[0])
+    torch.testing.assert_close(samples.std(0), torch.full((3,), np.exp(-1.5)), rtol=0.03, atol=0)
+    discrete = VTraceAgent(config, pb.SpaceSpec(kind="discrete", n=3), torch.device("cpu"))
+    with pytest.raises(UnsupportedSetup, match="--log-std-init sets a Gaussian policy's noise"):
+        discrete.build_model(box_spec((4,)), "mlp")

@@ -20,6 +20,7 @@ from torch import nn
 
 from learner.agents.cpu_kernels import Linear, Tanh, TanhMLP, conv_input_layout, log_softmax_last
 from seedrl import codec
+from seedrl.config import LOG_STD_RANGE
 from seedrl.proto import seedrl_pb2 as pb
 
 CoreState = tuple[torch.Tensor, ...]
@@ -364,8 +365,7 @@ class UnsupportedSetup(ValueError):
     them at start-up with this one line."""
 
 
-LOG_STD_MIN = -5.0
-LOG_STD_MAX = 2.0
+LOG_STD_MIN, LOG_STD_MAX = LOG_STD_RANGE
 """Bounds of a Gaussian policy's log-std, kept by projecting the parameter after each
 optimizer step: std stays in [0.0067, 7.4], and the gradient is never cut off."""
 

@@ -9,7 +9,14 @@ import torch
 
 from learner.agents.base import UPDATE_LOGP, LossTerms
 from learner.agents.mirror import Mirror
-from learner.agents.models import ActorCritic, action_head, autocast, build_model, resolve_precision
+from learner.agents.models import (
+    ActorCritic,
+    UnsupportedSetup,
+    action_head,
+    autocast,
+    build_model,
+    resolve_precision,
+)
 from learner.agents.policy import Policy, inference_policy
 from learner.agents.vtrace.loss import VTraceCosts, update_kl, valid_transitions, vtrace_loss
 from learner.state.normalize import ReturnNormalizer
@@ -56,6 +63,13 @@ class VTraceAgent:
         )  # fmt: skip
         if cfg.mirror:
             Mirror(model.spec, self.head)  # refuses, at setup, what has no mirror image
+        if cfg.log_std_init:
+            if model.log_std is None:
+                raise UnsupportedSetup(
+                    "--log-std-init sets a Gaussian policy's noise; this action space has none"
+                )
+            with torch.no_grad():
+                model.log_std.fill_(cfg.log_std_init)
         return model
 
     def inference_policy(self, model: ActorCritic, seed: int | tuple[int, ...]) -> Policy:
