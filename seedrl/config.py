@@ -31,9 +31,9 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 LR_SCHEDULES = ("auto", "constant", "linear", "inverse_sqrt")
 DEFAULT_MAX_UPDATE_KL = 1e-4
+"""V-trace's bound on each step when --max-update-kl is unset (docs/stability.md)."""
 LOG_STD_RANGE = (-5.0, 2.0)
 """Where a Gaussian policy's log-std is kept (the learner projects it back after each step)."""
-"""V-trace's bound on each step when --max-update-kl is unset (docs/stability.md)."""
 WANDB_MODES = ("online", "offline")
 OPPONENT_SAMPLING = ("latest", "uniform", "pfsp")
 """How self-play picks an episode's opponent from the pool of past selves."""
