@@ -223,12 +223,14 @@ def save_checkpoint(
     counters: tuple[int, int] | None = None,
     best: float | None = None,
     best_measure: str = checkpoint.BY_RETURN,
+    replay: bool = True,
 ) -> None:
     """Write the checkpoint of ``training`` (default: the learner's own model and optimizer).
 
     ``counters`` overrides (frames, episodes), e.g. all ranks' totals. With ``best`` (the
     value of ``best_measure`` that makes it the best) it goes to checkpoint-best.pt
-    instead, and checkpoint.pt and the history are left as they are.
+    instead, and checkpoint.pt and the history are left as they are. ``replay``: also
+    write the replay (with --replay-checkpoint).
     """
     stats = learner.stats
     if training is None:
@@ -263,7 +265,7 @@ def save_checkpoint(
         checkpoint.save(learner.config.best_checkpoint_path, state)
         return
     checkpoint.save(learner.config.checkpoint_path, state)
-    if learner.config.replay_checkpoint:
+    if replay and learner.config.replay_checkpoint:
         written = learner.queue.save(learner.config.replay_path)
         if written:
             log.info("replay written to %s (%.1f MiB)", learner.config.replay_path, written / 2**20)

@@ -251,10 +251,11 @@ def write_checkpoint(
     counters: tuple[int, int] | None,
     best: float | None = None,
     best_measure: str = checkpoint.BY_RETURN,
+    replay: bool = True,
 ) -> bool:
     """Checkpoint the trainer's current state (to checkpoint-best.pt with ``best``, the
-    value of ``best_measure`` now); a dead trainer process leaves the last one. True once
-    written."""
+    value of ``best_measure`` now; the replay too with ``replay``); a dead trainer process
+    leaves the last one. True once written."""
     training = trainer.training_state()
     if training is None:
         path = learner.config.checkpoint_path
@@ -262,7 +263,7 @@ def write_checkpoint(
             path = learner.config.best_checkpoint_path
         log.error("no checkpoint written: the trainer process died; %s stays as it was", path)
         return False
-    save_checkpoint(learner, training, counters, best, best_measure)
+    save_checkpoint(learner, training, counters, best, best_measure, replay)
     return True
 
 
@@ -413,6 +414,7 @@ async def _supervise(
     another has taken over from (``fence``) stops and writes nothing more."""
     config, stats = learner.config, learner.stats
     last_checkpoint = start
+    replay_cadence = checkpoint.ReplayCadence(config.replay_checkpoint_interval_s, start)
     while not stop.event.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.event.wait(), config.log_interval_s)
@@ -439,7 +441,10 @@ async def _supervise(
         if due and rank.writes_checkpoints:
             try:
                 counters = rank.checkpoint_counters()
-                await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
+                replay = replay_cadence.due(time.perf_counter())
+                write = (learner, trainer, counters, None, checkpoint.BY_RETURN, replay)
+                if await asyncio.to_thread(write_checkpoint, *write) and replay:
+                    replay_cadence.written(time.perf_counter())
             except OSError as exc:  # a full disk should not end the run; the old one stays
                 log.error("could not write checkpoint %s: %s", config.checkpoint_path, exc)
             last_checkpoint = time.perf_counter()

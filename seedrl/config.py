@@ -289,6 +289,11 @@ class LearnerConfig:
     replay holds, up to --replay-bytes) and take it back on --resume, so a resumed run
     trains on at once; off for a replay too large to write at every checkpoint (a resumed
     run then refills it to --replay-min-frames)."""
+    replay_checkpoint_interval_s: float = 600.0
+    """R2D2 with --replay-checkpoint: write the replay with a periodic checkpoint at most
+    this often (0: with every one); an Atari replay is GiBs, too much for the disk and
+    cores to take every --checkpoint-interval-s. The final checkpoint always writes it; a
+    killed run resumes on the replay of its last write."""
     priority_exponent: float = 0.9
     """R2D2: alpha, sequences are sampled in proportion to priority ** alpha."""
     importance_exponent: float = 0.6
@@ -460,7 +465,8 @@ class LearnerConfig:
              "entropy_cost", "final_entropy_cost", "baseline_cost", "checkpoint_history_frames",
              "hello_timeout_s", "stream_idle_timeout_s", "burn_in", "sequence_overlap",
              "replay_min_frames", "replay_ratio", "epsilon_alpha", "value_rescale_eps",
-             "importance_exponent", "best_checkpoint_interval_s", "pfsp_exponent"),
+             "importance_exponent", "best_checkpoint_interval_s", "pfsp_exponent",
+             "replay_checkpoint_interval_s"),
             low=0,
         )  # fmt: skip
         _require_range(

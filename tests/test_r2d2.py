@@ -602,9 +602,25 @@ def test_a_resumed_learner_samples_from_the_replay_its_checkpoint_kept(tmp_path)
     np.testing.assert_array_equal(resumed.queue._priority_C[:6], np.arange(1.0, 7.0))
     np.testing.assert_array_equal(resumed.queue._ring.obs[:6], store._ring.obs[:6])
 
+    # A periodic checkpoint between replay writes leaves the last replay as it was.
+    store.put(random_unrolls(2, 4, seed=2))
+    save_checkpoint(learner, replay=False)
+    assert len(build_learner(dataclasses.replace(learner.config, resume=True)).queue) == 6
+
     # Off: nothing written, and a resumed run starts from an empty replay.
     off = dataclasses.replace(learner.config, replay_checkpoint=False, resume=True)
     learner.config.replay_path.unlink()
     save_checkpoint(dataclasses.replace(learner, config=off))
     assert not off.replay_path.exists()
     assert len(build_learner(off).queue) == 0
+
+
+def test_periodic_checkpoints_write_the_replay_once_per_its_interval() -> None:
+    from learner.state.checkpoint import ReplayCadence
+
+    cadence = ReplayCadence(600.0, start=100.0)
+    assert [cadence.due(t) for t in (160.0, 699.0, 700.0)] == [False, False, True]
+    cadence.written(760.0)  # the write is due from its own time, not the interval's grid
+    assert [cadence.due(t) for t in (820.0, 1359.0, 1360.0)] == [False, False, True]
+    every = ReplayCadence(0.0, start=100.0)
+    assert every.due(100.0) and every.due(160.0)

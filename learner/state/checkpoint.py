@@ -262,6 +262,21 @@ class BestKeeper:
         self._last = time.monotonic()
 
 
+class ReplayCadence:
+    """Which periodic checkpoints also write the replay (--replay-checkpoint-interval-s):
+    the checkpoint's own cadence suits a model's MiBs, not a replay's GiBs."""
+
+    def __init__(self, interval_s: float, start: float) -> None:
+        self.interval_s = interval_s
+        self._last = start
+
+    def due(self, now: float) -> bool:
+        return now - self._last >= self.interval_s
+
+    def written(self, now: float) -> None:
+        self._last = now
+
+
 def check_env(path: str | os.PathLike[str], saved_env_spec: bytes, env_spec: pb.EnvSpec) -> None:
     """Raise CheckpointError when a checkpoint was trained on another env or other spaces."""
     try:
