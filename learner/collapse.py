@@ -8,6 +8,8 @@ Two signs, checked on each metrics record:
 - return drop: the mean return of the last 100 episodes lost more than RETURN_DROP of
   what the run had gained, from its first full window to its best one (for a return of
   0 to 500, below 250 after 500; the rule reads the same for Acrobot's negative returns).
+  A gain within NOISE_ERRORS standard errors of the window's mean is no gain: a run still
+  at its floor (Pong's -21) drifts by a tenth, and its best window is just the luckiest.
 
 In self-play the return is the learning policy's score against a pool that grows stronger
 as it does, so a falling return is what progress looks like there: only the entropy is
@@ -33,6 +35,8 @@ REARM_ENTROPY = 0.02
 RETURN_DROP = 0.5
 """Share of the run's gain (first full window to best) whose loss counts as a collapse."""
 REARM_RETURN = 0.75
+NOISE_ERRORS = 4.0
+"""Standard errors of the mean return a gain must exceed before its loss is watched."""
 
 ENTROPY_FLAG = "collapse_entropy_low"
 RETURN_FLAG = "collapse_return_drop"
@@ -50,10 +54,15 @@ class CollapseWatch:
         self.return_dropped = False
 
     def check(
-        self, record: dict[str, Any], return_first: float | None, return_best: float | None
+        self,
+        record: dict[str, Any],
+        return_first: float | None,
+        return_best: float | None,
+        return_error: float = 0.0,
     ) -> list[str]:
         """Add the flags (and ``entropy_fraction``) to ``record``; return a message for
-        each sign that has just appeared."""
+        each sign that has just appeared. ``return_error``: the standard error of the
+        mean return now."""
         messages = []
         entropy = record.get("entropy")
         if self.max_entropy and entropy is not None and math.isfinite(entropy):
@@ -70,8 +79,8 @@ class CollapseWatch:
                 self.entropy_low = False
         mean = record.get("episode_return_mean") if self.watch_return else None
         first, best = return_first, return_best
-        if mean is not None and first is not None and best is not None and best > first:
-            gain = best - first
+        gain = best - first if first is not None and best is not None else 0.0
+        if mean is not None and best is not None and gain > NOISE_ERRORS * return_error:
             if not self.return_dropped and mean < best - RETURN_DROP * gain:
                 self.return_dropped = True
                 messages.append(
@@ -79,7 +88,7 @@ class CollapseWatch:
                     f"run's gain ({first:.1f} at first, best {best:.1f}) at "
                     f"frame {record['frames']:,}"
                 )
-            elif self.return_dropped and mean > first + REARM_RETURN * gain:
+            elif self.return_dropped and mean > best - (1 - REARM_RETURN) * gain:
                 self.return_dropped = False
         record[ENTROPY_FLAG] = int(self.entropy_low)
         record[RETURN_FLAG] = int(self.return_dropped)

@@ -384,7 +384,8 @@ async def _serve(
             **learner.stats.snapshot(len(learner.queue)), **learner.queue.metrics(),
             **rank.metrics(), **(learner.league.metrics() if learner.league else {}),
         }  # fmt: skip
-        watch.check(record, learner.stats.return_first, learner.stats.return_best)
+        stats = learner.stats
+        watch.check(record, stats.return_first, stats.return_best, stats.return_error)
         writer.write(record, learner.stats.drain_episodes())
         writer.close()
     result = _result(learner, stop.reason, time.perf_counter() - start)
@@ -429,7 +430,7 @@ async def _supervise(
         record.update(rank.metrics())
         if learner.league is not None:
             record.update(learner.league.metrics())
-        watch.check(record, stats.return_first, stats.return_best)
+        watch.check(record, stats.return_first, stats.return_best, stats.return_error)
         writer.write(record, stats.drain_episodes())
         progress.update(record)
         await keep_best(learner, trainer, rank, keeper)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 
 from learner.collapse import ENTROPY_FLAG, RETURN_FLAG, CollapseWatch
 from learner.metrics import tensorboard_tag
 from learner.progress import progress_line
+from learner.state.stats import LearnerStats
 
 LN2 = math.log(2)
 
@@ -89,6 +91,26 @@ def test_nothing_is_flagged_before_there_is_something_to_lose():
         assert record[ENTROPY_FLAG] == record[RETURN_FLAG] == 0
         assert "entropy_fraction" not in record
         assert "COLLAPSE?" not in progress_line(record)
+
+
+def test_a_run_still_at_its_floor_has_no_gain_to_lose():
+    """Pong before it learns: windows of -21s with one -20 in five drift between -20.9 and
+    -20.7. The window's standard error is sqrt(0.16 * 100 / 99) / 10 = 0.0402 (a Bernoulli
+    spread of 0.4), so a drift of 0.1 is 2.5 errors, not the 4 a gain must exceed."""
+    returns = [-20.0] * 20 + [-21.0] * 80
+    error = statistics.stdev(returns) / math.sqrt(len(returns))
+    assert math.isclose(error, math.sqrt(0.16 * 100 / 99) / 10)
+    stats = LearnerStats()
+    stats.returns.extend(returns)
+    assert math.isclose(stats.return_error, error)
+    at_floor, learned = CollapseWatch(max_entropy=LN2), CollapseWatch(max_entropy=LN2)
+    record = _record(0, mean=-20.8)
+    assert at_floor.check(record, -20.7, -20.6, error) == []
+    assert record[RETURN_FLAG] == 0
+    # The same fall from a best 5 errors above the first window is a loss of what was gained.
+    record = _record(0, mean=-20.9)
+    assert learned.check(record, -20.7, -20.7 + 5 * error, error) != []
+    assert record[RETURN_FLAG] == 1
 
 
 def test_the_flags_have_their_own_tensorboard_group():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -164,6 +165,12 @@ class LearnerStats:
     def full_window_mean(self) -> float | None:
         """The mean return of the last RETURN_WINDOW episodes; None until there are as many."""
         return self.return_mean if len(self.returns) >= RETURN_WINDOW else None
+
+    @property
+    def return_error(self) -> float:
+        """The standard error of :attr:`return_mean` (0 with under two episodes)."""
+        n = len(self.returns)
+        return float(np.std(self.returns, ddof=1) / math.sqrt(n)) if n > 1 else 0.0
 
     def _track_best(self) -> None:
         mean = self.full_window_mean
