@@ -304,8 +304,10 @@ class LearnerConfig:
     """R2D2: Ape-X base epsilon; slot i explores with epsilon ** (1 + alpha * i / (N - 1))."""
     epsilon_alpha: float = 7.0
     """R2D2: Ape-X alpha of the per-slot epsilon ladder."""
-    epsilon_slots: int = 256
-    """R2D2: N, rungs of the epsilon ladder; trajectory slot s takes rung s mod N."""
+    epsilon_slots: int = 0
+    """R2D2: N, rungs of a fixed epsilon ladder, trajectory slot s on rung s mod N; 0: the
+    ladder spans the env slots handed out so far, however many actors connect (a fixed
+    ladder longer than the slots leaves its near-greedy rungs unused)."""
 
     # self-play (read only for two-player games; docs/self-play.md)
     snapshot_every: int = 1000
@@ -455,7 +457,7 @@ class LearnerConfig:
             ("unroll_length", "batch_size", "updates_per_batch", "inference_batch_size",
              "max_queue_unrolls", "max_actors", "max_envs", "max_message_bytes", "lstm_size",
              "hidden_sizes", "cnn_channels", "n_step", "target_update_interval", "replay_frames",
-             "replay_bytes", "epsilon_slots", "snapshot_every", "pool_size"),
+             "replay_bytes", "snapshot_every", "pool_size"),
             low=1,
         )  # fmt: skip
         _require_range(self, ("port", "metrics_port"), low=0, high=65535)
@@ -466,7 +468,7 @@ class LearnerConfig:
              "hello_timeout_s", "stream_idle_timeout_s", "burn_in", "sequence_overlap",
              "replay_min_frames", "replay_ratio", "epsilon_alpha", "value_rescale_eps",
              "importance_exponent", "best_checkpoint_interval_s", "pfsp_exponent",
-             "replay_checkpoint_interval_s"),
+             "replay_checkpoint_interval_s", "epsilon_slots"),
             low=0,
         )  # fmt: skip
         _require_range(

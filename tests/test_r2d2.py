@@ -281,6 +281,23 @@ def test_each_slot_explores_at_its_rung_and_is_greedy_otherwise() -> None:
         assert off_greedy == pytest.approx(eps * 4 / 5, abs=0.03)
 
 
+def test_by_default_the_ladder_spans_the_slots_handed_out_so_far() -> None:
+    """One actor of 8 envs: the 8-rung ladder, 0.4 down to 0.4 ** 8. A second connects
+    (slots 8..15): the ladder stretches to 16 rungs, the first actor's slots move up it,
+    and a slot seen again later keeps the 16-rung rate (the span never shrinks)."""
+    agent = R2D2Agent(LearnerConfig(agent="r2d2"), discrete(3), torch.device("cpu"))
+    ladder = agent.epsilons
+    first = np.arange(8)
+    expected = [0.4 ** (1 + 7 * i / 7) for i in range(8)]
+    np.testing.assert_allclose(ladder(first), expected)
+    both = np.arange(16)
+    expected = [0.4 ** (1 + 7 * i / 15) for i in range(16)]
+    np.testing.assert_allclose(ladder(both), expected)
+    np.testing.assert_allclose(ladder(np.array([3, 15])), [expected[3], 0.4**8])
+    np.testing.assert_allclose(ladder(np.array([0])), [0.4])  # one slot: eps itself
+    assert ladder(np.array([], np.int64)).shape == (0,)
+
+
 # ------------------------------------------------------------------ sequences
 
 

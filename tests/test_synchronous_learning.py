@@ -96,7 +96,7 @@ def test_r2d2_learns_minatar_breakout_well_above_random(tmp_path):
     overrides = {
         "logdir": str(tmp_path), "seed": 0, "target_return": None, "tensorboard": False,
         "lstm": False, "burn_in": 0, "sequence_overlap": 0, "replay_ratio": 8.0,
-        "target_update_interval": 200, "replay_min_frames": 5000, "epsilon_slots": 16,
+        "target_update_interval": 200, "replay_min_frames": 5000,
     }  # fmt: skip
     config = build_config(LearnerConfig, overrides, load_preset("minatar-r2d2"))
     curve = train_synchronously(config, num_envs=16, frames=R2D2_MINATAR_FRAMES)

@@ -26,7 +26,7 @@ from learner.agents.models import (
     resolve_precision,
 )
 from learner.agents.policy import Policy
-from learner.agents.r2d2.policy import EpsilonGreedyPolicy, ape_x_epsilons
+from learner.agents.r2d2.policy import EpsilonGreedyPolicy, EpsilonLadder, ape_x_epsilons
 from learner.agents.r2d2.replay import PrioritizedReplay
 from learner.agents.r2d2.targets import (
     n_step_double_q_targets,
@@ -62,7 +62,9 @@ class R2D2Agent:
         self.head = action_head(action_space)
         if not isinstance(self.head, CategoricalHead):
             raise ValueError("--agent r2d2 needs a discrete action space (Q-learning)")
-        self.epsilons = ape_x_epsilons(config.epsilon, config.epsilon_alpha, config.epsilon_slots)
+        rungs = config.epsilon_slots
+        fixed = ape_x_epsilons(config.epsilon, config.epsilon_alpha, rungs) if rungs else None
+        self.epsilons = EpsilonLadder(fixed, config.epsilon, config.epsilon_alpha)
         self.store: PrioritizedReplay | None = None
         self.target: ActorCritic | None = None
         """The target network: a copy of the online one, refreshed every

@@ -1,11 +1,13 @@
 """R2D2's action choice in the learner's batched inference: Ape-X's per-actor epsilon-greedy.
 
 Each trajectory slot ``s`` acts epsilon-greedily on the Q-network with its own rate from
-a fixed ladder of ``N`` rungs, ``eps_i = eps ** (1 + alpha * i / (N - 1))`` with
-``i = s mod N`` (Horgan et al. 2018), so a few slots explore a lot and most act nearly
-greedily. The rate belongs to the slot, not the actor: a reconnecting actor's envs get
-whatever slots the learner hands out then (freed slots are reused first), and with them
-those slots' rungs.
+a ladder of ``N`` rungs, ``eps_i = eps ** (1 + alpha * i / (N - 1))`` (Horgan et al.
+2018), so a few slots explore a lot and most act nearly greedily. By default the ladder
+spans the slots handed out so far (``i = s``, N the highest slot + 1): it stretches as
+actors connect, and however many come its near-greedy rungs are in use; a fixed ladder
+(``--epsilon-slots N``) puts slot ``s`` on rung ``s mod N``. The rate belongs to the
+slot, not the actor: a reconnecting actor's envs get whatever slots the learner hands
+out then (freed slots are reused first), and with them those slots' rungs.
 
 Shape suffixes: B batch rows, A actions, H core state size.
 """
@@ -29,6 +31,25 @@ def ape_x_epsilons(base: float, alpha: float, rungs: int) -> np.ndarray:
     return base ** (1.0 + alpha * i / (rungs - 1))
 
 
+class EpsilonLadder:
+    """Each slot's exploration rate: rung ``s mod len(rates)`` of fixed ``rates``, or with
+    none Ape-X's ladder of ``base`` and ``alpha`` over the slots seen so far."""
+
+    def __init__(
+        self, rates: np.ndarray | None = None, base: float = 0.4, alpha: float = 7.0
+    ) -> None:
+        self.rates, self.base, self.alpha = rates, base, alpha
+        self.span = 1
+        """Slots the spanning ladder covers: the highest slot seen + 1."""
+
+    def __call__(self, slot_B: np.ndarray) -> np.ndarray:
+        if self.rates is not None:
+            return self.rates[slot_B % len(self.rates)]
+        if len(slot_B):
+            self.span = max(self.span, int(slot_B.max()) + 1)
+        return self.base ** (1.0 + self.alpha * slot_B / max(self.span - 1, 1))
+
+
 class EpsilonGreedyPolicy:
     """Q-values from ``model.act`` (T = 1), then per row the greedy action or, with its
     slot's probability, a uniformly random one; numpy in and out. The Q-values travel as
@@ -38,14 +59,15 @@ class EpsilonGreedyPolicy:
         self,
         model: ActorCritic,
         device: torch.device,
-        epsilons: np.ndarray,
+        epsilons: EpsilonLadder | np.ndarray,
         seed: int | tuple[int, ...],
         precision: str = "fp32",
         report: Callable[[tuple[float, float]], None] | None = None,
     ) -> None:
-        """``report`` is told the (min, max) rate of each batch (the metrics' range)."""
+        """``epsilons``: the slots' ladder (an array: a fixed one); ``report`` is told the
+        (min, max) rate of each batch (the metrics' range)."""
         self.model, self.device, self.precision = model, device, precision
-        self.epsilons = epsilons
+        self.epsilons = epsilons if isinstance(epsilons, EpsilonLadder) else EpsilonLadder(epsilons)
         self.rng = np.random.default_rng(seed)
         self.report = report
 
@@ -69,7 +91,7 @@ class EpsilonGreedyPolicy:
         q_BA = params_BP.float().cpu().numpy()
         rows = len(q_BA)
         slot_B = np.zeros(rows, np.int64) if slot_B is None else slot_B
-        eps_B = self.epsilons[slot_B % len(self.epsilons)]
+        eps_B = self.epsilons(slot_B)
         explore_B = self.rng.random(rows) < eps_B
         random_B = self.rng.integers(0, q_BA.shape[1], rows)
         action_B = np.where(explore_B, random_B, q_BA.argmax(axis=1)).astype(np.int64)
