@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.learning.runner import random_return
+from benchmarks.learning.suites import SUITES
 from learner.tools.synchronous import train_synchronously
 from seedrl.config import LearnerConfig
 from seedrl.presets import build_config, load_preset
@@ -65,26 +67,6 @@ def test_r2d2_learns_cartpole_well_above_random(tmp_path):
 R2D2_MINATAR_FRAMES = 80_000
 
 
-def _random_breakout_return(episodes: int = 100) -> float:
-    """A uniformly random policy's mean return on MinAtar Breakout, played here."""
-    from seedrl import envs
-
-    env = envs.make_env("MinAtar/Breakout-v1")
-    env.action_space.seed(0)
-    total = 0.0
-    try:
-        for episode in range(episodes):
-            env.reset(seed=episode)
-            done = False
-            while not done:
-                _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-                total += float(reward)
-                done = terminated or truncated
-    finally:
-        env.close()
-    return total / episodes
-
-
 def test_r2d2_learns_minatar_breakout_well_above_random(tmp_path):
     """R2D2 on pixels: the minatar-r2d2 preset's CNN, n-step double Q and prioritized
     replay, without its LSTM core and burn-in and at four times its replay ratio (and a
@@ -101,7 +83,9 @@ def test_r2d2_learns_minatar_breakout_well_above_random(tmp_path):
     config = build_config(LearnerConfig, overrides, load_preset("minatar-r2d2"))
     curve = train_synchronously(config, num_envs=16, frames=R2D2_MINATAR_FRAMES)
     (_, start), (frames, end) = curve[0], curve[-1]
-    random_mean = _random_breakout_return()
+    breakout = SUITES["minatar"].envs[1]
+    assert breakout.env == "MinAtar/Breakout-v1"
+    random_mean = random_return(breakout, episodes=100)["mean"]
     assert 0.1 < random_mean < 1.0, f"random Breakout scores under 1, got {random_mean:.2f}"
     assert frames >= R2D2_MINATAR_FRAMES - 16 * config.unroll_length
     assert start < 2 * random_mean, f"a fresh Q-network plays about at random, got {start}"
