@@ -470,7 +470,7 @@ def build_sinks(
     if config.tensorboard:
         add("tensorboard", lambda: TensorBoardSink(logdir))
     if config.metrics_port:
-        add("prometheus", lambda: PrometheusSink(config.bind, config.metrics_port))
+        add("prometheus", lambda: PrometheusSink(config.metrics_bind, config.metrics_port))
     if config.wandb:
 
         def wandb_sink(resume: bool) -> MetricsSink:

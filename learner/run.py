@@ -43,7 +43,7 @@ from learner.training.hosts import ThreadHost, TrainerHost, trainer_mode
 from learner.training.process_host import ProcessHost
 from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.metrics import RunResult
-from seedrl.security import check_bind_protected, config_auth_token
+from seedrl.security import check_bind_protected, check_metrics_bind_protected, config_auth_token
 from seedrl.transport import offered_local_socket
 
 if TYPE_CHECKING:
@@ -344,6 +344,7 @@ async def serve(
     """
     token = config_auth_token(config)  # the one place it is resolved
     check_bind_protected(config, token)
+    check_metrics_bind_protected(config)
     if rank is None and (config.standby or config.resume):
         # A standby waits here, binding nothing, until the leader is gone (a lone learner:
         # torchrun ranks restart together, and rank 0's leader.json is not another learner).
@@ -532,7 +533,8 @@ def _metrics_writer(config: LearnerConfig, logdir: Path) -> MetricsWriter:
     writer = MetricsWriter.from_config(config, logdir)
     prometheus = writer.sink(PrometheusSink)
     if prometheus is not None:
-        print(f"seedrl metrics on http://{config.bind}:{prometheus.port}/metrics", flush=True)
+        address = f"{config.metrics_bind}:{prometheus.port}"
+        print(f"seedrl metrics on http://{address}/metrics", flush=True)
     return writer
 
 

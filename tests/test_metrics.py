@@ -217,6 +217,17 @@ def test_a_sink_that_cannot_start_is_left_out_and_the_rest_start(tmp_path, monke
     assert len(caplog.records) == 1
 
 
+def test_prometheus_listens_on_metrics_bind_not_on_bind(tmp_path):
+    config = LearnerConfig(tensorboard=False, bind="127.0.0.2", metrics_port=free_port())
+    writer = MetricsWriter.from_config(config, tmp_path)
+    try:
+        prometheus = writer.sink(PrometheusSink)
+        assert prometheus is not None
+        assert prometheus._server.server_address[0] == "127.0.0.1"
+    finally:
+        writer.close()
+
+
 def test_the_config_picks_the_sinks(tmp_path):
     def kinds(**kw: Any) -> list[type]:
         writer = MetricsWriter(build_sinks(LearnerConfig(**kw), tmp_path))
