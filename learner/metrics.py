@@ -32,7 +32,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -64,6 +64,7 @@ _LEARNER_KEYS = {
 }
 _SKIP_TB = {"time", "elapsed_s", "frames"}
 SinkT = TypeVar("SinkT")
+S = TypeVar("S")
 WANDB_MISSING = "--wandb needs the wandb package: pip install 'seedrl[wandb]'"
 WANDB_RUN_ID_FILE = "wandb-run-id"
 """Where a W&B sink keeps its run id in the logdir, so ``--resume`` continues that run."""
@@ -335,19 +336,20 @@ class EpisodeLog:
 
 
 @dataclasses.dataclass
-class SinkSlot:
-    """One sink in a :class:`MetricsWriter`, with what rebuilds it and how it fares."""
+class SinkSlot(Generic[S]):
+    """One sink in a :class:`MetricsWriter` (or its episode log), with what rebuilds it
+    and how it fares."""
 
-    sink: MetricsSink
+    sink: S
     name: str
-    rebuild: Callable[[], MetricsSink] | None = None
+    rebuild: Callable[[], S] | None = None
     """Builds a fresh sink in place of a broken one (None: a broken sink is dropped)."""
     failing: bool = False
     """Its last write failed; said once, and again when it works."""
     rebuilt: bool = False
 
     @classmethod
-    def of(cls, sink: MetricsSink | SinkSlot) -> SinkSlot:
+    def of(cls, sink: S | SinkSlot[S]) -> SinkSlot[S]:
         """``sink`` itself when it is a slot, else a slot for it (named after its class)."""
         if isinstance(sink, SinkSlot):
             return sink
@@ -365,9 +367,11 @@ class MetricsWriter:
     """
 
     def __init__(
-        self, sinks: Sequence[MetricsSink | SinkSlot], episodes: EpisodeLog | None = None
+        self,
+        sinks: Sequence[MetricsSink | SinkSlot[MetricsSink]],
+        episodes: EpisodeLog | None = None,
     ) -> None:
-        self.slots = [SinkSlot.of(sink) for sink in sinks]
+        self.slots: list[SinkSlot[MetricsSink]] = [SinkSlot.of(sink) for sink in sinks]
         self.episodes = None if episodes is None else SinkSlot.of(episodes)
         self.failures: list[str] = []
         """'name: error' for each sink dropped or failing to close, in order."""
@@ -408,7 +412,7 @@ class MetricsWriter:
     def close(self) -> list[str]:
         """Close every sink and the episode log, each even when another fails; returns
         :attr:`failures` (each also logged)."""
-        slots = [*self.slots, *([self.episodes] if self.episodes is not None else [])]
+        slots: list[SinkSlot[Any]] = [*self.slots, *([self.episodes] if self.episodes else [])]
         self.slots, self.episodes = [], None
         for slot in slots:
             try:
@@ -418,7 +422,7 @@ class MetricsWriter:
                 self.failures.append(f"{slot.name} close: {one_line(exc)}")
         return self.failures
 
-    def _deliver(self, slot: SinkSlot, send: Callable[[Any], None]) -> SinkSlot | None:
+    def _deliver(self, slot: SinkSlot[Any], send: Callable[[Any], None]) -> SinkSlot[Any] | None:
         """Hand ``slot``'s sink one thing; the slot to keep afterwards (None: dropped)."""
         try:
             send(slot.sink)
@@ -429,7 +433,7 @@ class MetricsWriter:
             slot.failing = False
         return slot
 
-    def _failed(self, slot: SinkSlot, exc: Exception) -> SinkSlot | None:
+    def _failed(self, slot: SinkSlot[Any], exc: Exception) -> SinkSlot[Any] | None:
         why = one_line(exc)
         if getattr(slot.sink, "survives_errors", False):
             if not slot.failing:
@@ -454,7 +458,7 @@ class MetricsWriter:
 
 def build_sinks(
     config: LearnerConfig, logdir: str | Path, failures: list[str] | None = None
-) -> list[SinkSlot]:
+) -> list[SinkSlot[MetricsSink]]:
     """``metrics.jsonl`` always; TensorBoard, Prometheus and W&B when ``config`` turns them
     on. A sink this host cannot start now (a full disk, a port in use: an OSError) is left
     out with one line, and 'name not started: why' added to ``failures``; one the config
@@ -481,7 +485,7 @@ def build_sinks(
 
         # Rebuilt, it continues the same W&B run (its id is in the logdir by then).
         add("wandb", lambda: wandb_sink(config.resume), lambda: wandb_sink(True))
-    slots: list[SinkSlot] = []
+    slots: list[SinkSlot[MetricsSink]] = []
     try:
         for name, make, rebuild in makers:
             sink = start_sink(name, make, failures)
