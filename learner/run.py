@@ -17,6 +17,7 @@ import contextlib
 import gc
 import json
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ import torch
 from learner import failover
 from learner.agents.models import resolve_precision
 from learner.collapse import CollapseWatch
-from learner.metrics import MetricsWriter, PrometheusSink
+from learner.metrics import MetricsWriter, PrometheusSink, one_line
 from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
 from learner.progress import Progress
 from learner.serving.batcher import DynamicBatcher, ProcessFn
@@ -42,7 +43,7 @@ from learner.training.hosts import ThreadHost, TrainerHost, trainer_mode
 from learner.training.process_host import ProcessHost
 from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.metrics import RunResult
-from seedrl.security import check_bind_protected, config_auth_token
+from seedrl.security import check_bind_protected, check_metrics_bind_protected, config_auth_token
 from seedrl.transport import offered_local_socket
 
 if TYPE_CHECKING:
@@ -282,21 +283,50 @@ async def keep_best(
     rank: RankMode,
     keeper: checkpoint.BestKeeper | None,
     final: bool = False,
-) -> None:
-    """Write checkpoint-best.pt when the keeper says its measure is at a new best."""
+) -> str | None:
+    """Write checkpoint-best.pt when the keeper says its measure is at a new best; what
+    failed, in a line, when it could not (None: written, or not due)."""
     if keeper is None or not rank.writes_checkpoints:
-        return
+        return None
     value = best_measure_now(learner, keeper)
     if not keeper.due(value, final):
-        return
+        return None
     assert value is not None
     try:
         counters = rank.checkpoint_counters()
         write = (learner, trainer, counters, value, keeper.measure)
         if await asyncio.to_thread(write_checkpoint, *write):
             keeper.written(value)
+            return None
+        return f"{keeper.path.name}: the trainer process died"
     except OSError as exc:  # as for checkpoint.pt: the run goes on, the old best stays
         log.error("could not write checkpoint %s: %s", keeper.path, exc)
+        return f"{keeper.path.name}: {one_line(exc)}"
+
+
+async def _final_checkpoints(
+    learner: Learner,
+    trainer: TrainerHost,
+    rank: RankMode,
+    keeper: checkpoint.BestKeeper | None,
+) -> list[str]:
+    """The run's last checkpoint and best one; what failed, in lines, never raised: the
+    run's end still writes result.json (a full disk leaves the old checkpoints whole)."""
+    failures = []
+    path = learner.config.checkpoint_path
+    try:
+        counters = rank.checkpoint_counters()
+        if not await asyncio.to_thread(write_checkpoint, learner, trainer, counters):
+            failures.append(f"final checkpoint {path.name}: the trainer process died")
+    except Exception as exc:
+        log.error("could not write the final checkpoint %s: %s", path, exc)
+        failures.append(f"final checkpoint {path.name}: {one_line(exc)}")
+    try:
+        best = await keep_best(learner, trainer, rank, keeper, final=True)
+    except Exception as exc:
+        log.error("could not write the final best checkpoint: %s", exc)
+        best = f"final best checkpoint: {one_line(exc)}"
+    return failures + ([best] if best else [])
 
 
 async def serve(
@@ -314,6 +344,7 @@ async def serve(
     """
     token = config_auth_token(config)  # the one place it is resolved
     check_bind_protected(config, token)
+    check_metrics_bind_protected(config)
     if rank is None and (config.standby or config.resume):
         # A standby waits here, binding nothing, until the leader is gone (a lone learner:
         # torchrun ranks restart together, and rank 0's leader.json is not another learner).
@@ -337,8 +368,15 @@ async def _serve(
     logdir = Path(config.logdir)
     # Owner-only: checkpoints hold the weights, and the run's files are nobody else's business.
     logdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (logdir / "config.json").write_text(json.dumps(to_json_dict(config), indent=2) + "\n")
-    writer = _metrics_writer(config, logdir)  # a sink that cannot start fails before serving
+    failures: list[str] = []  # what this run could not do, for result.json
+    try:  # a full disk keeps the old one whole, and the run goes on (as for checkpoints)
+        with checkpoint.atomic_file(logdir / "config.json") as f:
+            f.write((json.dumps(to_json_dict(config), indent=2) + "\n").encode())
+    except OSError as exc:
+        log.error("could not write %s: %s", logdir / "config.json", exc)
+        failures.append(f"config.json: {one_line(exc)}")
+    reserve = reserve_result(logdir)
+    writer = _metrics_writer(config, logdir)  # a sink the config cannot have fails here
     trainer = rank.make_host(learner)
     serving = build_serving(learner, trainer, rank.rank_addresses, local_address, auth_token)
     stop = StopRequest()
@@ -377,9 +415,7 @@ async def _serve(
         trainer.stop()
         progress.close()
         if rank.writes_checkpoints and not (fence is not None and fence.lost):
-            counters = rank.checkpoint_counters()
-            await asyncio.to_thread(write_checkpoint, learner, trainer, counters)
-            await keep_best(learner, trainer, rank, keeper, final=True)
+            failures += await _final_checkpoints(learner, trainer, rank, keeper)
         record = {
             **learner.stats.snapshot(len(learner.queue)), **learner.queue.metrics(),
             **rank.metrics(), **(learner.league.metrics() if learner.league else {}),
@@ -387,12 +423,11 @@ async def _serve(
         stats = learner.stats
         watch.check(record, stats.return_first, stats.return_best, stats.return_error)
         writer.write(record, learner.stats.drain_episodes())
-        writer.close()
+        failures += writer.close()  # what the sinks dropped or could not close, each logged
     result = _result(learner, stop.reason, time.perf_counter() - start)
     print(summary_line(result), flush=True)
     # "final": the run ended for good, so a standby has nothing to take over.
-    done = {**result.__dict__, "final": stop.final}
-    (logdir / "result.json").write_text(json.dumps(done, indent=2) + "\n")
+    write_result(logdir, {**result.__dict__, "final": stop.final, "failures": failures}, reserve)
     if trainer.error is not None:
         raise RuntimeError("the trainer failed") from trainer.error
     return result
@@ -451,11 +486,55 @@ async def _supervise(
             last_checkpoint = time.perf_counter()
 
 
+RESULT_RESERVE = ".result.json.reserve"
+RESULT_RESERVE_BYTES = 8192
+"""Room kept for result.json from the start, so a disk that fills during the run still
+takes the line that says the run is over (else a standby would take over a finished run)."""
+
+
+def reserve_result(logdir: Path) -> Path | None:
+    """Take the room result.json will need while the disk has it (None: it has not;
+    result.json is then written as any file at the end)."""
+    path = logdir / RESULT_RESERVE
+    try:
+        with open(path, "wb") as f:
+            f.write(b" " * RESULT_RESERVE_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        log.error("no room kept for %s (the run goes on): %s", failover.RESULT_FILE, exc)
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        return None
+    return path
+
+
+def write_result(logdir: Path, done: dict[str, Any], reserve: Path | None) -> None:
+    """Write result.json whole: into the room ``reserve`` kept (overwriting bytes the file
+    holds takes no new space on a full disk), then renamed into place."""
+    text = (json.dumps(done, indent=2) + "\n").encode()
+    target = logdir / failover.RESULT_FILE
+    if reserve is not None and len(text) <= RESULT_RESERVE_BYTES:
+        try:
+            with open(reserve, "r+b") as f:
+                f.write(text)
+                f.truncate()
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(reserve, target)
+            return
+        except OSError as exc:
+            log.error("could not write %s into the room kept for it: %s", target, exc)
+    with checkpoint.atomic_file(target) as f:
+        f.write(text)
+
+
 def _metrics_writer(config: LearnerConfig, logdir: Path) -> MetricsWriter:
     writer = MetricsWriter.from_config(config, logdir)
     prometheus = writer.sink(PrometheusSink)
     if prometheus is not None:
-        print(f"seedrl metrics on http://{config.bind}:{prometheus.port}/metrics", flush=True)
+        address = f"{config.metrics_bind}:{prometheus.port}"
+        print(f"seedrl metrics on http://{address}/metrics", flush=True)
     return writer
 
 

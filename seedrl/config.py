@@ -435,7 +435,13 @@ class LearnerConfig:
     tensorboard: bool = True
     """Write TensorBoard event files into logdir."""
     metrics_port: int = 0
-    """Serve Prometheus /metrics on this port (on --bind's address); 0: off."""
+    """Serve Prometheus /metrics on this port (on --metrics-bind's address); 0: off."""
+    metrics_bind: str = "127.0.0.1"
+    """Address the /metrics endpoint listens on. It has no authentication (a token or TLS
+    protects the gRPC port only), so a non-loopback address also needs --metrics-insecure."""
+    metrics_insecure: bool = False
+    """Let --metrics-bind be a non-loopback address: anyone who reaches the port reads the
+    run's metrics (keep it on a network you trust, e.g. behind a NetworkPolicy)."""
     log_episodes: bool = True
     """Append one JSON line per finished episode (frames, elapsed_s, return, length) to
     logdir/episodes.jsonl, as SB3's Monitor does, so the plotted learning curve starts at

@@ -67,3 +67,25 @@ def check_bind_protected(config: LearnerConfig, token: str | None) -> None:
         f"set --auth-token-file, ${AUTH_TOKEN_ENV} or --auth-token (actors need the same), "
         "or --tls-client-ca with --tls-cert/--tls-key, or pass --insecure on a network you trust"
     )
+
+
+def check_metrics_bind_protected(config: LearnerConfig) -> None:
+    """Refuse to serve /metrics beyond this host unless asked to in so many words.
+
+    The Prometheus endpoint has no authentication of its own (a token and TLS guard the
+    gRPC port only), so a non-loopback --metrics-bind needs --metrics-insecure; a unix
+    socket is no address for it. Raises UnprotectedBindError (one line).
+    """
+    if not config.metrics_port:
+        return
+    if config.metrics_bind.startswith("unix:"):
+        raise UnprotectedBindError(
+            f"--metrics-bind {config.metrics_bind}: /metrics is served over TCP, give an address"
+        )
+    if config.metrics_insecure or is_loopback_bind(config.metrics_bind):
+        return
+    raise UnprotectedBindError(
+        f"--metrics-bind {config.metrics_bind} would serve /metrics, which has no "
+        "authentication, to anyone who reaches the port: keep it on 127.0.0.1 (scrape "
+        "through a sidecar or tunnel), or pass --metrics-insecure on a network you trust"
+    )

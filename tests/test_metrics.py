@@ -18,6 +18,7 @@ from learner.metrics import (
     JsonlSink,
     MetricsWriter,
     PrometheusSink,
+    SinkSlot,
     TensorBoardSink,
     WandbSink,
     build_sinks,
@@ -52,13 +53,17 @@ class Recorder:
             raise OSError(f"{self.name} could not flush")
 
 
-def test_writer_hands_each_record_to_every_sink_and_closes_all_even_after_a_failure():
+def test_writer_hands_each_record_to_every_sink_and_closes_all_even_after_a_failure(caplog):
     log: list[Any] = []
     writer = MetricsWriter([Recorder(log, "a", fail_close=True), Recorder(log, "b")])
     writer.write({"frames": 1})
     writer.write({"frames": 2})
-    with pytest.raises(OSError, match="a could not flush"):
-        writer.close()
+    with caplog.at_level("ERROR", logger="learner.metrics"):
+        failures = writer.close()  # said and returned (for result.json), never raised
+    assert failures == ["a close: a could not flush"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "metrics sink a did not close: a could not flush"
+    ]
     writes = [entry for entry in log if entry[1] == "write"]
     assert writes == [("a", "write", 1), ("b", "write", 1), ("a", "write", 2), ("b", "write", 2)]
     assert {entry for entry in log if entry[1] == "close"} == {("a", "close"), ("b", "close")}
@@ -66,7 +71,9 @@ def test_writer_hands_each_record_to_every_sink_and_closes_all_even_after_a_fail
 
 
 class FullDisk:
-    """A sink on a disk that is full until ``free`` is set."""
+    """A file sink on a disk that is full until ``free`` is set."""
+
+    survives_errors = True
 
     def __init__(self) -> None:
         self.free = False
@@ -82,17 +89,143 @@ class FullDisk:
 
 
 def test_a_full_disk_loses_records_not_the_run(caplog):
-    sink = FullDisk()
-    writer = MetricsWriter([sink])
+    sink, log = FullDisk(), []
+    writer = MetricsWriter([sink, Recorder(log, "other")])
     with caplog.at_level("WARNING", logger="learner.metrics"):
         writer.write({"frames": 1})
         writer.write({"frames": 2})
         sink.free = True
         writer.write({"frames": 3})
     assert sink.frames == [3]
+    assert [entry[2] for entry in log] == [1, 2, 3]  # the other sink missed nothing
     said = [r.getMessage() for r in caplog.records]
-    assert len([m for m in said if "metrics not written" in m]) == 1, said
-    assert "metrics written again" in said
+    assert len([m for m in said if "FullDisk not written" in m]) == 1, said
+    assert "metrics sink FullDisk written again" in said
+    assert writer.failures == []
+
+
+class Broken:
+    """A sink broken for good, as TensorBoard's is once its writer thread died."""
+
+    name = "broken"
+
+    def __init__(self, built: list[Broken]) -> None:
+        built.append(self)
+        self.closed = False
+
+    def write(self, record: dict[str, Any]) -> None:
+        raise OSError(24, "Too many open files")
+
+    def close(self) -> None:
+        self.closed = True
+        raise OSError(24, "Too many open files")
+
+
+def test_a_broken_sink_is_rebuilt_once_then_dropped_while_the_others_go_on(caplog):
+    log: list[Any] = []
+    built: list[Broken] = []
+    slot = SinkSlot(Broken(built), "broken", rebuild=lambda: Broken(built))
+    writer = MetricsWriter([slot, Recorder(log, "after")])
+    with caplog.at_level("WARNING", logger="learner.metrics"):
+        for frames in range(1, 6):
+            writer.write({"frames": frames})
+    assert [entry[2] for entry in log] == [1, 2, 3, 4, 5]
+    assert len(built) == 2 and all(b.closed for b in built)  # rebuilt once, both released
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said  # one line when rebuilt, one when dropped; none per record
+    assert "rebuilt it" in said[0] and "dropped it" in said[1]
+    assert writer.failures == ["broken dropped: [Errno 24] Too many open files"]
+    assert writer.close() == writer.failures  # the dropped sink is not closed again
+
+
+def test_a_dead_tensorboard_writer_stops_neither_prometheus_nor_metrics_jsonl(
+    tmp_path, monkeypatch
+):
+    def dead(self: TensorBoardSink, record: dict[str, Any]) -> None:
+        raise OSError(28, "No space left on device")  # as the dead writer thread's error
+
+    monkeypatch.setattr(TensorBoardSink, "write", dead)
+    config = LearnerConfig(tensorboard=True, metrics_port=free_port())
+    writer = MetricsWriter.from_config(config, tmp_path)
+    assert [type(s) for s in writer.sinks] == [JsonlSink, TensorBoardSink, PrometheusSink]
+    prometheus = writer.sink(PrometheusSink)
+    for frames in (100, 200, 300):
+        writer.write({**RECORD, "frames": frames})
+    url = f"http://127.0.0.1:{prometheus.port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        scraped = reply.read().decode()
+    writer.close()
+    assert "seedrl_frames 300.0" in scraped
+    assert [r["frames"] for r in read_metrics(tmp_path)] == [100, 200, 300]
+    assert writer.failures == ["tensorboard dropped: [Errno 28] No space left on device"]
+
+
+class TornWrite:
+    """A real file that takes the first ``keep`` bytes of a write, then reports a full disk."""
+
+    def __init__(self, raw: Any, keep: int) -> None:
+        self.raw, self.keep = raw, keep
+
+    def write(self, data: memoryview) -> int:
+        if self.keep is not None:
+            taken = self.raw.write(data[: self.keep])
+            self.keep = None
+            return taken
+        raise OSError(28, "No space left on device")
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def test_a_write_cut_short_by_a_full_disk_leaves_no_torn_line(tmp_path):
+    sink = JsonlSink(tmp_path)
+    sink.write({"frames": 1})
+    sink._file._file = TornWrite(sink._file._file, keep=7)  # half a line, then ENOSPC
+    with pytest.raises(OSError, match="No space"):
+        sink.write({"frames": 2, "fps": 3.5})
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"frames": 1}\n'
+    sink._file._file = sink._file._file.raw  # room again: the next line starts fresh
+    sink.write({"frames": 3})
+    sink.close()
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"frames": 1}\n{"frames": 3}\n'
+
+
+def test_a_torn_line_left_by_a_killed_writer_is_cut_at_open(tmp_path, caplog):
+    (tmp_path / "metrics.jsonl").write_text('{"frames": 1}\n{"frames": 2, "fp')
+    with caplog.at_level("WARNING", logger="learner.metrics"):
+        sink = JsonlSink(tmp_path)
+    sink.write({"frames": 3})
+    sink.close()
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"frames": 1}\n{"frames": 3}\n'
+    assert any("torn line" in r.getMessage() for r in caplog.records)
+
+
+def test_a_sink_that_cannot_start_is_left_out_and_the_rest_start(tmp_path, monkeypatch, caplog):
+    def full(self: TensorBoardSink, logdir: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(TensorBoardSink, "__init__", full)
+    with caplog.at_level("ERROR", logger="learner.metrics"):
+        writer = MetricsWriter.from_config(LearnerConfig(tensorboard=True), tmp_path)
+    assert [type(s) for s in writer.sinks] == [JsonlSink]
+    writer.write({"frames": 1})
+    assert writer.close() == ["tensorboard not started: [Errno 28] No space left on device"]
+    assert read_metrics(tmp_path) == [{"frames": 1}]
+    assert len(caplog.records) == 1
+
+
+def test_prometheus_listens_on_metrics_bind_not_on_bind(tmp_path):
+    config = LearnerConfig(tensorboard=False, bind="127.0.0.2", metrics_port=free_port())
+    writer = MetricsWriter.from_config(config, tmp_path)
+    try:
+        prometheus = writer.sink(PrometheusSink)
+        assert prometheus is not None
+        assert prometheus._server.server_address[0] == "127.0.0.1"
+    finally:
+        writer.close()
 
 
 def test_the_config_picks_the_sinks(tmp_path):

@@ -3,6 +3,7 @@ host runs an env module it did not choose; no secret is written down."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import ipaddress
 import json
@@ -38,7 +39,12 @@ from seedrl import envs
 from seedrl.cli import parse_config
 from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, LearnerConfig, to_json_dict
 from seedrl.proto import seedrl_pb2 as pb
-from seedrl.security import UnprotectedBindError, check_bind_protected, is_loopback_bind
+from seedrl.security import (
+    UnprotectedBindError,
+    check_bind_protected,
+    check_metrics_bind_protected,
+    is_loopback_bind,
+)
 from seedrl.transport import auth_metadata
 
 TOKEN = "s3cret-token-for-tests"
@@ -333,6 +339,40 @@ def test_learner_refuses_an_unprotected_network_bind(tmp_path):
         for fix in ("--auth-token", AUTH_TOKEN_ENV, "--tls-client-ca", "--insecure"):
             assert fix in line, fix
         assert not (tmp_path / "config.json").exists(), "refused before the run started"
+
+
+def test_metrics_bind_protection_rule():
+    """/metrics has no authentication: off or loopback always passes, any other address
+    needs --metrics-insecure, whatever protects the gRPC port; a unix socket is refused."""
+    check_metrics_bind_protected(LearnerConfig(metrics_bind="0.0.0.0"))  # /metrics off
+    for bind in ("127.0.0.1", "::1", "localhost"):
+        check_metrics_bind_protected(LearnerConfig(metrics_port=9100, metrics_bind=bind))
+    for bind in ("0.0.0.0", "::", UNASSIGNED, "learner.example"):
+        config = LearnerConfig(metrics_port=9100, metrics_bind=bind)
+        with pytest.raises(UnprotectedBindError, match="--metrics-insecure"):
+            check_metrics_bind_protected(config)
+        protected = dataclasses.replace(config, auth_token="a-token", insecure=True)
+        with pytest.raises(UnprotectedBindError, match="no authentication"):
+            check_metrics_bind_protected(protected)  # the token guards gRPC, not /metrics
+        check_metrics_bind_protected(dataclasses.replace(config, metrics_insecure=True))
+    with pytest.raises(UnprotectedBindError, match="served over TCP"):
+        check_metrics_bind_protected(
+            LearnerConfig(metrics_port=9100, metrics_bind="unix:/tmp/m.sock", metrics_insecure=True)
+        )
+
+
+def test_learner_refuses_an_open_metrics_bind_in_one_line(tmp_path):
+    """Exit 2 before anything listens, even with a token: the token does not guard /metrics."""
+    port = free_port()
+    args = learner_on(
+        "127.0.0.1", tmp_path, "--metrics-port", str(port), "--metrics-bind", UNASSIGNED
+    )
+    with running(args, env={AUTH_TOKEN_ENV: "a-token"}) as refused:
+        assert refused.wait(60) == 2, refused.output()
+    (line,) = refused.lines
+    assert line.startswith(f"python -m learner: error: --metrics-bind {UNASSIGNED} "), line
+    assert "--metrics-insecure" in line
+    assert not (tmp_path / "config.json").exists(), "refused before the run started"
 
 
 def test_learner_passes_the_check_with_a_token_or_client_certificates(tmp_path):
