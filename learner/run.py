@@ -34,7 +34,7 @@ from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
 from learner.progress import Progress
 from learner.serving.batcher import DynamicBatcher, ProcessFn
 from learner.serving.inference import InferenceEngine
-from learner.serving.server import build_server, set_serving
+from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer
 from learner.state import checkpoint
 from learner.state.stats import LearnerStats
@@ -345,6 +345,7 @@ async def serve(
     token = config_auth_token(config)  # the one place it is resolved
     check_bind_protected(config, token)
     check_metrics_bind_protected(config)
+    raise_open_file_limit()  # before anything opens: every connection holds a descriptor
     if rank is None and (config.standby or config.resume):
         # A standby waits here, binding nothing, until the leader is gone (a lone learner:
         # torchrun ranks restart together, and rank 0's leader.json is not another learner).

@@ -364,12 +364,28 @@ class LearnerConfig:
     env per message most serving work is loop machinery, which uvloop runs cheaper. Off,
     or where uvloop is not installed: asyncio's loop."""
     max_actors: int = 1024
-    """Actor streams admitted at once; more get RESOURCE_EXHAUSTED and retry."""
+    """Actor streams served at once, those still awaiting their Hello included; more get
+    RESOURCE_EXHAUSTED and retry."""
     max_envs: int = 16384
     """Envs (trajectory slots) across all admitted streams; bounds the learner's memory
     (each slot holds T+1 observations), so one Hello cannot claim gigabytes."""
     max_message_bytes: int = 16 * 1024 * 1024
     """Largest gRPC message accepted, in bytes."""
+    max_connections: int = 2048
+    """TCP connections served at once (the actors of one process share one); more are
+    closed as they arrive. Held under half the learner's open-file limit, so a flood of
+    connections always leaves descriptors for checkpoints, logs and metrics."""
+    handshake_timeout_s: float = 10.0
+    """A connection that has not begun HTTP/2 (and TLS, when on) this many seconds after it
+    was accepted is closed: a socket that sends nothing holds a descriptor no longer."""
+    connection_idle_timeout_s: float = 60.0
+    """A connection with no call open for this many seconds is closed (GOAWAY; a client
+    reconnects when it next calls), so one that never starts a stream is let go (0: never)."""
+    max_envs_per_peer: int = 0
+    """Envs one peer (an IP address; every unix-socket actor counts as one peer) may hold
+    across its streams, so one client cannot take every env slot; more get
+    RESOURCE_EXHAUSTED. 0: half of --max-envs (set it to --max-envs for one actor host
+    that needs every slot)."""
     hello_timeout_s: float = 30.0
     """An Act stream must send its Hello within this many seconds, or it ends with
     DEADLINE_EXCEEDED: a connection that never says who it is holds no server resources
@@ -462,6 +478,7 @@ class LearnerConfig:
             self,
             ("unroll_length", "batch_size", "updates_per_batch", "inference_batch_size",
              "max_queue_unrolls", "max_actors", "max_envs", "max_message_bytes", "lstm_size",
+             "max_connections",
              "hidden_sizes", "cnn_channels", "n_step", "target_update_interval", "replay_frames",
              "replay_bytes", "snapshot_every", "pool_size"),
             low=1,
@@ -472,6 +489,7 @@ class LearnerConfig:
             ("seed", "torch_threads", "total_frames", "max_seconds", "inference_timeout_ms",
              "entropy_cost", "final_entropy_cost", "baseline_cost", "checkpoint_history_frames",
              "hello_timeout_s", "stream_idle_timeout_s", "burn_in", "sequence_overlap",
+             "connection_idle_timeout_s", "max_envs_per_peer",
              "replay_min_frames", "replay_ratio", "epsilon_alpha", "value_rescale_eps",
              "importance_exponent", "best_checkpoint_interval_s", "pfsp_exponent",
              "replay_checkpoint_interval_s", "epsilon_slots"),
@@ -481,7 +499,8 @@ class LearnerConfig:
             self,
             ("learning_rate", "adam_eps", "max_grad_norm", "clip_rho_threshold",
              "clip_pg_rho_threshold", "policy_clip", "reward_scale", "reward_clip",
-             "checkpoint_interval_s", "log_interval_s", "standby_grace_s"),
+             "checkpoint_interval_s", "log_interval_s", "standby_grace_s",
+             "handshake_timeout_s"),
             low=0,
             low_open=True,
         )  # fmt: skip
@@ -562,6 +581,11 @@ class LearnerConfig:
         if self.max_update_kl is None:
             return DEFAULT_MAX_UPDATE_KL if self.agent == "vtrace" else None
         return self.max_update_kl or None
+
+    @property
+    def envs_per_peer(self) -> int:
+        """``max_envs_per_peer`` with 0 resolved: half of --max-envs (at least one env)."""
+        return self.max_envs_per_peer or max(1, self.max_envs // 2)
 
     @property
     def checkpoint_path(self) -> Path:

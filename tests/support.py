@@ -45,7 +45,12 @@ def certs_script() -> Any:
 class Proc:
     """A child process whose combined output is collected line by line in the background."""
 
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: Sequence[str],
+        env: dict[str, str] | None = None,
+        preexec_fn: Any = None,
+    ) -> None:
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.args = list(args)
         self.popen = subprocess.Popen(
@@ -56,6 +61,7 @@ class Proc:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            preexec_fn=preexec_fn,
         )
         self.lines: list[str] = []
         self._queue: queue.Queue[str] = queue.Queue()
@@ -130,8 +136,10 @@ def actor_args(port: int, num_actors: int = 1, envs: int = 4, *extra: str) -> li
 
 
 @contextlib.contextmanager
-def running(args: Sequence[str], env: dict[str, str] | None = None) -> Iterator[Proc]:
-    proc = Proc(args, env)
+def running(
+    args: Sequence[str], env: dict[str, str] | None = None, preexec_fn: Any = None
+) -> Iterator[Proc]:
+    proc = Proc(args, env, preexec_fn)
     try:
         yield proc
     finally:
@@ -140,11 +148,16 @@ def running(args: Sequence[str], env: dict[str, str] | None = None) -> Iterator[
 
 @contextlib.contextmanager
 def learner_process(
-    tmp_path: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 60.0
+    tmp_path: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60.0,
+    preexec_fn: Any = None,
 ) -> Iterator[tuple[Proc, int]]:
-    """A learner on a free loopback port, waited on until it listens."""
+    """A learner on a free loopback port, waited on until it listens (``preexec_fn`` runs
+    in the child before the learner starts, e.g. to lower a resource limit)."""
     port = free_port()
-    with running(learner_args(port, tmp_path, *extra), env) as proc:
+    with running(learner_args(port, tmp_path, *extra), env, preexec_fn) as proc:
         proc.wait_for("listening on", timeout)
         yield proc, port
 

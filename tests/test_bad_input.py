@@ -53,6 +53,7 @@ def served(tmp_path_factory):
     env = {"SEEDRL_LOG_LEVEL": "INFO"}
     extra = [
         "--max-message-bytes", str(MAX_MESSAGE_BYTES), "--max-envs", str(MAX_ENVS),
+        "--max-envs-per-peer", str(MAX_ENVS),  # every client here is one peer (loopback)
         "--hello-timeout-s", str(HELLO_TIMEOUT_S), "--stream-idle-timeout-s", str(IDLE_TIMEOUT_S),
     ]  # fmt: skip
     with learner_process(logdir, *extra, env=env) as (learner, port):

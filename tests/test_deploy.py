@@ -329,6 +329,27 @@ def test_k8s_actors_dial_the_service_with_the_token(k8s):
     assert AUTH_TOKEN_ENV in env_file_names(K8S / f"{env_file}.example")
 
 
+def test_k8s_learner_port_admits_only_the_actor_pods(k8s):
+    """A NetworkPolicy lets only actor pods reach the learner's port: a stranger in the
+    cluster cannot even open a connection to it (the learner's probes run in its pod)."""
+    learner = k8s[("Deployment", "learner")]
+    actor = k8s[("Deployment", "actor")]
+    policy = k8s[("NetworkPolicy", "learner")]["spec"]
+    learner_labels = learner["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= learner_labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    (source,) = rule["from"]
+    assert set(source) == {"podSelector"}  # this namespace's pods, no namespace or IP block
+    actor_labels = actor["spec"]["template"]["metadata"]["labels"]
+    assert source["podSelector"]["matchLabels"].items() <= actor_labels.items()
+    assert not source["podSelector"]["matchLabels"].items() <= learner_labels.items()
+    (port,) = rule["ports"]
+    assert port["port"] == parse_flags("learner", container(learner)["args"]).port
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert "exec" in container(learner)[probe], probe  # inside the pod: no rule needed
+
+
 # The oldest Kubernetes whose gRPC probes are GA, and the newest schema the package ships.
 K8S_VERSIONS = ("1.27.0", "latest")
 
@@ -355,7 +376,7 @@ def strict_k8s_errors(validator: Any, doc: dict[str, Any]) -> list[str]:
 def test_k8s_manifests_match_the_api_schemas(k8s, kubernetes_validate):
     """Every field of every object is one the Kubernetes API has, of the right type."""
     objects = [doc for key, doc in k8s.items() if key[0] != "Kustomization"]
-    assert len(objects) == 5
+    assert len(objects) == 6
     errors = [e for doc in objects for e in strict_k8s_errors(kubernetes_validate, doc)]
     assert not errors, "\n".join(errors)
 
@@ -383,7 +404,7 @@ def test_kustomization_renders_to_valid_objects(kubernetes_validate):
     assert done.returncode == 0, done.stderr
     rendered = [d for d in yaml.safe_load_all(done.stdout) if d is not None]
     kinds = sorted(d["kind"] for d in rendered)
-    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Namespace",
+    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Namespace", "NetworkPolicy",
                      "PersistentVolumeClaim", "Secret", "Secret", "Service"]  # fmt: skip
     for doc in rendered:
         assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "seedrl"

@@ -4,7 +4,11 @@ renders from the JSON alone. The soak itself runs as ``make soak-short`` in CI."
 
 from __future__ import annotations
 
-from benchmarks.soak import report
+import socket
+
+import pytest
+
+from benchmarks.soak import cluster, report
 from benchmarks.soak.run import KINDS, Soak, SoakConfig
 
 
@@ -107,3 +111,27 @@ def test_a_fault_is_within_bounds_only_when_recovered_in_time_and_losing_no_more
     assert not soak.record(
         "disk_full", 0.0, recovery_s=5.0, frames_lost=0, checkpoint_ok=False, **base
     )["ok"]
+    assert not soak.record(
+        "connection_flood", 0.0, recovery_s=5.0, frames_lost=0, health_ok=False, **base
+    )["ok"]
+
+
+def test_the_connection_flood_counts_what_the_server_closed_and_stays_on_this_host():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        place = f"127.0.0.1:{server.getsockname()[1]}"
+        flood = cluster.IdleFlood(place, 3)
+        try:
+            accepted = [server.accept()[0] for _ in range(3)]
+            assert flood.poll(0.1) == 0  # held open, nothing sent either way
+            accepted[0].close()
+            accepted[1].sendall(b"settings")  # bytes first, then the close
+            accepted[1].close()
+            for _ in range(20):
+                if flood.poll(0.1) == 2:
+                    break
+            assert flood.closed == 2
+            accepted[2].close()
+        finally:
+            flood.close()
+    with pytest.raises(RuntimeError, match="stays on this host"):
+        cluster.IdleFlood("192.0.2.1:8686", 1)  # TEST-NET-1: never this host's

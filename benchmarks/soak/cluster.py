@@ -12,8 +12,10 @@ import dataclasses
 import json
 import os
 import random
+import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -246,6 +248,64 @@ def fill_disk(directory: Path) -> Path:
 def free_bytes(directory: Path) -> int:
     stat = os.statvfs(directory)
     return stat.f_bavail * stat.f_frsize
+
+
+# ---------------------------------------------------------------- connection flood
+
+
+class IdleFlood:
+    """``count`` TCP connections to a learner on this host that send nothing, as a stranger
+    without the token could open: how many the server has closed is :meth:`poll`'s count."""
+
+    def __init__(self, place: str, count: int) -> None:
+        host, port = place.rsplit(":", 1)
+        if not is_local_address(host):
+            raise RuntimeError(f"the flood stays on this host; {host} is not one of its addresses")
+        self.selector = selectors.DefaultSelector()
+        self.socks: list[socket.socket] = []
+        try:
+            for _ in range(count):
+                sock = socket.create_connection((host, int(port)), timeout=5)
+                sock.setblocking(False)
+                self.socks.append(sock)
+                self.selector.register(sock, selectors.EVENT_READ)
+        except OSError:
+            self.close()
+            raise
+        self.closed = 0
+        """Connections the server has closed (EOF or reset)."""
+
+    def poll(self, timeout: float) -> int:
+        """Wait ``timeout`` s (less once the server closes more); the count closed so far."""
+        if self.closed == len(self.socks):
+            time.sleep(timeout)  # nothing left to wait on: the caller's pace stays the same
+        else:
+            for key, _ in self.selector.select(timeout):
+                try:
+                    data = key.fileobj.recv(4096)  # type: ignore[union-attr]
+                except OSError:
+                    data = b""
+                if not data:  # bytes the server sends first are read past
+                    self.selector.unregister(key.fileobj)
+                    self.closed += 1
+        return self.closed
+
+    def close(self) -> None:
+        self.selector.close()
+        for sock in self.socks:
+            sock.close()
+
+
+def is_local_address(host: str) -> bool:
+    """Whether ``host`` is loopback or an address of this host (the soak's veth side)."""
+    if host.startswith("127.") or host in ("localhost", "::1"):
+        return True
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.bind((host, 0))  # only an address of this host can be bound
+    except OSError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- metrics and RSS

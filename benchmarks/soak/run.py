@@ -25,6 +25,7 @@ from seedrl.transport import free_port
 
 KINDS = (
     "actor_kill", "partition", "learner_restart", "trainer_crash", "disk_full", "failover",
+    "connection_flood",
 )  # fmt: skip
 """The fault kinds, in the order a cycle injects them."""
 UNROLL = 20
@@ -32,6 +33,11 @@ UNROLL = 20
 LEARNER_START_BOUND_S = 180.0
 """A learner restarted on a loaded 2-core machine takes long to import torch and spawn its
 trainer; recovery after a learner fault is bounded by this."""
+FLOOD_CONNECTIONS = 600
+"""Idle connections a flood opens at once (the number the issue's probe held open)."""
+HANDSHAKE_BOUND_S = 10.0
+"""The learners' --handshake-timeout-s (its default): a flood's sockets are closed by then,
+and health may fail no longer than that (while a full --max-connections refuses probes)."""
 STUCK_STREAM_BOUND_S = 20.0
 """The learner ends a dead stream by keepalive (10 s + 5 s): more streams than actors for
 longer than this is a stuck stream."""
@@ -232,6 +238,7 @@ class Soak:
             rec is not None and rec <= rec_bound
             and (lost is None or bound is None or lost <= bound)
             and fault.get("checkpoint_ok", True)
+            and fault.get("health_ok", True)
         )  # fmt: skip
         self.faults.append(fault)
         self.say(
@@ -438,6 +445,50 @@ class Soak:
             noticed_s=noticed, checkpoint_frames=frames,
             new_leader=self.places[self.leader],
             checkpoint_ok=frames is not None and back is not None and back["frames"] >= frames,
+        )  # fmt: skip
+
+    def fault_connection_flood(self, occurrence: int) -> None:
+        """Open idle TCP connections to the serving learner from this host (no token, no
+        bytes) and hold them past a checkpoint interval: the learner closes them all within
+        its handshake bound, answers its health checks, writes its checkpoint and serves
+        its actors throughout."""
+        from learner.serving.healthcheck import check
+
+        place = self.places[self.leader]
+        before = self.metrics.last()
+        frames_before = self.checkpoint_frames()
+        t0, wall = self.now(), time.time()
+        flood = cluster.IdleFlood(place, FLOOD_CONNECTIONS)
+        hold = max(HANDSHAKE_BOUND_S + 10, self.config.checkpoint_interval_s * 1.5 + 3)
+        all_closed_s = None
+        checks = failed = 0
+        outage_s, failing_since = 0.0, None
+        try:
+            started = time.monotonic()
+            while time.monotonic() - started < hold:
+                if flood.poll(0.5) == len(flood.socks) and all_closed_s is None:
+                    all_closed_s = round(time.monotonic() - started, 1)
+                serving, _ = check(place, timeout_s=2.0)
+                checks, now = checks + 1, time.monotonic()
+                if serving:
+                    failing_since = None
+                else:
+                    failed += 1
+                    failing_since = now if failing_since is None else failing_since
+                    outage_s = max(outage_s, now - failing_since)
+        finally:
+            flood.close()
+        frames_after = self.checkpoint_frames()
+        back = self.wait_recovered(time.time(), 30)
+        written = frames_after is not None and frames_after > (frames_before or 0)
+        # Health stayed up: no outage past the handshake bound, and the flood was let go.
+        health_ok = outage_s <= HANDSHAKE_BOUND_S and all_closed_s is not None
+        self.fault_done(
+            "connection_flood", t0, wall, before, back, 0, hold + 30,
+            connections=len(flood.socks), closed_by_server=flood.closed,
+            all_closed_s=all_closed_s, health_checks=checks, health_failed=failed,
+            health_outage_s=round(outage_s, 1), health_outage_bound_s=HANDSHAKE_BOUND_S,
+            health_ok=health_ok, checkpoint_frames=frames_after, checkpoint_ok=written,
         )  # fmt: skip
 
     # ------------------------------------------------------------ the schedule

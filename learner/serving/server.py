@@ -4,6 +4,7 @@ and reflection, on TCP (optionally TLS, mutual TLS) and the same-host unix socke
 from __future__ import annotations
 
 import logging
+import resource
 
 import grpc
 from grpc._cython import cygrpc
@@ -20,6 +21,8 @@ from seedrl.transport import (
     channel_options,
     listen_address,
 )
+
+log = logging.getLogger(__name__)
 
 
 def build_server(
@@ -46,6 +49,7 @@ def build_server(
         # the actors' keepalive pings (every 10 s) while a stream is idle (a slow env);
         # the default (5 min) answers the third early ping with GOAWAY too_many_pings.
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+        *connection_limits(config),
     ]
     _quiet_unsendable_status()
     server = grpc.aio.server(interceptors=interceptors, options=options)
@@ -81,6 +85,54 @@ def build_server(
     if local_address is not None:
         server.add_insecure_port(local_address)
     return server, port, health_servicer
+
+
+def connection_limits(config: LearnerConfig) -> list[tuple[str, int]]:
+    """gRPC core's bounds on connections: how many at once, how long one may take to begin
+    HTTP/2, how long one may stay open with no call.
+
+    A connection that sends nothing is otherwise kept two minutes, and past the open-file
+    limit the server can accept nothing (health probes included) and the learner can open
+    no file (checkpoints, TensorBoard): so the number served stays under half that limit.
+    """
+    limits = [
+        ("grpc.max_allowed_incoming_connections", connection_cap(config.max_connections)),
+        ("grpc.server_handshake_timeout_ms", round(config.handshake_timeout_s * 1000)),
+    ]
+    if config.connection_idle_timeout_s:
+        limits.append(
+            ("grpc.max_connection_idle_ms", round(config.connection_idle_timeout_s * 1000))
+        )
+    return limits
+
+
+def connection_cap(max_connections: int) -> int:
+    """``max_connections``, held under half the soft open-file limit (at least one)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    cap = max(1, soft // 2)
+    if cap < max_connections:
+        log.warning(
+            "serving at most %d connections (half the open-file limit %d), not "
+            "--max-connections %d", cap, soft, max_connections,
+        )  # fmt: skip
+    return min(cap, max_connections)
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft open-file limit to the hard one (a process may, unprivileged): each
+    connection holds a descriptor, and a default soft limit of 1024 is soon reached. Returns
+    the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:  # a hard limit above what the kernel allows a process
+        log.debug("open-file limit stays %d (raising it to %d: %s)", soft, hard, exc)
+        return soft
+    return hard
 
 
 async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:

@@ -102,6 +102,8 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         self._shutdown: pb.Shutdown | None = None
         self._watches: dict[Connection, StreamWatch] = {}
         self._idle_check: asyncio.Task[None] | None = None
+        self._awaiting_hello = 0
+        """Streams opened whose Hello has not come: each holds a --max-actors place."""
 
     # ------------------------------------------------------------------ GetInfo
 
@@ -130,7 +132,12 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """
         if self._shutdown is not None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "learner is shutting down")
-        first = await self._read_hello(context)
+        await self._check_room(context)
+        self._awaiting_hello += 1  # a place held until the Hello says who it is
+        try:
+            first = await self._read_hello(context)
+        finally:
+            self._awaiting_hello -= 1
         if first is grpc.aio.EOF:
             return
         conn = await self._admit(await self._parse(first, context), context)
@@ -176,6 +183,20 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             await self._end_silent(conn, context)
         finally:
             self._disconnect(conn)
+
+    async def _check_room(self, context: Any) -> None:
+        """RESOURCE_EXHAUSTED when admitted streams and those awaiting their Hello already
+        fill --max-actors: a stream that never says who it is still takes a place (until
+        --hello-timeout-s), so such streams cannot pile up beside the admitted ones."""
+        waiting = self._awaiting_hello
+        if len(self.connections) + waiting >= self.config.max_actors:
+            self.stats.streams_rejected += 1
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"learner is full: {len(self.connections)} actors connected and {waiting} "
+                f"streams awaiting their Hello, --max-actors {self.config.max_actors}; "
+                "retry later",
+            )
 
     async def _read_hello(self, context: Any) -> Any:
         """The stream's first message, or DEADLINE_EXCEEDED after ``hello_timeout_s``."""
@@ -320,10 +341,20 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                 f"learner is full: {envs_in_use} envs in use + {rows} asked exceeds "
                 f"--max-envs {self.config.max_envs}; retry later",
             )
+        peer = context.peer()
+        host, quota = peer_host(peer), self.config.envs_per_peer
+        peer_envs = sum(c.num_envs for c in self.connections if peer_host(c.peer) == host)
+        if peer_envs + rows > quota:
+            self.stats.streams_rejected += 1
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"peer {host} holds {peer_envs} envs + {rows} asked exceeds "
+                f"--max-envs-per-peer {quota}; retry later",
+            )
         conn = Connection(
             actor_id=hello.actor_id,
             run_id=hello.run_id,
-            peer=context.peer(),
+            peer=peer,
             num_envs=rows,
             newest_frame_only=hello.frame_stack > 1,
             # A new stream (and so a new run_id) always gets freshly reset slots.
@@ -612,6 +643,16 @@ async def _await_actor_end(read: Callable[[], Awaitable[Any]]) -> None:
     """
     with contextlib.suppress(Exception):
         await asyncio.wait_for(read(), SHUTDOWN_ACK_TIMEOUT_S)
+
+
+def peer_host(peer: str) -> str:
+    """The peer a stream's envs are counted against: its address without the port
+    (``ipv4:10.0.0.7:51234`` -> ``ipv4:10.0.0.7``); every unix-socket client is one peer,
+    ``unix`` (all of them run on the learner's host)."""
+    if peer.startswith("unix"):
+        return "unix"
+    host, sep, _port = peer.rpartition(":")
+    return host if sep else peer
 
 
 def _stopping() -> pb.Shutdown:
