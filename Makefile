@@ -13,7 +13,8 @@ LEARNER ?= 127.0.0.1:$(PORT)
 LOGDIR ?= runs/latest
 N ?= 4
 GPUS ?= 1
-ENVS_PER_ACTOR ?= 1
+# Empty: actors step the envs per actor the learner advises (its preset), else 1.
+ENVS_PER_ACTOR ?=
 ARGS ?=
 PYTEST_ARGS ?=
 # Extra env families / tools to install besides learner+dev: `make install EXTRAS=atari,minatar`
@@ -54,10 +55,11 @@ endif
 ALLOW_ENV = $(if $(findstring :,$(ENV)),--allow-env-module $(ENV))
 
 ## Actors: `make actors N=64 LEARNER=host:port ENVS_PER_ACTOR=1 ARGS=...` (env comes from the
-## learner; a module:callable one only when it is ENV or allowed with --allow-env-module)
+## learner, and envs per actor too unless ENVS_PER_ACTOR is set; a module:callable env
+## only when it is ENV or allowed with --allow-env-module)
 actors: $(STAMP)
-	$(PY) -m actors --learner $(LEARNER) --num-actors $(N) --envs-per-actor $(ENVS_PER_ACTOR) \
-		$(ALLOW_ENV) $(ARGS)
+	$(PY) -m actors --learner $(LEARNER) --num-actors $(N) \
+		$(if $(ENVS_PER_ACTOR),--envs-per-actor $(ENVS_PER_ACTOR)) $(ALLOW_ENV) $(ARGS)
 
 ## The reference C++ actor (actors/cpp/, CMake; needs gRPC C++ and protobuf, e.g. Debian's
 ## libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc cmake): then

@@ -368,6 +368,10 @@ class LearnerConfig:
     max_envs: int = 16384
     """Envs (trajectory slots) across all admitted streams; bounds the learner's memory
     (each slot holds T+1 observations), so one Hello cannot claim gigabytes."""
+    actor_envs_per_actor: int = 0
+    """K the learner advises its actors in GetInfo: an actor given no --envs-per-actor of
+    its own steps K envs per stream (presets set the K they were measured with). 0: no
+    advice; actors step 1."""
     max_message_bytes: int = 16 * 1024 * 1024
     """Largest gRPC message accepted, in bytes."""
     hello_timeout_s: float = 30.0
@@ -468,7 +472,7 @@ class LearnerConfig:
              "hello_timeout_s", "stream_idle_timeout_s", "burn_in", "sequence_overlap",
              "replay_min_frames", "replay_ratio", "epsilon_alpha", "value_rescale_eps",
              "importance_exponent", "best_checkpoint_interval_s", "pfsp_exponent",
-             "replay_checkpoint_interval_s", "epsilon_slots"),
+             "replay_checkpoint_interval_s", "epsilon_slots", "actor_envs_per_actor"),
             low=0,
         )  # fmt: skip
         _require_range(
@@ -598,8 +602,9 @@ class ActorConfig:
     gRPC with the GIL released). 0: auto, one per process up to PROCESSES_PER_CPU (4)
     processes per CPU the launcher may use, and the rest spread over those (threads share
     one set of pages in the CPU caches, processes each bring their own)."""
-    envs_per_actor: int = 1
-    """K: environments each actor steps and sends in one message."""
+    envs_per_actor: int = 0
+    """K: environments each actor steps and sends in one message. 0: the K the learner
+    advises in GetInfo (its preset's, ``--actor-envs-per-actor``), else 1."""
     env_groups: int = 1
     """G: split the K envs into G groups, each on its own stream, so one group steps its
     envs while the others wait for actions (Sample Factory's double buffering); K % G == 0."""
@@ -667,8 +672,8 @@ class ActorConfig:
         _require_choice(self, "start_method", START_METHODS)
         if self.start_method == "fork" and not hasattr(os, "fork"):
             raise ValueError("--start-method fork needs os.fork (not on this platform)")
-        _require_range(self, ("num_actors", "envs_per_actor"), low=1)
-        _require_range(self, ("actors_per_process", "seed", "max_frames"), low=0)
+        _require_range(self, ("num_actors",), low=1)
+        _require_range(self, ("actors_per_process", "seed", "max_frames", "envs_per_actor"), low=0)
         _require_range(self, ("first_index",), low=-1)
         _require_range(self, ("max_backoff_s",), low=0, low_open=True)
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -680,6 +685,9 @@ class ActorConfig:
         if self.cpu < -1:
             raise ValueError(f"--cpu must be a CPU number or -1 (any), got {self.cpu}")
         _require_range(self, ("nice",), low=0, high=19)
+        if self.env_groups > 1 and not self.envs_per_actor:
+            # The groups split K before any learner is asked what K it advises.
+            raise ValueError("--env-groups needs --envs-per-actor (the K it splits)")
         if self.env_groups < 1 or self.envs_per_actor % self.env_groups:
             raise ValueError(
                 f"--env-groups must be >= 1 and divide --envs-per-actor "
