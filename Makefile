@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # (dev already brings every env family's package, MuJoCo's included, for the tests)
 EXTRAS ?=
 
-.PHONY: install proto proto-check learner actors actors-cpp demo evaluate test test-slow test-cluster lint \
+.PHONY: install proto proto-check learner actors actors-cpp demo evaluate serve test test-slow test-cluster lint \
         bench bench-quick bench-pixels bench-learning bench-learning-table plot tensorboard \
         wheelhouse base-image images cluster cluster-down cluster-logs k8s-secret clean
 
@@ -73,6 +73,13 @@ actors-cpp:
 CHECKPOINT ?= $(LOGDIR)/checkpoint.pt
 evaluate: $(STAMP)
 	$(PY) -m learner evaluate --checkpoint $(CHECKPOINT) $(ALLOW_ENV) $(ARGS)
+
+## Serve a checkpoint's policy to actors, untrained: `make serve CHECKPOINT=runs/x/checkpoint.pt
+## ARGS="--greedy"` (then `make actors`); metrics go to SERVE_LOGDIR, never beside the checkpoint.
+SERVE_LOGDIR ?= runs/serve
+serve: $(STAMP)
+	$(PY) -m learner serve --checkpoint $(CHECKPOINT) --bind $(BIND) --port $(PORT) \
+		--logdir $(SERVE_LOGDIR) $(ALLOW_ENV) $(ARGS)
 
 ## A learner and local actors train CartPole-v1 until solved; leaves metrics, TB logs, PNG.
 demo: $(STAMP)

@@ -243,7 +243,12 @@ class LearnerConfig:
     unknown, and on raw rewards the defaults lost a solved policy or never learned on some
     seeds. Presets of known reward scale turn it off."""
     train: bool = True
-    """Train the policy (off: inference only, for benchmarks)."""
+    """Train the policy (off: inference only, for benchmarks; ``python -m learner serve``
+    serves a checkpoint's policy so)."""
+    greedy: bool = False
+    """Serve each row's most likely action (a Gaussian's mean) instead of a sample, as
+    ``evaluate`` plays by default; only without training (--no-train, ``python -m learner
+    serve --greedy``): V-trace and the replay learn from sampled behaviour."""
     trainer: str = "auto"
     """Where the learner step runs: process (a child process with its own GIL; weights
     reach inference through shared memory), thread (beside the event loop, on the model
@@ -488,6 +493,8 @@ class LearnerConfig:
                    "fixed_opponent_share"),
             low=0, high=1,
         )  # fmt: skip
+        if self.greedy and self.train:
+            raise ValueError("--greedy serves a policy without training it: add --no-train")
         if self.sequence_overlap > self.burn_in + self.unroll_length - 1:
             raise ValueError(
                 f"--sequence-overlap ({self.sequence_overlap}) must leave a sequence at least one"
