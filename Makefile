@@ -13,14 +13,15 @@ LEARNER ?= 127.0.0.1:$(PORT)
 LOGDIR ?= runs/latest
 N ?= 4
 GPUS ?= 1
-ENVS_PER_ACTOR ?= 1
+# Empty: actors step the envs per actor the learner advises (its preset), else 1.
+ENVS_PER_ACTOR ?=
 ARGS ?=
 PYTEST_ARGS ?=
 # Extra env families / tools to install besides learner+dev: `make install EXTRAS=atari,minatar`
 # (dev already brings every env family's package, MuJoCo's included, for the tests)
 EXTRAS ?=
 
-.PHONY: install proto proto-check learner actors actors-cpp demo evaluate test test-slow test-cluster lint \
+.PHONY: install proto proto-check learner actors actors-cpp demo evaluate serve test test-slow test-cluster lint \
         bench bench-quick bench-pixels bench-learning bench-learning-table plot tensorboard \
         wheelhouse base-image images cluster cluster-down cluster-logs k8s-secret clean
 
@@ -54,10 +55,11 @@ endif
 ALLOW_ENV = $(if $(findstring :,$(ENV)),--allow-env-module $(ENV))
 
 ## Actors: `make actors N=64 LEARNER=host:port ENVS_PER_ACTOR=1 ARGS=...` (env comes from the
-## learner; a module:callable one only when it is ENV or allowed with --allow-env-module)
+## learner, and envs per actor too unless ENVS_PER_ACTOR is set; a module:callable env
+## only when it is ENV or allowed with --allow-env-module)
 actors: $(STAMP)
-	$(PY) -m actors --learner $(LEARNER) --num-actors $(N) --envs-per-actor $(ENVS_PER_ACTOR) \
-		$(ALLOW_ENV) $(ARGS)
+	$(PY) -m actors --learner $(LEARNER) --num-actors $(N) \
+		$(if $(ENVS_PER_ACTOR),--envs-per-actor $(ENVS_PER_ACTOR)) $(ALLOW_ENV) $(ARGS)
 
 ## The reference C++ actor (actors/cpp/, CMake; needs gRPC C++ and protobuf, e.g. Debian's
 ## libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc cmake): then
@@ -71,6 +73,13 @@ actors-cpp:
 CHECKPOINT ?= $(LOGDIR)/checkpoint.pt
 evaluate: $(STAMP)
 	$(PY) -m learner evaluate --checkpoint $(CHECKPOINT) $(ALLOW_ENV) $(ARGS)
+
+## Serve a checkpoint's policy to actors, untrained: `make serve CHECKPOINT=runs/x/checkpoint.pt
+## ARGS="--greedy"` (then `make actors`); metrics go to SERVE_LOGDIR, never beside the checkpoint.
+SERVE_LOGDIR ?= runs/serve
+serve: $(STAMP)
+	$(PY) -m learner serve --checkpoint $(CHECKPOINT) --bind $(BIND) --port $(PORT) \
+		--logdir $(SERVE_LOGDIR) $(ALLOW_ENV) $(ARGS)
 
 ## A learner and local actors train CartPole-v1 until solved; leaves metrics, TB logs, PNG.
 demo: $(STAMP)

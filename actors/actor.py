@@ -251,6 +251,8 @@ class Actor:
         self._env_spec: pb.EnvSpec | None = None
         self._stop = threading.Event()
         self._stream: ActorStream | None = None
+        self.num_envs = config.envs_per_actor
+        """K: the envs this actor steps (0 until GetInfo said, when --envs-per-actor left it)."""
 
     def stop(self) -> None:
         """Make ``run`` return 0 soon; safe from another thread (not from a signal handler).
@@ -277,7 +279,7 @@ class Actor:
             if self.vec_env is not None:
                 self.vec_env.close()
             kwargs = json.loads(info.env.env_kwargs_json or "{}")
-            k = self.config.envs_per_actor
+            k = self.num_envs = choose_num_envs(self.config, info, self.actor_id)
             self.vec_env = envs.make_vector_env(info.env.env_id, kwargs, k)
             mine = codec.env_spec(
                 info.env.env_id,
@@ -367,7 +369,7 @@ class Actor:
                 log.error("actor %s: %s", self.actor_id, exc)
                 return 2
             finally:
-                self.round_trips.flush(self.actor_id, cfg.envs_per_actor)
+                self.round_trips.flush(self.actor_id, self.num_envs)
                 channel.close()
             log.info("actor %s: %s after %d frames", self.actor_id, end.value, self.frames)
             if end in (StreamEnd.FINISHED, StreamEnd.MAX_FRAMES, StreamEnd.STOPPED):
@@ -410,7 +412,7 @@ class Actor:
 
     def _stream_frames(self, stream: ActorStream, spec: pb.EnvSpec, frame_stack: int) -> StreamEnd:
         """The actor step loop: send the frame, wait for the actions, step the envs."""
-        k, max_frames = self.config.envs_per_actor, self.config.max_frames
+        k, max_frames = self.num_envs, self.config.max_frames
         wire = StepWire(spec, k, frame_stack)
         if not self._handshake(stream, spec, wire.newest_of_stack):
             return self._ended(stream)
@@ -447,7 +449,7 @@ class Actor:
         """
         hello = pb.Hello(
             protocol_version=PROTOCOL_VERSION, actor_id=self.actor_id, run_id=uuid.uuid4().hex,
-            num_envs=self.config.envs_per_actor, env=spec, frame_stack=frame_stack,
+            num_envs=self.num_envs, env=spec, frame_stack=frame_stack,
         )  # fmt: skip
         stream.write(pb.ActorMessage(hello=hello).SerializeToString())
         accept = self._read_reply(stream)
@@ -462,7 +464,7 @@ class Actor:
         frame's observations, zero rewards, no episode ends, one row per env (per agent of
         each env for a multi-agent env). Seeded on the first one."""
         assert self.vec_env is not None
-        k = self.config.envs_per_actor
+        k = self.num_envs
         rows = getattr(self.vec_env, "num_rows", k)
         seed = None if self._seeded else self.config.seed + self.index * k
         self._seeded = True
@@ -483,6 +485,18 @@ class Actor:
             return StreamEnd.STOPPED
         stream.raise_for_status()
         return StreamEnd.CLOSED
+
+
+def choose_num_envs(config: ActorConfig, info: pb.LearnerInfo, actor_id: str) -> int:
+    """K: this actor's own --envs-per-actor, else the learner's advice, else 1 (logged)."""
+    if config.envs_per_actor:
+        k, source = config.envs_per_actor, "--envs-per-actor"
+    elif info.envs_per_actor:
+        k, source = info.envs_per_actor, "the learner's advice"
+    else:
+        k, source = 1, "the default"
+    log.info("actor %s: %d envs (%s)", actor_id, k, source)
+    return k
 
 
 def parse_reply(data: bytes) -> pb.LearnerMessage:

@@ -245,8 +245,9 @@ def run(config: ActorConfig) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     launcher.start()
+    envs = config.envs_per_actor or "the learner's advised number of"  # chosen after GetInfo
     print(
-        f"seedrl actors: {config.num_actors} actors x {config.envs_per_actor} envs in "
+        f"seedrl actors: {config.num_actors} actors x {envs} envs in "
         f"{len(launcher.procs)} processes -> {config.learner}",
         flush=True,
     )

@@ -6,6 +6,7 @@ Subcommands (a dispatch table; none given means ``train``):
   demo         a learner plus local actors on CartPole-v1 until solved, then a plot
   evaluate     run a checkpoint's policy for N episodes (mean/std return, optional video),
                or two-player games against an --opponent (win/draw/loss per seat)
+  serve        serve a checkpoint's policy to actors without training it (--greedy or sampled)
   tournament   a self-play checkpoint's pool, every snapshot against every other: Elo
   plot         render the learning curve of a log directory to a PNG
   healthcheck  exit 0 when the learner at --address reports SERVING (container probes)
@@ -18,20 +19,21 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 TRAIN_DESCRIPTION = (
     "Run a seedrl learner: batched inference + V-trace. Other subcommands: "
-    "demo, evaluate, plot, tournament, healthcheck, bench (python -m learner SUBCOMMAND --help)."
+    "demo, evaluate, serve, plot, tournament, healthcheck, bench (python -m learner SUBCOMMAND "
+    "--help)."
 )
 
 
 def train_main(argv: Sequence[str]) -> int:
     from seedrl.cli import parse_config
     from seedrl.config import LearnerConfig
-    from seedrl.security import UnprotectedBindError
 
     config = parse_config(LearnerConfig, argv, "python -m learner", TRAIN_DESCRIPTION, True)
     ranked = os.environ.get("WORLD_SIZE", "1") not in ("", "1")  # started by torchrun
@@ -55,34 +57,40 @@ def train_main(argv: Sequence[str]) -> int:
 
         print(f"python -m learner: error: {WANDB_MISSING}", file=sys.stderr)
         return 2
+    from learner.run import serve
+
+    if ranked:
+        from learner.training.distributed import run_rank
+
+        return run_learner("python -m learner", lambda: run_rank(config), config.uvloop)
+    return run_learner("python -m learner", lambda: serve(config), config.uvloop)
+
+
+def run_learner(prog: str, run: Callable[[], Coroutine[Any, Any, Any]], uvloop: bool) -> int:
+    """Run a learner's coroutine to its end; what refuses to start is one line, exit 2."""
     from learner.agents.models import UnsupportedSetup
     from learner.metrics import SinkError
-    from learner.run import serve
     from learner.state.checkpoint import CheckpointError
     from seedrl.envs import EnvError
+    from seedrl.security import UnprotectedBindError
     from seedrl.transport import run_event_loop
 
     try:
-        if ranked:
-            from learner.training.distributed import run_rank
-
-            run_event_loop(run_rank(config), config.uvloop)
-        else:
-            run_event_loop(serve(config), config.uvloop)
+        run_event_loop(run(), uvloop)
     except UnprotectedBindError as exc:  # refused before anything is built or bound
-        print(f"python -m learner: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except EnvError as exc:
-        print(f"python -m learner: error: --env {exc}", file=sys.stderr)
+        print(f"{prog}: error: --env {exc}", file=sys.stderr)
         return 2
     except SinkError as exc:
-        print(f"python -m learner: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except UnsupportedSetup as exc:  # spaces no model or head here fits, refused at start
-        print(f"python -m learner: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -133,6 +141,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "train": train_main,
     "demo": _module_main("learner.tools.demo"),
     "evaluate": _module_main("learner.tools.evaluate"),
+    "serve": _module_main("learner.tools.serve"),
     "plot": _module_main("learner.tools.plot"),
     "tournament": _module_main("learner.league.tournament"),
     "healthcheck": _module_main("learner.serving.healthcheck"),

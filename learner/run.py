@@ -28,6 +28,7 @@ import torch
 
 from learner import failover
 from learner.agents.models import resolve_precision
+from learner.agents.policy import Policy, TorchPolicy
 from learner.collapse import CollapseWatch
 from learner.metrics import MetricsWriter, PrometheusSink, one_line
 from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
@@ -128,9 +129,12 @@ def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:
     builder and unroll store."""
     config = learner.config
     # A resumed run samples fresh noise.
-    policy = learner.agent.inference_policy(
+    policy: Policy = learner.agent.inference_policy(
         host.inference_model, (config.seed, learner.step_counter.value)
     )
+    if config.greedy:  # serving without training: the most likely action, as evaluate plays
+        precision = resolve_precision(config.precision, learner.device)
+        policy = TorchPolicy(host.inference_model, learner.head, learner.device, precision, True)
     return InferenceEngine(
         policy, learner.builder, learner.queue, learner.stats, host.inference_lock,
         learner.step_counter,

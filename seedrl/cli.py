@@ -19,7 +19,7 @@ import sys
 import textwrap
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, TypeVar
 
 from seedrl.config import AUTH_TOKEN_ENV, REPEATABLE, SECRET_FIELDS, ActorConfig, LearnerConfig
@@ -120,11 +120,16 @@ class ConfigArgumentParser(argparse.ArgumentParser):
         return super().format_help()
 
 
-def add_config_arguments(parser: ConfigArgumentParser, cls: type) -> None:
-    """Add one ``--flag`` per dataclass field (booleans get ``--flag/--no-flag``)."""
+def add_config_arguments(
+    parser: ConfigArgumentParser, cls: type, only: Collection[str] | None = None
+) -> None:
+    """Add one ``--flag`` per dataclass field (booleans get ``--flag/--no-flag``); with
+    ``only``, for those fields alone (a command that takes the rest from elsewhere)."""
     hints = typing.get_type_hints(cls)
     group = parser.add_argument_group(cls.__name__)
     for f in dataclasses.fields(cls):
+        if only is not None and f.name not in only:
+            continue
         flag = "--" + f.name.rstrip("_").replace("_", "-")
         tp = hints[f.name]
         action = "extend" if f.metadata.get(REPEATABLE) else "store"

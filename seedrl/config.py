@@ -243,7 +243,12 @@ class LearnerConfig:
     unknown, and on raw rewards the defaults lost a solved policy or never learned on some
     seeds. Presets of known reward scale turn it off."""
     train: bool = True
-    """Train the policy (off: inference only, for benchmarks)."""
+    """Train the policy (off: inference only, for benchmarks; ``python -m learner serve``
+    serves a checkpoint's policy so)."""
+    greedy: bool = False
+    """Serve each row's most likely action (a Gaussian's mean) instead of a sample, as
+    ``evaluate`` plays by default; only without training (--no-train, ``python -m learner
+    serve --greedy``): V-trace and the replay learn from sampled behaviour."""
     trainer: str = "auto"
     """Where the learner step runs: process (a child process with its own GIL; weights
     reach inference through shared memory), thread (beside the event loop, on the model
@@ -369,6 +374,10 @@ class LearnerConfig:
     max_envs: int = 16384
     """Envs (trajectory slots) across all admitted streams; bounds the learner's memory
     (each slot holds T+1 observations), so one Hello cannot claim gigabytes."""
+    actor_envs_per_actor: int = 0
+    """K the learner advises its actors in GetInfo: an actor given no --envs-per-actor of
+    its own steps K envs per stream (presets set the K they were measured with). 0: no
+    advice; actors step 1."""
     max_message_bytes: int = 16 * 1024 * 1024
     """Largest gRPC message accepted, in bytes."""
     max_connections: int = 2048
@@ -492,7 +501,7 @@ class LearnerConfig:
              "connection_idle_timeout_s", "max_envs_per_peer",
              "replay_min_frames", "replay_ratio", "epsilon_alpha", "value_rescale_eps",
              "importance_exponent", "best_checkpoint_interval_s", "pfsp_exponent",
-             "replay_checkpoint_interval_s", "epsilon_slots"),
+             "replay_checkpoint_interval_s", "epsilon_slots", "actor_envs_per_actor"),
             low=0,
         )  # fmt: skip
         _require_range(
@@ -509,6 +518,8 @@ class LearnerConfig:
                    "fixed_opponent_share"),
             low=0, high=1,
         )  # fmt: skip
+        if self.greedy and self.train:
+            raise ValueError("--greedy serves a policy without training it: add --no-train")
         if self.sequence_overlap > self.burn_in + self.unroll_length - 1:
             raise ValueError(
                 f"--sequence-overlap ({self.sequence_overlap}) must leave a sequence at least one"
@@ -628,8 +639,9 @@ class ActorConfig:
     gRPC with the GIL released). 0: auto, one per process up to PROCESSES_PER_CPU (4)
     processes per CPU the launcher may use, and the rest spread over those (threads share
     one set of pages in the CPU caches, processes each bring their own)."""
-    envs_per_actor: int = 1
-    """K: environments each actor steps and sends in one message."""
+    envs_per_actor: int = 0
+    """K: environments each actor steps and sends in one message. 0: the K the learner
+    advises in GetInfo (its preset's, ``--actor-envs-per-actor``), else 1."""
     env_groups: int = 1
     """G: split the K envs into G groups, each on its own stream, so one group steps its
     envs while the others wait for actions (Sample Factory's double buffering); K % G == 0."""
@@ -697,8 +709,8 @@ class ActorConfig:
         _require_choice(self, "start_method", START_METHODS)
         if self.start_method == "fork" and not hasattr(os, "fork"):
             raise ValueError("--start-method fork needs os.fork (not on this platform)")
-        _require_range(self, ("num_actors", "envs_per_actor"), low=1)
-        _require_range(self, ("actors_per_process", "seed", "max_frames"), low=0)
+        _require_range(self, ("num_actors",), low=1)
+        _require_range(self, ("actors_per_process", "seed", "max_frames", "envs_per_actor"), low=0)
         _require_range(self, ("first_index",), low=-1)
         _require_range(self, ("max_backoff_s",), low=0, low_open=True)
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -710,6 +722,9 @@ class ActorConfig:
         if self.cpu < -1:
             raise ValueError(f"--cpu must be a CPU number or -1 (any), got {self.cpu}")
         _require_range(self, ("nice",), low=0, high=19)
+        if self.env_groups > 1 and not self.envs_per_actor:
+            # The groups split K before any learner is asked what K it advises.
+            raise ValueError("--env-groups needs --envs-per-actor (the K it splits)")
         if self.env_groups < 1 or self.envs_per_actor % self.env_groups:
             raise ValueError(
                 f"--env-groups must be >= 1 and divide --envs-per-actor "

@@ -17,6 +17,7 @@ COMMANDS = {
     "launcher": (["-m", "actors"], "--num-actors"),
     "demo": (["-m", "learner", "demo"], "--envs-per-actor"),
     "evaluate": (["-m", "learner", "evaluate"], "--episodes"),
+    "serve": (["-m", "learner", "serve"], "--auth-token-file"),
     "plot": (["-m", "learner", "plot"], "--out"),
     "tournament": (["-m", "learner", "tournament"], "--max-players"),
     "healthcheck": (["-m", "learner", "healthcheck"], "--address"),

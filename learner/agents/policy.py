@@ -70,14 +70,22 @@ class TorchPolicy:
 
     On CUDA the inputs go through page-locked host buffers kept between batches, so each
     input is one asynchronous copy per batch (from pageable memory torch would stage and
-    wait itself); under ``precision`` bf16 the forward pass runs in autocast.
+    wait itself); under ``precision`` bf16 the forward pass runs in autocast. ``greedy``
+    picks the most likely action (a Gaussian's mean) instead of sampling, as ``evaluate``
+    does: a trained policy served, not trained.
     """
 
     def __init__(
-        self, model: ActorCritic, head: ActionHead, device: torch.device, precision: str = "fp32"
+        self,
+        model: ActorCritic,
+        head: ActionHead,
+        device: torch.device,
+        precision: str = "fp32",
+        greedy: bool = False,
     ) -> None:
         self.model, self.head, self.device = model, head, device
         self.precision = precision
+        self.greedy = greedy
         self._pinned = device.type == "cuda"
         self._staging: dict[str, torch.Tensor] = {}
 
@@ -119,7 +127,8 @@ class TorchPolicy:
 
     def choose(self, params_BP: torch.Tensor, slot_B: np.ndarray | None = None) -> np.ndarray:
         with torch.no_grad():
-            return self.head.sample(params_BP).cpu().numpy()
+            pick = self.head.greedy if self.greedy else self.head.sample
+            return pick(params_BP).cpu().numpy()
 
 
 def _view(tensor: torch.Tensor) -> np.ndarray:

@@ -116,6 +116,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
             rank_addresses=self.rank_addresses,
             local_address=self.local_address,
             frame_stack=self.frame_stack if self.frame_stack > 1 else 0,
+            envs_per_actor=self.config.actor_envs_per_actor,
         )
 
     # ------------------------------------------------------------------ Act

@@ -94,6 +94,8 @@ class ObservationNormalizer:
         """The raw observations' dtype (as the actors send them)."""
         zeros = np.zeros(self.obs_shape, np.float64)
         self._state: tuple[int, np.ndarray, np.ndarray] = (0, zeros, zeros.copy())
+        self.frozen = False
+        """Statistics as loaded, never moved (a trained policy served as ``evaluate`` runs it)."""
 
     @property
     def count(self) -> int:
@@ -110,7 +112,9 @@ class ObservationNormalizer:
         return m2 / count if count else np.ones(self.obs_shape, np.float64)
 
     def update(self, obs_BO: np.ndarray) -> None:
-        """Fold a batch of raw observations into the statistics."""
+        """Fold a batch of raw observations into the statistics (unless frozen)."""
+        if self.frozen:
+            return
         x = np.asarray(obs_BO, np.float64).reshape(-1, *self.obs_shape)
         n = len(x)
         if n == 0:
@@ -179,6 +183,8 @@ class LeafNormalizer:
         self.obs_shape = (self.raw.row_bytes,)
         """The raw rows' shape, as the actors' frames pack into them."""
         self.obs_dtype = np.dtype(np.uint8)
+        self.frozen = False
+        """Statistics as loaded, never moved (a trained policy served as ``evaluate`` runs it)."""
 
     @property
     def count(self) -> int:
@@ -192,7 +198,10 @@ class LeafNormalizer:
         raise KeyError(f"leaf {name!r} is not normalized")
 
     def update(self, rows_BR: np.ndarray) -> None:
-        """Fold a batch of raw packed rows into every normalized leaf's statistics."""
+        """Fold a batch of raw packed rows into every normalized leaf's statistics (unless
+        frozen)."""
+        if self.frozen:
+            return
         values = self.raw.unpack(np.asarray(rows_BR).reshape(-1, self.raw.row_bytes))
         for index, stats in self.leaf_stats.items():
             stats.update(values[index])

@@ -19,12 +19,11 @@ from typing import Any
 import gymnasium as gym
 
 from seedrl.envs import agents, registered
-from seedrl.envs.family import EnvError, EnvFamily
+from seedrl.envs.family import ALLOW_ENV_MODULE_FLAG, EnvError, EnvFamily
 from seedrl.envs.vector import ScalarEnvs
 
 ENV_ATTRIBUTES = ("reset", "step", "observation_space", "action_space")
 """What an actor uses of a factory's env (a duck-typed env that has them is accepted)."""
-ALLOW_ENV_MODULE_FLAG = "--allow-env-module"
 
 
 class EnvNotAllowed(EnvError):

@@ -23,6 +23,10 @@ VectorEnvMaker = Callable[[str, dict[str, Any], int], gym.vector.VectorEnv]
 """``(env_id, env_kwargs, num_envs) -> vector env`` in NEXT_STEP autoreset mode."""
 
 
+ALLOW_ENV_MODULE_FLAG = "--allow-env-module"
+"""The flag with which a host allows a ``module:...`` env named by someone else."""
+
+
 class EnvError(ValueError):
     """An env id this host cannot build: unknown, not importable, or its extra not installed.
 

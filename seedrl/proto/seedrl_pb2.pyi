@@ -129,7 +129,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class LearnerInfo(_message.Message):
-    __slots__ = ("protocol_version", "env", "learner_run_id", "max_message_bytes", "rank_addresses", "local_address", "frame_stack")
+    __slots__ = ("protocol_version", "env", "learner_run_id", "max_message_bytes", "rank_addresses", "local_address", "frame_stack", "envs_per_actor")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     LEARNER_RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +137,7 @@ class LearnerInfo(_message.Message):
     RANK_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     FRAME_STACK_FIELD_NUMBER: _ClassVar[int]
+    ENVS_PER_ACTOR_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     env: EnvSpec
     learner_run_id: str
@@ -144,4 +145,5 @@ class LearnerInfo(_message.Message):
     rank_addresses: _containers.RepeatedScalarFieldContainer[str]
     local_address: str
     frame_stack: int
-    def __init__(self, protocol_version: _Optional[int] = ..., env: _Optional[_Union[EnvSpec, _Mapping]] = ..., learner_run_id: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., rank_addresses: _Optional[_Iterable[str]] = ..., local_address: _Optional[str] = ..., frame_stack: _Optional[int] = ...) -> None: ...
+    envs_per_actor: int
+    def __init__(self, protocol_version: _Optional[int] = ..., env: _Optional[_Union[EnvSpec, _Mapping]] = ..., learner_run_id: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., rank_addresses: _Optional[_Iterable[str]] = ..., local_address: _Optional[str] = ..., frame_stack: _Optional[int] = ..., envs_per_actor: _Optional[int] = ...) -> None: ...
