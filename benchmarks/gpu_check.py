@@ -510,35 +510,44 @@ def loadgen_one(
     log: Log, out: Path, config: LoadgenConfig, modes: tuple[str, ...], timeout: float,
     dry: bool, cuda: bool,
 ) -> dict[str, Any]:  # fmt: skip
-    path = out / f"loadgen-{config.name}.json"
+    """One config, one ``benchmarks.loadgen`` call per mode (the generator writes its JSON
+    at the end, so a mode that runs out of time loses only itself)."""
     streams = DRY_STREAMS if dry else config.streams
-    device = "cuda" if cuda else "cpu"
-    cmd = [
-        sys.executable, "-m", "benchmarks.loadgen", "--env", config.env,
-        "--streams", str(streams), "--envs", "1", "--modes", ",".join(modes), "--repeats", "1",
-        "--device", device, "--out", str(path),
-        *(["--preset", config.preset] if config.preset else []),
-        *(["--learner-args", f"--model {config.model}"] if config.model else []),
-        *(["--warmup-s", "0.5", "--measure-s", "1", "--tape-steps", "64"] if dry else []),
-        "--connect-timeout-s", f"{max(10.0, timeout - 5):.0f}",
-    ]  # fmt: skip
-    with GpuSampler() as gpu:
-        code, text = run(cmd, timeout, log)
-    log(text.strip()[-2000:])
-    result = {**config_record(config, streams, cuda), "modes": list(modes), "rc": code}
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        result["error"] = f"no result JSON: {exc}"
-        return result
-    result["out"] = path.name
-    result["rows"] = [
-        {**{k: v for k, v in row.items() if k not in ("window_start", "window_end")},
-         "gpu": gpu.summary(row["window_start"], row["window_end"])
-         if "window_start" in row else None}
-        for row in report["results"]
-    ]  # fmt: skip
-    result["machine"] = {k: report["machine"].get(k) for k in ("cpu_model", "cpus")}
+    deadline = time.monotonic() + timeout
+    result = {**config_record(config, streams, cuda), "modes": list(modes)}
+    rows: list[dict[str, Any]] = []
+    result["rows"], result["rc"], result["out"] = rows, {}, []
+    for index, mode in enumerate(modes):
+        left = (deadline - time.monotonic()) / (len(modes) - index)
+        if left < 15:
+            log(f"loadgen {config.name} {mode}: skipped: not enough of the budget left")
+            rows.append({"mode": mode, "error": "skipped: not enough of the budget left"})
+            continue
+        path = out / f"loadgen-{config.name}-{mode}.json"
+        cmd = [
+            sys.executable, "-m", "benchmarks.loadgen", "--env", config.env,
+            "--streams", str(streams), "--envs", "1", "--modes", mode, "--repeats", "1",
+            "--device", result["device"], "--out", str(path),
+            *(["--preset", config.preset] if config.preset else []),
+            *(["--learner-args", f"--model {config.model}"] if config.model else []),
+            *(["--warmup-s", "0.5", "--measure-s", "1", "--tape-steps", "64"] if dry else []),
+            "--connect-timeout-s", f"{max(10.0, left - 5):.0f}",
+        ]  # fmt: skip
+        with GpuSampler() as gpu:
+            code, text = run(cmd, left, log)
+        log(text.strip()[-2000:])
+        result["rc"][mode] = code
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            rows.append({"mode": mode, "error": f"exit {code}, no result JSON: {exc}"})
+            continue
+        result["out"].append(path.name)
+        result["machine"] = {k: report["machine"].get(k) for k in ("cpu_model", "cpus")}
+        for row in report["results"]:
+            window = (row.pop("window_start", None), row.pop("window_end", None))
+            gpu_seen = gpu.summary(*window) if None not in window else None
+            rows.append({**row, "gpu": gpu_seen})
     return result
 
 

@@ -64,14 +64,16 @@ def test_a_step_that_finishes_gives_its_exit_code_and_output(tmp_path: Path) -> 
 
 
 def run_dry(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """``gpu_check.py --dry-run`` in its own session (every process it starts ends with
-    the test), writing under ``tmp_path``: its result and its output directory."""
-    out = tmp_path / "out"
-    cmd = [sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", str(out),
-           "--relay", str(tmp_path / "relay"), "--wheels", str(tmp_path / "no-wheels")]  # fmt: skip
+    """``benchmarks/gpu_check.sh --dry-run`` as a lent host runs it, with the packages
+    installed here, in its own session (every process it starts ends with the test),
+    writing under ``tmp_path``: its result and its output directory."""
+    out, wheels = tmp_path / "out", tmp_path / "no-wheels"
+    wheels.mkdir()
+    cmd = ["bash", "benchmarks/gpu_check.sh", "--dry-run", "--relay", str(tmp_path / "relay")]
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "WHEELS": str(wheels)}
     proc = subprocess.Popen(
         cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        start_new_session=True, env=env,
     )  # fmt: skip
     try:
         text, _ = proc.communicate(timeout=DRY_RUN_TIMEOUT_S)
@@ -109,7 +111,8 @@ def test_the_dry_run_goes_through_every_step_and_says_what_each_did(tmp_path: Pa
         assert row["mode"] == mode and not row.get("error"), row
         assert row["fps_answered"] > 0 and row["learner_cpu_us_per_frame"] > 0, row
         assert row["trainer_cpu_us_per_frame"] >= 0 and "gpu" in row, row
-        assert (out / loadgen[name]["out"]).exists()
+        assert loadgen[name]["rc"] == {mode: 0}
+        assert [p.name for p in out.glob(f"loadgen-{name}-*.json")] == loadgen[name]["out"]
     assert loadgen["cartpole"]["rows"][0]["trained_fps"] > 0
     assert loadgen["atari-resnet"]["model"] == "resnet"
 
