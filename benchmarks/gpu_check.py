@@ -10,7 +10,7 @@ project owes a GPU host:
 - ``loadgen``: ``benchmarks.loadgen`` against the learner on CUDA: CartPole 1024 x 1 and
   Atari Pong 64 x 1 with the Nature CNN and with the ResNet, each inference only
   (``--no-train``) and training, the learner's and its trainer's CPU per frame, GPU
-  utilisation sampled over each window (its JSONs: ``loadgen-NAME.json``);
+  utilisation sampled over each window (its JSONs: ``loadgen-NAME-MODE.json``);
 - ``legs``: R2D2 on the five MinAtar games (``minatar-r2d2``) of seed 0 side by side to
   the suite's budget and its greedy evaluations, on from the carried relay directory
   (``--relay``), through ``benchmarks/gpu_leg.sh``; then seed 1, once seed 0 finished,
