@@ -1,8 +1,29 @@
-"""The GPU check: everything the learner's accelerator path should show, in one short run.
+"""The GPU check: what only a lent GPU host can measure, in one run of one lease.
 
-``bash benchmarks/gpu_check.sh`` (which installs carried wheels first) or
-``python benchmarks/gpu_check.py --out DIR``. Steps, each bounded in time and each run
-whatever the others did, against an overall budget (later steps shrink or skip to fit):
+``bash benchmarks/gpu_check.sh`` (which installs carried wheels first; its header has the
+lease's exact call and how its results come into the docs here) or ``python
+benchmarks/gpu_check.py --out DIR``. Steps, in this order, each bounded in time and each run
+whatever the others did, against an overall budget (later steps shrink or skip to fit);
+``--steps`` names those to run, by default ``info,loadgen,legs,tables``, the run the
+project owes a GPU host:
+
+- ``loadgen``: ``benchmarks.loadgen`` against the learner on CUDA: CartPole 1024 x 1 and
+  Atari Pong 64 x 1 with the Nature CNN and with the ResNet, each inference only
+  (``--no-train``) and training, the learner's and its trainer's CPU per frame, GPU
+  utilisation sampled over each window (its JSONs: ``loadgen-NAME-MODE.json``);
+- ``legs``: R2D2 on the five MinAtar games (``minatar-r2d2``) of seed 0 side by side to
+  the suite's budget and its greedy evaluations, on from the carried relay directory
+  (``--relay``), through ``benchmarks/gpu_leg.sh``; then seed 1, once seed 0 finished,
+  with what is left; the relay goes back as ``relay.tar.NN``;
+- ``tables``: docs/performance.md's GPU load-generator block and docs/learning.md's
+  ``minatar-r2d2`` table regenerated from those into copies under ``DIR/docs/``.
+
+The budget split (``GPU_SPLIT``): the load generator first, the legs the rest less what
+stopping a leg and the tables take. Before anything, the sizes of what was carried (the
+wheels and the relay) are said, and beyond the device tool's carry limit the run stops
+(``--carry-check`` says them alone, to run before a lease). The accelerator check, run
+once on an H200 (docs/performance.md's GPU table), is ``--steps
+info,tests,train,timings,bench``:
 
 1. ``info``: nvidia-smi, torch/CUDA versions, the GPU;
 2. ``tests``: the pytest tests that take CUDA (device trainer, bf16, pinned staging);
@@ -18,9 +39,10 @@ whatever the others did, against an overall budget (later steps shrink or skip t
 5. ``bench``: ``benchmarks.bench --quick`` for one Atari and one CartPole point in the
    modes a GPU changes (inference alone, the whole system), device shown.
 
-Without CUDA the CUDA-only parts skip with a line saying so; the rest runs (a dry run).
-Writes ``summary.json`` (every step's result), ``check.log``, ``timings.jsonl`` and the
-two bench JSONs.
+Without CUDA the CUDA-only parts skip with a line saying so; the rest runs. ``--dry-run``
+(``--short``) runs every step at toy size (tests/test_gpu_check.py). Writes
+``summary.json`` (every step's result, rewritten after each, so a run cut short keeps what
+finished), ``check.log`` and the steps' files.
 """
 
 from __future__ import annotations
@@ -39,6 +61,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +96,9 @@ class Log:
         self.file.flush()
 
 
-def run(cmd: list[str], timeout: float, log: Log, cwd: Path = ROOT) -> tuple[int, str]:
+def run(
+    cmd: list[str], timeout: float, log: Log, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> tuple[int, str]:
     """Run ``cmd`` within ``timeout`` s; (exit code or 124 on timeout, combined output).
 
     The command gets its own process group, and a timeout ends the whole group: a bench
@@ -82,7 +107,7 @@ def run(cmd: list[str], timeout: float, log: Log, cwd: Path = ROOT) -> tuple[int
     log(f"$ {' '.join(cmd)}  (<= {timeout:.0f} s)")
     proc = subprocess.Popen(
         cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=os.environ.copy(), start_new_session=True,
+        env={**os.environ, **(env or {})}, start_new_session=True,
     )  # fmt: skip
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -123,7 +148,7 @@ class GpuSampler:
     """``nvidia-smi`` utilisation and memory every 250 ms while the block runs."""
 
     def __init__(self) -> None:
-        self.samples: list[tuple[float, float]] = []
+        self.samples: list[tuple[float, float, float]] = []  # (wall time, util %, MiB)
         self._proc: subprocess.Popen[str] | None = None
         self._thread: threading.Thread | None = None
 
@@ -144,7 +169,7 @@ class GpuSampler:
         for line in self._proc.stdout:
             with contextlib.suppress(ValueError):
                 util, mem = (float(x) for x in line.split(",")[:2])
-                self.samples.append((util, mem))
+                self.samples.append((time.time(), util, mem))
 
     def __exit__(self, *exc: object) -> None:
         if self._proc is not None:
@@ -154,16 +179,19 @@ class GpuSampler:
         if self._thread is not None:
             self._thread.join(2)
 
-    def summary(self) -> dict[str, Any] | None:
-        if not self.samples:
+    def summary(self, start: float = 0.0, end: float = float("inf")) -> dict[str, Any] | None:
+        """Utilisation and memory over the samples taken between wall times ``start`` and
+        ``end`` (all of them by default); None without any."""
+        taken = [(u, m) for t, u, m in self.samples if start <= t <= end]
+        if not taken:
             return None
-        utils = [u for u, _ in self.samples]
+        utils = [u for u, _ in taken]
         return {
             "samples": len(utils),
             "util_mean": statistics.fmean(utils),
             "util_max": max(utils),
             "util_busy_mean": statistics.fmean([u for u in utils if u > 0] or [0.0]),
-            "memory_mib_max": max(m for _, m in self.samples),
+            "memory_mib_max": max(m for _, m in taken),
         }
 
 
@@ -358,6 +386,271 @@ def step_bench(log: Log, args: list[str], out: Path, timeout: float) -> dict[str
     return result
 
 
+# ---------------------------------------------------------------------- the owed GPU run
+
+CARRY_LIMIT_BYTES = 64 * 2**20
+"""What the device tool carries to a lent host beside the checkout, all paths together."""
+R2D2_SUITE = "minatar-r2d2"
+DEFAULT_RELAY = f"runs/relay/{R2D2_SUITE}"
+LOADGEN_MODES = ("inference", "system")
+"""Inference alone (``--no-train``) and the learner training while it serves."""
+
+
+@dataclass(frozen=True)
+class LoadgenConfig:
+    name: str
+    env: str
+    preset: str | None
+    model: str | None
+    """The learner's ``--model`` (None: the preset's own, ``torso``)."""
+    torso: str
+    streams: int
+    dry_modes: tuple[str, ...]
+    """What the dry run measures of it: between them every flag the GPU run passes, in as
+    few learner start-ups (the dry run's main cost) as cover them."""
+
+
+LOADGEN_CONFIGS = (
+    LoadgenConfig("cartpole", "CartPole-v1", None, None, "mlp", 1024, ("system",)),
+    LoadgenConfig("atari-cnn", "ALE/Pong-v5", "atari", None, "cnn", 64, ()),
+    LoadgenConfig("atari-resnet", "ALE/Pong-v5", "atari", "resnet", "resnet", 64, ("inference",)),
+)
+DRY_STREAMS = 2
+
+
+@dataclass(frozen=True)
+class Split:
+    """How the budget is shared: the load generator first, the R2D2 legs the rest less
+    what stopping a leg (checkpoint, relay parts) and the tables need after it."""
+
+    loadgen_s: float
+    leg_stop_s: float
+    tables_s: float
+    min_leg_s: float
+    games: tuple[str, ...]
+    leg_flags: tuple[str, ...]
+
+
+GPU_SPLIT = Split(
+    loadgen_s=180, leg_stop_s=60, tables_s=40, min_leg_s=60,
+    games=("Breakout", "Asterix", "Freeway", "Seaquest", "SpaceInvaders"), leg_flags=(),
+)  # fmt: skip
+DRY_SPLIT = Split(
+    loadgen_s=90, leg_stop_s=30, tables_s=30, min_leg_s=30, games=("Breakout",),
+    leg_flags=("--frames", "3000", "--eval-episodes", "1", "--num-actors", "1",
+               "--envs-per-actor", "4", "--set", "checkpoint_interval_s=600"),
+)  # fmt: skip
+
+
+def carry_sizes(paths: list[Path]) -> dict[str, int]:
+    """Bytes under each path (0 where it is absent)."""
+    sizes = {}
+    for path in paths:
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        sizes[str(path)] = sum(p.stat().st_size for p in files)
+    return sizes
+
+
+def check_carry(paths: list[Path], log: Callable[[str], None]) -> dict[str, Any]:
+    """The carried paths' sizes, said; ``refused`` when together beyond the carry limit."""
+    sizes = carry_sizes(paths)
+    total = sum(sizes.values())
+    parts = ", ".join(f"{p} {n / 2**20:.1f} MiB" for p, n in sizes.items())
+    limit = CARRY_LIMIT_BYTES / 2**20
+    log(f"carry: {parts}; {total / 2**20:.1f} MiB of the {limit:.0f} MiB the device tool carries")
+    result: dict[str, Any] = {"bytes": sizes, "total_bytes": total}
+    result["limit_bytes"] = CARRY_LIMIT_BYTES
+    if total > CARRY_LIMIT_BYTES:
+        result["refused"] = f"{total / 2**20:.1f} MiB is beyond the {limit:.0f} MiB carry limit"
+        log(f"carry: refused: {result['refused']}")
+    return result
+
+
+def step_loadgen(
+    log: Log, out: Path, seconds: float, dry: bool, cuda: bool, save: Callable[[], None],
+    results: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """``benchmarks.loadgen`` against the learner on the GPU for each config, its JSON
+    under ``out``, each row with the GPU's utilisation over its own window, into
+    ``results`` config by config."""
+    deadline = time.monotonic() + seconds
+    streams = DRY_STREAMS if dry else None
+    if shutil.which("nvidia-smi") is None:
+        log("loadgen: no nvidia-smi here: GPU utilisation is not sampled")
+    todo = [c for c in LOADGEN_CONFIGS if not dry or c.dry_modes]
+    for config in LOADGEN_CONFIGS:
+        modes = config.dry_modes if dry else LOADGEN_MODES
+        if not modes:
+            log(f"loadgen {config.name}: skipped: the dry run measures the other configs")
+            results[config.name] = {**config_record(config, streams or config.streams, cuda),
+                                    "skipped": "dry run"}  # fmt: skip
+            continue
+        left = deadline - time.monotonic()
+        timeout = left / max(1, len(todo))
+        todo.remove(config)
+        if timeout < 20:
+            log(f"loadgen {config.name}: skipped: not enough of the budget left")
+            results[config.name] = {**config_record(config, streams or config.streams, cuda),
+                                    "skipped": "budget"}  # fmt: skip
+            save()
+            continue
+        results[config.name] = loadgen_one(log, out, config, modes, timeout, dry, cuda)
+        save()
+    return results
+
+
+def config_record(config: LoadgenConfig, streams: int, cuda: bool) -> dict[str, Any]:
+    return {
+        "env": config.env, "preset": config.preset, "model": config.torso,
+        "streams": streams, "envs": 1, "device": "cuda" if cuda else "cpu",
+    }  # fmt: skip
+
+
+def loadgen_one(
+    log: Log, out: Path, config: LoadgenConfig, modes: tuple[str, ...], timeout: float,
+    dry: bool, cuda: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """One config, one ``benchmarks.loadgen`` call per mode (the generator writes its JSON
+    at the end, so a mode that runs out of time loses only itself)."""
+    streams = DRY_STREAMS if dry else config.streams
+    deadline = time.monotonic() + timeout
+    result = {**config_record(config, streams, cuda), "modes": list(modes)}
+    rows: list[dict[str, Any]] = []
+    result["rows"], result["rc"], result["out"] = rows, {}, []
+    for index, mode in enumerate(modes):
+        left = (deadline - time.monotonic()) / (len(modes) - index)
+        if left < 15:
+            log(f"loadgen {config.name} {mode}: skipped: not enough of the budget left")
+            rows.append({"mode": mode, "error": "skipped: not enough of the budget left"})
+            continue
+        path = out / f"loadgen-{config.name}-{mode}.json"
+        cmd = [
+            sys.executable, "-m", "benchmarks.loadgen", "--env", config.env,
+            "--streams", str(streams), "--envs", "1", "--modes", mode, "--repeats", "1",
+            "--device", result["device"], "--out", str(path),
+            *(["--preset", config.preset] if config.preset else []),
+            *(["--learner-args", f"--model {config.model}"] if config.model else []),
+            *(["--warmup-s", "0.5", "--measure-s", "1", "--tape-steps", "64"] if dry else []),
+            "--connect-timeout-s", f"{max(10.0, left - 5):.0f}",
+        ]  # fmt: skip
+        with GpuSampler() as gpu:
+            code, text = run(cmd, left, log)
+        log(text.strip()[-2000:])
+        result["rc"][mode] = code
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            rows.append({"mode": mode, "error": f"exit {code}, no result JSON: {exc}"})
+            continue
+        result["out"].append(path.name)
+        result["machine"] = {k: report["machine"].get(k) for k in ("cpu_model", "cpus")}
+        for row in report["results"]:
+            window = (row.pop("window_start", None), row.pop("window_end", None))
+            gpu_seen = gpu.summary(*window) if None not in window else None
+            rows.append({**row, "gpu": gpu_seen})
+    return result
+
+
+def unpack_relay(relay: Path, log: Log) -> list[str]:
+    """Relay parts carried as they came back (``relay.tar.NN``, compressed, so a relay too
+    big to carry unpacked still fits) put together in ``relay``; the parts' names."""
+    parts = sorted(relay.glob("relay.tar.*"))
+    if not parts:
+        return []
+    data = b"".join(p.read_bytes() for p in parts)
+    subprocess.run(["tar", "-xzf", "-", "-C", str(relay)], input=data, check=True)
+    for part in parts:
+        part.unlink()
+    log(f"legs: unpacked {len(parts)} relay parts into {relay}")
+    return [p.name for p in parts]
+
+
+def step_leg(
+    log: Log, out: Path, relay: Path, seed: int, seconds: float, split: Split
+) -> dict[str, Any]:
+    """One ``benchmarks/gpu_leg.sh`` leg: the split's games of ``seed`` side by side in
+    ``relay`` for ``seconds``, its relay parts left under ``out``."""
+    if seconds < split.min_leg_s:
+        log(f"legs seed {seed}: skipped: not enough of the budget left ({seconds:.0f} s)")
+        return {"skipped": "budget", "seconds_left": seconds}
+    flags = ["--suite", R2D2_SUITE, "--first-seed", str(seed), "--seeds", "1", *split.leg_flags]
+    no_wheels = tempfile.mkdtemp(prefix="seedrl-no-wheels-")  # installed once, by gpu_check.sh
+    env = {
+        "OUT": str(out), "PYTHON": sys.executable, "WHEELS": no_wheels,
+        "PARALLEL_ENVS": ",".join(split.games),
+        # What is left of the stop's share after the runs' grace packs the relay.
+        "LEG_GRACE_S": f"{max(10.0, split.leg_stop_s - 15):.0f}",
+    }  # fmt: skip
+    cmd = ["bash", "benchmarks/gpu_leg.sh", str(relay), f"{seconds:.0f}", *flags]
+    code, text = run(cmd, seconds + 2 * split.leg_stop_s, log, env=env)
+    os.rmdir(no_wheels)
+    log(text.strip()[-4000:])
+    said = [line for line in text.splitlines() if ": done in " in line or "reached" in line]
+    status = {0: "finished", 130: "to go on"}.get(code, "failed")
+    return {
+        "seed": seed, "games": list(split.games), "seconds": seconds, "rc": code,
+        "status": status, "said": said, "runs": run_states(relay, seed, split.games),
+        "relay_parts": {p.name: p.stat().st_size for p in sorted(out.glob("relay.tar.*"))},
+    }  # fmt: skip
+
+
+def run_states(relay: Path, seed: int, games: tuple[str, ...]) -> dict[str, Any]:
+    """Where each game's run of ``seed`` stands: frames, training return, its greedy
+    evaluation once finished."""
+    from benchmarks.learning.suites import SUITES
+
+    suite = SUITES[R2D2_SUITE]
+    states: dict[str, Any] = {}
+    for spec in suite.envs:
+        if not any(game in spec.name for game in games):
+            continue
+        logdir = relay / spec.name / suite.run_name(seed, suite.shapes_of(spec)[0])
+        records = _records(logdir / "metrics.jsonl")
+        last = records[-1] if records else {}
+        state: dict[str, Any] = {
+            "frames": last.get("frames", 0), "target_frames": spec.frames,
+            "train_return_mean": last.get("episode_return_mean"),
+            "checkpoint": (logdir / "checkpoint.pt").exists(),
+        }  # fmt: skip
+        with contextlib.suppress(OSError, ValueError):
+            done = json.loads((logdir / "run.json").read_text())
+            state["eval"] = done.get("eval")
+            state["frames"] = done.get("frames", state["frames"])
+        states[spec.name] = state
+    return states
+
+
+def step_tables(log: Log, out: Path, relay: Path) -> dict[str, Any]:
+    """The GPU block of docs/performance.md and the R2D2 MinAtar table of
+    docs/learning.md regenerated into copies under ``out/docs`` (a lent host's checkout
+    does not come back; ``out`` does)."""
+    docs = out / "docs"
+    docs.mkdir(exist_ok=True)
+    result: dict[str, Any] = {}
+    perf = docs / "performance.md"
+    shutil.copyfile(ROOT / "docs" / "performance.md", perf)
+    before = perf.read_text()
+    cmd = [sys.executable, "-m", "benchmarks.gpu_table", str(out / "summary.json"),
+           "--update", str(perf)]  # fmt: skip
+    code, text = run(cmd, 60, log)
+    log(text.strip()[-1000:])
+    result["performance"] = {"rc": code, "changed": perf.read_text() != before}
+    learning = docs / "learning.md"
+    shutil.copyfile(ROOT / "docs" / "learning.md", learning)
+    if not (relay / "summary.json").exists():
+        log(f"tables: no {R2D2_SUITE} results in {relay}: docs/learning.md not regenerated")
+        result["learning"] = {"skipped": f"no results in {relay}"}
+        return result
+    before = learning.read_text()
+    cmd = [sys.executable, "-m", "benchmarks.learning", "table", "--out", str(relay),
+           "--doc", str(learning)]  # fmt: skip
+    code, text = run(cmd, 90, log)
+    log(text.strip()[-1000:])
+    curves = sorted(str(p.relative_to(docs)) for p in (docs / "learning").rglob("*.png"))
+    result["learning"] = {"rc": code, "changed": learning.read_text() != before, "curves": curves}
+    return result
+
+
 # ---------------------------------------------------------------------- timings worker
 
 
@@ -472,6 +765,12 @@ def _time_one(
 # ---------------------------------------------------------------------- main
 
 
+STEPS = ("info", "tests", "train", "timings", "bench", "loadgen", "legs", "tables")
+DEFAULT_STEPS = "info,loadgen,legs,tables"
+"""What the project owes a GPU host; the accelerator check (``info,tests,train,timings,
+bench``, its table in docs/performance.md) ran on the H200 and is named to run again."""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["timings"]:
@@ -483,16 +782,47 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-check-out")
-    parser.add_argument("--budget-s", type=float, default=470.0, help="whole run, seconds")
-    parser.add_argument("--short", action="store_true", help="dry run: every step much shorter")
+    parser.add_argument(
+        "--budget-s", type=float, default=None,
+        help="whole run, seconds (default 550, dry run 180)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--steps", default=DEFAULT_STEPS, help=f"comma-separated, in this order, of {STEPS}"
+    )
+    parser.add_argument(
+        "--dry-run", "--short", dest="dry_run", action="store_true",
+        help="every step at toy size, on the CPU too (CUDA-only parts skip, saying so)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--relay", default=DEFAULT_RELAY,
+        help=f"the {R2D2_SUITE} results directory the legs go on from (carried; relay.tar.NN "
+        "parts in it are unpacked first)",
+    )  # fmt: skip
+    parser.add_argument("--wheels", default=os.environ.get("WHEELS") or ".whl")
+    parser.add_argument(
+        "--carry-check", action="store_true",
+        help="only say the size of the wheels and the relay; exit 2 beyond the carry limit",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    out = Path(args.out)
+    steps = [x for x in args.steps.split(",") if x]
+    unknown = sorted(set(steps) - set(STEPS))
+    if unknown or not steps:
+        parser.error(f"--steps: unknown {unknown}; choose from {', '.join(STEPS)}")
+    relay = Path(args.relay).resolve()
+    carried = [Path(args.wheels), relay]
+    if args.carry_check:
+        return 2 if check_carry(carried, print).get("refused") else 0
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "check.log")
-    budget = Budget(args.budget_s)
+    budget_s = args.budget_s or (180.0 if args.dry_run else 550.0)
+    budget = Budget(budget_s)
     cuda = cuda_available()
-    scale = 0.25 if args.short else 1.0
-    summary: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    split = DRY_SPLIT if args.dry_run else GPU_SPLIT
+    summary: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "steps": steps, "dry_run": args.dry_run, "budget_s": budget_s,
+    }  # fmt: skip
 
     def save() -> None:
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -503,15 +833,76 @@ def main(argv: list[str] | None = None) -> int:
             summary[name] = fn()
         except Exception as exc:  # one failing step must not stop the others
             log(f"{name}: failed: {type(exc).__name__}: {exc}")
-            summary[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            partial = summary.get(name)  # what the step recorded before it failed stays
+            error = f"{type(exc).__name__}: {exc}"
+            summary[name] = (
+                {**partial, "error": error} if isinstance(partial, dict) else {"error": error}
+            )
         log(f"{name}: done in {time.monotonic() - began:.0f} s, {budget.left():.0f} s left")
         save()
 
-    guarded("info", lambda: step_info(log))
+    summary["carry"] = check_carry(carried, log)
+    save()
+    if summary["carry"].get("refused"):
+        return 2
+    if "info" in steps:
+        guarded("info", lambda: step_info(log))
     if not cuda:
-        log("no CUDA: the CUDA-only steps (GPU timings, cuda training rows) skip; CPU rows run")
-    guarded("tests", lambda: step_tests(log, budget.allow(45, 370)))
+        log("no CUDA: the CUDA-only parts (GPU timings and training rows, GPU utilisation) "
+            "skip; the rest runs on the CPU")  # fmt: skip
+    scale = 0.25 if args.dry_run else 1.0
+    if "tests" in steps:
+        guarded("tests", lambda: step_tests(log, budget.allow(45, 370)))
+    if "train" in steps:
+        train_step(log, budget, cuda, scale, summary, save, guarded)
+    if "timings" in steps:
+        timings = out / "timings.jsonl"
+        guarded("timings", lambda: step_timings(log, budget.allow(100, 90), args.dry_run, timings))
+    if "bench" in steps:
+        guarded("bench_atari", lambda: step_bench(
+            log, ["--device", "auto", "--preset", "atari", "--sweep", "4x8", *BENCH_MODES],
+            out / "bench_atari.json", budget.allow(60, 45)))  # fmt: skip
+        guarded("bench_cartpole", lambda: step_bench(
+            log, ["--device", "auto", "--sweep", "2x8", *BENCH_MODES],
+            out / "bench_cartpole.json", budget.allow(45, 0)))  # fmt: skip
+    tables_s = split.tables_s if "tables" in steps else 0.0
+    if "loadgen" in steps:
+        loadgen: dict[str, Any] = {}
+        summary["loadgen"] = loadgen
+        seconds = budget.allow(split.loadgen_s, tables_s)
+        guarded("loadgen", lambda: step_loadgen(log, out, seconds, args.dry_run, cuda, save,
+                                                loadgen))  # fmt: skip
+    if "legs" in steps:
+        legs: dict[str, Any] = {}
+        summary["legs"] = legs
 
+        def all_legs() -> dict[str, Any]:
+            legs["relay"] = str(relay)
+            legs["unpacked"] = unpack_relay(relay, log)
+            for seed in (0, 1):
+                if seed and legs["seed0"].get("rc") != 0:
+                    log("legs seed 1: skipped: seed 0 has not finished")
+                    legs["seed1"] = {"skipped": "seed 0 has not finished"}
+                    break
+                seconds = budget.left() - split.leg_stop_s - tables_s
+                legs[f"seed{seed}"] = step_leg(log, out, relay, seed, seconds, split)
+                save()
+            return legs
+
+        guarded("legs", all_legs)
+    summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    save()
+    if "tables" in steps:
+        guarded("tables", lambda: step_tables(log, out, relay))
+    log(f"wrote {out}/summary.json")
+    return 0
+
+
+def train_step(
+    log: Log, budget: Budget, cuda: bool, scale: float, summary: dict[str, Any],
+    save: Callable[[], None], guarded: Callable[[str, Callable[[], Any]], None],
+) -> None:  # fmt: skip
+    """The short trainings with local actors, each row saved as it finishes."""
     cpus = os.cpu_count() or 2
     atari_actors = (max(1, min(12, cpus - 4)), 8)
     cartpole_actors = (max(1, min(8, cpus - 4)), 16)
@@ -543,19 +934,6 @@ def main(argv: list[str] | None = None) -> int:
         guarded(f"train.{name}", one)
         train[name] = summary.pop(f"train.{name}")
         save()
-
-    timings = out / "timings.jsonl"
-    guarded("timings", lambda: step_timings(log, budget.allow(100, 90), args.short, timings))
-    guarded("bench_atari", lambda: step_bench(
-        log, ["--device", "auto", "--preset", "atari", "--sweep", "4x8", *BENCH_MODES],
-        out / "bench_atari.json", budget.allow(60, 45)))  # fmt: skip
-    guarded("bench_cartpole", lambda: step_bench(
-        log, ["--device", "auto", "--sweep", "2x8", *BENCH_MODES], out / "bench_cartpole.json",
-        budget.allow(45, 0)))  # fmt: skip
-    summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    save()
-    log(f"wrote {out}/summary.json")
-    return 0
 
 
 if __name__ == "__main__":

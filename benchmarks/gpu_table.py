@@ -6,8 +6,12 @@ steps/s, GPU utilisation, trainer waits, speed-up over the same env's CPU row), 
 times (forward pass, training step per trainer, weight hand-off) and the quick bench
 rows; ``--update docs/performance.md`` writes them between the page's
 ``<!-- gpu-results:begin -->`` and ``<!-- gpu-results:end -->`` markers with the block
-replacement of ``results_table.py``. It reads only what ``benchmarks/gpu_check.py`` and
-``benchmarks.bench`` wrote, so an old run renders with today's script.
+replacement of ``results_table.py``. A summary with the load generator's step (``loadgen``)
+renders its rows, GPU utilisation per window and the GPU learner's aim between the
+``<!-- gpu-loadgen:begin -->`` and ``<!-- gpu-loadgen:end -->`` markers instead; each
+block is written only when the summary holds its steps. It reads only what
+``benchmarks/gpu_check.py`` and ``benchmarks.bench`` wrote, so an old run renders with
+today's script.
 """
 
 from __future__ import annotations
@@ -25,6 +29,32 @@ from benchmarks.results_table import _num, table_rows, write_block
 
 BEGIN = "<!-- gpu-results:begin -->"
 END = "<!-- gpu-results:end -->"
+LOADGEN_BEGIN = "<!-- gpu-loadgen:begin -->"
+LOADGEN_END = "<!-- gpu-loadgen:end -->"
+SERVED_AIM = 100_000
+"""Agent steps a second one GPU learner should answer with the Atari CNN: the aim of
+docs/performance.md, the rate at which the GPU rather than the host's CPU is the limit."""
+TRAINED_AIM = 30_000
+"""Agent steps a second it should train on meanwhile."""
+GPU_BUSY_AIM = 50.0
+"""Per cent of the time the GPU should be busy while it does: less, and the GPU waits."""
+LOADGEN_COLUMNS = (
+    "env, S × K",
+    "model",
+    "device",
+    "mode",
+    "frames/s answered",
+    "trained frames/s",
+    "learner steps/s",
+    "GPU util mean/max",
+    "learner process µs/frame",
+    "loop / other threads µs",
+    "trainer µs/frame",
+    "generator µs/frame",
+    "batch",
+    "round trip p50/p99 ms",
+    "note",
+)
 PRESET_NAMES = {"cartpole": "CartPole", "atari": "Atari"}
 TORSO_NAMES = {"mlp": "MLP", "cnn": "CNN", "resnet": "ResNet"}
 PRESET_TORSO = {"cartpole": "mlp", "atari": "cnn"}
@@ -319,6 +349,94 @@ def render(
     return "\n".join(lines) + "\n"
 
 
+def _util(gpu: dict[str, Any] | None) -> str:
+    if not gpu or gpu.get("util_mean") is None:
+        return "—"
+    return f"{gpu['util_mean']:.0f}% / {gpu['util_max']:.0f}%"
+
+
+def loadgen_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """One row per (config, mode) the load generator measured, a config it did not with
+    its reason."""
+    rows = []
+    for name, config in (summary.get("loadgen") or {}).items():
+        if not isinstance(config, dict):
+            continue
+        label = f"{config.get('env', name)}, {config.get('streams', '?')} × {config.get('envs', 1)}"
+        model = torso_name(config.get("preset") or "", config.get("model"))  # its torso
+        if config.get("skipped") or not config.get("rows"):
+            why = config.get("skipped") or config.get("error") or f"exit {config.get('rc')}"
+            note = f"skipped: {why}" if config.get("skipped") else why
+            rows.append([label, model, config.get("device", "—"), "—", *["—"] * 10, note])
+            continue
+        for r in config["rows"]:
+            rows.append(
+                [
+                    label,
+                    model,
+                    config.get("device", "—"),
+                    r.get("mode", "?"),
+                    _num(r.get("fps_answered")),
+                    _num(r.get("trained_fps") or None),
+                    _num(r.get("learner_steps_per_s"), "{:.1f}"),
+                    _util(r.get("gpu")),
+                    _num(r.get("learner_cpu_us_per_frame"), "{:.1f}"),
+                    f"{_num(r.get('learner_loop_thread_us_per_frame'), '{:.1f}')} / "
+                    f"{_num(r.get('learner_other_threads_us_per_frame'), '{:.1f}')}",
+                    _num(r.get("trainer_cpu_us_per_frame"), "{:.1f}"),
+                    _num(r.get("generator_cpu_us_per_frame"), "{:.1f}"),
+                    _num(r.get("inference_batch_mean"), "{:.1f}"),
+                    f"{_ms(r.get('rtt_p50_ms'))} / {_ms(r.get('rtt_p99_ms'))}",
+                    (r.get("error") or "")[:200],
+                ]
+            )
+    return rows
+
+
+def _verdict(value: float | None, aim: float, unit: str) -> str:
+    if value is None:
+        return "not measured"
+    if value >= aim:
+        return f"**{value:,.0f}**{unit}: met"
+    return f"**{value:,.0f}**{unit}: missed by {aim - value:,.0f} ({value / aim:.0%} of it)"
+
+
+def aim_lines(summary: dict[str, Any]) -> list[str]:
+    """The GPU learner's aim with the Atari CNN, met or missed by how much."""
+    config = (summary.get("loadgen") or {}).get("atari-cnn") or {}
+    by_mode = {r.get("mode"): r for r in config.get("rows") or [] if not r.get("error")}
+    served = by_mode.get("inference", {}).get("fps_answered")
+    training = by_mode.get("system", {})
+    busy = (training.get("gpu") or {}).get("util_mean")
+    return [
+        f"- Atari CNN, answered with `--no-train` (aim ≥ {SERVED_AIM:,}): "
+        + _verdict(served, SERVED_AIM, " frames/s"),
+        f"- Atari CNN, trained while serving (aim ≥ {TRAINED_AIM:,}): "
+        + _verdict(training.get("trained_fps"), TRAINED_AIM, " frames/s"),
+        f"- GPU busy meanwhile (aim over {GPU_BUSY_AIM:.0f} %): "
+        + ("not measured" if busy is None else
+           f"**{busy:.0f} %**: " + ("met" if busy > GPU_BUSY_AIM else "missed")),
+    ]  # fmt: skip
+
+
+def render_loadgen(summary: dict[str, Any]) -> str:
+    """The load generator against the GPU learner: provenance, one row per mode, the aim."""
+    lines = [
+        _machine_line(summary, []),
+        "",
+        "`python -m benchmarks.loadgen --device cuda` (device: where the learner ran), one "
+        "repeat per mode (inference: "
+        "`--no-train`; system: training), GPU utilisation sampled by `nvidia-smi` over each "
+        "window alone; µs/frame: CPU per frame answered, the learner process's, its "
+        "event-loop thread's and the rest's, its trainer process's, the generator's:",
+        "",
+        *_table(LOADGEN_COLUMNS, loadgen_rows(summary)),
+        "",
+        *aim_lines(summary),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -341,8 +459,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         else (summary.get("timings") or {}).get("rows", [])
     )
     benches = [json.loads(Path(b).read_text()) for b in args.bench]
-    block = render(summary, timings, benches)
-    write_block(block, args.update, parser, BEGIN, END)
+    # Each block the summary holds: a run of the load generator alone leaves the
+    # accelerator check's block as it was, and the other way round.
+    if summary.get("train") or timings or benches:
+        write_block(render(summary, timings, benches), args.update, parser, BEGIN, END)
+    if summary.get("loadgen"):
+        block = render_loadgen(summary)
+        write_block(block, args.update, parser, LOADGEN_BEGIN, LOADGEN_END)
     return 0
 
 

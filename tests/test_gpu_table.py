@@ -8,7 +8,17 @@ import sys
 from pathlib import Path
 
 from benchmarks import results_table
-from benchmarks.gpu_table import BEGIN, END, derived_lines, render, step_rows, train_rows
+from benchmarks.gpu_table import (
+    BEGIN,
+    END,
+    LOADGEN_BEGIN,
+    LOADGEN_END,
+    derived_lines,
+    render,
+    render_loadgen,
+    step_rows,
+    train_rows,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,3 +146,57 @@ def test_command_rewrites_only_the_gpu_block(tmp_path: Path) -> None:
 def test_the_performance_page_has_the_gpu_markers_once() -> None:
     text = (ROOT / "docs" / "performance.md").read_text()
     assert text.count(BEGIN) == 1 and text.count(END) == 1 and text.index(BEGIN) < text.index(END)
+
+
+def _loadgen_summary(served: float, trained: float, busy: float) -> dict:
+    def row(mode: str, fps: float, trained_fps: float, util: float) -> dict:
+        return {
+            "mode": mode, "fps_answered": fps, "trained_fps": trained_fps,
+            "learner_steps_per_s": trained_fps / 640, "learner_cpu_us_per_frame": 40.0,
+            "learner_loop_thread_us_per_frame": 30.0, "learner_other_threads_us_per_frame": 10.0,
+            "trainer_cpu_us_per_frame": 5.0, "generator_cpu_us_per_frame": 20.0,
+            "inference_batch_mean": 60.0, "rtt_p50_ms": 0.9, "rtt_p99_ms": 3.5,
+            "gpu": {"util_mean": util, "util_max": 90.0},
+        }  # fmt: skip
+
+    return {
+        **_summary(),
+        "loadgen": {
+            "cartpole": {"env": "CartPole-v1", "preset": None, "model": "mlp", "streams": 1024,
+                         "envs": 1, "device": "cuda", "skipped": "budget"},
+            "atari-cnn": {
+                "env": "ALE/Pong-v5", "preset": "atari", "model": "cnn", "streams": 64,
+                "envs": 1, "device": "cuda", "rc": 0,
+                "rows": [row("inference", served, 0.0, 20.0), row("system", 50_000, trained, busy)],
+            },
+        },
+    }  # fmt: skip
+
+
+def test_the_gpu_load_generator_block_has_its_rows_and_says_the_aim_met_or_missed() -> None:
+    summary = _loadgen_summary(served=120_000, trained=24_000, busy=35.0)
+    text = render_loadgen(summary)
+    assert "| CartPole-v1, 1024 × 1 | MLP | cuda | — |" in text and "skipped: budget" in text
+    assert (
+        "| ALE/Pong-v5, 64 × 1 | CNN | cuda | system | 50,000 | 24,000 | 37.5 | 35% / 90% "
+        "| 40.0 | 30.0 / 10.0 | 5.0 | 20.0 | 60.0 | 0.900 / 3.50 |  |"
+    ) in text
+    assert "(aim ≥ 100,000): **120,000** frames/s: met" in text
+    assert "(aim ≥ 30,000): **24,000** frames/s: missed by 6,000 (80% of it)" in text
+    assert "(aim over 50 %): **35 %**: missed" in text
+
+
+def test_a_load_generator_summary_rewrites_only_its_own_block(tmp_path: Path) -> None:
+    summary = {k: v for k, v in _loadgen_summary(1.0, 2.0, 3.0).items() if k != "train"}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    page = tmp_path / "performance.md"
+    page.write_text(f"{BEGIN}\nthe H200 check\n{END}\n{LOADGEN_BEGIN}\n{LOADGEN_END}\n")
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_table", str(path), "--update", str(page)],
+        cwd=ROOT, check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    new = render_loadgen(summary)
+    assert page.read_text() == (
+        f"{BEGIN}\nthe H200 check\n{END}\n{LOADGEN_BEGIN}\n{new}{LOADGEN_END}\n"
+    )

@@ -36,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--env", default="CartPole-v1", help="the learner's --env")
     p.add_argument("--preset", default=None, help="the learner's --preset (e.g. atari)")
+    p.add_argument(
+        "--device", default="cpu",
+        help="the learner's --device (cuda: the forward pass and training on the GPU)",
+    )  # fmt: skip
     p.add_argument("--streams", type=int, default=64, help="S synthetic actor streams")
     p.add_argument("--envs", type=int, default=1, help="K envs per stream")
     p.add_argument(
@@ -82,7 +86,7 @@ def run(argv: Sequence[str]) -> int:
             warmup_s=args.warmup_s, measure_s=args.measure_s,
             connect_timeout_s=args.connect_timeout_s, transport=args.transport,
             learner_args=tuple(shlex.split(args.learner_args)), tape_steps=args.tape_steps,
-            workdir=Path(workdir), preset=args.preset,
+            workdir=Path(workdir), preset=args.preset, device=args.device,
         )  # fmt: skip
         rows = _measure_all(settings, modes, args.repeats)
     result: dict[str, Any] = {
@@ -112,6 +116,7 @@ def _settings_record(
         "connections": connections, "modes": modes, "repeats": args.repeats,
         "warmup_s": args.warmup_s, "measure_s": args.measure_s, "transport": args.transport,
         "learner_args": args.learner_args, "tape_steps": args.tape_steps,
+        "device": args.device,
     }  # fmt: skip
 
 

@@ -54,6 +54,7 @@ class Settings:
     tape_steps: int
     workdir: Path
     preset: str | None = None
+    device: str = "cpu"
 
 
 def server_command(mode: str, port: int, logdir: Path, s: Settings) -> list[str]:
@@ -68,7 +69,7 @@ def server_command(mode: str, port: int, logdir: Path, s: Settings) -> list[str]
     return [
         sys.executable, "-m", "learner", *common, "--progress", "off", "--no-tensorboard",
         *(["--preset", s.preset] if s.preset else []),
-        "--checkpoint-interval-s", "1e9", "--device", "cpu",
+        "--checkpoint-interval-s", "1e9", "--device", s.device,
         *(["--no-train"] if mode == "inference" else []),
         *(["--time-phases"] if mode == "phases" else []), *s.learner_args,
     ]  # fmt: skip
@@ -165,6 +166,10 @@ def _window(
     per_frame = 1e6 / answered
     serving_cpu, training_cpu = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
     row: dict[str, Any] = {
+        # Wall-clock bounds, so that samples taken beside the run (a GPU's utilisation)
+        # can be matched to this window.
+        "window_start": t0,
+        "window_end": t1,
         "window_s": wall,
         "frames_answered": answered,
         "fps_answered": answered / wall,

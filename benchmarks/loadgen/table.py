@@ -51,6 +51,8 @@ def render(results: list[dict[str, Any]]) -> str:
             f"({m.get('cpus')} CPUs), Python {m.get('python')}, {versions}. "
             f"`python -m benchmarks.loadgen --env {s['env']}"
             + (f" --preset {s['preset']}" if s.get("preset") else "")
+            + (f" --device {s['device']}" if s.get("device", "cpu") != "cpu" else "")
+            + (f" --learner-args '{s['learner_args']}'" if s.get("learner_args") else "")
             + f" --streams {s['streams']} --envs {s['envs']}`: {s['repeats']} repeat(s) of "
             f"{', '.join(s['modes'])}, windows of {s['measure_s']:g} s, {s['connections']} "
             f"connections, transport {s['transport']}; {result['wall_time_s'] / 60:.1f} min."
