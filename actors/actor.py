@@ -92,6 +92,44 @@ class Backoff:
         self.attempt = 0
 
 
+def action_limit(spec: pb.SpaceSpec) -> int | np.ndarray | None:
+    """What an integer action leaf's values must stay below (its lowest is 0: the codec
+    refuses other starts); None for a Box, whose actions need only be finite."""
+    if spec.kind == "discrete":
+        return int(spec.n)
+    if spec.kind == "multi_discrete":
+        return np.asarray(spec.nvec, np.int64).reshape(codec.spec_shape(spec))
+    if spec.kind == "multi_binary":
+        return 2
+    return None
+
+
+def check_actions(actions_KA: np.ndarray, limit: int | np.ndarray | None, name: str) -> None:
+    """Raise WireError for actions outside the action space, before an env steps on them.
+
+    A Box action may lie out of bounds (a Gaussian policy's samples do; the actor clips
+    them) but never NaN or inf; a discrete one must be an index into its space. One
+    vectorised test per message; the search for the culprit runs only when it fails.
+    """
+    if limit is None:
+        if np.isfinite(actions_KA).all():
+            return
+        row = int(np.argwhere(~np.isfinite(actions_KA))[0][0])
+        what = "a non-finite Box action"
+    else:
+        bad_KA = (actions_KA < 0) | (actions_KA >= limit)
+        if not bad_KA.any():
+            return
+        row = int(np.argwhere(bad_KA)[0][0])
+        bounds = (
+            f"[0, {limit})" if np.ndim(limit) == 0 else f"[0, nvec {np.asarray(limit).tolist()})"
+        )
+        what = f"an action outside {bounds}"
+    raise codec.WireError(
+        f"the learner sent {what} for row {row}{name}: {np.asarray(actions_KA[row]).tolist()}"
+    )
+
+
 class StepWire:
     """One stream's frames and replies as bytes, for K envs of one env spec.
 
@@ -117,6 +155,7 @@ class StepWire:
         self.act_dtype = act_leaves[0].dtype
         self.act_shape = (k, *act_leaves[0].shape)
         self.low, self.high = codec.action_bounds(act_spec)
+        self.limit = action_limit(act_leaves[0].spec)
         self.newest_of_stack = 0
         """D when frames carry the newest of D stacked frames (said in the Hello), else 0."""
         if self.structured_obs:
@@ -138,6 +177,7 @@ class StepWire:
             self.act_leaves = act_leaves
             self._act_layouts = codec.leaf_layouts(k, act_leaves)
             self._act_bounds = [codec.action_bounds(leaf.spec) for leaf in act_leaves]
+            self._act_limits = [action_limit(leaf.spec) for leaf in act_leaves]
             self._actions = codec.actions_leaves_template(self._act_layouts)
         else:
             self._actions = codec.actions_template(self.act_dtype, self.act_shape)
@@ -177,6 +217,7 @@ class StepWire:
         """The K actions of a reply (clipped to a Box's bounds), or the learner's Shutdown.
 
         A dict/tuple action space gives dicts and tuples of ``[K, *leaf_shape]`` arrays.
+        Actions outside the action space raise WireError (:func:`check_actions`).
         """
         if self.structured_act:
             return self._structured_actions(data)
@@ -189,6 +230,7 @@ class StepWire:
                 return reply.shutdown
             tensor = reply.actions.actions
             actions_KA = codec.decode_tensor(tensor, "actions", self.act_dtype, self.act_shape)
+        check_actions(actions_KA, self.limit, "")
         if self.low is not None:
             actions_KA = np.clip(actions_KA, self.low, self.high)
         return actions_KA
@@ -215,6 +257,7 @@ class StepWire:
                 for t, leaf, x in zip(tensors, self.act_leaves, self._act_layouts, strict=True)
             ]
         for i, (low, high) in enumerate(self._act_bounds):
+            check_actions(arrays[i], self._act_limits[i], f" of leaf {self.act_leaves[i].name!r}")
             if low is not None:
                 arrays[i] = np.clip(arrays[i], low, high)
         return codec.unflatten_values(self.act_spec, arrays)
@@ -365,6 +408,18 @@ class Actor:
                 )  # fmt: skip
                 self._stop.wait(delay)
                 continue
+            except codec.WireError as exc:
+                # A reply that breaks the contract (actions outside the action space): this
+                # connection ends, the envs never see it; the backoff grows until a
+                # connection's actions are stepped, so such a learner gets no tight loop.
+                delay = self.backoff.next_delay()
+                log.warning(
+                    "actor %s: bad reply from the learner at %s (%s); reconnecting in %.1f s",
+                    self.actor_id, self.target, exc, delay,
+                )  # fmt: skip
+                self.target = self.home
+                self._stop.wait(delay)
+                continue
             except envs.EnvError as exc:  # refused or unbuildable: retrying won't help
                 log.error("actor %s: %s", self.actor_id, exc)
                 return 2
@@ -422,6 +477,7 @@ class Actor:
         if wire.multi_agent:
             wire.acting = vec_env.acting  # type: ignore[attr-defined]
         clock, record_rtt, stopping = time.perf_counter, self.round_trips.record, self._stop.is_set
+        backoff = self.backoff
         while not stopping():
             frame = wire.frame(obs_KO, reward_K, terminated_K, truncated_K)
             sent = clock()
@@ -438,6 +494,8 @@ class Actor:
             terminated_K = np.asarray(terminated, dtype=np.bool_)
             truncated_K = np.asarray(truncated, dtype=np.bool_)
             self.frames += k
+            if backoff.attempt:  # actions stepped: this learner works, a retry starts short
+                backoff.reset()
             if max_frames and self.frames >= max_frames:
                 return StreamEnd.MAX_FRAMES
         return StreamEnd.STOPPED
@@ -455,7 +513,6 @@ class Actor:
         accept = self._read_reply(stream)
         if accept is None or accept.WhichOneof("kind") != "accept":
             return False
-        self.backoff.reset()
         self.connections += 1
         return True
 

@@ -468,6 +468,8 @@ async def _supervise(
         record.update(learner.queue.metrics())
         record.update(trainer.metrics())
         record.update(rank.metrics())
+        if learner.normalizer is not None:  # values the update bound clipped, so far
+            record["obs_norm/clipped_values"] = learner.normalizer.clipped_values
         if learner.league is not None:
             record.update(learner.league.metrics())
         watch.check(record, stats.return_first, stats.return_best, stats.return_error)

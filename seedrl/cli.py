@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from seedrl.config import AUTH_TOKEN_ENV, REPEATABLE, SECRET_FIELDS, ActorConfig, LearnerConfig
 from seedrl.presets import build_config, load_config_file, load_preset, preset_names
-from seedrl.security import config_auth_token
+from seedrl.security import check_ca_file, config_auth_token
 
 T = TypeVar("T")
 
@@ -189,6 +189,8 @@ def parse_config(
         config = build_config(cls, ns, base)
         if isinstance(config, LearnerConfig | ActorConfig):  # an unreadable file: one line now
             config_auth_token(config)
+        if isinstance(config, ActorConfig) and config.tls_ca is not None:
+            check_ca_file("--tls-ca", config.tls_ca)
         return config
     except (TypeError, ValueError) as exc:
         # One line, no usage block: the message names the flag, and nothing has started.

@@ -32,6 +32,18 @@ def config_auth_token(config: LearnerConfig | ActorConfig) -> str | None:
     return resolve_auth_token(config.auth_token, config.auth_token_file)
 
 
+def check_ca_file(flag: str, path: str) -> None:
+    """ValueError naming ``flag`` unless ``path`` holds a PEM certificate: gRPC takes empty
+    root certificates as "trust the system's public CAs", which an unreadable or empty
+    file must never turn into."""
+    try:
+        text = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot read it ({exc.strerror})") from None
+    if b"-----BEGIN CERTIFICATE-----" not in text:
+        raise ValueError(f"{flag} {path}: no PEM certificate in it")
+
+
 class UnprotectedBindError(ValueError):
     """A learner would listen beyond this host with nothing to tell actors from strangers."""
 

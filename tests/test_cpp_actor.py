@@ -103,6 +103,25 @@ def test_cpp_actor_bad_flags_exit_2_with_one_line(cpp_actor, args, words):
     assert done.stderr.strip() == f"seedrl-actor: {words}"
 
 
+@pytest.mark.parametrize("ca", ["missing", "directory", "empty", "not-pem"])
+def test_cpp_actor_refuses_a_ca_file_it_cannot_read(cpp_actor, tmp_path, ca):
+    """An unreadable --tls-ca exits 2 with one line; gRPC would take the empty root
+    certificates as "trust the system's public CAs" and connect anyway."""
+    path = tmp_path / ca
+    if ca == "directory":
+        path.mkdir()
+    elif ca == "empty":
+        path.write_text("")
+    elif ca == "not-pem":
+        path.write_text("not a certificate\n")
+    args = [cpp_actor, "--learner", "127.0.0.1:9", "--tls-ca", str(path)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        f"seedrl-actor: --tls-ca {path}: no PEM certificate could be read from it"
+    )
+
+
 def test_sigterm_ends_a_retrying_cpp_actor_with_0(cpp_actor):
     with running([cpp_actor, "--learner", "127.0.0.1:9"]) as actor:
         actor.wait_for("learner unavailable", 30)

@@ -23,8 +23,12 @@ from learner.state import checkpoint
 from learner.state.normalize import (
     CLIP,
     EPSILON,
+    UPDATE_SIGMAS,
+    WARMUP_CAP,
+    WARMUP_FRAMES,
     LeafNormalizer,
     ObservationNormalizer,
+    ReturnNormalizer,
     make_normalizer,
     normalized_space,
 )
@@ -60,6 +64,102 @@ def test_statistics_match_numpy_over_a_stream_in_uneven_batches():
     np.testing.assert_allclose(normalizer.normalize(probe), expected(probe, stream), rtol=1e-5)
     assert normalizer.normalize(probe).dtype == np.float32
     assert normalizer.normalize(probe)[:, 2, 1].tolist() == [CLIP] * 5  # clipped
+
+
+HUGE = 1e36
+"""A finite frame the wire lets through; unbounded, it took the variance to ~1e72."""
+
+
+def test_one_extreme_frame_moves_the_statistics_by_at_most_the_bound():
+    """After 1000 honest frames one value of 1e36 enters the statistics as mean + 10 std
+    (numpy, on the stream with that value in its place, gives the expected state); the mean
+    moves by at most 10 std / (count + 1), the variance grows by at most a factor of
+    1 + 10**2 / (count + 1), and honest frames after it still normalize to O(1)."""
+    rng = np.random.default_rng(3)
+    honest = rng.normal([5.0, -2.0, 0.0], [2.0, 0.1, 30.0], size=(1000, 3))
+    normalizer = ObservationNormalizer((3,), "float32")
+    for batch in np.split(honest, 100):
+        normalizer.update(batch)
+    assert normalizer.clipped_values == 0
+    mean0, var0, count0 = normalizer.mean.copy(), normalizer.var.copy(), normalizer.count
+
+    poisoned = rng.normal([5.0, -2.0, 0.0], [2.0, 0.1, 30.0], size=(10, 3))
+    poisoned[4, 0] = HUGE
+    normalizer.update(poisoned)
+    assert normalizer.clipped_values == 1
+    clipped = poisoned.copy()
+    clipped[4, 0] = mean0[0] + UPDATE_SIGMAS * np.sqrt(var0[0] + EPSILON)
+    seen = np.concatenate([honest, clipped])
+    np.testing.assert_allclose(normalizer.mean, seen.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(normalizer.var, seen.var(axis=0), rtol=1e-9)
+    std0 = np.sqrt(var0[0])
+    assert abs(normalizer.mean[0] - mean0[0]) <= UPDATE_SIGMAS * std0 / (count0 + 1) + 0.1
+    assert normalizer.var[0] <= var0[0] * (1 + UPDATE_SIGMAS**2 / (count0 + 1)) * 1.05
+
+    after = rng.normal([5.0, -2.0, 0.0], [2.0, 0.1, 30.0], size=(5000, 3))
+    for batch in np.split(after, 50):
+        normalizer.update(batch)
+    z = normalizer.normalize(after[-1000:])
+    assert np.all(np.abs(z.mean(axis=0)) < 0.2), z.mean(axis=0)
+    assert np.all((z.std(axis=0) > 0.8) & (z.std(axis=0) < 1.2)), z.std(axis=0)
+
+
+def test_the_first_frames_are_bounded_by_the_warmup_cap():
+    """Before WARMUP_FRAMES there is no std to bound by: values are clipped to the cap."""
+    normalizer = ObservationNormalizer((2,), "float32")
+    normalizer.update(np.array([[HUGE, -HUGE]]))
+    np.testing.assert_array_equal(normalizer.mean, [WARMUP_CAP, -WARMUP_CAP])
+    assert normalizer.clipped_values == 2
+    honest = np.arange(2 * WARMUP_FRAMES, dtype=np.float64).reshape(-1, 2)
+    normalizer.update(honest)  # fewer than WARMUP_FRAMES before: only the cap applies
+    seen = np.concatenate([[[WARMUP_CAP, -WARMUP_CAP]], honest])
+    np.testing.assert_allclose(normalizer.mean, seen.mean(axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [((0.0, 1.0), (100.0, 1.0)), ((0.0, 0.0), (5.0, 1.0))],
+    ids=["a 100-std step", "a constant element that starts to move"],
+)
+def test_honest_drift_beyond_the_bound_is_still_followed(before, after):
+    """10240 frames of one regime, then another far outside the bound: values at the bound
+    widen it batch by batch, so within a few thousand frames the new regime normalizes
+    inside the clip again (without the bound it takes a few hundred)."""
+    rng = np.random.default_rng(4)
+    normalizer = ObservationNormalizer((1,), "float32")
+    for _ in range(160):
+        normalizer.update(rng.normal(*before, size=(64, 1)))
+    probe = rng.normal(*after, size=(256, 1))
+    assert np.abs(normalizer.normalize(probe)).min() == CLIP
+    for _ in range(64):  # 4096 frames
+        normalizer.update(rng.normal(*after, size=(64, 1)))
+    z = normalizer.normalize(probe)
+    assert np.abs(z).max() < CLIP, np.abs(z).max()
+
+
+def test_one_extreme_return_moves_the_return_scale_by_at_most_the_bound():
+    """The return statistics take a 1e36 return as mean + 10 std: the scale rewards are
+    divided by stays that of the honest returns, within the documented bound."""
+    generator = torch.Generator().manual_seed(5)
+    norm = ReturnNormalizer()
+    ones = torch.ones(20, 32)
+    honest_returns = [torch.randn(20, 32, generator=generator) * 3 + 10 for _ in range(20)]
+    for returns in honest_returns:
+        norm.update(returns, ones)
+    assert norm.clipped_values == 0
+    mean0, var0, count0 = norm.mean, norm.var, norm.count
+    poisoned = torch.randn(20, 32, generator=generator) * 3 + 10
+    poisoned[7, 3] = HUGE
+    norm.update(poisoned, ones)
+    assert norm.clipped_values == 1
+    clipped = poisoned.double().clone()
+    clipped[7, 3] = mean0 + UPDATE_SIGMAS * (var0 + EPSILON) ** 0.5
+    seen = torch.cat([r.double().flatten() for r in [*honest_returns, clipped]])
+    assert norm.count == count0 + 640
+    assert norm.mean == pytest.approx(float(seen.mean()), rel=1e-6)
+    assert norm.var == pytest.approx(float(seen.var(unbiased=False)), rel=1e-5)
+    assert norm.var <= var0 * (1 + UPDATE_SIGMAS**2 / (count0 + 1)) * 1.05
+    assert 0.25 < norm.scale < 0.4  # 1 / std of the honest returns (3)
 
 
 def test_training_sees_the_frames_as_the_policy_acted_on_them():

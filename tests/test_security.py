@@ -540,6 +540,24 @@ def test_a_missing_token_file_is_one_line(tmp_path):
         assert f"--auth-token-file {missing}: cannot read it" in line, line
 
 
+@pytest.mark.parametrize("ca", ["missing", "directory", "empty", "not-pem"])
+def test_an_unreadable_ca_file_is_one_line(tmp_path, capsys, ca):
+    """An actor's --tls-ca that holds no certificate exits 2 in one line at start-up, never
+    a channel that gRPC would verify against the system's public CAs instead."""
+    path = tmp_path / ca
+    if ca == "directory":
+        path.mkdir()
+    elif ca != "missing":
+        path.write_text("" if ca == "empty" else "not a certificate\n")
+    with pytest.raises(SystemExit) as stop:
+        parse_config(ActorConfig, ["--tls-ca", str(path)], "actors", "")
+    assert stop.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"--tls-ca {path}: " in line, line
+    good = make_certificates(tmp_path / "certs")["ca"]
+    assert parse_config(ActorConfig, ["--tls-ca", str(good)], "actors", "").tls_ca == str(good)
+
+
 # ------------------------------------------------------------------ no secret written down
 
 

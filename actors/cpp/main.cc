@@ -60,6 +60,7 @@ struct Flags {
   std::string actor_id;
   int64_t max_frames = 0;  // 0: until the learner finishes
   std::string tls_ca;
+  std::string tls_ca_pem;  // the file's certificates, read once at start-up
   std::string tls_server_name;
 };
 
@@ -102,6 +103,17 @@ Flags ParseFlags(int argc, char** argv) {
     Usage("--envs-per-actor must be in [1, 4096]");
   }
   if (!(flags.max_backoff_s > 0)) Usage("--max-backoff-s must be > 0");
+  if (!flags.tls_ca.empty()) {
+    // An unreadable or empty CA file must not mean "trust the system's public CAs", which
+    // is what gRPC does with empty root certificates.
+    std::ifstream file(flags.tls_ca);
+    std::stringstream pem;
+    if (file) pem << file.rdbuf();
+    flags.tls_ca_pem = pem.str();
+    if (flags.tls_ca_pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      Usage("--tls-ca " + flags.tls_ca + ": no PEM certificate could be read from it");
+    }
+  }
   if (flags.actor_id.empty()) {
     char host[256] = "host";
     gethostname(host, sizeof host - 1);
@@ -341,11 +353,8 @@ class Actor {
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
     if (!flags_.tls_ca.empty()) {
-      std::ifstream file(flags_.tls_ca);
-      std::stringstream pem;
-      pem << file.rdbuf();
       grpc::SslCredentialsOptions tls;
-      tls.pem_root_certs = pem.str();
+      tls.pem_root_certs = flags_.tls_ca_pem;
       credentials = grpc::SslCredentials(tls);
       if (!flags_.tls_server_name.empty()) {
         args.SetSslTargetNameOverride(flags_.tls_server_name);

@@ -14,12 +14,21 @@ leaf by leaf (:class:`LeafNormalizer`): each float vector leaf keeps its own sta
 becomes float32 in the rows the network reads; images, discrete leaves and the action mask
 pass through byte for byte, since scaling pixels or category ids would only hide them.
 
+Both kinds of statistics are bounded against one extreme but finite value (a simulator
+that blows up once, a hostile frame: the wire refuses only NaN and inf): before it is folded
+in, each value is clipped to ``mean +- UPDATE_SIGMAS * std`` of the statistics so far (to
+``+-WARMUP_CAP`` while fewer than ``WARMUP_FRAMES`` have been seen). One value then moves the
+mean by at most ``UPDATE_SIGMAS * std / (count + 1)`` and multiplies the variance by at most
+``1 + UPDATE_SIGMAS**2 / (count + 1)``, so the honest frames after it still normalize to
+O(1); honest drift is still followed, since values at the bound widen it batch by batch.
+The frame itself is served as usual (its network input is clipped to +-CLIP anyway); the
+learner only counts the clipped values (``obs_norm/clipped_values``).
+
 Shape suffixes: B frames in a batch, O observation dims, R packed row bytes.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -34,6 +43,23 @@ CLIP = 10.0
 MeanStdFilter do), so one extreme frame cannot blow up a pre-activation."""
 EPSILON = 1e-8
 """Added to the variance: a constant element normalizes to 0, not to NaN."""
+UPDATE_SIGMAS = CLIP
+"""Values are folded into the statistics clipped to mean +- this many std: what the network
+would see clipped at +-CLIP enters the statistics at that same bound."""
+WARMUP_FRAMES = 8
+"""Below this many values the std is no bound yet (one frame has none): values are clipped
+to +-WARMUP_CAP instead."""
+WARMUP_CAP = 1e6
+"""The bound on the first values of a run, above any sane observation or return."""
+
+
+def update_bounds(count: float, mean: Any, var: Any) -> tuple[Any, Any]:
+    """The (low, high) that values are clipped to before they join statistics of ``count``
+    values with this ``mean`` and (population) ``var``."""
+    if count < WARMUP_FRAMES:
+        return -WARMUP_CAP, WARMUP_CAP
+    reach = UPDATE_SIGMAS * np.sqrt(var + EPSILON)
+    return mean - reach, mean + reach
 
 
 def normalizes_leaf(leaf: codec.Leaf, mask_leaf: str = "") -> bool:
@@ -96,6 +122,8 @@ class ObservationNormalizer:
         self._state: tuple[int, np.ndarray, np.ndarray] = (0, zeros, zeros.copy())
         self.frozen = False
         """Statistics as loaded, never moved (a trained policy served as ``evaluate`` runs it)."""
+        self.clipped_values = 0
+        """Values clipped by the update bound so far (not checkpointed: a metric)."""
 
     @property
     def count(self) -> int:
@@ -112,14 +140,18 @@ class ObservationNormalizer:
         return m2 / count if count else np.ones(self.obs_shape, np.float64)
 
     def update(self, obs_BO: np.ndarray) -> None:
-        """Fold a batch of raw observations into the statistics (unless frozen)."""
+        """Fold a batch of raw observations into the statistics (unless frozen), each value
+        clipped to :func:`update_bounds` of the statistics before the batch."""
         if self.frozen:
             return
-        x = np.asarray(obs_BO, np.float64).reshape(-1, *self.obs_shape)
-        n = len(x)
+        raw = np.asarray(obs_BO, np.float64).reshape(-1, *self.obs_shape)
+        n = len(raw)
         if n == 0:
             return
         count, mean, m2 = self._state
+        low, high = update_bounds(count, mean, m2 / count if count else 0.0)
+        x = np.clip(raw, low, high)
+        self.clipped_values += int(np.count_nonzero(x != raw))
         batch_mean = x.mean(axis=0)
         batch_m2 = np.square(x - batch_mean).sum(axis=0)
         total = count + n
@@ -190,6 +222,10 @@ class LeafNormalizer:
     def count(self) -> int:
         return next(iter(self.leaf_stats.values())).count
 
+    @property
+    def clipped_values(self) -> int:
+        return sum(stats.clipped_values for stats in self.leaf_stats.values())
+
     def stats_of(self, name: str) -> ObservationNormalizer:
         """The statistics of the leaf called ``name``."""
         for index, stats in self.leaf_stats.items():
@@ -252,6 +288,8 @@ class ReturnNormalizer:
         self.count = 0.0
         self.mean = 0.0
         self.var = 1.0
+        self.clipped_values = 0
+        """Return values clipped by the update bound so far (not checkpointed)."""
 
     @property
     def scale(self) -> float:
@@ -264,14 +302,17 @@ class ReturnNormalizer:
         return (reward * self.scale).clamp(-self.clip, self.clip)
 
     def update(self, raw_returns: torch.Tensor, weight: torch.Tensor) -> None:
-        """Fold a batch of raw-unit return estimates (``weight`` 1 where valid) in."""
+        """Fold a batch of raw-unit return estimates (``weight`` 1 where valid) in, each
+        clipped to :func:`update_bounds` of the statistics before the batch."""
         n = float(weight.sum())
-        if n < 1:
-            return
+        if n < 1 or not bool(torch.isfinite(raw_returns).all()):
+            return  # a non-finite batch is skipped by the step; it must not poison the scale
+        low, high = update_bounds(self.count, self.mean, self.var)
+        clipped = raw_returns.clamp(low, high)
+        self.clipped_values += int(((clipped != raw_returns) & (weight > 0)).sum())
+        raw_returns = clipped
         mean = float((raw_returns * weight).sum()) / n
         var = float(((raw_returns - mean).pow(2) * weight).sum()) / n
-        if not math.isfinite(mean + var):
-            return  # a non-finite batch is skipped by the step; it must not poison the scale
         total = self.count + n
         delta = mean - self.mean
         m2 = self.var * self.count + var * n + delta * delta * self.count * n / total

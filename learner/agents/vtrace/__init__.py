@@ -125,6 +125,7 @@ class VTraceAgent:
             if torch.isfinite(result.total):  # a batch the step skips leaves no trace
                 norm.update(batch["running_return"][1:] * cfg.reward_scale, result.weight_TB)
             terms["reward_norm_scale"] = torch.tensor(scale)
+            terms["reward_norm_clipped"] = torch.tensor(float(norm.clipped_values))
         if cfg.final_entropy_cost is not None:
             terms["entropy_cost"] = torch.tensor(entropy_cost)
         if cfg.effective_max_update_kl is not None:
