@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from learner.collapse import ENTROPY_FLAG, RETURN_FLAG
+from learner.collapse import ENTROPY_FLAG, PREMATURE_FLAG, RETURN_FLAG
 
 
 def _fmt(value: Any, spec: str = ".1f") -> str:
@@ -33,6 +33,9 @@ def progress_line(record: dict[str, Any]) -> str:
         warnings.append(f"return fell from best {_fmt(record.get('episode_return_best'))}")
     if warnings:
         line += "  COLLAPSE? " + ", ".join(warnings)
+    if record.get(PREMATURE_FLAG):
+        fraction = record.get("entropy_fraction", 0.0)
+        line += f"  PREMATURE? entropy {fraction:.0%} of max, return near its start"
     return line
 
 

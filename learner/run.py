@@ -426,7 +426,9 @@ async def _serve(
             **rank.metrics(), **(learner.league.metrics() if learner.league else {}),
         }  # fmt: skip
         stats = learner.stats
-        watch.check(record, stats.return_first, stats.return_best, stats.return_error)
+        watch.check(
+            record, stats.return_first, stats.return_best, stats.return_error, stats.return_spread
+        )
         writer.write(record, learner.stats.drain_episodes())
         failures += writer.close()  # what the sinks dropped or could not close, each logged
     result = _result(learner, stop.reason, time.perf_counter() - start)
@@ -472,7 +474,9 @@ async def _supervise(
             record["obs_norm/clipped_values"] = learner.normalizer.clipped_values
         if learner.league is not None:
             record.update(learner.league.metrics())
-        watch.check(record, stats.return_first, stats.return_best, stats.return_error)
+        watch.check(
+            record, stats.return_first, stats.return_best, stats.return_error, stats.return_spread
+        )
         writer.write(record, stats.drain_episodes())
         progress.update(record)
         await keep_best(learner, trainer, rank, keeper)

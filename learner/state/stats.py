@@ -172,6 +172,14 @@ class LearnerStats:
         n = len(self.returns)
         return float(np.std(self.returns, ddof=1) / math.sqrt(n)) if n > 1 else 0.0
 
+    @property
+    def return_spread(self) -> float | None:
+        """The standard deviation of the window's returns; None until it is full (what a
+        gain is measured against when the collapse watch asks how far the run has come)."""
+        if len(self.returns) < RETURN_WINDOW:
+            return None
+        return float(np.std(self.returns, ddof=1))
+
     def _track_best(self) -> None:
         mean = self.full_window_mean
         if mean is None:
