@@ -20,10 +20,19 @@ from benchmarks.serving_tier.slots import (
 )
 
 JOIN_TIMEOUT_S = 10.0
+STARTUP_TIMEOUT_S = 30.0
+"""How long every slot may take to make its first round trips (a loaded host starts
+processes late)."""
 
 
-def run_once(spec: RunSpec, warmup_s: float, measure_s: float) -> dict[str, Any]:
-    """Measure one configuration; the result holds both sides' counts for checking."""
+def run_once(
+    spec: RunSpec, warmup_s: float, measure_s: float, min_round_trips: int = 2
+) -> dict[str, Any]:
+    """Measure one configuration; the result holds both sides' counts for checking.
+
+    The warm-up starts once every slot has made ``min_round_trips`` round trips, so the
+    window never opens on processes still starting.
+    """
     ctx = mp.get_context("fork")  # the doorbells' descriptors are inherited, not sent
     table = SlotTable(spec.table)
     model_bell = make_bell(spec.bell, ctx)
@@ -48,6 +57,7 @@ def run_once(spec: RunSpec, warmup_s: float, measure_s: float) -> dict[str, Any]
     try:
         for p in procs:
             p.start()
+        _await_round_trips(table, procs, min_round_trips)
         time.sleep(warmup_s)
         table.control[0] = MEASURE
         t0 = time.perf_counter()
@@ -68,6 +78,18 @@ def run_once(spec: RunSpec, warmup_s: float, measure_s: float) -> dict[str, Any]
         table.close()
         table.shm.unlink()
     return _summarise(spec, wall, mod, front, [p.exitcode for p in procs])
+
+
+def _await_round_trips(table: SlotTable, procs: list[Any], count: int) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while int(table.req_S.min()) <= count:  # a slot's counter is one ahead while it waits
+        dead = [p.name for p in procs if p.exitcode is not None]
+        if dead or time.monotonic() > deadline:
+            raise RuntimeError(
+                f"slots made fewer than {count} round trips within {STARTUP_TIMEOUT_S:g} s "
+                f"(ended: {dead or 'none'})"
+            )
+        time.sleep(0.001)
 
 
 def _receive(rx: Any, proc: Any) -> dict[str, Any]:
