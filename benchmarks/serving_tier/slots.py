@@ -75,6 +75,7 @@ class SlotTable:
         create = name is None
         self.shm = shared_memory.SharedMemory(name=name, create=create, size=sum(sizes))
         buf, offset, views = self.shm.buf, 0, []
+        assert buf is not None  # None only after close
         for size in sizes:
             views.append(buf[offset : offset + size])
             offset += size
