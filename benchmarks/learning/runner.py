@@ -205,7 +205,8 @@ def heuristic_return(spec: EnvSpec, episodes: int, seed: int) -> dict[str, Any]:
     if isinstance(env, AgentsEnv):
         env.close()
         return {"name": spec.heuristic, **agents_return(spec, choose, episodes, seed)}
-    return {"name": spec.heuristic, **episodes_return(env, lambda obs: choose(0, obs), episodes, seed)}
+    played = episodes_return(env, lambda obs: choose(0, obs), episodes, seed)
+    return {"name": spec.heuristic, **played}
 
 
 def uniform_action(space: gym.Space[Any], obs: Any, rng: np.random.Generator) -> Any:

@@ -99,7 +99,7 @@ class EnvSpec:
 
     @property
     def name(self) -> str:
-        base = self.env.replace("/", "-")
+        base = self.env.replace("/", "-").replace(":", "-")  # ":" would read as a URL scheme
         return f"{base}-{self.variant}" if self.variant else base
 
     @property
