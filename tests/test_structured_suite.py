@@ -85,6 +85,7 @@ def test_the_spaces_are_the_kinds_the_suite_is_about() -> None:
     assert lit.action_space == spaces.MultiDiscrete([7, 7])
     assert isinstance(_make("lit_cell_tuple").observation_space, spaces.Tuple)
     masked = _make("lit_cell_masked").observation_space
+    assert isinstance(masked, spaces.Dict)
     assert masked["action_mask"] == spaces.MultiBinary(14)
     assert _make("combination_lock").action_space == spaces.MultiDiscrete([3, 4, 5])
     reg = _make("register")
@@ -147,7 +148,7 @@ def test_the_register_pays_once_at_the_end_and_an_overwrite_loses_it() -> None:
     obs, _ = env.reset(seed=8)
     env.step(cue)
     env.step((cue + 1) % 4)  # overwritten at the second step: the cue is gone
-    assert sum(env.step(structured.KEEP)[1] for _ in range(28)) == 0.0
+    assert sum(float(env.step(structured.KEEP)[1]) for _ in range(28)) == 0.0
 
 
 def test_uniform_action_samples_each_sub_action_among_its_allowed_ones() -> None:
@@ -168,7 +169,7 @@ def test_the_suite_holds_every_env_to_its_scripted_and_random_levels() -> None:
         assert spec.preset is None  # the learner's defaults: what users' own envs start from
         assert spec.heuristic in HEURISTICS and spec.reference is None
         assert (spec.random_level, spec.upper_level) == (levels.random, levels.upper)
-        assert spec.random_level < spec.thresholds[0] < spec.thresholds[-1] < spec.upper_level
+        assert levels.random < spec.thresholds[0] < spec.thresholds[-1] < levels.upper
         assert ":" not in spec.name  # a Markdown link would read it as a URL scheme
     assert SUITES["structured"].envs[0].random_level == pytest.approx(10 / 49)
 

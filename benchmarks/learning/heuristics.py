@@ -67,12 +67,14 @@ def spread_action(obs: Any) -> int:
     return UP if dy > 0 else DOWN
 
 
+def _single(act: Callable[[Any], Any]) -> Callable[[int, Any], Any]:
+    """A single-agent policy (observation -> action) as a chooser."""
+    return lambda row, obs: act(obs)
+
+
 HEURISTICS: dict[str, Callable[[int, Any], Any]] = {
     "spread": lambda row, obs: spread_action(obs),
     # the structured suite's scripted policies, each reaching its env's upper level
-    **{
-        f"structured-{name}": (lambda row, obs, act=levels.scripted: act(obs))
-        for name, levels in structured.LEVELS.items()
-    },
+    **{f"structured-{name}": _single(lv.scripted) for name, lv in structured.LEVELS.items()},
 }
 """The named heuristics a suite's env can be scored against (``EnvSpec.heuristic``)."""

@@ -169,7 +169,7 @@ class CombinationLock(_Stepped):
 
     steps = LOCK_STEPS
     observation_space = spaces.Box(-1.0, 1.0, (sum(LOCK_NVEC) + NOISE,), np.float32)
-    action_space = spaces.MultiDiscrete(LOCK_NVEC)
+    action_space = spaces.MultiDiscrete(list(LOCK_NVEC))
 
     def _next(self) -> None:
         self._code = tuple(int(self.np_random.integers(n)) for n in LOCK_NVEC)
