@@ -203,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     elif args.task == "structured":
         out["curve"] = return_curve(records, called_mono - args.launched_at - called_wall)
+        if result.reason.startswith("signal"):  # no stop of its own here: the runner's
+            out["stopped_by"] = "time limit"
     else:
         steady = measured_span(samples, stop_at[0] if stop_at else None)
         out.update(
