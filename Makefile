@@ -110,7 +110,7 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m learner bench --quick $(ARGS)
 
-## Learning benchmark: `make bench-learning SUITE=classic|classic-r2d2|classic-long|minatar|minigrid|atari|mujoco|multiagent|selfplay
+## Learning benchmark: `make bench-learning SUITE=classic|classic-r2d2|classic-long|minatar|minigrid|atari|mujoco|multiagent|selfplay|structured
 ## [AGENT=vtrace|r2d2] [FRAMES=N] [SEEDS=2] [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env
 ## x seed trained to FRAMES (0: the suite's budget); the finished runs are archived
 ## (thinned, no checkpoints) in BENCH_RESULTS to be committed, and docs/learning.md's table
@@ -231,6 +231,7 @@ GPU_RESULTS ?= benchmarks/results
 ## seedrl beside stable-baselines3 PPO, Sample Factory APPO and PufferLib PPO on this machine,
 ## in one run (CartPole to 475, Atari Pong frames/s; each peer's venv is built on first use under
 ## ~/.cache/seedrl/peers): writes PEERS_JSON and docs/performance.md's peers table.
+## ARGS="--suite structured --merge": seedrl's and SB3 PPO's defaults on the structured suite too.
 PEERS_JSON ?= benchmarks/results/peers.json
 .PHONY: bench-peers bench-peers-table
 bench-peers: $(STAMP)

@@ -348,3 +348,87 @@ def test_task_outcome_is_time_to_target_for_cartpole_and_steady_rate_for_pong() 
     pong = task_outcome("pong", {}, 100.0, 110.0, samples, 10.0)
     assert pong == {"agent_steps_per_s": pytest.approx(200.0), "measured_s": 10.0}
     assert task_outcome("pong", {}, 100.0, 110.0, [], 10.0)["measured_s"] == 0.0
+
+
+def test_the_structured_suite_pairs_seedrl_and_sb3_on_every_env() -> None:
+    from benchmarks.learning.suites import SUITES
+
+    tasks = peers.suite_tasks("structured")
+    envs = [spec.env for spec in SUITES["structured"].envs]
+    assert [(t.peer, t.env) for t in tasks] == [(p, e) for e in envs for p in ("seedrl", "sb3")]
+    assert {t.task for t in tasks} == {"structured"}
+    assert {t.venv for t in tasks if t.peer == "sb3"} == {"sb3"}
+    assert len({t.name for t in tasks}) == len(tasks)  # each its own log and run directory
+    assert peers.suite_tasks("default") == peers.TASKS
+    with pytest.raises(ValueError, match="unknown peers suite"):
+        peers.suite_tasks("structure")
+
+
+def test_structured_drivers_get_the_same_env_wall_cap_and_number_of_envs() -> None:
+    caps = peers.Caps(structured_wall_cap_s=77.0)
+    seedrl, sb3 = peers.suite_tasks("structured")[:2]
+    ours = peers.driver_args(seedrl, caps, Path("w"), 1.5)
+    theirs = peers.driver_args(sb3, caps, Path("w"), 1.5)
+    assert ours[0] == "structured" and "--logdir=w" in ours
+    for args in (ours, theirs):
+        assert f"--env={seedrl.env}" in args and "--wall-cap-s=77.0" in args
+    assert "--num-actors=2" in ours and "--envs-per-actor=16" in ours
+    assert "--num-envs=32" in theirs
+    assert peers.time_limit(sb3, caps) == 77.0 + caps.grace_s
+
+
+def test_sb3_reads_dict_observations_as_they_are_and_flattens_tuples() -> None:
+    from benchmarks.learning import structured
+    from benchmarks.peers import sb3_driver
+
+    dict_env, tuple_env = structured.lit_cell(), structured.lit_cell_tuple()
+    assert sb3_driver.sb3_wrapper(dict_env.observation_space) is None
+    assert sb3_driver.policy_for(dict_env.observation_space) == "MultiInputPolicy"
+    wrapper = sb3_driver.sb3_wrapper(tuple_env.observation_space)
+    flat = wrapper(tuple_env).observation_space
+    assert sb3_driver.policy_for(flat) == "MlpPolicy" and flat.shape == (49 + 4 + 3,)
+    assert sb3_driver.env_factory(structured.env_id("register"))().action_space.n == 5
+    with pytest.raises(SystemExit, match="module:callable"):
+        sb3_driver.env_factory("CartPole-v1")
+
+
+def test_the_structured_table_has_a_row_per_system_and_env_with_its_levels() -> None:
+    env = "benchmarks.learning.structured:lit_cell"
+    rows = [
+        {"peer": "seedrl", "system": "seedrl V-trace", "task": "structured", "env": env,
+         "status": "ok", "return_mean100": 1.9, "frames": 3_900_000, "wall_s": 300.0,
+         "startup_s": 10.0, "random_level": 10 / 49, "upper_level": 10.0,
+         "stopped_by": "wall cap", "summary": "2 actors × 16 envs"},
+        {"peer": "sb3", "system": "stable-baselines3 PPO", "task": "structured", "env": env,
+         "status": "failed", "reason": "install: no network", "random_level": 10 / 49,
+         "upper_level": 10.0},
+    ]  # fmt: skip
+    doc = {**_fixture(), "settings": {"structured_wall_cap_s": 300.0}, "results": rows}
+    block = report.render(doc)
+    assert "after 300 s from launch" in block and "CartPole-v1 to a mean" not in block
+    heading = "structured learning suite"
+    ours = _cells(block, "lit_cell", heading)
+    assert ours[1:] == ["seedrl V-trace", "2 actors × 16 envs", "trained", "1.90", "0.204",
+                        "10", "3,900,000", "13,448", "10", "wall cap"]  # fmt: skip
+    section = block[block.index(heading) :]
+    theirs = next(x for x in section.splitlines() if "stable-baselines3 PPO" in x)
+    assert "failed: install: no network" in theirs and "| 0.204 | 10 |" in theirs
+
+
+def test_merge_tells_structured_rows_apart_by_their_env(tmp_path: Path) -> None:
+    seedrl_lit, _, seedrl_tuple, _ = peers.suite_tasks("structured")[:4]
+    out = tmp_path / "peers.json"
+    rows = [
+        {"peer": "seedrl", "task": "structured", "env": t.env} for t in (seedrl_lit, seedrl_tuple)
+    ]
+    out.write_text(json.dumps({**_fixture(), "results": rows}))
+    kept = peers.earlier_rows(out, [seedrl_lit])
+    assert [r["env"] for r in kept] == [seedrl_tuple.env]
+
+
+def test_the_seedrl_curve_is_in_seconds_from_launch() -> None:
+    from benchmarks.peers.seedrl_driver import return_curve
+
+    records = [{"time": 1000.0, "frames": 0}, {"time": 1005.0, "frames": 5000,
+               "episode_return_mean": 0.25}, {"time": 1006.0}]  # fmt: skip
+    assert return_curve(records, -998.0) == [[2.0, 0, None], [7.0, 5000, 0.25]]

@@ -214,6 +214,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not random_path.exists():
             random_path.parent.mkdir(parents=True, exist_ok=True)
             rnd = random_return(spec, RANDOM_EPISODES)
+            if spec.random_level is not None:  # the exact level, the estimate kept beside it
+                rnd = {**rnd, "mean": spec.random_level, "measured_mean": rnd["mean"]}
             random_path.write_text(json.dumps(rnd, indent=2) + "\n")
         if finished_run(logdir, frames) is not None:
             print(f"{label}: already finished, kept")

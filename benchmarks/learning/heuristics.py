@@ -3,7 +3,8 @@ evaluation episodes: what a hand-written rule reaches where no published figure 
 the env's conventions.
 
 A heuristic is a chooser, ``(agent index, that agent's observation) -> action``, that
-plays every agent of a multi-agent env (:func:`seedrl.envs.agents.play_episode`).
+plays every agent of a multi-agent env (:func:`seedrl.envs.agents.play_episode`), or the
+one agent (index 0) of a single-agent env.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from benchmarks.learning import structured
 
 COAST = 0.1 / 0.25
 """How far an MPE particle still travels, in units of its velocity, once it stops
@@ -64,7 +67,14 @@ def spread_action(obs: Any) -> int:
     return UP if dy > 0 else DOWN
 
 
+def _single(act: Callable[[Any], Any]) -> Callable[[int, Any], Any]:
+    """A single-agent policy (observation -> action) as a chooser."""
+    return lambda row, obs: act(obs)
+
+
 HEURISTICS: dict[str, Callable[[int, Any], Any]] = {
     "spread": lambda row, obs: spread_action(obs),
+    # the structured suite's scripted policies, each reaching its env's upper level
+    **{f"structured-{name}": _single(lv.scripted) for name, lv in structured.LEVELS.items()},
 }
 """The named heuristics a suite's env can be scored against (``EnvSpec.heuristic``)."""

@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from benchmarks.learning.heuristics import HEURISTICS
@@ -197,10 +198,49 @@ def agents_return(
 
 def heuristic_return(spec: EnvSpec, episodes: int, seed: int) -> dict[str, Any]:
     """The env's scripted baseline (``spec.heuristic``) on episodes from env seed ``seed``."""
-    return {
-        "name": spec.heuristic,
-        **agents_return(spec, HEURISTICS[spec.heuristic], episodes, seed),
-    }
+    from seedrl import envs
+
+    choose = HEURISTICS[spec.heuristic]
+    env = envs.make_env(spec.env, spec.env_kwargs)
+    if isinstance(env, AgentsEnv):
+        env.close()
+        return {"name": spec.heuristic, **agents_return(spec, choose, episodes, seed)}
+    played = episodes_return(env, lambda obs: choose(0, obs), episodes, seed)
+    return {"name": spec.heuristic, **played}
+
+
+def uniform_action(space: gym.Space[Any], obs: Any, rng: np.random.Generator) -> Any:
+    """A uniformly random action: among the allowed ones where the observation carries an
+    ``action_mask`` (for a ``MultiDiscrete`` action, one mask segment per sub-action)."""
+    if not (isinstance(obs, dict) and "action_mask" in obs):
+        return space.sample()
+    mask = np.asarray(obs["action_mask"]).reshape(-1)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        segments = np.split(mask, np.cumsum(space.nvec.reshape(-1))[:-1])
+        choice = [rng.choice(np.flatnonzero(segment)) for segment in segments]
+        return np.array(choice, space.dtype).reshape(space.shape)
+    return rng.choice(np.flatnonzero(mask))
+
+
+def episodes_return(
+    env: gym.Env[Any, Any], choose: Callable[[Any], Any], episodes: int, seed: int
+) -> dict[str, Any]:
+    """Mean and std of a single-agent env's return over full episodes from env seeds
+    ``seed``, ``seed + 1``, ..., with ``choose`` (observation -> action) acting; closes it."""
+    returns = []
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            total, steps, done = 0.0, 0, False
+            while not done and steps < RANDOM_MAX_STEPS:
+                obs, reward, terminated, truncated, _ = env.step(choose(obs))
+                total += float(reward)
+                steps += 1
+                done = terminated or truncated
+            returns.append(total)
+    finally:
+        env.close()
+    return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "episodes": episodes}
 
 
 def random_return(spec: EnvSpec, episodes: int, seed: int = 0) -> dict[str, Any]:
@@ -221,24 +261,8 @@ def random_return(spec: EnvSpec, episodes: int, seed: int = 0) -> dict[str, Any]
             return env.action_space.sample()
 
         return agents_return(spec, uniform, episodes, seed)
-    returns = []
-    try:
-        for episode in range(episodes):
-            obs, _ = env.reset(seed=seed + episode)
-            total, steps, done = 0.0, 0, False
-            while not done and steps < RANDOM_MAX_STEPS:
-                if isinstance(obs, dict) and "action_mask" in obs:
-                    action = rng.choice(np.flatnonzero(obs["action_mask"]))
-                else:
-                    action = env.action_space.sample()
-                obs, reward, terminated, truncated, _ = env.step(action)
-                total += float(reward)
-                steps += 1
-                done = terminated or truncated
-            returns.append(total)
-    finally:
-        env.close()
-    return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "episodes": episodes}
+    space = env.action_space
+    return episodes_return(env, lambda obs: uniform_action(space, obs, rng), episodes, seed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

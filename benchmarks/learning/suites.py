@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from benchmarks.learning import structured
 from seedrl import envs
 
 
@@ -84,6 +85,11 @@ class EnvSpec:
     many seconds of wall time (0: any)."""
     curve_metric: str = RETURN_METRIC
     """The metrics field the curve, the thresholds and the stability columns read."""
+    random_level: float | None = None
+    """A uniformly random policy's expected return in closed form, where the env's
+    author knows it (the measured ``random.json`` is an estimate of it)."""
+    upper_level: float | None = None
+    """The best expected return, where known (the ``heuristic`` reaches it)."""
 
     def __post_init__(self) -> None:
         if self.preset == "":
@@ -93,7 +99,7 @@ class EnvSpec:
 
     @property
     def name(self) -> str:
-        base = self.env.replace("/", "-")
+        base = self.env.replace("/", "-").replace(":", "-")  # ":" would read as a URL scheme
         return f"{base}-{self.variant}" if self.variant else base
 
     @property
@@ -478,6 +484,41 @@ SUITES["selfplay"] = Suite(
 )
 """Two-player self-play (issue 57): Connect Four against a pool of past selves and fixed
 scripted opponents, judged by games against those scripted players in both seats."""
+
+
+STRUCTURED_FRAMES = 4_000_000
+"""About 300 s of training on the 2-core development machine at 2 actors x 16 envs
+(issue 87 measured 3.9 M frames in 300 s on the lit-cell task with the defaults)."""
+
+
+def _structured(name: str) -> EnvSpec:
+    """One of :mod:`benchmarks.learning.structured`'s envs on the learner's defaults, held
+    to its scripted policy (the upper level) with its random level beside it."""
+    levels = structured.LEVELS[name]
+    low, high = levels.random, levels.upper
+    return EnvSpec(
+        structured.env_id(name),
+        STRUCTURED_FRAMES,
+        None,
+        thresholds=(round(low + (high - low) / 2, 2), round(low + 0.9 * (high - low), 2)),
+        preset=None,
+        heuristic=f"structured-{name}",
+        random_level=low,
+        upper_level=high,
+    )
+
+
+SUITES["structured"] = Suite(
+    name="structured",
+    envs=tuple(_structured(name) for name in structured.LEVELS),
+    num_actors=2,
+    envs_per_actor=16,
+    eval_episodes=100,
+    greedy=False,
+)
+"""The spaces users bring, on the learner's defaults (issue 87): dict and tuple
+observations, joint ``MultiDiscrete`` actions, an action mask, a reward 30 steps late;
+each against its scripted upper level and random level."""
 SUITES["minatar-r2d2"] = with_agent(SUITES["minatar"], "r2d2")
 SUITES["atari-r2d2"] = with_agent(SUITES["atari"], "r2d2")
 """R2D2 on the V-trace suites' envs (``make bench-learning SUITE=minatar AGENT=r2d2``);

@@ -2,6 +2,7 @@
 APPO, on the same machine in the same run, one system at a time.
 
     python -m benchmarks.peers run [--out benchmarks/results/peers.json] [--only sb3,...]
+        [--suite default|structured]
     python -m benchmarks.peers table benchmarks/results/peers.json [--update docs/performance.md]
 
 ``run`` builds each peer's virtual environment on first use (``benchmarks.peers.venvs``),
@@ -9,6 +10,10 @@ runs every system's driver as a child process under a hard time limit, echoes th
 progress and writes the JSON after every system, so an interrupted run reports what it
 has. A peer that fails to install or to run is recorded as failed, with the reason, and
 the run goes on. ``table`` renders the JSON (``benchmarks.peers.report``).
+
+``--suite structured`` runs, instead of CartPole and Atari, every env of the learning
+benchmark's ``structured`` suite with seedrl's defaults beside SB3 PPO's, each for the
+same wall time at the same number of envs.
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ class Caps:
     """Atari: seconds over which the steady rate is measured."""
     grace_s: float = 90.0
     """Atari start-up allowance, and how long past its cap a driver may take to stop."""
+    structured_wall_cap_s: float = 300.0
+    """Structured suite: each system trains this long from launching its process."""
     seed: int = 0
 
 
@@ -76,6 +83,14 @@ class Task:
     venv: str | None
     """The peer's environment in ``venvs.PINS``; None: seedrl's own interpreter."""
     module: str
+    env: str = ""
+    """The structured task's env id (empty for CartPole and Atari)."""
+
+    @property
+    def name(self) -> str:
+        """The row's log and run directory name."""
+        short = self.env.partition(":")[2] or self.env
+        return f"{self.peer}-{self.task}" + (f"-{short}" if self.env else "")
 
 
 TASKS = (
@@ -91,6 +106,50 @@ TASKS = (
 )  # fmt: skip
 
 
+def structured_tasks() -> tuple[Task, ...]:
+    """seedrl's defaults and SB3 PPO's on every env of the ``structured`` learning suite."""
+    from benchmarks.learning.suites import SUITES
+
+    return tuple(
+        task
+        for spec in SUITES["structured"].envs
+        for task in (
+            Task("seedrl", "seedrl V-trace", "structured", None,
+                 "benchmarks.peers.seedrl_driver", spec.env),
+            Task("sb3", "stable-baselines3 PPO", "structured", "sb3",
+                 "benchmarks.peers.sb3_driver", spec.env),
+        )
+    )  # fmt: skip
+
+
+PEER_SUITES = ("default", "structured")
+"""``--suite``: CartPole and Atari (``TASKS``), or the structured learning suite."""
+
+
+def suite_tasks(name: str) -> tuple[Task, ...]:
+    if name == "structured":
+        return structured_tasks()
+    if name == "default":
+        return TASKS
+    raise ValueError(f"unknown peers suite {name!r}; known: {', '.join(PEER_SUITES)}")
+
+
+def structured_shape() -> tuple[int, int]:
+    """The structured suite's actors and envs each: SB3 steps as many envs in all."""
+    from benchmarks.learning.suites import SUITES
+
+    suite = SUITES["structured"]
+    return suite.num_actors, suite.envs_per_actor
+
+
+def structured_levels(env: str) -> dict[str, float]:
+    """The env's random and upper levels, which its table rows are read between."""
+    from benchmarks.learning.structured import levels_of
+
+    levels = levels_of(env)
+    return {"random_level": levels.random, "upper_level": levels.upper}
+
+
 def driver_args(task: Task, caps: Caps, workdir: Path, launched_at: float) -> list[str]:
     """The driver's command-line arguments for this task under these caps."""
     args = [f"--launched-at={launched_at!r}", f"--seed={caps.seed}"]
@@ -100,6 +159,12 @@ def driver_args(task: Task, caps: Caps, workdir: Path, launched_at: float) -> li
         args.append(f"--train-dir={workdir}")
     elif task.peer == "pufferlib":
         args.append(f"--data-dir={workdir}")
+    if task.task == "structured":
+        actors, each = structured_shape()
+        args += [f"--env={task.env}", f"--wall-cap-s={caps.structured_wall_cap_s}"]
+        if task.peer == "sb3":
+            return [*args, f"--num-envs={actors * each}"]
+        return [task.task, *args, f"--num-actors={actors}", f"--envs-per-actor={each}"]
     if task.task == "cartpole":
         args += [f"--target={caps.target}", f"--wall-cap-s={caps.cartpole_wall_cap_s}"]
         if task.peer != "sb3":
@@ -115,6 +180,8 @@ def wall_cap(task: Task, caps: Caps) -> float:
     measured span plus ``grace_s`` for its start-up)."""
     if task.task == "cartpole":
         return caps.cartpole_wall_cap_s
+    if task.task == "structured":
+        return caps.structured_wall_cap_s
     return caps.atari_warmup_s + caps.atari_measure_s + caps.grace_s
 
 
@@ -213,8 +280,10 @@ gets the reason rather than a second build of many minutes."""
 
 def run_task(task: Task, caps: Caps, out_dir: Path, venv_root: Path) -> dict[str, Any]:
     """One system's row: its driver's result, or why there is none."""
-    name = f"{task.peer}-{task.task}"
+    name = task.name
     row: dict[str, Any] = {"peer": task.peer, "system": task.system, "task": task.task}
+    if task.env:
+        row.update(env=task.env, **structured_levels(task.env))
     log = out_dir / f"{name}.log"
     row["log"] = str(log)
     if task.venv is None:
@@ -285,12 +354,13 @@ def run(args: argparse.Namespace) -> int:
         atari_warmup_s=args.atari_warmup_s,
         atari_measure_s=args.atari_measure_s,
         grace_s=args.grace_s,
+        structured_wall_cap_s=args.structured_wall_cap_s,
         seed=args.seed,
     )
     only = {p for p in args.only.split(",") if p}
     tasks_wanted = {t for t in args.tasks.split(",") if t}
     tasks = [
-        t for t in TASKS
+        t for t in suite_tasks(args.suite)
         if (not only or t.peer in only) and (not tasks_wanted or t.task in tasks_wanted)
     ]  # fmt: skip
     out = Path(args.out)
@@ -307,14 +377,15 @@ def run(args: argparse.Namespace) -> int:
     }
     kept = earlier_rows(out, tasks) if args.merge else []
     for i, task in enumerate(tasks, 1):
-        print(f"[{i}/{len(tasks)}] {task.system}, {task.task}", flush=True)
+        where = f"{task.task} {task.env}" if task.env else task.task
+        print(f"[{i}/{len(tasks)}] {task.system}, {where}", flush=True)
         row = run_task(task, caps, out_dir, Path(args.venv_root).expanduser())
         row["date"] = doc["date"]
         doc["results"].append(row)
         doc["results"] = [*kept, *[r for r in doc["results"] if r not in kept]]
         doc["wall_time_s"] = time.monotonic() - started
         out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        print(f"  {task.peer}-{task.task}: {summary(row)}", flush=True)
+        print(f"  {task.name}: {summary(row)}", flush=True)
     print(f"wrote {out} ({doc.get('wall_time_s', 0) / 60:.1f} min)")
     return 0
 
@@ -325,11 +396,11 @@ def earlier_rows(out: Path, tasks: list[Task]) -> list[dict[str, Any]]:
     if not out.exists():
         return []
     old = json.loads(out.read_text())
-    redone = {(t.peer, t.task) for t in tasks}
+    redone = {(t.peer, t.task, t.env) for t in tasks}
     return [
         {**row, "date": row.get("date", old.get("date"))}
         for row in old.get("results", [])
-        if (row.get("peer"), row.get("task")) not in redone
+        if (row.get("peer"), row.get("task"), row.get("env", "")) not in redone
     ]
 
 
@@ -339,6 +410,10 @@ def summary(row: dict[str, Any]) -> str:
     if row["task"] == "atari":
         rate = row.get("agent_steps_per_s")
         return "too short to measure" if rate is None else f"{rate:,.0f} agent steps/s"
+    if row["task"] == "structured":
+        mean = row.get("return_mean100")
+        return (f"mean-100 return {'-' if mean is None else f'{mean:.2f}'} after "
+                f"{row.get('frames', 0):,} frames, {row.get('wall_s', 0):.0f} s")  # fmt: skip
     if row.get("reached"):
         return (f"target in {row['launch_to_target_s']:.1f} s from launch, "
                 f"{row['frames_to_target']:,} frames")  # fmt: skip
@@ -372,6 +447,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--only", default="", help="peers to run: seedrl,sb3,sample-factory,pufferlib")
     r.add_argument("--merge", action="store_true",
                    help="keep --out's rows of the systems and tasks not run now")  # fmt: skip
+    r.add_argument("--suite", choices=PEER_SUITES, default="default",
+                   help="default: CartPole and Atari; structured: the structured learning "
+                   "suite's envs, seedrl's and SB3 PPO's defaults")  # fmt: skip
     r.add_argument("--tasks", default="", help="cartpole,atari (default both)")
     r.add_argument("--cartpole-wall-cap-s", type=_positive, default=Caps.cartpole_wall_cap_s)
     r.add_argument("--atari-warmup-s", type=_positive, default=Caps.atari_warmup_s)
@@ -382,6 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=Caps.grace_s,
         help="Atari start-up allowance, and the time a driver gets to stop",
     )
+    r.add_argument("--structured-wall-cap-s", type=_positive, default=Caps.structured_wall_cap_s,
+                   help="structured suite: seconds each system trains from launch")  # fmt: skip
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--note", default="", help="a line printed above the tables")
     t = sub.add_parser("table", help="render the JSON as docs/performance.md's peers block")

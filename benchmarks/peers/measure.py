@@ -110,6 +110,11 @@ def parse_result(output: str) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+def curve_point(seconds: float, frames: int, mean: float | None) -> list[float | None]:
+    """One sample of a training curve: seconds from launch, frames, the mean-100 return."""
+    return [round(seconds, 2), frames, None if mean is None else round(mean, 4)]
+
+
 def say(message: str) -> None:
     """A progress line (flushed, so the runner shows it as it happens)."""
     # One write per line: a peer's worker processes share the pipe and would split it.
@@ -127,11 +132,13 @@ def driver_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def task_driver_parser(prog: str, run_dir_flag: str, frame_cap: int) -> argparse.ArgumentParser:
-    """:func:`driver_parser` plus what a driver of both tasks takes: the task, its run
+def task_driver_parser(
+    prog: str, run_dir_flag: str, frame_cap: int, tasks: Sequence[str] = ("cartpole", "atari")
+) -> argparse.ArgumentParser:
+    """:func:`driver_parser` plus what a driver of several tasks takes: the task, its run
     directory (under the peer's own flag name), the CartPole frame cap, the Atari window."""
     parser = driver_parser(prog)
-    parser.add_argument("task", choices=("cartpole", "atari"))
+    parser.add_argument("task", choices=tuple(tasks))
     parser.add_argument(run_dir_flag, required=True)
     parser.add_argument("--frame-cap", type=int, default=frame_cap)
     parser.add_argument("--measure-s", type=float, default=60.0)

@@ -1,7 +1,8 @@
 """Render a peers run (``peers.json``, schema ``seedrl-peers/1``) as the Markdown block of
 ``docs/performance.md`` between ``<!-- peers-results:begin -->`` and
-``<!-- peers-results:end -->``: the machine and date, CartPole time to the target and
-Atari steady throughput, one row per system, failures with their reason. It reads only
+``<!-- peers-results:end -->``: the machine and date, CartPole time to the target,
+Atari steady throughput and the structured suite's mean-100 returns after the same wall
+time, one row per system, failures with their reason. It reads only
 the JSON, so an old run renders with today's code.
 """
 
@@ -35,6 +36,20 @@ ATARI_COLUMNS = (
     "start-up s",
 )
 
+STRUCTURED_COLUMNS = (
+    "env",
+    "system",
+    "settings",
+    "result",
+    "mean-100 return",
+    "random",
+    "upper",
+    "frames",
+    "frames/s",
+    "start-up s",
+    "stopped by",
+)
+
 
 def _table(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
     return [
@@ -52,6 +67,8 @@ def _cell(text: str) -> str:
 def _outcome(row: dict[str, Any], target: float) -> str:
     if row.get("status") != "ok":
         return _cell(f"failed: {row.get('reason') or 'no reason recorded'}")
+    if row.get("task") == "structured":
+        return "trained"
     if row.get("task") == "atari":
         return "measured" if row.get("agent_steps_per_s") is not None else "too short to measure"
     if row.get("reached"):
@@ -90,6 +107,25 @@ def atari_row(row: dict[str, Any]) -> list[str]:
     ]
 
 
+def structured_row(row: dict[str, Any]) -> list[str]:
+    frames, wall, startup = row.get("frames"), row.get("wall_s"), row.get("startup_s")
+    trained = wall - startup if wall is not None and startup is not None else None
+    ok = row.get("status") == "ok"
+    return [
+        _cell(str(row.get("env", "?")).partition(":")[2] or row.get("env", "?")),
+        _cell(row.get("system", row.get("peer", "?"))),
+        _cell(row.get("summary", "—")),
+        _outcome(row, 0.0),
+        _num(row.get("return_mean100") if ok else None, "{:.2f}"),
+        _num(row.get("random_level"), "{:.3f}"),
+        _num(row.get("upper_level"), "{:g}"),
+        _num(frames if ok else None),
+        _num(frames / trained if ok and frames and trained else None),
+        _num(startup if ok else None, "{:.0f}"),
+        _cell(row.get("stopped_by") or "—"),
+    ]
+
+
 def _machine_line(report: dict[str, Any]) -> str:
     m = report.get("machine", {})
     usable = m.get("cpus_usable")
@@ -122,6 +158,7 @@ def render(report: dict[str, Any]) -> str:
     rows = report.get("results", [])
     cartpole = [cartpole_row(r, target) for r in rows if r.get("task") == "cartpole"]
     atari = [atari_row(r) for r in rows if r.get("task") == "atari"]
+    structured = [structured_row(r) for r in rows if r.get("task") == "structured"]
     lines = [_machine_line(report)]
     earlier = sorted(
         {
@@ -152,6 +189,16 @@ def render(report: dict[str, Any]) -> str:
             f"{_num(s.get('atari_warmup_s'), '{:.0f}')} s of warm-up from the first frames:",
             "",
             *_table(ATARI_COLUMNS, atari),
+        ]
+    if structured:
+        lines += [
+            "",
+            f"The structured learning suite: the mean return of the last 100 training "
+            f"episodes after {_num(s.get('structured_wall_cap_s'), '{:.0f}')} s from launch, "
+            "each system on its defaults with as many envs (random: a uniform policy's "
+            "expected return over the allowed actions; upper: the best, a scripted policy's):",
+            "",
+            *_table(STRUCTURED_COLUMNS, structured),
         ]
     lines += [
         "",

@@ -1,6 +1,7 @@
 """seedrl itself, measured like the peers: CartPole-v1 with ``make demo``'s settings until
-the mean of the last 100 training episodes reaches the target, and Atari Pong with
-``--preset atari`` for a fixed wall time.
+the mean of the last 100 training episodes reaches the target, Atari Pong with
+``--preset atari`` for a fixed wall time, and a structured-suite env with the learner's
+defaults (no preset) for a fixed wall time.
 
 Runs in seedrl's own environment as ``python -m benchmarks.peers.seedrl_driver
 cartpole|atari`` through ``learner.train`` (the learner in this process, the actor
@@ -19,7 +20,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peers.measure import WINDOW, emit_result, say, steady_rate, task_driver_parser
+from benchmarks.peers.measure import (
+    WINDOW,
+    curve_point,
+    emit_result,
+    say,
+    steady_rate,
+    task_driver_parser,
+)
 
 DEMO = {"preset": "cartpole", "num_actors": 2, "envs_per_actor": 32}
 """What ``python -m learner demo`` starts."""
@@ -27,6 +35,7 @@ ATARI = {"env": "ALE/Pong-v5", "preset": "atari", "num_actors": 2, "envs_per_act
 SUMMARY = {
     "cartpole": f"{DEMO['num_actors']} actors × {DEMO['envs_per_actor']} envs, make demo",
     "atari": f"{ATARI['num_actors']} actors × {ATARI['envs_per_actor']} envs, --preset atari",
+    "structured": "{num_actors} actors × {envs_per_actor} envs, the learner's defaults",
 }
 REPORT_EVERY_S = 5.0
 POLL_S = 1.0
@@ -74,6 +83,19 @@ def frame_samples(records: Sequence[dict[str, Any]]) -> list[tuple[float, float]
     return samples[max(0, first - 1) :] if first < len(samples) else []
 
 
+def return_curve(
+    records: Sequence[dict[str, Any]], launch_offset_s: float
+) -> list[list[float | None]]:
+    """The run's mean-100 training return over time, one point per metrics record that
+    has frames: seconds from launch (a record's wall clock plus ``launch_offset_s``)."""
+    return [
+        curve_point(float(r["time"]) + launch_offset_s, int(r["frames"]),
+                    r.get("episode_return_mean"))
+        for r in records
+        if "frames" in r and "time" in r
+    ]  # fmt: skip
+
+
 def _watch(
     logdir: Path, label: str, done: threading.Event, measure_s: float | None, stop: list[float]
 ) -> None:
@@ -106,9 +128,17 @@ def _watch(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = task_driver_parser(
-        "python -m benchmarks.peers.seedrl_driver", "--logdir", frame_cap=20_000_000
+        "python -m benchmarks.peers.seedrl_driver",
+        "--logdir",
+        frame_cap=20_000_000,
+        tasks=("cartpole", "atari", "structured"),
     )
+    parser.add_argument("--env", default="", help="structured: the env id")
+    parser.add_argument("--num-actors", type=int, default=2)
+    parser.add_argument("--envs-per-actor", type=int, default=16)
     args = parser.parse_args(argv)
+    if args.task == "structured" and not args.env:
+        parser.error("the structured task needs --env")
 
     import learner
     from seedrl.metrics import read_metrics
@@ -118,6 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings: dict[str, Any] = {"env": "CartPole-v1", **DEMO, "target_return": args.target}
         kwargs = {"target_return": args.target, "total_frames": args.frame_cap,
                   "max_seconds": args.wall_cap_s}  # fmt: skip
+    elif args.task == "structured":  # no preset: what a user's own env starts from
+        settings = {"env": args.env, "preset": None, "num_actors": args.num_actors,
+                    "envs_per_actor": args.envs_per_actor}  # fmt: skip
+        # the same wall time from launch as the peer: what start-up took is not trained
+        kwargs = {"max_seconds": max(1.0, args.wall_cap_s - (time.monotonic() - args.launched_at))}
     else:
         settings = dict(ATARI)
         kwargs = {"max_seconds": args.wall_cap_s}
@@ -150,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "return_mean100": result.episode_return_mean,
         "frame_skip": 4 if args.task == "atari" else 1,
         "stopped_by": stopped_by(result.reason, result.solved),
-        "summary": SUMMARY[args.task],
+        "summary": SUMMARY[args.task].format(**settings),
         "settings": settings,
     }
     if args.task == "cartpole":
@@ -166,6 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             launch_to_target_s=to_target,
             train_to_target_s=to_target - out["startup_s"] if to_target is not None else None,
         )
+    elif args.task == "structured":
+        out["curve"] = return_curve(records, called_mono - args.launched_at - called_wall)
+        if result.reason.startswith("signal"):  # no stop of its own here: the runner's
+            out["stopped_by"] = "time limit"
     else:
         steady = measured_span(samples, stop_at[0] if stop_at else None)
         out.update(
