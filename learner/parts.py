@@ -70,6 +70,9 @@ class Learner:
     league: League | None = None
     """With --self-play: the pool of past selves and the ratings (checkpointed)."""
     learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    lease: checkpoint.Lease | None = None
+    """Set once serving: this learner's claim on the run directory, which every checkpoint
+    rename checks (None: no other learner shares it)."""
 
     @property
     def head(self) -> ActionHead:
@@ -259,14 +262,15 @@ def save_checkpoint(
         return_best=stats.return_best,
         **extra,
     )
+    lease = learner.lease
     if best is not None:
         state[checkpoint.BEST_RETURN] = best
         state[checkpoint.BEST_MEASURE] = best_measure
-        checkpoint.save(learner.config.best_checkpoint_path, state)
+        checkpoint.save(learner.config.best_checkpoint_path, state, lease)
         return
-    checkpoint.save(learner.config.checkpoint_path, state)
+    checkpoint.save(learner.config.checkpoint_path, state, lease)
     if replay and learner.config.replay_checkpoint:
-        written = learner.queue.save(learner.config.replay_path)
+        written = learner.queue.save(learner.config.replay_path, lease)
         if written:
             log.info("replay written to %s (%.1f MiB)", learner.config.replay_path, written / 2**20)
     kept = learner.config.history_checkpoint_path(frames)
@@ -275,8 +279,6 @@ def save_checkpoint(
         try:  # a link is atomic and free; the next save replaces checkpoint.pt, not it
             os.link(learner.config.checkpoint_path, kept)
         except OSError:  # a filesystem without hard links: copy, then rename into place
-            partial = kept.with_name(f".{kept.name}.tmp-{os.getpid()}")
             with open(learner.config.checkpoint_path, "rb") as source:
-                with checkpoint.private_file(partial) as copy:
+                with checkpoint.atomic_file(kept, lease) as copy:
                     shutil.copyfileobj(source, copy)
-            os.replace(partial, kept)

@@ -255,7 +255,8 @@ def write_checkpoint(
 ) -> bool:
     """Checkpoint the trainer's current state (to checkpoint-best.pt with ``best``, the
     value of ``best_measure`` now; the replay too with ``replay``); a dead trainer process
-    leaves the last one. True once written."""
+    leaves the last one, and one superseded by another learner leaves the leader's files
+    as they are. True once written."""
     training = trainer.training_state()
     if training is None:
         path = learner.config.checkpoint_path
@@ -263,7 +264,11 @@ def write_checkpoint(
             path = learner.config.best_checkpoint_path
         log.error("no checkpoint written: the trainer process died; %s stays as it was", path)
         return False
-    save_checkpoint(learner, training, counters, best, best_measure, replay)
+    try:
+        save_checkpoint(learner, training, counters, best, best_measure, replay)
+    except checkpoint.NotOwner as exc:  # the next supervision round stops this learner
+        log.error("no checkpoint written: %s", exc)
+        return False
     return True
 
 
@@ -368,6 +373,7 @@ async def _serve(
     if rank.writes_checkpoints:  # the learner that owns the run directory says so
         own = failover.Leader(learner.learner_run_id, failover.own_address(config))
         fence = failover.Fence(logdir, own)
+        learner.lease = fence  # every rename into the directory checks it, then and there
     try:
         await _supervise(
             learner, trainer, rank, stop, writer, progress, start, keeper, watch, fence

@@ -279,13 +279,54 @@ def test_crash_mid_checkpoint_write_keeps_previous(tmp_path, monkeypatch):
     assert checkpoint.load(path)["frames"] == 1234
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
 
-    # A writer SIGKILLed mid-write leaves a torn temp file: ignored, then cleaned up.
+    # A writer SIGKILLed mid-write leaves a torn temp file: ignored, then cleaned up once
+    # it is old enough that no writer can be between creating and locking it.
     torn = tmp_path / ".checkpoint.pt.tmp-99999"
     torn.write_bytes(path.read_bytes()[:100])
     assert checkpoint.load(path)["frames"] == 1234
     save_checkpoint(learner)
     assert checkpoint.load(path)["frames"] == 9999
+    assert torn.exists()
+    old = time.time() - 2 * checkpoint.STALE_TEMP_S
+    os.utime(torn, (old, old))
+    save_checkpoint(learner)
     assert not torn.exists()
+
+
+def test_two_writers_in_one_process_never_share_a_temp_file(tmp_path):
+    """Two learners on one volume can both be pid 1: a temp name made of the pid was one
+    file for both, and their writes interleaved into one torn checkpoint."""
+    target = tmp_path / "checkpoint.pt"
+    first, second = checkpoint.atomic_file(target), checkpoint.atomic_file(target)
+    a = first.__enter__()
+    a.write(b"a" * 500)
+    b = second.__enter__()
+    b.write(b"b" * 1000)
+    a.write(b"a" * 500)
+    second.__exit__(None, None, None)
+    assert target.read_bytes() == b"b" * 1000
+    first.__exit__(None, None, None)
+    assert target.read_bytes() == b"a" * 1000
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_a_writers_sweep_leaves_a_live_writers_temp_file_alone(tmp_path):
+    """The sweep removes only temp files no live writer holds, however old they look (a
+    slow replay write, a clock stepped back)."""
+    target = tmp_path / "checkpoint.pt"
+    slow = checkpoint.atomic_file(target)
+    f = slow.__enter__()
+    f.write(b"slow" * 250)
+    (live,) = tmp_path.glob(".checkpoint.pt.tmp-*")
+    old = time.time() - 2 * checkpoint.STALE_TEMP_S
+    os.utime(live, (old, old))
+    with checkpoint.atomic_file(target) as fast:
+        fast.write(b"fast")
+    assert target.read_bytes() == b"fast" and live.exists()
+    assert checkpoint.sweep_stale_temps(target) == []
+    slow.__exit__(None, None, None)
+    assert target.read_bytes() == b"slow" * 250
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
 
 
 def test_the_first_checkpoint_past_each_history_mark_is_kept_for_good(tmp_path):

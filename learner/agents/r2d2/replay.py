@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from learner.agents.base import SavedStoreError
-from learner.state.checkpoint import atomic_file
+from learner.state.checkpoint import Lease, atomic_file
 from learner.state.trajectories import Unrolls
 
 REPLAY_FORMAT = "seedrl-replay"
@@ -235,9 +235,10 @@ class PrioritizedReplay:
             record["epsilon_min"], record["epsilon_max"] = self.epsilon_range
         return record
 
-    def save(self, path: Path) -> int:
+    def save(self, path: Path, lease: Lease | None = None) -> int:
         """Write the stored sequences, ids, priorities and counters to ``path`` (an
-        ``.npz``, atomically); the bytes written (0 and no file while nothing is stored)."""
+        ``.npz``, atomically, renamed only while ``lease`` holds); the bytes written (0
+        and no file while nothing is stored)."""
         with self._cond:
             if self._ring is None or not self._size:
                 return 0
@@ -250,7 +251,7 @@ class PrioritizedReplay:
                 "max_priority": self._max_priority,
                 "counters": dataclasses.asdict(self.counters),
             }
-        with atomic_file(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as archive:
+        with atomic_file(path, lease) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as archive:
             # Slots [0, size) are the filled ones (ids fill them in order, then wrap).
             for name, array in _arrays(ring):
                 _write_member(archive, f"ring.{name}", array[:size])
