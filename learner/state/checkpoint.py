@@ -151,7 +151,8 @@ def atomic_file(path: str | os.PathLike[str], lease: Lease | None = None) -> Ite
     tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            # Never waits: a new file is locked by no one (a sweep takes only old ones).
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             yield f
             f.flush()
             os.fsync(f.fileno())
