@@ -125,10 +125,12 @@ def build_learner(config: LearnerConfig) -> Learner:
     optimizer = make_optimizer(model, config)
     stats = LearnerStats(log_episodes=config.log_episodes, time_phases=config.time_phases)
     step_counter = StepCounter()
-    resumed = config.resume and config.checkpoint_path.exists()
-    if resumed:
+    source = checkpoint.load_for_resume(config) if config.resume else None
+    resumed = source is not None
+    if source is not None:
+        path, loaded = source
         saved = checkpoint.restore(
-            config.checkpoint_path, model, optimizer, stats, step_counter, env_spec, normalizer
+            path, model, optimizer, stats, step_counter, env_spec, normalizer, loaded
         )
         agent.load_state_dict(saved)
         if league is not None and SELF_PLAY_KEY in saved:

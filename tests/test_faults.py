@@ -392,6 +392,68 @@ def test_bad_checkpoint_is_a_clear_error(tmp_path, capsys, case, words):
     assert not (tmp_path / "metrics.jsonl").exists(), "nothing may start on a bad checkpoint"
 
 
+def _corrupt(path: Path, how: str) -> None:
+    """Damage ``path`` as a new file: in place it would damage a history checkpoint
+    hard-linked to it too."""
+    data = path.read_bytes()
+    path.unlink()
+    path.write_bytes(os.urandom(4096) if how == "random" else data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("how", ["random", "truncated"])
+def test_resume_falls_back_past_a_corrupt_checkpoint_to_the_newest_readable(tmp_path, caplog, how):
+    """A corrupt checkpoint.pt beside readable ones was exit 2 on every --resume: under
+    restart: on-failure, a crash loop. It goes on from the newest that loads, and says
+    which it skipped."""
+    config = _small_config(tmp_path, checkpoint_history_frames=1000)
+    learner = build_learner(config)
+    for frames in (500, 1500, 2500, 2600):
+        learner.stats.frames = frames
+        save_checkpoint(learner)
+    save_checkpoint(learner, best=1.0)
+    newest = tmp_path / "checkpoints" / "frames-2000.pt"
+    _corrupt(config.checkpoint_path, how)
+    _corrupt(newest, how)
+    resumed = build_learner(dataclasses.replace(config, resume=True))
+    assert resumed.stats.frames == 1500
+    warning = caplog.text
+    assert "resuming from" in warning and "frames-1000.pt" in warning
+    assert f"{config.checkpoint_path}: not a readable checkpoint" in warning
+    assert f"{newest}: not a readable checkpoint" in warning
+    # History gone too: the best checkpoint; nothing readable: the one-line exit 2.
+    for kept in (tmp_path / "checkpoints").iterdir():
+        _corrupt(kept, how)
+    assert build_learner(dataclasses.replace(config, resume=True)).stats.frames == 2600
+    _corrupt(config.best_checkpoint_path, how)
+    code = learner_main(["--logdir", str(tmp_path), "--resume", "--port", "0", "--progress", "off"])
+    assert code == 2
+
+
+def test_resume_from_nothing_readable_is_one_line_naming_checkpoint_pt(tmp_path, capsys):
+    config = _small_config(tmp_path, checkpoint_history_frames=1000)
+    save_checkpoint(build_learner(config))
+    save_checkpoint(build_learner(config), best=1.0)
+    for path in (config.checkpoint_path, config.best_checkpoint_path, *tmp_path.glob("*/*.pt")):
+        _corrupt(path, "random")
+    capsys.readouterr()
+    code = learner_main(["--logdir", str(tmp_path), "--resume", "--port", "0", "--progress", "off"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {config.checkpoint_path}: not a readable checkpoint"), err
+    assert "none of the 2 other checkpoints beside it loads either" in err
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_a_checkpoint_that_does_not_fit_is_no_reason_to_fall_back(tmp_path, capsys):
+    """Another env or model is the command's mistake, not damage: an older checkpoint
+    that happens to fit would quietly undo the change."""
+    config = _small_config(tmp_path, checkpoint_history_frames=1000)
+    save_checkpoint(build_learner(config))
+    save_checkpoint(build_learner(dataclasses.replace(config, hidden_sizes=(16,))))
+    with pytest.raises(checkpoint.CheckpointError, match="does not fit this model"):
+        build_learner(dataclasses.replace(config, resume=True))
+
+
 def test_resume_restores_weights_optimizer_counters_and_rng(tmp_path):
     config = _small_config(tmp_path)
     learner = build_learner(config)

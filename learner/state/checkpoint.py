@@ -353,6 +353,48 @@ def check_env(path: str | os.PathLike[str], saved_env_spec: bytes, env_spec: pb.
             )
 
 
+def resume_candidates(config: LearnerConfig) -> list[Path]:
+    """What ``--resume`` may start from, in the order tried: checkpoint.pt, the history
+    checkpoints newest first, checkpoint-best.pt."""
+    logdir = Path(config.logdir)
+    history = []
+    for path in (logdir / "checkpoints").glob("frames-*.pt"):
+        frames = path.stem.removeprefix("frames-")
+        if frames.isdigit():
+            history.append((int(frames), path))
+    newest_first = [path for _, path in sorted(history, reverse=True)]
+    return [config.checkpoint_path, *newest_first, config.best_checkpoint_path]
+
+
+def load_for_resume(config: LearnerConfig) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint of the run directory that loads (None: there is none to
+    resume from); each one skipped on the way is named in a warning with why.
+
+    A corrupt checkpoint.pt beside a readable history or best checkpoint is not a reason
+    to stop: under ``restart: on-failure`` that is a crash loop. When none loads, the
+    CheckpointError names checkpoint.pt (or the first one tried).
+    """
+    skipped: list[str] = []
+    candidates = resume_candidates(config)
+    present = [path for path in candidates if path.is_file()]
+    for path in present:
+        try:
+            state = load(path)
+        except CheckpointError as exc:
+            skipped.append(str(exc))
+            continue
+        if skipped or path != config.checkpoint_path:
+            if not config.checkpoint_path.is_file():
+                skipped.insert(0, f"{config.checkpoint_path}: no checkpoint file")
+            log.warning("resuming from %s; skipped %s", path, "; ".join(skipped))
+        return path, state
+    if not skipped:
+        return None
+    others = len(skipped) - 1
+    beside = f"; none of the {others} other checkpoints beside it loads either" if others else ""
+    raise CheckpointError(skipped[0] + beside)
+
+
 def restore(
     path: Path,
     model: ActorCritic,
@@ -361,10 +403,11 @@ def restore(
     step_counter: StepCounter,
     env_spec: Any = None,
     normalizer: Normalizer | None = None,
+    state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Load a checkpoint into the parts and return it; a mismatch raises CheckpointError
-    naming the file."""
-    state = load(path)
+    """Load a checkpoint into the parts and return it (``state``: ``path`` loaded
+    already); a mismatch raises CheckpointError naming the file."""
+    state = load(path) if state is None else state
     if env_spec is not None and "env_spec" in state:
         check_env(path, state["env_spec"], env_spec)
     saved_stats = state.get("obs_normalizer")
