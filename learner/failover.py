@@ -30,7 +30,7 @@ from pathlib import Path
 import grpc
 
 from learner.serving.healthcheck import check
-from learner.state.checkpoint import NotOwner
+from learner.state.files import NotOwner
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
@@ -103,7 +103,7 @@ def write_leader(logdir: str | os.PathLike[str], leader: Leader) -> None:
 
 class Fence:
     """Tells a serving learner that another learner has taken over its run directory,
-    and is the lease its checkpoint writes rename under (``checkpoint.Lease``)."""
+    and is the lease its checkpoint writes rename under (``files.Lease``)."""
 
     def __init__(self, logdir: str | os.PathLike[str], own: Leader) -> None:
         self.path = Path(logdir) / LEADER_FILE

@@ -33,6 +33,7 @@ from learner.agents.policy import set_compute_threads
 from learner.agents.registry import make_agent
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
+from learner.state.files import Lease, atomic_file
 from learner.state.normalize import Normalizer, make_normalizer, normalized_space
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, Unrolls, stored_frame_stack
@@ -70,7 +71,7 @@ class Learner:
     league: League | None = None
     """With --self-play: the pool of past selves and the ratings (checkpointed)."""
     learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    lease: checkpoint.Lease | None = None
+    lease: Lease | None = None
     """Set once serving: this learner's claim on the run directory, which every checkpoint
     rename checks (None: no other learner shares it)."""
 
@@ -282,5 +283,5 @@ def save_checkpoint(
             os.link(learner.config.checkpoint_path, kept)
         except OSError:  # a filesystem without hard links: copy, then rename into place
             with open(learner.config.checkpoint_path, "rb") as source:
-                with checkpoint.atomic_file(kept, lease) as copy:
+                with atomic_file(kept, lease) as copy:
                     shutil.copyfileobj(source, copy)

@@ -36,6 +36,7 @@ from learner.serving.inference import InferenceEngine
 from learner.serving.server import build_server, set_serving
 from learner.serving.servicer import LearnerServicer
 from learner.state import checkpoint
+from learner.state.files import NotOwner
 from learner.state.stats import LearnerStats
 from learner.training.device_host import DeviceHost
 from learner.training.hosts import ThreadHost, TrainerHost, trainer_mode
@@ -266,7 +267,7 @@ def write_checkpoint(
         return False
     try:
         save_checkpoint(learner, training, counters, best, best_measure, replay)
-    except checkpoint.NotOwner as exc:  # the next supervision round stops this learner
+    except NotOwner as exc:  # the next supervision round stops this learner
         log.error("no checkpoint written: %s", exc)
         return False
     return True

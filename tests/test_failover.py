@@ -20,7 +20,7 @@ from actors.actor import Actor
 from learner import failover
 from learner.parts import build_learner, make_trainer, save_checkpoint
 from learner.run import write_checkpoint
-from learner.state import checkpoint
+from learner.state import checkpoint, files
 from learner.training.hosts import ThreadHost
 from seedrl.commands import actors_command
 from seedrl.config import ActorConfig, LearnerConfig
@@ -127,8 +127,8 @@ def test_a_superseded_writer_never_replaces_the_leaders_checkpoint(tmp_path):
     standby = failover.Fence(tmp_path, failover.Leader("standby", "127.0.0.1:2"))
     checkpoint.save(target, {"frames": 2000}, standby)
     leaders = target.read_bytes()
-    with pytest.raises(checkpoint.NotOwner, match=r"127\.0\.0\.1:2 took over"):
-        with checkpoint.atomic_file(target, primary) as f:
+    with pytest.raises(files.NotOwner, match=r"127\.0\.0\.1:2 took over"):
+        with files.atomic_file(target, primary) as f:
             f.write(b"the primary's stale weights")
     assert target.read_bytes() == leaders
     assert [p.name for p in tmp_path.glob(".checkpoint.pt.tmp-*")] == []

@@ -28,7 +28,7 @@ from wire_clients import HeldStream, LockstepClient, act, child_pids, get_info, 
 
 from learner.__main__ import main as learner_main
 from learner.parts import build_learner, make_trainer, save_checkpoint
-from learner.state import checkpoint
+from learner.state import checkpoint, files
 from learner.state.trajectories import Unrolls
 from seedrl.config import LearnerConfig
 
@@ -287,7 +287,7 @@ def test_crash_mid_checkpoint_write_keeps_previous(tmp_path, monkeypatch):
     save_checkpoint(learner)
     assert checkpoint.load(path)["frames"] == 9999
     assert torn.exists()
-    old = time.time() - 2 * checkpoint.STALE_TEMP_S
+    old = time.time() - 2 * files.STALE_TEMP_S
     os.utime(torn, (old, old))
     save_checkpoint(learner)
     assert not torn.exists()
@@ -297,7 +297,7 @@ def test_two_writers_in_one_process_never_share_a_temp_file(tmp_path):
     """Two learners on one volume can both be pid 1: a temp name made of the pid was one
     file for both, and their writes interleaved into one torn checkpoint."""
     target = tmp_path / "checkpoint.pt"
-    first, second = checkpoint.atomic_file(target), checkpoint.atomic_file(target)
+    first, second = files.atomic_file(target), files.atomic_file(target)
     a = first.__enter__()
     a.write(b"a" * 500)
     b = second.__enter__()
@@ -314,16 +314,16 @@ def test_a_writers_sweep_leaves_a_live_writers_temp_file_alone(tmp_path):
     """The sweep removes only temp files no live writer holds, however old they look (a
     slow replay write, a clock stepped back)."""
     target = tmp_path / "checkpoint.pt"
-    slow = checkpoint.atomic_file(target)
+    slow = files.atomic_file(target)
     f = slow.__enter__()
     f.write(b"slow" * 250)
     (live,) = tmp_path.glob(".checkpoint.pt.tmp-*")
-    old = time.time() - 2 * checkpoint.STALE_TEMP_S
+    old = time.time() - 2 * files.STALE_TEMP_S
     os.utime(live, (old, old))
-    with checkpoint.atomic_file(target) as fast:
+    with files.atomic_file(target) as fast:
         fast.write(b"fast")
     assert target.read_bytes() == b"fast" and live.exists()
-    assert checkpoint.sweep_stale_temps(target) == []
+    assert files.sweep_stale_temps(target) == []
     slow.__exit__(None, None, None)
     assert target.read_bytes() == b"slow" * 250
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]

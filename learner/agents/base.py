@@ -22,7 +22,7 @@ from learner.training.schedules import StepClock
 from seedrl.proto import seedrl_pb2 as pb
 
 if TYPE_CHECKING:
-    from learner.state.checkpoint import Lease
+    from learner.state.files import Lease
 
 LossTerms = dict[str, torch.Tensor]
 """A loss's parts by metric name (``loss_policy``, ``entropy``, ...), detached; scalars,

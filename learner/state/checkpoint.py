@@ -3,34 +3,30 @@ read back into a learner's parts (:func:`restore`).
 
 A checkpoint is written to a temporary file in the same directory, flushed and fsynced,
 then renamed over the old one (and the directory fsynced), so a kill at any moment
-leaves either the previous checkpoint or the new one, never a torn file. Two writers
-into one directory never share a temp file, and a learner's rename waits on its lease of
-the run directory (``failover.Fence``). The locks are ``flock``: shared by every process
-on one kernel (containers on one host's volume included); on NFS, Linux turns them into
-the server's byte-range locks, which hold only where the server has locking on.
+leaves either the previous checkpoint or the new one, never a torn file
+(:mod:`learner.state.files`: two writers never share a temp file, and a learner's rename
+waits on its lease of the run directory).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import io
 import logging
 import math
 import os
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any
 
 import torch
 
 from learner.agents.models import ActorCritic
 from learner.league.league import YARDSTICK_GAMES
 from learner.state.counters import StepCounter
+from learner.state.files import Lease, atomic_file
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
 from seedrl import codec
@@ -108,97 +104,12 @@ def _to_cpu(obj: Any) -> Any:
     return obj
 
 
-class NotOwner(OSError):
-    """A write refused at its rename: another learner owns the run directory now."""
-
-
-class Lease(Protocol):
-    """A writer's claim on a run directory, held across each rename into it."""
-
-    def held(self) -> AbstractContextManager[None]:
-        """Held while it lasts, so no other learner claims the directory meanwhile; raises
-        :class:`NotOwner` when another learner already has."""
-        ...
-
-
-STALE_TEMP_S = 60.0
-"""A temp file left this long and locked by no writer is a killed writer's: the age
-covers the instant between creating a temp file and locking it."""
-
-
 def save(path: str | os.PathLike[str], state: dict[str, Any], lease: Lease | None = None) -> None:
     """Write ``state`` to ``path`` atomically (temp file + fsync + rename + dir fsync)."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
     with atomic_file(path, lease) as f:
         f.write(buffer.getbuffer())
-
-
-@contextlib.contextmanager
-def atomic_file(path: str | os.PathLike[str], lease: Lease | None = None) -> Iterator[BinaryIO]:
-    """A private file to write ``path``'s new content into: on a clean exit it is fsynced
-    and renamed over ``path`` (and the directory fsynced), on an error removed, so a kill
-    at any moment leaves the old file or the new one.
-
-    The temp file's name is unique (two learners on one volume can both be pid 1) and it
-    is flock-ed while written, so another writer's sweep leaves it alone. With ``lease``
-    the rename happens only while the lease holds (else :class:`NotOwner`, and ``path``
-    stays as the leader wrote it).
-    """
-    target = Path(path)
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)  # 0600
-    tmp = Path(name)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            # Never waits: a new file is locked by no one (a sweep takes only old ones).
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-            with lease.held() if lease is not None else contextlib.nullcontext():
-                os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_directory(target.parent)
-    sweep_stale_temps(target)
-
-
-def fsync_directory(path: Path) -> None:
-    """Make a rename in ``path`` durable."""
-    dir_fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def sweep_stale_temps(target: Path, now: float | None = None) -> list[Path]:
-    """Remove temp files of ``target`` that killed writers left (older than
-    :data:`STALE_TEMP_S` and flock-ed by no one: a live writer holds its lock to the
-    rename, and a lock dies with its process); the paths removed."""
-    now = time.time() if now is None else now
-    removed = []
-    for stale in target.parent.glob(f".{target.name}.tmp-*"):
-        try:
-            if now - stale.stat().st_mtime < STALE_TEMP_S:
-                continue
-            with open(stale, "rb") as f:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                stale.unlink()  # under the lock: no writer can hold this file meanwhile
-        except OSError:  # locked by a live writer, or gone already
-            continue
-        removed.append(stale)
-    return removed
-
-
-def private_file(path: Path) -> BinaryIO:
-    """``path`` opened for writing, created (or truncated) readable by its owner only: a
-    checkpoint holds the trained weights, the run's config and its counters."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # a leftover file keeps its old mode through O_CREAT
-    return os.fdopen(fd, "wb")
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:

@@ -40,7 +40,7 @@ from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
 if TYPE_CHECKING:
-    from learner.state.checkpoint import Lease
+    from learner.state.files import Lease
 
 
 def stored_frame_stack(config: LearnerConfig, obs_spec: pb.SpaceSpec | None = None) -> int:

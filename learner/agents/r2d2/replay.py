@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from learner.agents.base import SavedStoreError
-from learner.state.checkpoint import Lease, atomic_file
+from learner.state.files import Lease, atomic_file
 from learner.state.trajectories import Unrolls
 
 REPLAY_FORMAT = "seedrl-replay"
