@@ -299,9 +299,9 @@ clean:
 
 ## An endurance run with faults (python -m benchmarks.soak; root for the network partition
 ## and the full disk, which are skipped with a line otherwise): SOAK_MINUTES of CartPole with
-## actor and learner kills, a trainer crash, a partition, a full disk and a fail-over to a
-## standby; writes SOAK_JSON and its plot, renders docs/reliability.md's soak block and
-## fails when a bound broke. `make soak-short`: every fault once, a few minutes (CI).
+## actor and learner kills, a corrupt checkpoint, a trainer crash, a partition, a full disk
+## and a fail-over to a standby; writes SOAK_JSON and its plot, renders docs/reliability.md's
+## soak block and fails when a bound broke. `make soak-short`: every fault once, a few minutes (CI).
 SOAK_MINUTES ?= 60
 SOAK_JSON ?= benchmarks/results/soak.json
 SOAK_PNG ?= docs/reliability/soak.png

@@ -15,18 +15,22 @@ waits instead of competing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import logging
 import os
 import socket
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 
 from learner.serving.healthcheck import check
+from learner.state.files import NotOwner
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.proto import seedrl_pb2_grpc as pb_grpc
@@ -36,6 +40,9 @@ from seedrl.transport import WILDCARD_HOSTS, auth_metadata, client_channel, list
 log = logging.getLogger(__name__)
 
 LEADER_FILE = "leader.json"
+LOCK_FILE = ".leader.lock"
+"""Held while leader.json changes and while the leader renames a file into the directory,
+so a takeover cannot fall between a leader's last look at leader.json and its rename."""
 RESULT_FILE = "result.json"
 POLL_S = 0.5
 """Seconds between a standby's health checks of the leader."""
@@ -69,26 +76,41 @@ def read_leader(logdir: str | os.PathLike[str]) -> Leader | None:
         return None
 
 
-def write_leader(logdir: str | os.PathLike[str], leader: Leader) -> None:
-    """Write ``leader.json`` atomically (temp file + rename): a reader sees one leader or
-    the other, never half of one."""
-    path = Path(logdir) / LEADER_FILE
-    tmp = path.with_name(f".{LEADER_FILE}.tmp-{os.getpid()}")
+@contextlib.contextmanager
+def directory_lock(logdir: str | os.PathLike[str]) -> Iterator[None]:
+    """The run directory's lock (an exclusive ``flock`` of ``LOCK_FILE``), held briefly."""
+    fd = os.open(Path(logdir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        tmp.write_text(json.dumps(dataclasses.asdict(leader)) + "\n")
-        os.replace(tmp, path)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
     finally:
-        tmp.unlink(missing_ok=True)
+        os.close(fd)  # closing drops the lock
+
+
+def write_leader(logdir: str | os.PathLike[str], leader: Leader) -> None:
+    """Write ``leader.json`` atomically (a temp file of its own, renamed under the
+    directory's lock): a reader sees one leader or the other, never half of one."""
+    path = Path(logdir) / LEADER_FILE
+    fd, name = tempfile.mkstemp(prefix=f".{LEADER_FILE}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(dataclasses.asdict(leader)) + "\n")
+        with directory_lock(logdir):
+            os.replace(name, path)
+    finally:
+        Path(name).unlink(missing_ok=True)
 
 
 class Fence:
-    """Tells a serving learner that another learner has taken over its run directory."""
+    """Tells a serving learner that another learner has taken over its run directory,
+    and is the lease its checkpoint writes rename under (``files.Lease``)."""
 
     def __init__(self, logdir: str | os.PathLike[str], own: Leader) -> None:
         self.path = Path(logdir) / LEADER_FILE
         self.own = own
         self.lost = False
         """Superseded: write no checkpoint from now on (the directory is the other's)."""
+        self.taken_by: Leader | None = None
         try:
             write_leader(logdir, own)
         except OSError as exc:  # a full disk: serve anyway, as with checkpoints
@@ -101,17 +123,31 @@ class Fence:
         except OSError:
             return 0
 
+    def _look(self) -> Leader | None:
+        leader = read_leader(self.path.parent)
+        if leader is not None and leader.run_id != self.own.run_id:
+            self.lost, self.taken_by = True, leader
+        return self.taken_by
+
     def superseded(self) -> Leader | None:
         """The learner that took over since we claimed the directory, else None."""
+        if self.lost:
+            return self.taken_by
         mtime = self._mtime()
         if mtime == self._seen:
             return None
         self._seen = mtime
-        leader = read_leader(self.path.parent)
-        if leader is None or leader.run_id == self.own.run_id:
-            return None
-        self.lost = True
-        return leader
+        return self._look()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """The directory's lock while leader.json still names this learner (read afresh,
+        not by mtime, whose granularity may hide a change); NotOwner once it names another."""
+        with directory_lock(self.path.parent):
+            other = self._look()
+            if other is not None:
+                raise NotOwner(f"the learner at {other.address} took over {self.path.parent}")
+            yield
 
 
 def finished_since(logdir: str | os.PathLike[str], since: float) -> bool:

@@ -33,6 +33,7 @@ from learner.agents.policy import set_compute_threads
 from learner.agents.registry import make_agent
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
+from learner.state.files import Lease, atomic_file
 from learner.state.normalize import Normalizer, make_normalizer, normalized_space
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, Unrolls, stored_frame_stack
@@ -70,6 +71,9 @@ class Learner:
     league: League | None = None
     """With --self-play: the pool of past selves and the ratings (checkpointed)."""
     learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    lease: Lease | None = None
+    """Set once serving: this learner's claim on the run directory, which every checkpoint
+    rename checks (None: no other learner shares it)."""
 
     @property
     def head(self) -> ActionHead:
@@ -122,10 +126,12 @@ def build_learner(config: LearnerConfig) -> Learner:
     optimizer = make_optimizer(model, config)
     stats = LearnerStats(log_episodes=config.log_episodes, time_phases=config.time_phases)
     step_counter = StepCounter()
-    resumed = config.resume and config.checkpoint_path.exists()
-    if resumed:
+    source = checkpoint.load_for_resume(config) if config.resume else None
+    resumed = source is not None
+    if source is not None:
+        path, loaded = source
         saved = checkpoint.restore(
-            config.checkpoint_path, model, optimizer, stats, step_counter, env_spec, normalizer
+            path, model, optimizer, stats, step_counter, env_spec, normalizer, loaded
         )
         agent.load_state_dict(saved)
         if league is not None and SELF_PLAY_KEY in saved:
@@ -259,14 +265,15 @@ def save_checkpoint(
         return_best=stats.return_best,
         **extra,
     )
+    lease = learner.lease
     if best is not None:
         state[checkpoint.BEST_RETURN] = best
         state[checkpoint.BEST_MEASURE] = best_measure
-        checkpoint.save(learner.config.best_checkpoint_path, state)
+        checkpoint.save(learner.config.best_checkpoint_path, state, lease)
         return
-    checkpoint.save(learner.config.checkpoint_path, state)
+    checkpoint.save(learner.config.checkpoint_path, state, lease)
     if replay and learner.config.replay_checkpoint:
-        written = learner.queue.save(learner.config.replay_path)
+        written = learner.queue.save(learner.config.replay_path, lease)
         if written:
             log.info("replay written to %s (%.1f MiB)", learner.config.replay_path, written / 2**20)
     kept = learner.config.history_checkpoint_path(frames)
@@ -275,8 +282,6 @@ def save_checkpoint(
         try:  # a link is atomic and free; the next save replaces checkpoint.pt, not it
             os.link(learner.config.checkpoint_path, kept)
         except OSError:  # a filesystem without hard links: copy, then rename into place
-            partial = kept.with_name(f".{kept.name}.tmp-{os.getpid()}")
             with open(learner.config.checkpoint_path, "rb") as source:
-                with checkpoint.private_file(partial) as copy:
+                with atomic_file(kept, lease) as copy:
                     shutil.copyfileobj(source, copy)
-            os.replace(partial, kept)

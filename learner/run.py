@@ -38,6 +38,7 @@ from learner.serving.inference import InferenceEngine
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer
 from learner.state import checkpoint
+from learner.state.files import NotOwner
 from learner.state.stats import LearnerStats
 from learner.training.device_host import DeviceHost
 from learner.training.hosts import ThreadHost, TrainerHost, trainer_mode
@@ -260,7 +261,8 @@ def write_checkpoint(
 ) -> bool:
     """Checkpoint the trainer's current state (to checkpoint-best.pt with ``best``, the
     value of ``best_measure`` now; the replay too with ``replay``); a dead trainer process
-    leaves the last one. True once written."""
+    leaves the last one, and one superseded by another learner leaves the leader's files
+    as they are. True once written."""
     training = trainer.training_state()
     if training is None:
         path = learner.config.checkpoint_path
@@ -268,7 +270,11 @@ def write_checkpoint(
             path = learner.config.best_checkpoint_path
         log.error("no checkpoint written: the trainer process died; %s stays as it was", path)
         return False
-    save_checkpoint(learner, training, counters, best, best_measure, replay)
+    try:
+        save_checkpoint(learner, training, counters, best, best_measure, replay)
+    except NotOwner as exc:  # the next supervision round stops this learner
+        log.error("no checkpoint written: %s", exc)
+        return False
     return True
 
 
@@ -411,6 +417,7 @@ async def _serve(
     if rank.writes_checkpoints:  # the learner that owns the run directory says so
         own = failover.Leader(learner.learner_run_id, failover.own_address(config))
         fence = failover.Fence(logdir, own)
+        learner.lease = fence  # every rename into the directory checks it, then and there
     try:
         await _supervise(
             learner, trainer, rank, stop, writer, progress, start, keeper, watch, fence

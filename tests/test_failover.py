@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 
 import pytest
@@ -17,6 +18,10 @@ from support import free_port, learner_args, read_records, running, wait_until
 
 from actors.actor import Actor
 from learner import failover
+from learner.parts import build_learner, make_trainer, save_checkpoint
+from learner.run import write_checkpoint
+from learner.state import checkpoint, files
+from learner.training.hosts import ThreadHost
 from seedrl.commands import actors_command
 from seedrl.config import ActorConfig, LearnerConfig
 
@@ -112,6 +117,57 @@ def test_a_learner_learns_it_was_superseded_from_the_leader_file(tmp_path):
     failover.write_leader(tmp_path, failover.Leader("standby", "127.0.0.1:2"))
     assert fence.superseded() == failover.Leader("standby", "127.0.0.1:2")
     assert fence.lost
+
+
+def test_a_superseded_writer_never_replaces_the_leaders_checkpoint(tmp_path):
+    """The fence is read right before each rename, under the directory's lock: a primary
+    that has not yet noticed the takeover (it looks once per log interval) renames nothing."""
+    target = tmp_path / "checkpoint.pt"
+    primary = failover.Fence(tmp_path, failover.Leader("primary", "127.0.0.1:1"))
+    standby = failover.Fence(tmp_path, failover.Leader("standby", "127.0.0.1:2"))
+    checkpoint.save(target, {"frames": 2000}, standby)
+    leaders = target.read_bytes()
+    with pytest.raises(files.NotOwner, match=r"127\.0\.0\.1:2 took over"):
+        with files.atomic_file(target, primary) as f:
+            f.write(b"the primary's stale weights")
+    assert target.read_bytes() == leaders
+    assert [p.name for p in tmp_path.glob(".checkpoint.pt.tmp-*")] == []
+    assert primary.lost and primary.superseded() == standby.own
+    assert not standby.lost
+
+
+def test_a_superseded_learner_writes_neither_checkpoint_nor_history(tmp_path, caplog):
+    config = LearnerConfig(
+        logdir=str(tmp_path), tensorboard=False, progress="off", checkpoint_history_frames=10
+    )
+    learner = build_learner(config)
+    learner.lease = failover.Fence(tmp_path, failover.Leader("primary", "127.0.0.1:1"))
+    save_checkpoint(learner)
+    failover.write_leader(tmp_path, failover.Leader("standby", "127.0.0.1:2"))
+    (tmp_path / "checkpoint.pt").unlink()
+    (tmp_path / "checkpoints" / "frames-0.pt").unlink()
+    learner.stats.frames = 50
+    host = ThreadHost(make_trainer(learner), learner.queue, learner.stats)
+    assert not write_checkpoint(learner, host, None)
+    assert "took over" in caplog.text
+    assert not config.checkpoint_path.exists() and not any(tmp_path.glob("checkpoints/*"))
+
+
+def test_leader_json_cannot_change_while_a_leader_renames(tmp_path):
+    """A takeover waits for the leader's rename in flight: the look at leader.json and the
+    rename are one step for anyone who writes leader.json."""
+    primary = failover.Fence(tmp_path, failover.Leader("primary", "127.0.0.1:1"))
+    takeover = threading.Thread(
+        target=failover.write_leader,
+        args=(tmp_path, failover.Leader("standby", "127.0.0.1:2")),
+    )
+    with primary.held():
+        takeover.start()
+        takeover.join(0.5)
+        assert failover.read_leader(tmp_path) == primary.own
+    takeover.join(10)
+    assert not takeover.is_alive()
+    assert failover.read_leader(tmp_path) == failover.Leader("standby", "127.0.0.1:2")
 
 
 def test_actor_fails_over_in_turn_only_when_the_learner_is_gone():

@@ -28,7 +28,7 @@ from wire_clients import HeldStream, LockstepClient, act, child_pids, get_info, 
 
 from learner.__main__ import main as learner_main
 from learner.parts import build_learner, make_trainer, save_checkpoint
-from learner.state import checkpoint
+from learner.state import checkpoint, files
 from learner.state.trajectories import Unrolls
 from seedrl.config import LearnerConfig
 
@@ -279,13 +279,54 @@ def test_crash_mid_checkpoint_write_keeps_previous(tmp_path, monkeypatch):
     assert checkpoint.load(path)["frames"] == 1234
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
 
-    # A writer SIGKILLed mid-write leaves a torn temp file: ignored, then cleaned up.
+    # A writer SIGKILLed mid-write leaves a torn temp file: ignored, then cleaned up once
+    # it is old enough that no writer can be between creating and locking it.
     torn = tmp_path / ".checkpoint.pt.tmp-99999"
     torn.write_bytes(path.read_bytes()[:100])
     assert checkpoint.load(path)["frames"] == 1234
     save_checkpoint(learner)
     assert checkpoint.load(path)["frames"] == 9999
+    assert torn.exists()
+    old = time.time() - 2 * files.STALE_TEMP_S
+    os.utime(torn, (old, old))
+    save_checkpoint(learner)
     assert not torn.exists()
+
+
+def test_two_writers_in_one_process_never_share_a_temp_file(tmp_path):
+    """Two learners on one volume can both be pid 1: a temp name made of the pid was one
+    file for both, and their writes interleaved into one torn checkpoint."""
+    target = tmp_path / "checkpoint.pt"
+    first, second = files.atomic_file(target), files.atomic_file(target)
+    a = first.__enter__()
+    a.write(b"a" * 500)
+    b = second.__enter__()
+    b.write(b"b" * 1000)
+    a.write(b"a" * 500)
+    second.__exit__(None, None, None)
+    assert target.read_bytes() == b"b" * 1000
+    first.__exit__(None, None, None)
+    assert target.read_bytes() == b"a" * 1000
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_a_writers_sweep_leaves_a_live_writers_temp_file_alone(tmp_path):
+    """The sweep removes only temp files no live writer holds, however old they look (a
+    slow replay write, a clock stepped back)."""
+    target = tmp_path / "checkpoint.pt"
+    slow = files.atomic_file(target)
+    f = slow.__enter__()
+    f.write(b"slow" * 250)
+    (live,) = tmp_path.glob(".checkpoint.pt.tmp-*")
+    old = time.time() - 2 * files.STALE_TEMP_S
+    os.utime(live, (old, old))
+    with files.atomic_file(target) as fast:
+        fast.write(b"fast")
+    assert target.read_bytes() == b"fast" and live.exists()
+    assert files.sweep_stale_temps(target) == []
+    slow.__exit__(None, None, None)
+    assert target.read_bytes() == b"slow" * 250
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
 
 
 def test_the_first_checkpoint_past_each_history_mark_is_kept_for_good(tmp_path):
@@ -349,6 +390,68 @@ def test_bad_checkpoint_is_a_clear_error(tmp_path, capsys, case, words):
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "metrics.jsonl").exists(), "nothing may start on a bad checkpoint"
+
+
+def _corrupt(path: Path, how: str) -> None:
+    """Damage ``path`` as a new file: in place it would damage a history checkpoint
+    hard-linked to it too."""
+    data = path.read_bytes()
+    path.unlink()
+    path.write_bytes(os.urandom(4096) if how == "random" else data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("how", ["random", "truncated"])
+def test_resume_falls_back_past_a_corrupt_checkpoint_to_the_newest_readable(tmp_path, caplog, how):
+    """A corrupt checkpoint.pt beside readable ones was exit 2 on every --resume: under
+    restart: on-failure, a crash loop. It goes on from the newest that loads, and says
+    which it skipped."""
+    config = _small_config(tmp_path, checkpoint_history_frames=1000)
+    learner = build_learner(config)
+    for frames in (500, 1500, 2500, 2600):
+        learner.stats.frames = frames
+        save_checkpoint(learner)
+    save_checkpoint(learner, best=1.0)
+    newest = tmp_path / "checkpoints" / "frames-2000.pt"
+    _corrupt(config.checkpoint_path, how)
+    _corrupt(newest, how)
+    resumed = build_learner(dataclasses.replace(config, resume=True))
+    assert resumed.stats.frames == 1500
+    warning = caplog.text
+    assert "resuming from" in warning and "frames-1000.pt" in warning
+    assert f"{config.checkpoint_path}: not a readable checkpoint" in warning
+    assert f"{newest}: not a readable checkpoint" in warning
+    # History gone too: the best checkpoint; nothing readable: the one-line exit 2.
+    for kept in (tmp_path / "checkpoints").iterdir():
+        _corrupt(kept, how)
+    assert build_learner(dataclasses.replace(config, resume=True)).stats.frames == 2600
+    _corrupt(config.best_checkpoint_path, how)
+    code = learner_main(["--logdir", str(tmp_path), "--resume", "--port", "0", "--progress", "off"])
+    assert code == 2
+
+
+def test_resume_from_nothing_readable_is_one_line_naming_checkpoint_pt(tmp_path, capsys):
+    config = _small_config(tmp_path, checkpoint_history_frames=1000)
+    save_checkpoint(build_learner(config))
+    save_checkpoint(build_learner(config), best=1.0)
+    for path in (config.checkpoint_path, config.best_checkpoint_path, *tmp_path.glob("*/*.pt")):
+        _corrupt(path, "random")
+    capsys.readouterr()
+    code = learner_main(["--logdir", str(tmp_path), "--resume", "--port", "0", "--progress", "off"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {config.checkpoint_path}: not a readable checkpoint"), err
+    assert "none of the 2 other checkpoints beside it loads either" in err
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_a_checkpoint_that_does_not_fit_is_no_reason_to_fall_back(tmp_path, capsys):
+    """Another env or model is the command's mistake, not damage: an older checkpoint
+    that happens to fit would quietly undo the change."""
+    config = _small_config(tmp_path, checkpoint_history_frames=1000)
+    save_checkpoint(build_learner(config))
+    save_checkpoint(build_learner(dataclasses.replace(config, hidden_sizes=(16,))))
+    with pytest.raises(checkpoint.CheckpointError, match="does not fit this model"):
+        build_learner(dataclasses.replace(config, resume=True))
 
 
 def test_resume_restores_weights_optimizer_counters_and_rng(tmp_path):

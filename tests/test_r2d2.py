@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import threading
 
@@ -13,7 +14,7 @@ import torch
 from learner.agents.base import SAMPLE_PRIORITY
 from learner.agents.r2d2 import R2D2Agent
 from learner.agents.r2d2.policy import EpsilonGreedyPolicy, ape_x_epsilons
-from learner.agents.r2d2.replay import PrioritizedReplay, SumTree
+from learner.agents.r2d2.replay import PrioritizedReplay, ReplayCounters, SumTree
 from learner.agents.r2d2.targets import (
     inverse_value_rescale,
     n_step_double_q_targets,
@@ -526,6 +527,101 @@ def test_a_replay_of_other_shapes_is_refused_with_its_reason(tmp_path) -> None:
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(SavedStoreError, match="unreadable replay"):
         replay().load(tmp_path / "bad.npz", sequences(1, rows=4))
+
+
+def damaged_replay(path, case: str) -> None:
+    """Rewrite the replay file at ``path`` with one kind of damage (or a crafted lie)."""
+    with np.load(path) as saved:
+        members = {name: saved[name] for name in saved.files}
+    meta = json.loads(members["meta"].tobytes())
+    if case == "short ring":
+        members["ring.obs"] = members["ring.obs"][:-1]
+    elif case == "short priorities":
+        members["priority"] = members["priority"][:-1]
+    elif case == "nan priority":
+        members["priority"][1] = np.nan
+    elif case == "negative priority":
+        members["priority"][1] = -2.0
+    elif case == "zero priorities":
+        members["priority"][:] = 0.0
+    elif case == "negative count":
+        meta["counters"]["inserted_sequences"] = -5
+    elif case == "counter as text":
+        meta["counters"]["sampled_sequences"] = "12"
+    elif case == "unknown counter":
+        meta["counters"]["evicted"] = 3
+    elif case == "missing counters":
+        del meta["counters"]
+    elif case == "meta a list":
+        meta = [meta]
+    elif case == "max priority text":
+        meta["max_priority"] = "high"
+    elif case == "nan max priority":
+        meta["max_priority"] = float("nan")
+    elif case == "id past the count":
+        members["ids"][0] = 10_000
+    elif case == "repeated id":
+        members["ids"][1] = members["ids"][0]
+    elif case == "float ids":
+        members["ids"] = members["ids"].astype(np.float64)
+    elif case == "missing key":
+        del members["priority"]
+    elif case == "truncated file":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+        return
+    members["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    path.unlink()
+    np.savez(path, **members)
+
+
+DAMAGE = [
+    "short ring", "short priorities", "nan priority", "negative priority", "zero priorities",
+    "negative count", "counter as text", "unknown counter", "missing counters", "meta a list",
+    "max priority text", "nan max priority", "id past the count", "repeated id", "float ids",
+    "missing key", "truncated file",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+def test_a_damaged_replay_file_is_unreadable_and_leaves_the_replay_empty_and_sound(
+    tmp_path, case
+) -> None:
+    """A crafted or damaged file crashed the resume (IndexError, TypeError, ValueError
+    from lengths and counters) or loaded a NaN priority that made the sum tree NaN."""
+    from learner.agents.base import SavedStoreError
+
+    store = replay()
+    store.put(sequences(5))
+    store.feedback(np.arange(5), np.arange(1.0, 6.0))
+    path = tmp_path / "replay.npz"
+    store.save(path)
+    resumed = replay()
+    assert resumed.load(path, sequences(1)) == 5  # the file as written loads
+    damaged_replay(path, case)
+    fresh = replay()
+    with pytest.raises(SavedStoreError, match=r"unreadable replay|not a seedrl replay"):
+        fresh.load(path, sequences(1))
+    assert len(fresh) == 0 and fresh.counters == ReplayCounters()
+    fresh.put(sequences(3))  # the run refills it as a fresh one would
+    batch = fresh.get(4, timeout=1.0)
+    assert batch is not None and np.isfinite(fresh._tree.total)  # type: ignore[union-attr]
+    assert np.isfinite(batch.sample_weight).all()
+
+
+def test_a_resumed_learner_with_a_damaged_replay_starts_from_an_empty_one(tmp_path, caplog):
+    from support import random_unrolls, small_learner
+
+    from learner.parts import build_learner, save_checkpoint
+
+    settings = dict(agent="r2d2", burn_in=1, sequence_overlap=0, hidden_sizes=(8,))
+    learner = small_learner(tmp_path, 3, 2, **settings)
+    learner.queue.put(random_unrolls(6, 4, seed=1))
+    save_checkpoint(learner)
+    damaged_replay(learner.config.replay_path, "nan priority")
+    resumed = build_learner(dataclasses.replace(learner.config, resume=True))
+    assert len(resumed.queue) == 0
+    assert "unreadable replay" in caplog.text and "starting with an empty replay" in caplog.text
 
 
 # ------------------------------------------------------------------ on the trainer hosts

@@ -37,8 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.soak",
         description="Train with local actors while faults come on a schedule (actor and "
-        "learner kills, a trainer crash, a network partition, a full disk, a fail-over to a "
-        "standby learner); check recovery, frames lost, RSS, streams, checkpoints, return.",
+        "learner kills, a corrupt checkpoint, a trainer crash, a network partition, a full "
+        "disk, a fail-over to a standby learner); check recovery, frames lost, RSS, streams, "
+        "checkpoints, return.",
     )
     docs = field_docs(SoakConfig)
     for field in dataclasses.fields(SoakConfig):

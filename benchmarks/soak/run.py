@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import re
 import secrets
 import signal
 import subprocess
@@ -24,8 +25,8 @@ from benchmarks.soak.cluster import ActorHost, MetricsTail, Proc, RssSampler
 from seedrl.transport import free_port
 
 KINDS = (
-    "actor_kill", "partition", "learner_restart", "trainer_crash", "disk_full", "failover",
-    "connection_flood",
+    "actor_kill", "partition", "learner_restart", "corrupt_checkpoint", "trainer_crash",
+    "disk_full", "failover", "connection_flood",
 )  # fmt: skip
 """The fault kinds, in the order a cycle injects them."""
 UNROLL = 20
@@ -70,6 +71,9 @@ class SoakConfig:
     """The learners' --checkpoint-interval-s."""
     partition_s: float = 25.0
     """How long a partition lasts (longer than keepalive's 15 s: streams must drop)."""
+    history_frames: int = 200_000
+    """The learners' --checkpoint-history-frames: what a corrupt checkpoint.pt falls back
+    to, so at most this many frames (and one checkpoint interval) are trained again."""
     once: bool = False
     """Inject each kind once, back to back, then end (the short CI version)."""
     seed: int = 0
@@ -128,7 +132,8 @@ class Soak:
             cluster.python(), "-m", "learner", "--env", self.config.env, "--bind", host,
             "--port", port, "--logdir", str(self.logdir), "--resume", "--progress", "off",
             "--no-tensorboard", "--log-interval-s", "1", "--standby-grace-s", "3",
-            "--checkpoint-interval-s", str(self.config.checkpoint_interval_s), *extra,
+            "--checkpoint-interval-s", str(self.config.checkpoint_interval_s),
+            "--checkpoint-history-frames", str(self.config.history_frames), *extra,
         ]  # fmt: skip
 
     def start_learner(self, place: int, *extra: str) -> Proc:
@@ -347,6 +352,51 @@ class Soak:
             frames_lost=self.learner_lost(before, wall, frames), frames_lost_bound=bound,
             checkpoint_frames=frames, checkpoint_ok=frames is not None,
         )  # fmt: skip
+
+    def fault_corrupt_checkpoint(self, occurrence: int) -> None:
+        """SIGKILL the serving learner, damage its checkpoint.pt (random bytes, or every
+        other time the file cut in half), start it again with --resume: it must go on
+        from the newest history (or best) checkpoint and train past where it was."""
+        before, bound, t0, wall, frames = self.kill_leader()
+        path = self.logdir / "checkpoint.pt"
+        data = path.read_bytes()
+        # A new file: writing in place would damage a history checkpoint hard-linked to it.
+        path.unlink()
+        path.write_bytes(os.urandom(4096) if occurrence % 2 == 0 else data[: len(data) // 2])
+        proc = self.serve(self.leader)
+        fallback = self.resumed_from(proc, LEARNER_START_BOUND_S)
+        back = self.wait_recovered(time.time(), LEARNER_START_BOUND_S)
+        redo_s = self.config.history_frames / max(1.0, before.get("fps", 0.0))
+        bound_s = LEARNER_START_BOUND_S + redo_s + 3 * self.config.checkpoint_interval_s
+        # Recovered: a readable checkpoint.pt past the one the damage took.
+        deadline = time.monotonic() + bound_s
+        after = self.checkpoint_frames()
+        while time.monotonic() < deadline and (after is None or after <= (frames or 0)):
+            time.sleep(0.5)
+            after = self.checkpoint_frames()
+        past = after is not None and frames is not None and after > frames
+        warned = "resuming from" in proc.text() and "skipped" in proc.text()
+        self.record(
+            "corrupt_checkpoint", t0,
+            recovery_s=round(time.time() - wall, 1) if past and back else None,
+            recovery_bound_s=round(bound_s, 1),
+            frames_lost=self.learner_lost(before, wall, fallback[1] if fallback else None),
+            frames_lost_bound=bound + self.config.history_frames,
+            damage="random bytes" if occurrence % 2 == 0 else "truncated",
+            resumed_from=fallback[0] if fallback else None, checkpoint_frames=frames,
+            checkpoint_frames_after=after,
+            checkpoint_ok=fallback is not None and fallback[0] != str(path) and warned and past,
+        )  # fmt: skip
+
+    def resumed_from(self, proc: Proc, timeout: float) -> tuple[str, int] | None:
+        """(path, frames) of the checkpoint a restarted learner says it resumed from."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.alive():
+            found = re.search(r"resumed from (\S+) at frame (\d+)", proc.text())
+            if found:
+                return found.group(1), int(found.group(2))
+            time.sleep(0.2)
+        return None
 
     def fault_trainer_crash(self, occurrence: int) -> None:
         """SIGKILL the learner's trainer process: the learner stops ("trainer failed"), and

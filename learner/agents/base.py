@@ -10,7 +10,7 @@ not branches through the serve loop.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -20,6 +20,9 @@ from learner.agents.policy import Policy
 from learner.state.trajectories import Unrolls
 from learner.training.schedules import StepClock
 from seedrl.proto import seedrl_pb2 as pb
+
+if TYPE_CHECKING:
+    from learner.state.files import Lease
 
 LossTerms = dict[str, torch.Tensor]
 """A loss's parts by metric name (``loss_policy``, ``entropy``, ...), detached; scalars,
@@ -68,9 +71,10 @@ class Store(Protocol):
         """Extra keys for each metrics record."""
         ...
 
-    def save(self, path: Path) -> int:
-        """Write what a resumed run should find in the store to ``path``; the bytes
-        written (0, and no file, when it keeps nothing across runs)."""
+    def save(self, path: Path, lease: Lease | None = None) -> int:
+        """Write what a resumed run should find in the store to ``path`` (renamed into
+        place only while ``lease`` holds); the bytes written (0, and no file, when it
+        keeps nothing across runs)."""
         ...
 
     def load(self, path: Path, template: Unrolls) -> int:

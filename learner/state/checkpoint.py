@@ -3,28 +3,30 @@ read back into a learner's parts (:func:`restore`).
 
 A checkpoint is written to a temporary file in the same directory, flushed and fsynced,
 then renamed over the old one (and the directory fsynced), so a kill at any moment
-leaves either the previous checkpoint or the new one, never a torn file.
+leaves either the previous checkpoint or the new one, never a torn file
+(:mod:`learner.state.files`: two writers never share a temp file, and a learner's rename
+waits on its lease of the run directory).
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 
 from learner.agents.models import ActorCritic
 from learner.league.league import YARDSTICK_GAMES
 from learner.state.counters import StepCounter
+from learner.state.files import Lease, atomic_file
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
 from seedrl import codec
@@ -102,47 +104,12 @@ def _to_cpu(obj: Any) -> Any:
     return obj
 
 
-def save(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
+def save(path: str | os.PathLike[str], state: dict[str, Any], lease: Lease | None = None) -> None:
     """Write ``state`` to ``path`` atomically (temp file + fsync + rename + dir fsync)."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    with atomic_file(path) as f:
+    with atomic_file(path, lease) as f:
         f.write(buffer.getbuffer())
-
-
-@contextlib.contextmanager
-def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """A private file to write ``path``'s new content into: on a clean exit it is fsynced
-    and renamed over ``path`` (and the directory fsynced), on an error removed, so a kill
-    at any moment leaves the old file or the new one."""
-    target = Path(path)
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        with private_file(tmp) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    # Temp files of writers that were killed mid-write (other pids) are garbage now.
-    for stale in target.parent.glob(f".{target.name}.tmp-*"):
-        stale.unlink(missing_ok=True)
-
-
-def private_file(path: Path) -> BinaryIO:
-    """``path`` opened for writing, created (or truncated) readable by its owner only: a
-    checkpoint holds the trained weights, the run's config and its counters."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # a leftover file keeps its old mode through O_CREAT
-    return os.fdopen(fd, "wb")
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
@@ -297,6 +264,48 @@ def check_env(path: str | os.PathLike[str], saved_env_spec: bytes, env_spec: pb.
             )
 
 
+def resume_candidates(config: LearnerConfig) -> list[Path]:
+    """What ``--resume`` may start from, in the order tried: checkpoint.pt, the history
+    checkpoints newest first, checkpoint-best.pt."""
+    logdir = Path(config.logdir)
+    history = []
+    for path in (logdir / "checkpoints").glob("frames-*.pt"):
+        frames = path.stem.removeprefix("frames-")
+        if frames.isdigit():
+            history.append((int(frames), path))
+    newest_first = [path for _, path in sorted(history, reverse=True)]
+    return [config.checkpoint_path, *newest_first, config.best_checkpoint_path]
+
+
+def load_for_resume(config: LearnerConfig) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint of the run directory that loads (None: there is none to
+    resume from); each one skipped on the way is named in a warning with why.
+
+    A corrupt checkpoint.pt beside a readable history or best checkpoint is not a reason
+    to stop: under ``restart: on-failure`` that is a crash loop. When none loads, the
+    CheckpointError names checkpoint.pt (or the first one tried).
+    """
+    skipped: list[str] = []
+    candidates = resume_candidates(config)
+    present = [path for path in candidates if path.is_file()]
+    for path in present:
+        try:
+            state = load(path)
+        except CheckpointError as exc:
+            skipped.append(str(exc))
+            continue
+        if skipped or path != config.checkpoint_path:
+            if not config.checkpoint_path.is_file():
+                skipped.insert(0, f"{config.checkpoint_path}: no checkpoint file")
+            log.warning("resuming from %s; skipped %s", path, "; ".join(skipped))
+        return path, state
+    if not skipped:
+        return None
+    others = len(skipped) - 1
+    beside = f"; none of the {others} other checkpoints beside it loads either" if others else ""
+    raise CheckpointError(skipped[0] + beside)
+
+
 def restore(
     path: Path,
     model: ActorCritic,
@@ -305,10 +314,11 @@ def restore(
     step_counter: StepCounter,
     env_spec: Any = None,
     normalizer: Normalizer | None = None,
+    state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Load a checkpoint into the parts and return it; a mismatch raises CheckpointError
-    naming the file."""
-    state = load(path)
+    """Load a checkpoint into the parts and return it (``state``: ``path`` loaded
+    already); a mismatch raises CheckpointError naming the file."""
+    state = load(path) if state is None else state
     if env_spec is not None and "env_spec" in state:
         check_env(path, state["env_spec"], env_spec)
     saved_stats = state.get("obs_normalizer")

@@ -30,6 +30,7 @@ import dataclasses
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -37,6 +38,9 @@ from numpy.typing import DTypeLike
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
+
+if TYPE_CHECKING:
+    from learner.state.files import Lease
 
 
 def stored_frame_stack(config: LearnerConfig, obs_spec: pb.SpaceSpec | None = None) -> int:
@@ -556,7 +560,7 @@ class UnrollQueue:
         """Nothing beyond its length, which the stats already report."""
         return {}
 
-    def save(self, path: Path) -> int:
+    def save(self, path: Path, lease: Lease | None = None) -> int:
         """Nothing: queued unrolls were acted by the weights of the moment and are trained
         on once, so a resumed run acts anew rather than carry them over."""
         return 0

@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from learner.agents.base import SavedStoreError
-from learner.state.checkpoint import atomic_file
+from learner.state.files import Lease, atomic_file
 from learner.state.trajectories import Unrolls
 
 REPLAY_FORMAT = "seedrl-replay"
@@ -235,9 +237,10 @@ class PrioritizedReplay:
             record["epsilon_min"], record["epsilon_max"] = self.epsilon_range
         return record
 
-    def save(self, path: Path) -> int:
+    def save(self, path: Path, lease: Lease | None = None) -> int:
         """Write the stored sequences, ids, priorities and counters to ``path`` (an
-        ``.npz``, atomically); the bytes written (0 and no file while nothing is stored)."""
+        ``.npz``, atomically, renamed only while ``lease`` holds); the bytes written (0
+        and no file while nothing is stored)."""
         with self._cond:
             if self._ring is None or not self._size:
                 return 0
@@ -250,7 +253,7 @@ class PrioritizedReplay:
                 "max_priority": self._max_priority,
                 "counters": dataclasses.asdict(self.counters),
             }
-        with atomic_file(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as archive:
+        with atomic_file(path, lease) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as archive:
             # Slots [0, size) are the filled ones (ids fill them in order, then wrap).
             for name, array in _arrays(ring):
                 _write_member(archive, f"ring.{name}", array[:size])
@@ -265,24 +268,7 @@ class PrioritizedReplay:
         """Put back what :meth:`save` wrote to ``path`` into this (empty) replay, keeping
         the newest sequences its capacity holds; ``template`` (one sequence of this run's
         shapes) must match the saved ones. Returns the sequences restored."""
-        try:
-            with np.load(path, allow_pickle=False) as saved:
-                meta = json.loads(saved["meta"].tobytes())
-                if meta.get("format") != REPLAY_FORMAT or meta.get("version") != REPLAY_VERSION:
-                    raise SavedStoreError(f"{path}: not a seedrl replay, version {REPLAY_VERSION}")
-                ids_S, priority_S = saved["ids"], saved["priority"]
-                fields = {name: saved[f"ring.{name}"] for name, _ in _arrays(template)}
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-            raise SavedStoreError(f"{path}: unreadable replay ({reason})") from exc
-        for name, array in _arrays(template):
-            got = fields[name]
-            if got.shape[1:] != array.shape[1:] or got.dtype != array.dtype:
-                raise SavedStoreError(
-                    f"{path}: its sequences' {name} is {got.dtype}{list(got.shape[1:])}, this "
-                    f"run's is {array.dtype}{list(array.shape[1:])} (another --unroll-length, "
-                    "--burn-in, model or env)"
-                )
+        meta, ids_S, priority_S, fields = _read_saved(path, template)
         kept_S = np.flatnonzero(ids_S >= 0)
         kept_S = kept_S[np.argsort(ids_S[kept_S], kind="stable")]
         with self._cond:
@@ -298,10 +284,11 @@ class PrioritizedReplay:
                 dst[:n] = fields[name][kept_S]
             self._ids_C[:n] = np.arange(n)
             self._priority_C[:n] = priority_S[kept_S]
-            self._tree.update(np.arange(n), self._priority_C[:n] ** self.alpha)
+            if n:  # every id -1 (all torn while written): nothing to sum
+                self._tree.update(np.arange(n), self._priority_C[:n] ** self.alpha)
             self._size = self._next_id = n
             self._max_priority = float(meta["max_priority"])
-            self.counters = ReplayCounters(**meta["counters"])
+            self.counters = ReplayCounters(**{k: int(v) for k, v in meta["counters"].items()})
             self._cond.notify_all()
             return n
 
@@ -337,6 +324,80 @@ class PrioritizedReplay:
         self._tree = SumTree(self.capacity)
         self._ids_C = np.full(self.capacity, -1, np.int64)
         self._priority_C = np.zeros(self.capacity, np.float64)
+
+
+Saved = tuple[dict[str, Any], np.ndarray, np.ndarray, dict[str, np.ndarray]]
+"""What a replay file holds: its meta, ids, priorities and ring fields by name."""
+
+
+def _read_saved(path: Path, template: Unrolls) -> Saved:
+    """``path``'s contents, checked to fit together and ``template`` before any of it
+    reaches the replay; SavedStoreError says what does not (the run then refills)."""
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            meta = json.loads(saved["meta"].tobytes())
+            if not isinstance(meta, dict) or (meta.get("format"), meta.get("version")) != (
+                REPLAY_FORMAT,
+                REPLAY_VERSION,
+            ):
+                raise SavedStoreError(f"{path}: not a seedrl replay, version {REPLAY_VERSION}")
+            ids_S, priority_S = saved["ids"], saved["priority"]
+            fields = {name: saved[f"ring.{name}"] for name, _ in _arrays(template)}
+    except SavedStoreError:
+        raise
+    except Exception as exc:  # a damaged zip or .npy fails in many ways; none may crash a resume
+        reason = f"{type(exc).__name__}: {exc}"
+        raise SavedStoreError(f"{path}: unreadable replay ({reason})") from exc
+    for name, array in _arrays(template):
+        got = fields[name]
+        if got.shape[1:] != array.shape[1:] or got.dtype != array.dtype:
+            raise SavedStoreError(
+                f"{path}: its sequences' {name} is {got.dtype}{list(got.shape[1:])}, this "
+                f"run's is {array.dtype}{list(array.shape[1:])} (another --unroll-length, "
+                "--burn-in, model or env)"
+            )
+    damage = _damage(meta, ids_S, priority_S, fields)
+    if damage is not None:
+        raise SavedStoreError(f"{path}: unreadable replay ({damage})")
+    return meta, ids_S, priority_S, fields
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _damage(
+    meta: dict[str, Any], ids_S: np.ndarray, priority_S: np.ndarray, fields: dict[str, np.ndarray]
+) -> str | None:
+    """What in a replay file cannot be as :meth:`PrioritizedReplay.save` wrote it (None:
+    nothing): lengths that differ, ids, counters or priorities out of range."""
+    if ids_S.ndim != 1 or not np.issubdtype(ids_S.dtype, np.integer):
+        return f"ids are {ids_S.dtype}{list(ids_S.shape)}, not one integer per sequence"
+    size = len(ids_S)
+    if priority_S.shape != (size,) or not np.issubdtype(priority_S.dtype, np.floating):
+        return f"priorities are {priority_S.dtype}{list(priority_S.shape)} for {size} ids"
+    for name, array in fields.items():
+        if len(array) != size:
+            return f"{len(array)} sequences' {name} for {size} ids"
+    if not (np.isfinite(priority_S).all() and (priority_S >= 0).all()):
+        return "a priority that is negative, NaN or infinite"
+    counters = meta.get("counters")
+    names = {f.name for f in dataclasses.fields(ReplayCounters)}
+    if not isinstance(counters, dict) or set(counters) != names:
+        return f"counters {counters!r}, not {sorted(names)}"
+    if not all(_is_count(v) for v in counters.values()):
+        return f"counters {counters!r} are not all counts"
+    top = meta.get("max_priority")
+    if isinstance(top, bool) or not isinstance(top, int | float) or not 0 < top < math.inf:
+        return f"max_priority {top!r} is not a positive number"
+    kept = ids_S[ids_S >= 0]
+    if (ids_S < -1).any() or len(np.unique(kept)) != len(kept):
+        return "ids below -1 or repeated"
+    if len(kept) and kept.max() >= counters["inserted_sequences"]:
+        return f"id {kept.max()} past the {counters['inserted_sequences']} sequences inserted"
+    if len(kept) and not priority_S[ids_S >= 0].sum() > 0:
+        return "every stored priority is 0: nothing could be sampled"
+    return None
 
 
 def _arrays(unrolls: Unrolls) -> list[tuple[str, np.ndarray]]:
