@@ -265,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv,
         "python -m actors",
         "Start N seedrl actors that step envs and stream frames to a learner.",
+        check_files=True,
     )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

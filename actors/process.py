@@ -203,5 +203,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv,
         "python -m actors actor",
         "Run ONE seedrl actor process (the launcher starts these: see python -m actors).",
+        check_files=True,
     )
     return run_process(config)

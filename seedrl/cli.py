@@ -161,8 +161,12 @@ def parse_config(
     prog: str,
     description: str,
     presets: bool = False,
+    check_files: bool = False,
 ) -> T:
-    """Parse ``argv`` into ``cls``: ``--preset``, ``--config FILE``, then flags."""
+    """Parse ``argv`` into ``cls``: ``--preset``, ``--config FILE``, then flags.
+
+    ``check_files``: the process is about to start on this host, so the files its flags
+    name must be readable here (a command line checked for another host's files is not)."""
     parser = ConfigArgumentParser(prog=prog, description=description)
     parser.add_argument("--config", help="TOML/JSON/YAML file of field values; flags override")
     if presets:
@@ -189,7 +193,7 @@ def parse_config(
         config = build_config(cls, ns, base)
         if isinstance(config, LearnerConfig | ActorConfig):  # an unreadable file: one line now
             config_auth_token(config)
-        if isinstance(config, ActorConfig) and config.tls_ca is not None:
+        if check_files and isinstance(config, ActorConfig) and config.tls_ca is not None:
             check_ca_file("--tls-ca", config.tls_ca)
         return config
     except (TypeError, ValueError) as exc:
