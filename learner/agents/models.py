@@ -19,6 +19,13 @@ import torch
 from torch import nn
 
 from learner.agents.cpu_kernels import Linear, Tanh, TanhMLP, conv_input_layout, log_softmax_last
+from learner.common.spaces import (  # noqa: F401 (re-exported: the models' public names)
+    MIN_IMAGE_SIDE,
+    UnsupportedSetup,
+    image_layout,
+    is_image,
+    is_image_leaf,
+)
 from seedrl import codec
 from seedrl.config import LOG_STD_RANGE
 from seedrl.proto import seedrl_pb2 as pb
@@ -360,11 +367,6 @@ ActionHead = (
 )
 
 
-class UnsupportedSetup(ValueError):
-    """An env's spaces (or a flag) that no model or head here fits; the learner refuses
-    them at start-up with this one line."""
-
-
 LOG_STD_MIN, LOG_STD_MAX = LOG_STD_RANGE
 """Bounds of a Gaussian policy's log-std, kept by projecting the parameter after each
 optimizer step: std stays in [0.0067, 7.4], and the gradient is never cut off."""
@@ -468,25 +470,6 @@ MAX_EMBEDDED_CHOICES = 256
 """Discrete observation leaves with up to this many choices per element are embedded;
 larger ones are read as numbers by an MLP."""
 EMBEDDING_SIZE = 16
-
-
-def is_image(spec: pb.SpaceSpec) -> bool:
-    """Image-like: a rank-3 Box, or a rank-2 uint8 one."""
-    rank = len(spec.shape)
-    return spec.kind == "box" and (rank == 3 or (rank == 2 and spec.dtype == "uint8"))
-
-
-MIN_IMAGE_SIDE = 3
-"""A dict/tuple leaf narrower than this is read by the MLP even when image-like: the
-small CNN's 3x3 kernel does not fit it."""
-
-
-def is_image_leaf(spec: pb.SpaceSpec) -> bool:
-    """A dict/tuple observation leaf that ``--model auto`` reads with a CNN."""
-    if not is_image(spec):
-        return False
-    _, height, width, _ = image_layout(codec.spec_shape(spec))
-    return min(height, width) >= MIN_IMAGE_SIDE
 
 
 def choose_torso(obs_spec: pb.SpaceSpec, requested: str) -> str:
@@ -611,17 +594,6 @@ class LeafEncoders(nn.Module):
             else:
                 features.append(self.encoders[key](x.flatten(1)))
         return torch.cat(features, dim=-1)
-
-
-def image_layout(shape: tuple[int, ...]) -> tuple[int, int, int, bool]:
-    """(C, H, W, channels-last) of an image; channels-last when the last dim is the smallest."""
-    if len(shape) == 2:
-        return 1, shape[0], shape[1], False
-    if len(shape) != 3:
-        raise ValueError(f"an image needs rank 2 or 3, got shape {shape}")
-    if shape[-1] < shape[0] and shape[-1] <= 16:
-        return shape[2], shape[0], shape[1], True
-    return shape[0], shape[1], shape[2], False
 
 
 def init_orthogonal_relu(encoder: nn.Module) -> None:
