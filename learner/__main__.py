@@ -57,11 +57,9 @@ def train_main(argv: Sequence[str]) -> int:
 
         print(f"python -m learner: error: {WANDB_MISSING}", file=sys.stderr)
         return 2
-    from learner.run import serve
+    from learner.run import run_rank, serve
 
     if ranked:
-        from learner.training.distributed import run_rank
-
         return run_learner("python -m learner", lambda: run_rank(config), config.uvloop)
     return run_learner("python -m learner", lambda: serve(config), config.uvloop)
 

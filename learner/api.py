@@ -38,7 +38,7 @@ from seedrl.metrics import RunResult
 from seedrl.presets import build_config, load_preset
 
 if TYPE_CHECKING:  # the real import loads torch, so it waits until train() has trained
-    from learner.tools.trained_policy import Policy
+    from learner.agents.trained_policy import Policy
 
 
 @dataclass
@@ -93,7 +93,7 @@ def train(
     else:
         run = _run_in_thread(run_learner)  # a notebook: its event loop is already running
 
-    from learner.tools.trained_policy import Policy
+    from learner.agents.trained_policy import Policy
 
     checkpoint = config.checkpoint_path
     best = config.best_checkpoint_path

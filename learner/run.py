@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -600,3 +601,19 @@ def summary_line(result: RunResult) -> str:
         f"{result.learner_steps}, episodes {result.episodes}, mean return {ret}, "
         f"wall time {result.wall_time_s:.1f} s"
     )
+
+
+async def run_rank(config: LearnerConfig, environ: Mapping[str, str] | None = None) -> RunResult:
+    """Serve as one rank of a torchrun job: join the group, serve, compare at the end."""
+    from learner.training.distributed import RankEnv, RankSync, rank_config
+
+    env = RankEnv.from_environ(os.environ if environ is None else environ)
+    if env is None:
+        raise ValueError("run_rank needs WORLD_SIZE > 1 and RANK (set by torchrun)")
+    sync = RankSync(env, rank_config(config, env))
+    try:
+        result = await serve(sync.config, rank=sync)
+        sync.finish(result)
+    finally:
+        sync.close()
+    return result

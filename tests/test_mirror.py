@@ -131,7 +131,7 @@ def test_a_mirror_run_trains_on_the_game_and_its_mirrored_replay():
     the game replayed with every move mirrored, boards and masks from the env itself (and
     the behaviour logits reversed: the mirror-image policy played the replay)."""
     from learner.agents.vtrace import VTraceAgent
-    from learner.training.schedules import StepClock
+    from learner.common.schedules import StepClock
 
     played, spec = _played(MOVES)
     replayed, _ = _played([6 - move for move in MOVES])

@@ -28,6 +28,7 @@ from learner.agents.models import (
     ResidualBlock,
     UnsupportedSetup,
     action_head,
+    actor_critic,
     build_model,
     choose_torso,
 )
@@ -577,7 +578,7 @@ def test_cnn_forward_is_the_same_in_either_input_layout(monkeypatch):
     first = torch.zeros(2, 150)
     results = []
     for layout in (cpu_kernels.conv_input_layout, torch.Tensor.contiguous):
-        monkeypatch.setattr(models, "conv_input_layout", layout)
+        monkeypatch.setattr(actor_critic, "conv_input_layout", layout)
         spec_model.zero_grad()
         params, values, _ = spec_model(obs, first)
         (params.sum() + values.sum()).backward()

@@ -21,8 +21,8 @@ from learner.agents.r2d2.targets import (
     sequence_priorities,
     value_rescale,
 )
+from learner.common.schedules import StepClock
 from learner.state.trajectories import TrajectoryBuilder, Unrolls
-from learner.training.schedules import StepClock
 from learner.training.trainer import to_time_major
 from seedrl.config import LearnerConfig
 from seedrl.presets import build_config, load_preset

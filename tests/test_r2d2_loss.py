@@ -16,7 +16,7 @@ import torch
 
 from learner.agents.base import SAMPLE_PRIORITY
 from learner.agents.r2d2 import R2D2Agent
-from learner.training.schedules import StepClock
+from learner.common.schedules import StepClock
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 

@@ -18,6 +18,7 @@ from learner.agents.base import UPDATE_LOGP
 from learner.agents.models import LOG_STD_MAX, LOG_STD_MIN, action_head, build_model
 from learner.agents.vtrace import VTraceAgent
 from learner.agents.vtrace import targets as vtrace
+from learner.common.schedules import entropy_cost_schedule, learning_rate_schedule
 from learner.parts import build_learner, make_trainer, save_checkpoint
 from learner.serving.batcher import PendingRequest
 from learner.serving.inference import Connection, FramePayload, StepCounter
@@ -26,7 +27,6 @@ from learner.state.normalize import ReturnNormalizer
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
 from learner.training.hosts import ThreadHost
-from learner.training.schedules import entropy_cost_schedule, learning_rate_schedule
 from learner.training.trainer import (
     GradientBuffer,
     Trainer,

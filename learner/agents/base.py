@@ -17,8 +17,8 @@ import torch
 
 from learner.agents.models import ActionHead, ActorCritic
 from learner.agents.policy import Policy
+from learner.common.schedules import StepClock
 from learner.state.trajectories import Unrolls
-from learner.training.schedules import StepClock
 from seedrl.proto import seedrl_pb2 as pb
 
 if TYPE_CHECKING:

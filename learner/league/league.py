@@ -20,16 +20,13 @@ from typing import Any
 
 import torch
 
+from learner.common.measures import YARDSTICK_GAMES
 from learner.league.opponents import Opponent
 from learner.league.pool import SCORE, Outcome, PoolConfig, SnapshotPool, fixed_id
 from learner.league.ratings import LEARNER, EloRatings, snapshot_name
 
 RESULT_WINDOW = 200
 """The learner's latest games the win / draw / loss rates in the metrics cover."""
-
-YARDSTICK_GAMES = 100
-"""The learner's latest games against each fixed opponent that :meth:`League.yardstick`
-scores."""
 
 
 def metric_name(player: str) -> str:

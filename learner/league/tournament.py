@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from learner.agents.trained_policy import Policy
 from learner.league import arena
 from learner.league.pool import Outcome
 from learner.league.ratings import LEARNER, fit_elo, snapshot_name
 from learner.state import checkpoint
-from learner.tools.trained_policy import Policy
 from seedrl import envs
 
 SELF_PLAY_KEY = "self_play"

@@ -15,16 +15,15 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from learner.agents.models import ActorCritic
-from learner.league.league import YARDSTICK_GAMES
+from learner.common.measures import BY_RETURN, BY_YARDSTICK
 from learner.state.counters import StepCounter
 from learner.state.files import Lease, atomic_file
 from learner.state.normalize import Normalizer
@@ -41,10 +40,15 @@ BEST_RETURN = "best_return_mean"
 """Key of checkpoint-best.pt's value of its measure: what made it the best when written."""
 BEST_MEASURE = "best_measure"
 """Key of what that value measures (absent: ``BY_RETURN``, as before there was a choice)."""
-BY_RETURN = "mean-100 return"
-BY_YARDSTICK = f"lowest score against a fixed opponent over its last {YARDSTICK_GAMES} games"
-"""Self-play with fixed opponents (``League.yardstick``): there the return is against a
-pool that strengthens with the learner, so a higher one need not be a better player."""
+
+
+class Restorable(Protocol):
+    """What :func:`restore` needs of the network (``ActorCritic`` answers it): the state
+    rooms sit under the agents, so the checkpoint names no network class."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = ...) -> Any: ...
+
+    def bound_log_std_(self) -> None: ...
 
 
 class CheckpointError(RuntimeError):
@@ -308,7 +312,7 @@ def load_for_resume(config: LearnerConfig) -> tuple[Path, dict[str, Any]] | None
 
 def restore(
     path: Path,
-    model: ActorCritic,
+    model: Restorable,
     optimizer: torch.optim.Optimizer,
     stats: LearnerStats,
     step_counter: StepCounter,

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from learner.agents.models import UnsupportedSetup, is_image_leaf
+from learner.common.spaces import UnsupportedSetup, is_image_leaf
 from seedrl import codec
 from seedrl.proto import seedrl_pb2 as pb
 

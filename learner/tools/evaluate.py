@@ -2,7 +2,7 @@
 
 A checkpoint carries the env spec (id, kwargs, spaces) and the model spec, so the
 network and the env are rebuilt exactly as they were trained, with no other flags
-(:class:`learner.tools.trained_policy.Policy`, the same object notebooks use). A
+(:class:`learner.agents.trained_policy.Policy`, the same object notebooks use). A
 checkpoint is a file from anywhere, so a ``module:callable`` env it names is built only
 when this command's user allows that module (``--allow-env-module``) or names the env
 (``--env``).
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from learner.agents.trained_policy import Policy
 from learner.state import checkpoint
-from learner.tools.trained_policy import Policy
 from seedrl import codec, envs
 from seedrl.envs.agents import AgentEnvs, AgentsEnv, play_episode
 

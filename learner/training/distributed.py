@@ -370,21 +370,3 @@ class RankHost(ThreadHost):
             if self.exchange.stop:
                 return True
         return False
-
-
-async def run_rank(config: LearnerConfig, environ: Mapping[str, str] | None = None) -> RunResult:
-    """Serve as one rank of a torchrun job: join the group, serve, compare at the end."""
-    import os
-
-    from learner.run import serve
-
-    env = RankEnv.from_environ(os.environ if environ is None else environ)
-    if env is None:
-        raise ValueError("run_rank needs WORLD_SIZE > 1 and RANK (set by torchrun)")
-    sync = RankSync(env, rank_config(config, env))
-    try:
-        result = await serve(sync.config, rank=sync)
-        sync.finish(result)
-    finally:
-        sync.close()
-    return result

@@ -24,11 +24,11 @@ import torch
 
 from learner.agents.base import SAMPLE_PRIORITY, UPDATE_LOGP, Agent, BoundedAgent
 from learner.agents.models import ActorCritic
+from learner.common.schedules import StepClock, learning_rate_schedule
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import Unrolls, stacked_plane_mask
-from learner.training.schedules import StepClock, learning_rate_schedule
 from seedrl.config import LearnerConfig
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from learner.agents.r2d2.targets import (
     sequence_priorities,
     valid_transitions,
 )
-from learner.training.schedules import StepClock
+from learner.common.schedules import StepClock
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 

@@ -19,9 +19,9 @@ from learner.agents.models import (
 )
 from learner.agents.policy import Policy, inference_policy
 from learner.agents.vtrace.loss import VTraceCosts, update_kl, valid_transitions, vtrace_loss
+from learner.common.schedules import StepClock, entropy_cost_schedule
 from learner.state.normalize import ReturnNormalizer
 from learner.state.trajectories import UnrollQueue
-from learner.training.schedules import StepClock, entropy_cost_schedule
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
