@@ -6,6 +6,7 @@ Subcommands (a dispatch table; none given means ``train``):
   demo         a learner plus local actors on CartPole-v1 until solved, then a plot
   evaluate     run a checkpoint's policy for N episodes (mean/std return, optional video),
                or two-player games against an --opponent (win/draw/loss per seat)
+  export       a checkpoint's policy as one ONNX or TorchScript file (+ FILE.json)
   tournament   a self-play checkpoint's pool, every snapshot against every other: Elo
   plot         render the learning curve of a log directory to a PNG
   healthcheck  exit 0 when the learner at --address reports SERVING (container probes)
@@ -23,8 +24,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 TRAIN_DESCRIPTION = (
-    "Run a seedrl learner: batched inference + V-trace. Other subcommands: "
-    "demo, evaluate, plot, tournament, healthcheck, bench (python -m learner SUBCOMMAND --help)."
+    "Run a seedrl learner: batched inference + V-trace. Other subcommands: demo, "
+    "evaluate, export, plot, tournament, healthcheck, bench (python -m learner SUBCOMMAND --help)."
 )
 
 
@@ -133,6 +134,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "train": train_main,
     "demo": _module_main("learner.tools.demo"),
     "evaluate": _module_main("learner.tools.evaluate"),
+    "export": _module_main("learner.tools.export"),
     "plot": _module_main("learner.tools.plot"),
     "tournament": _module_main("learner.league.tournament"),
     "healthcheck": _module_main("learner.serving.healthcheck"),
