@@ -114,7 +114,8 @@ def _onnx_steps(path: Path, policy: Policy, rows_TBR: np.ndarray) -> list[list[n
     out = []
     for rows_BR in rows_TBR:
         feeds = _inputs(policy, rows_BR)
-        feeds.update(zip(export_module.STATE_NAMES, state, strict=True))
+        if hidden:
+            feeds.update(zip(export_module.STATE_NAMES, state, strict=True))
         got = session.run(None, feeds)
         state = got[2:]
         out.append(got)
