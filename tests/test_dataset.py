@@ -178,7 +178,7 @@ def test_multi_agent_episodes_are_refused(
 ) -> None:
     target = tmp_path / "datasets" / "game-v0"
     args = ["--env", "multiagent_envs:two_player", "--logdir", str(tmp_path / "run"),
-            "--record-dataset", str(target), "--port", "0"]  # fmt: skip
+            "--record-dataset", str(target), "--port", "0", "--max-seconds", "20"]  # fmt: skip
     assert learner_main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "single-agent" in err
