@@ -206,3 +206,16 @@ def test_the_learner_records_the_training_stream(
     assert not got - want  # every recorded episode is one the learner logged
     # Only the episodes still in a partial unroll at the end are missing: one per env.
     assert sum(want.values()) - sum(got.values()) <= envs_per_actor
+
+
+def test_an_episode_cut_at_max_steps_is_stored_truncated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The env did not end it: an offline learner must bootstrap there, not stop."""
+    policy = Policy.load(_checkpoint(tmp_path))
+    target = tmp_path / "datasets" / "cut-v0"
+    result = evaluate(policy, 2, max_steps=5, record_dataset=target)
+    assert result.truncated == 2
+    for episode in _load(monkeypatch, target).iterate_episodes():
+        assert len(episode.rewards) == 5 and episode.truncations[-1]
+        assert not episode.terminations.any()
