@@ -219,3 +219,50 @@ def test_an_episode_cut_at_max_steps_is_stored_truncated(
     for episode in _load(monkeypatch, target).iterate_episodes():
         assert len(episode.rewards) == 5 and episode.truncations[-1]
         assert not episode.terminations.any()
+
+
+class _Kept:
+    """A writer that keeps what it is given (the recorder's side, without a file)."""
+
+    dataset_id = "kept-v0"
+
+    def __init__(self) -> None:
+        self.kept: list[dataset.Episode] = []
+        self.closed = False
+
+    @property
+    def episodes(self) -> int:
+        return len(self.kept)
+
+    def add(self, episode: dataset.Episode) -> None:
+        self.kept.append(episode)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_record_every_keeps_one_episode_in_n() -> None:
+    lengths = {0: [3, 7, 4, 9, 2, 5], 1: [12, 2, 5, 3, 3]}
+    stitched, _, _, _ = _stream(0, lengths)
+    writer = _Kept()
+    stitcher = _Replay(stitched)
+    recorder = dataset.EpisodeRecorder(writer, stitcher, every=3)  # type: ignore[arg-type]
+    recorder.offer(None, np.zeros(0), np.zeros(0))  # type: ignore[arg-type]
+    recorder.close()
+    assert writer.closed and recorder.finished == len(stitched)
+    assert [e.observations[0, 0] for e in writer.kept] == [
+        e.observations[0, 0] for e in stitched[::3]
+    ]
+
+
+class _Replay:
+    """A stitcher that hands over episodes made beforehand, all on the first offer."""
+
+    cut = 0
+
+    def __init__(self, episodes: list[dataset.Episode]) -> None:
+        self.episodes = episodes
+
+    def add(self, *_: Any) -> list[dataset.Episode]:
+        episodes, self.episodes = self.episodes, []
+        return episodes
