@@ -265,7 +265,8 @@ class EpisodeStitcher:
                 return
             end = pos + int(ends[0]) + 1
             state.chunks.append({k: v[pos:end] for k, v in rows.items()})
-            out.append(self._episode(state.chunks))
+            if sum(len(c["first"]) for c in state.chunks) > 1:  # a step at least (Minari's)
+                out.append(self._episode(state.chunks))
             state.started, state.chunks = False, []
             pos = end
 
