@@ -266,3 +266,23 @@ class _Replay:
     def add(self, *_: Any) -> list[dataset.Episode]:
         episodes, self.episodes = self.episodes, []
         return episodes
+
+
+def test_a_reset_frame_that_is_done_makes_no_episode() -> None:
+    """A frame both first and done holds no step: Minari cannot store it, so it is skipped."""
+    builder = TrajectoryBuilder(
+        unroll_length=4, obs_shape=(1,), obs_dtype=np.float32, action_shape=(),
+        action_dtype=np.int64, param_size=3,
+    )  # fmt: skip
+    slot_B = builder.allocate(1)
+    stitcher = dataset.EpisodeStitcher(dataset.RowConverter(_spec()), 0)
+    episodes = []
+    for step, done in enumerate([True, False, False, True, False]):
+        unrolls, _ = builder.record(
+            slot_B, np.full((1, 1), step, np.float32), np.ones(1, np.float32),
+            np.array([done]), np.zeros(1, bool), builder.first_flags(slot_B),
+            np.zeros(1, np.int64), np.zeros((1, 3), np.float32), (), (), 0,
+        )  # fmt: skip
+        if unrolls is not None:
+            episodes += stitcher.add(unrolls, *builder.last_origin)
+    assert [e.observations[:, 0].tolist() for e in episodes] == [[1.0, 2.0, 3.0]]
