@@ -7,6 +7,7 @@ Subcommands (a dispatch table; none given means ``train``):
   evaluate     run a checkpoint's policy for N episodes (mean/std return, optional video),
                or two-player games against an --opponent (win/draw/loss per seat)
   serve        serve a checkpoint's policy to actors without training it (--greedy or sampled)
+  export       a checkpoint's policy as one ONNX or TorchScript file (+ FILE.json)
   tournament   a self-play checkpoint's pool, every snapshot against every other: Elo
   plot         render the learning curve of a log directory to a PNG
   healthcheck  exit 0 when the learner at --address reports SERVING (container probes)
@@ -26,8 +27,8 @@ from typing import Any
 
 TRAIN_DESCRIPTION = (
     "Run a seedrl learner: batched inference + V-trace. Other subcommands: "
-    "demo, evaluate, serve, plot, tournament, healthcheck, bench (python -m learner SUBCOMMAND "
-    "--help)."
+    "demo, evaluate, serve, export, plot, tournament, healthcheck, bench (python -m learner "
+    "SUBCOMMAND --help)."
 )
 
 
@@ -140,6 +141,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "demo": _module_main("learner.tools.demo"),
     "evaluate": _module_main("learner.tools.evaluate"),
     "serve": _module_main("learner.tools.serve"),
+    "export": _module_main("learner.tools.export"),
     "plot": _module_main("learner.tools.plot"),
     "tournament": _module_main("learner.league.tournament"),
     "healthcheck": _module_main("learner.serving.healthcheck"),

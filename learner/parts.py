@@ -45,6 +45,7 @@ from seedrl.proto import seedrl_pb2 as pb
 
 if TYPE_CHECKING:
     from learner.league.league import League
+    from learner.state.dataset import EpisodeRecorder
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class Learner:
     normalizer: Normalizer | None = None
     league: League | None = None
     """With --self-play: the pool of past selves and the ratings (checkpointed)."""
+    recorder: EpisodeRecorder | None = None
+    """With --record-dataset: the stream's episodes into a Minari dataset (set by serve)."""
     learner_run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     lease: Lease | None = None
     """Set once serving: this learner's claim on the run directory, which every checkpoint

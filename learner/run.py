@@ -39,6 +39,7 @@ from learner.serving.inference import InferenceEngine
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer
 from learner.state import checkpoint
+from learner.state.dataset import learner_recorder
 from learner.state.files import NotOwner
 from learner.state.stats import LearnerStats
 from learner.training.device_host import DeviceHost
@@ -144,6 +145,7 @@ def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:
         refresh_weights=host.refresh_weights,
         normalizer=learner.normalizer,
         self_play=make_self_play(learner, host),
+        recorder=learner.recorder,
     )  # fmt: skip
 
 
@@ -377,6 +379,7 @@ async def _serve(
 ) -> RunResult:
     learner = build_learner(config)
     rank.attach(learner)
+    learner.recorder = learner_recorder(config, learner.env_spec, learner.builder.overlap)
     logdir = Path(config.logdir)
     # Owner-only: checkpoints hold the weights, and the run's files are nobody else's business.
     logdir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -427,6 +430,8 @@ async def _serve(
         await serving.stop(stop.reason or "learner stopping", stop.final)
         trainer.stop()
         progress.close()
+        if learner.recorder is not None:
+            await asyncio.to_thread(learner.recorder.close)
         if rank.writes_checkpoints and not (fence is not None and fence.lost):
             failures += await _final_checkpoints(learner, trainer, rank, keeper)
         record = {

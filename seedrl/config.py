@@ -471,6 +471,11 @@ class LearnerConfig:
     """Append one JSON line per finished episode (frames, elapsed_s, return, length) to
     logdir/episodes.jsonl, as SB3's Monitor does, so the plotted learning curve starts at
     the first episode; off for envs whose episodes end so often that the file grows fast."""
+    record_dataset: str = ""
+    """Write the training stream's finished episodes to a Minari dataset in this directory,
+    whose last part (NAME-vN) is the dataset id (``pip install -e '.[dataset]'``); empty: off."""
+    record_every: int = 1
+    """With --record-dataset: keep one finished episode in this many."""
     wandb: bool = False
     """Also log to Weights & Biases (``pip install -e '.[wandb]'``): the resolved config
     without secrets, and every metric as a curve over frames."""
@@ -489,7 +494,7 @@ class LearnerConfig:
              "max_queue_unrolls", "max_actors", "max_envs", "max_message_bytes", "lstm_size",
              "max_connections",
              "hidden_sizes", "cnn_channels", "n_step", "target_update_interval", "replay_frames",
-             "replay_bytes", "snapshot_every", "pool_size"),
+             "replay_bytes", "snapshot_every", "pool_size", "record_every"),
             low=1,
         )  # fmt: skip
         _require_range(self, ("port", "metrics_port"), low=0, high=65535)

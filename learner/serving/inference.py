@@ -33,6 +33,7 @@ from seedrl.codec import WireError, all_finite
 
 if TYPE_CHECKING:  # the league's modules load only for --self-play
     from learner.serving.selfplay import SelfPlay
+    from learner.state.dataset import EpisodeRecorder
 
 
 @dataclass(eq=False)
@@ -138,6 +139,7 @@ class InferenceEngine:
         refresh_weights: Callable[[], None] | None = None,
         normalizer: Normalizer | None = None,
         self_play: SelfPlay | None = None,
+        recorder: EpisodeRecorder | None = None,
     ) -> None:
         """``policy`` is the agent's action choice over the weights inference runs
         (``Agent.inference_policy``); ``weights_lock`` is held around each forward pass."""
@@ -163,6 +165,8 @@ class InferenceEngine:
         self._phase_marks = stats.phase_marks()
         self.self_play = self_play
         """Two-player games with --self-play: seats, opponents and results."""
+        self.recorder = recorder
+        """With --record-dataset: offered every batch's finished unrolls (it never waits)."""
 
     def release_later(self, conn: Connection) -> None:
         """Free a closed stream's slots between batches, never under a batch in flight."""
@@ -236,6 +240,8 @@ class InferenceEngine:
 
     async def _hand_over(self, unrolls: Unrolls | None, mark: Callable[[str], None]) -> None:
         """Finished unrolls to the trainer's store, waiting while it is full."""
+        if unrolls is not None and self.recorder is not None:
+            self.recorder.offer(unrolls, *self.builder.last_origin)
         if unrolls is not None and self.keep_unrolls:
             if self.queue.has_room():
                 self.queue.put(unrolls)

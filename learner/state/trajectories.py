@@ -182,6 +182,10 @@ class TrajectoryBuilder:
         self._param_size = param_size
         self._state_sizes = core_state_sizes
         self.capacity = 0
+        self.last_origin: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64),) * 2
+        """The slots the last unrolls :meth:`record` returned came from, and each one's
+        number among its slot's unrolls (0: the first since the slot was allocated, whose
+        row 0 is a new frame): what a dataset recorder stitches episodes by."""
         self._free: list[int] = []
         self._grow(initial_capacity)
 
@@ -216,6 +220,7 @@ class TrajectoryBuilder:
         self.episode_length_S = resized(get("episode_length_S"), (), np.int64)
         self.pending_reward_S = resized(get("pending_reward_S"), (), np.float64)
         self.step_SR = resized(get("step_SR"), (rows,), np.int64)
+        self.unroll_count_S = resized(get("unroll_count_S"), (), np.int64)
         if self.return_discount is not None:
             self.running_return_S = resized(get("running_return_S"), (), np.float64)
             self.running_return_SR = resized(get("running_return_SR"), (rows,), np.float32)
@@ -267,6 +272,7 @@ class TrajectoryBuilder:
         self.episode_return_S[ids] = 0.0
         self.episode_length_S[ids] = -1  # the reset frame is step 0, as after a done frame
         self.pending_reward_S[ids] = 0.0
+        self.unroll_count_S[ids] = 0
         if self.return_discount is not None:
             self.running_return_S[ids] = 0.0
         for state in self.core_state_SH:
@@ -411,6 +417,8 @@ class TrajectoryBuilder:
         return finished
 
     def _take_unrolls(self, slots: np.ndarray) -> Unrolls:
+        self.last_origin = (slots.copy(), self.unroll_count_S[slots].copy())
+        self.unroll_count_S[slots] += 1
         return Unrolls(
             obs=self.obs_SRO[slots],
             first=self.first_SR[slots],

@@ -34,9 +34,10 @@ import numpy as np
 import torch
 
 from learner.agents.trained_policy import Policy
-from learner.state import checkpoint
+from learner.state import checkpoint, dataset
 from seedrl import codec, envs
 from seedrl.envs.agents import AgentEnvs, AgentsEnv, play_episode
+from seedrl.proto import seedrl_pb2 as pb
 
 
 @dataclasses.dataclass
@@ -118,14 +119,23 @@ def evaluate(
     seed: int = 0,
     max_steps: int = 100_000,
     video: str | Path | None = None,
+    record_dataset: str | Path | None = None,
 ) -> EvalResult:
     """Run ``episodes`` full episodes with the policy's mode (greedy or sampled; seed torch
-    for repeatable samples); record the first one's frames to ``video`` if given."""
+    for repeatable samples); record the first one's frames to ``video`` if given, and
+    every episode to a Minari dataset at ``record_dataset`` if given."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if record_dataset is not None:  # refused before anything is played or written
+        dataset.refuse_unsupported(policy.env_spec)
+        dataset.dataset_target(record_dataset)
     env = evaluation_env(policy, render_mode="rgb_array" if video else None)
     if isinstance(env, AgentsEnv):
         return evaluate_shared(policy, env, episodes, seed, max_steps, video)
+    writer = None
+    if record_dataset is not None:
+        mode = "greedy" if policy.greedy else "sampled"
+        writer = dataset.DatasetWriter(record_dataset, env, policy.env_spec, f"seedrl {mode}")
     frames: list[np.ndarray] = []
     returns: list[float] = []
     lengths: list[int] = []
@@ -136,22 +146,70 @@ def evaluate(
             policy.reset()
             total, steps, ended = 0.0, 0, False
             recording = video is not None and episode == 0
+            steps_seen = _Steps(obs) if writer is not None else None
             while steps < max_steps and not ended:
                 if recording:
                     frames.append(np.asarray(env.render()))
-                obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
+                action = policy.act(obs)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                if steps_seen is not None:
+                    steps_seen.add(action, obs, reward, terminated, truncated)
                 total += float(reward)
                 steps += 1
                 ended = bool(terminated or truncated)
             truncated_by_cap += not ended
             returns.append(total)
             lengths.append(steps)
+            if writer is not None and steps_seen is not None and steps:
+                writer.add(steps_seen.episode(policy, cut=not ended))
     finally:
         env.close()
+        if writer is not None:
+            writer.close()
     written = None
     if video is not None:
         written = str(write_video(frames, video, fps=_env_fps(env)))
     return EvalResult(returns, lengths, written, policy.greedy, truncated_by_cap)
+
+
+class _Steps:
+    """One episode's steps as evaluate plays them, for a dataset (Minari's layout)."""
+
+    def __init__(self, obs: Any) -> None:
+        self.observations = [obs]
+        self.actions: list[Any] = []
+        self.rewards: list[float] = []
+        self.terminations: list[bool] = []
+        self.truncations: list[bool] = []
+
+    def add(self, action: Any, obs: Any, reward: Any, terminated: Any, truncated: Any) -> None:
+        self.actions.append(action)
+        self.observations.append(obs)
+        self.rewards.append(float(reward))
+        self.terminations.append(bool(terminated))
+        self.truncations.append(bool(truncated))
+
+    def episode(self, policy: Policy, cut: bool) -> dataset.Episode:
+        """The steps stacked leaf by leaf; ``cut``: stopped at ``--max-steps``, stored as
+        truncated there (the env did not end it, so nothing bootstraps as if it had)."""
+        truncations = np.array(self.truncations)
+        truncations[-1] |= cut
+        return dataset.Episode(
+            observations=_stacked(policy.env_spec.observation_space, self.observations),
+            actions=_stacked(policy.env_spec.action_space, self.actions),
+            rewards=np.array(self.rewards),
+            terminations=np.array(self.terminations),
+            truncations=truncations,
+        )
+
+
+def _stacked(spec: pb.SpaceSpec, values: list[Any]) -> Any:
+    """Values of one space stacked along a new first axis, leaf by leaf for a dict/tuple."""
+    if not codec.is_structured(spec):
+        return np.stack([np.asarray(v) for v in values])
+    leaves = [codec.flatten_values(spec, v) for v in values]
+    columns = [np.stack([np.asarray(x[i]) for x in leaves]) for i in range(len(leaves[0]))]
+    return codec.unflatten_values(spec, columns)
 
 
 def evaluate_shared(
@@ -318,6 +376,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --opponent: games per seat (as many as the first player as the second)",
     )  # fmt: skip
     parser.add_argument("--json", help="with --opponent: also write the results to this file")
+    parser.add_argument(
+        "--record-dataset", metavar="DIR",
+        help="also write every episode to a Minari dataset in DIR, whose last part (NAME-vN) "
+        "is its id: MINARI_DATASETS_PATH=$(dirname DIR) minari.load_dataset(NAME-vN)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     path = Path(args.checkpoint)
     if path.is_dir():
@@ -341,10 +404,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert policy.checkpoint_info is not None  # Policy.load always says where from
         print(f"seedrl evaluate: loaded {loaded_line(policy.checkpoint_info)}", flush=True)
         torch.manual_seed(args.seed)
-        result = evaluate(policy, args.episodes, args.seed, args.max_steps, args.video)
+        result = evaluate(
+            policy, args.episodes, args.seed, args.max_steps, args.video, args.record_dataset
+        )
     except (checkpoint.CheckpointError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
     print(f"seedrl evaluate: {policy.env_id}: {result.summary()}")
+    if args.record_dataset:
+        print(f"dataset: {args.record_dataset} ({len(result.returns)} episodes)")
     if result.video:
         print(f"video: {result.video}")
     return 0 if math.isfinite(result.mean) else 1

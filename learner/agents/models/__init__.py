@@ -47,6 +47,7 @@ from learner.agents.models.torsos import (
     SmallCNN,
     image_encoder,
     init_orthogonal_relu,
+    mask_floats,
     mlp,
 )
 from learner.common.spaces import (
@@ -92,6 +93,7 @@ __all__ = [
     "is_image",
     "is_image_leaf",
     "leaf_inputs",
+    "mask_floats",
     "masked_logits",
     "mlp",
     "resolve_device",

@@ -166,25 +166,44 @@ class ActorCritic(nn.Module):
         """(network input, policy features, core state after step T)."""
         t, b = obs_TBO.shape[:2]
         x = self._prepare(obs_TBO.reshape(t * b, *obs_TBO.shape[2:]))
-        features = self.torso(x)
-        if self.core is not None:
-            h, c = core_state
-            keep_TB1 = (~first_TB.bool()).float().unsqueeze(-1)
-            features_TBF = features.reshape(t, b, -1)
-            outputs = []
-            for step in range(t):
-                h, c = self.core(features_TBF[step], (h * keep_TB1[step], c * keep_TB1[step]))
-                outputs.append(h)
-            core_out = torch.stack(outputs).reshape(t * b, -1)
-            features = torch.cat([features, core_out], dim=-1)
-            core_state = (h, c)
+        features, core_state = self.core_step(self.torso(x), first_TB, core_state)
         return x, features, core_state
 
+    def core_step(
+        self, features: torch.Tensor, first_TB: torch.Tensor | None, core_state: CoreState
+    ) -> tuple[torch.Tensor, CoreState]:
+        """The torso's features ``[T * B, F]`` through the LSTM core, when there is one:
+        (the heads' features, the core state after step T). ``first_TB`` None: no frame
+        starts an episode (the caller passes zeros for a fresh one)."""
+        if self.core is None:
+            return features, core_state
+        h, c = core_state
+        t = 1 if first_TB is None else first_TB.shape[0]
+        features_TBF = features.reshape(t, -1, features.shape[-1])
+        outputs = []
+        for step in range(t):
+            if first_TB is not None:
+                keep_B1 = (~first_TB[step].bool()).float().unsqueeze(-1)
+                h, c = h * keep_B1, c * keep_B1
+            h, c = self.core(features_TBF[step], (h, c))
+            outputs.append(h)
+        core_out = torch.stack(outputs).reshape(features.shape[0], -1)
+        return torch.cat([features, core_out], dim=-1), (h, c)
+
     def _params(self, features: torch.Tensor, t: int, b: int, x: torch.Tensor) -> torch.Tensor:
-        params = self.policy(features).reshape(t, b, -1)
+        mask = None
         if self.masked:
             assert isinstance(self.torso, LeafEncoders)
             mask = self.torso.mask(x)
+        return self.policy_params(features, t, b, mask)
+
+    def policy_params(
+        self, features: torch.Tensor, t: int, b: int, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The policy parameters ``[T, B, P]`` of the heads' features; ``mask`` ``[T * B, A]``
+        (a masked model's action mask as floats) is appended after the logits."""
+        params = self.policy(features).reshape(t, b, -1)
+        if self.masked:
             assert mask is not None
             params = torch.cat([params, mask.reshape(t, b, -1).to(params.dtype)], dim=-1)
         if self.spec.dueling:  # Wang et al. 2016: the advantages' mean is the baseline's

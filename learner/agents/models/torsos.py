@@ -70,15 +70,20 @@ class LeafEncoders(nn.Module):
         """The action mask leaf as floats ``[N, A]`` (1 allowed), or None without one."""
         if self.mask_index < 0:
             return None
-        return (self.leaf(rows_NR, self.mask_index) != 0).flatten(1).float()
+        return mask_floats(self.leaf(rows_NR, self.mask_index))
 
     def forward(self, rows_NR: torch.Tensor) -> torch.Tensor:
+        return self.encode([self.leaf(rows_NR, i) for i in range(len(self.leaves))])
+
+    def encode(self, values: list[torch.Tensor]) -> torch.Tensor:
+        """The features of the leaves' values ``[N, *shape]`` each, in leaf order: what
+        ``forward`` reads out of packed rows, taken whole (an exported policy's inputs)."""
         features = []
         for index, (_, dtype, shape, encoder, _) in enumerate(self.leaves):
             if encoder == "mask":
                 continue
             key = f"leaf{index}"
-            x = self.leaf(rows_NR, index)
+            x = values[index]
             if encoder == "embed":
                 ids = x.long().reshape(len(x), -1) + getattr(self, f"{key}_offsets")
                 features.append(self.encoders[key](ids).flatten(1))
@@ -91,6 +96,11 @@ class LeafEncoders(nn.Module):
             else:
                 features.append(self.encoders[key](x.flatten(1)))
         return torch.cat(features, dim=-1)
+
+
+def mask_floats(mask_leaf: torch.Tensor) -> torch.Tensor:
+    """An action mask leaf ``[N, *shape]`` as floats ``[N, A]``: 1 allowed, 0 masked."""
+    return (mask_leaf != 0).flatten(1).float()
 
 
 def init_orthogonal_relu(encoder: nn.Module) -> None:
