@@ -275,7 +275,7 @@ def write_checkpoint(
         return False
     try:
         save_checkpoint(learner, training, counters, best, best_measure, replay)
-    except NotOwner as exc:  # the next supervision round stops this learner
+    except NotOwner as exc:  # the next supervision pass stops this learner
         log.error("no checkpoint written: %s", exc)
         return False
     return True
