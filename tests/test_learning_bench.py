@@ -491,8 +491,9 @@ def test_a_run_goes_on_over_several_leases_of_a_host(tmp_path):
     flags = ["--suite", "minatar", "--envs", "Breakout", "--seeds", "1", "--eval-episodes", "3",
              "--set", "checkpoint_interval_s=600"]  # fmt: skip
     # The lease has room for start-up on a loaded 2-core host (at 25 s a leg beside a long
-    # benchmark run stopped before its first frame).
-    first = run_leg(tmp_path / "lease1", 45, tmp_path / "out1", [*flags, "--frames", "50000000"],
+    # benchmark run stopped before its first frame, and at 45 s two legs beside a soak and a
+    # test worker did).
+    first = run_leg(tmp_path / "lease1", 70, tmp_path / "out1", [*flags, "--frames", "50000000"],
                     parallel_envs="Breakout,Freeway")  # fmt: skip
     assert first.returncode == 130, first.stdout
     for game in ("Breakout", "Freeway"):
