@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from benchmarks.doc_blocks import replace_block
 from benchmarks.loadgen.summary import summarize
 
 BEGIN = "<!-- loadgen:begin -->"
@@ -136,8 +137,4 @@ def _targets(result: dict[str, Any]) -> list[str]:
 
 def update_doc(path: Path, block: str) -> None:
     """Replace the text between the loadgen markers of ``path`` with ``block``."""
-    text = path.read_text()
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers")
-    path.write_text(text[: start + len(BEGIN)] + "\n" + block + text[end:])
+    replace_block(path, BEGIN, END, block)

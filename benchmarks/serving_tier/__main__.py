@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench.report import machine_info
+from benchmarks.doc_blocks import replace_block
 from benchmarks.serving_tier.reuseport import probe
 from benchmarks.serving_tier.run import run_once
 from benchmarks.serving_tier.slots import BELLS, RunSpec, TableSpec
@@ -143,11 +144,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def update_doc(path: Path, block: str) -> None:
-    text = path.read_text()
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers")
-    path.write_text(text[: start + len(BEGIN)] + "\n" + block + text[end:])
+    replace_block(path, BEGIN, END, block)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks.doc_blocks import replace_block
+
 BEGIN = "<!-- soak:begin -->"
 END = "<!-- soak:end -->"
 RSS_SLACK_MB = 32.0
@@ -248,8 +250,4 @@ def _rss_row(name: str, check: dict[str, Any]) -> str:
 
 def update_doc(path: Path, block: str) -> None:
     """Replace the text between the soak markers of ``path`` with ``block``."""
-    text = path.read_text()
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers")
-    path.write_text(text[: start + len(BEGIN)] + "\n" + block + text[end:])
+    replace_block(path, BEGIN, END, block)
