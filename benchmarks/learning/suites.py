@@ -487,8 +487,8 @@ scripted opponents, judged by games against those scripted players in both seats
 
 
 STRUCTURED_FRAMES = 4_000_000
-"""About 300 s of training on the 2-core development machine at 2 actors x 16 envs
-(issue 87 measured 3.9 M frames in 300 s on the lit-cell task with the defaults)."""
+"""The frames the defaults reach in the suite's wall budget on the 2-core development
+machine at 2 actors x 16 envs (the measurement is in docs/learning.md)."""
 
 
 def _structured(name: str) -> EnvSpec:
@@ -516,7 +516,7 @@ SUITES["structured"] = Suite(
     eval_episodes=100,
     greedy=False,
 )
-"""The spaces users bring, on the learner's defaults (issue 87): dict and tuple
+"""The spaces users bring, on the learner's defaults: dict and tuple
 observations, joint ``MultiDiscrete`` actions, an action mask, a reward 30 steps late;
 each against its scripted upper level and random level."""
 SUITES["minatar-r2d2"] = with_agent(SUITES["minatar"], "r2d2")

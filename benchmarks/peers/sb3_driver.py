@@ -12,7 +12,7 @@ over the zoo's 1e5 timesteps (so the frame cap is also the schedule's horizon).
 With ``--env`` (a structured-suite env, ``module:callable``) it trains PPO with SB3's
 defaults instead, for the wall cap: ``MultiInputPolicy`` for a dict observation,
 ``MlpPolicy`` for a flat one, and a tuple observation flattened first (gymnasium's
-``FlattenObservation``: SB3 has no tuple observations). The rollout is issue 87's: 64
+``FlattenObservation``: SB3 has no tuple observations). The rollout: 64
 steps of each of the envs (2048 at 32 envs, the size of SB3's default one-env rollout)
 in minibatches of 512; everything else is SB3's default. SB3's PPO reads no action mask:
 a masked env's mask is one more input, and a masked choice earns nothing.
