@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from learner.agents.base import Agent, SavedStoreError, Store
+from learner.agents.base import Agent, AgentState, SavedStoreError, Store
 from learner.agents.models import (
     ActionHead,
-    ActorCritic,
     UnsupportedSetup,
     choose_torso,
     has_action_mask,
     resolve_device,
 )
+from learner.agents.optim import apply_optimizer_settings
 from learner.agents.policy import set_compute_threads
-from learner.agents.registry import make_agent
+from learner.agents.registry import AgentRecipe
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
 from learner.state.files import Lease, atomic_file
@@ -38,7 +38,7 @@ from learner.state.normalize import Normalizer, make_normalizer, normalized_spac
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, Unrolls, stored_frame_stack
 from learner.training.allocator import keep_freed_memory
-from learner.training.trainer import Trainer, TrainerParts, apply_optimizer_settings, make_optimizer
+from learner.training.trainer import Trainer, TrainerParts, capture_training
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.proto import seedrl_pb2 as pb
@@ -61,8 +61,10 @@ class Learner:
     env_spec: Any
     device: torch.device
     agent: Agent
-    model: ActorCritic
-    optimizer: torch.optim.Optimizer
+    state: AgentState
+    """Everything the agent trains (networks, optimizers, what else it keeps)."""
+    recipe: AgentRecipe
+    """How another process builds the agent again (the trainer process's child)."""
     stats: LearnerStats
     builder: TrajectoryBuilder
     queue: Store
@@ -82,17 +84,27 @@ class Learner:
     def head(self) -> ActionHead:
         return self.agent.head
 
+    @property
+    def model(self) -> Any:
+        """The network inference runs."""
+        return self.state.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The inference network's optimizer."""
+        return self.state.optimizer
+
     def trainer_parts(self) -> TrainerParts:
-        """What a trainer of this learner's shared model is built from."""
+        """What a trainer of this learner's shared state is built from (every host's)."""
         return TrainerParts(
             config=self.config,
             agent=self.agent,
-            model=self.model,
-            optimizer=self.optimizer,
+            state=self.state,
             device=self.device,
             stats=self.stats,
             weights_lock=self.weights_lock,
             step_counter=self.step_counter,
+            recipe=self.recipe,
         )
 
 
@@ -115,7 +127,6 @@ def build_learner(config: LearnerConfig) -> Learner:
     league = make_league(config, env_spec)
     obs_space = env_spec.observation_space
     masked = has_action_mask(obs_space, config.action_mask)
-    agent = make_agent(config, env_spec.action_space, device, masked)
     obs_shape = codec.spec_shape(obs_space)
     mask_leaf = config.action_mask if masked else ""
     normalizer = None
@@ -125,8 +136,8 @@ def build_learner(config: LearnerConfig) -> Learner:
     if codec.is_structured(obs_space):  # kept as packed uint8 rows (codec.LeafPacking)
         obs_shape = (codec.LeafPacking(codec.space_leaves(obs_space)).row_bytes,)
     torso = choose_torso(env_spec.observation_space, config.model)
-    model = agent.build_model(obs_space, torso).to(device)
-    optimizer = make_optimizer(model, config)
+    recipe = AgentRecipe.of(config, env_spec.action_space, obs_space, torso, masked)
+    agent, agent_state = recipe.build(device)
     stats = LearnerStats(log_episodes=config.log_episodes, time_phases=config.time_phases)
     step_counter = StepCounter()
     source = checkpoint.load_for_resume(config) if config.resume else None
@@ -134,12 +145,13 @@ def build_learner(config: LearnerConfig) -> Learner:
     if source is not None:
         path, loaded = source
         saved = checkpoint.restore(
-            path, model, optimizer, stats, step_counter, env_spec, normalizer, loaded
-        )
-        agent.load_state_dict(saved)
+            path, lambda saved: agent.load_state_dict(agent_state, saved), stats, step_counter,
+            env_spec, normalizer, loaded,
+        )  # fmt: skip
         if league is not None and SELF_PLAY_KEY in saved:
             league.load_state_dict(saved[SELF_PLAY_KEY])
-        apply_optimizer_settings(optimizer, config)
+        for optimizer in agent_state.optimizers.values():
+            apply_optimizer_settings(optimizer, config)
         defaults = checkpoint.schedule_states(LearnerConfig())
         for key, state in checkpoint.schedule_states(config).items():
             # Older checkpoints: a missing schedule is assumed unchanged, and a setting
@@ -150,7 +162,7 @@ def build_learner(config: LearnerConfig) -> Learner:
                     "the checkpoint's %s was %s; this run's flags say %s",
                     key.replace("_", " "), saved_state, state,
                 )  # fmt: skip
-    lstm_size = model.spec.lstm_size
+    lstm_size = agent_state.model.spec.lstm_size
     unroll_length, overlap = agent.sequence_layout()
     builder = TrajectoryBuilder(
         unroll_length=unroll_length,
@@ -172,8 +184,8 @@ def build_learner(config: LearnerConfig) -> Learner:
         env_spec=env_spec,
         device=device,
         agent=agent,
-        model=model,
-        optimizer=optimizer,
+        state=agent_state,
+        recipe=recipe,
         stats=stats,
         builder=builder,
         queue=store,
@@ -222,7 +234,7 @@ def restore_store(store: Store, path: Path, template: Unrolls) -> None:
 
 
 def make_trainer(learner: Learner) -> Trainer:
-    """The trainer over a learner's shared agent, model and counters."""
+    """The trainer over a learner's shared agent, state and counters."""
     return Trainer(learner.trainer_parts())
 
 
@@ -243,12 +255,8 @@ def save_checkpoint(
     """
     stats = learner.stats
     if training is None:
-        training = checkpoint.capture(
-            learner.model,
-            learner.optimizer,
-            learner.weights_lock,
-            lambda: learner.step_counter.value,
-            learner.agent.state_dict(),
+        training = capture_training(
+            learner.agent, learner.state, learner.weights_lock, learner.step_counter
         )
     frames, episodes = counters or (stats.frames, stats.episodes)
     extra: dict[str, Any] = checkpoint.schedule_states(learner.config)

@@ -32,7 +32,7 @@ from learner.agents.models import resolve_precision
 from learner.agents.policy import Policy, TorchPolicy
 from learner.collapse import CollapseWatch
 from learner.metrics import MetricsWriter, PrometheusSink, one_line
-from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
+from learner.parts import Learner, build_learner, save_checkpoint
 from learner.progress import Progress
 from learner.serving.batcher import DynamicBatcher, ProcessFn
 from learner.serving.inference import InferenceEngine
@@ -121,10 +121,10 @@ def choose_host(learner: Learner) -> TrainerHost:
     process, a thread beside inference, or its own CUDA stream."""
     mode = trainer_mode(learner.config, learner.device)
     if mode == "thread":
-        return ThreadHost(make_trainer(learner), learner.queue, learner.stats)
+        return ThreadHost(learner.trainer_parts(), learner.queue, learner.builder)
     if mode == "device":
         return DeviceHost(learner.trainer_parts(), learner.queue, learner.builder)
-    return ProcessHost(learner)
+    return ProcessHost(learner.trainer_parts(), learner.queue, learner.builder)
 
 
 def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:

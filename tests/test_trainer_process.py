@@ -216,8 +216,8 @@ def test_the_childs_return_statistics_are_checkpointed_and_resumed(tmp_path):
     assert float(saved["count"]) == B * T and float(saved["var"]) > 0
 
     resumed = _learner(tmp_path, normalize_returns=True, resume=True)
-    assert resumed.agent.return_normalizer is not None
-    assert resumed.agent.return_normalizer.count == B * T
+    assert resumed.state.extras["return_normalizer"] is not None
+    assert resumed.state.extras["return_normalizer"].count == B * T
     with _running(resumed) as again:
         _train(resumed, _unrolls(1), steps_after=2)
         state = again.training_state()

@@ -15,11 +15,11 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -42,15 +42,6 @@ BEST_MEASURE = "best_measure"
 """Key of what that value measures (absent: ``BY_RETURN``, as before there was a choice)."""
 
 
-class Restorable(Protocol):
-    """What :func:`restore` needs of the network (``ActorCritic`` answers it): the state
-    rooms sit under the agents, so the checkpoint names no network class."""
-
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = ...) -> Any: ...
-
-    def bound_log_std_(self) -> None: ...
-
-
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing, corrupt or from an incompatible run."""
 
@@ -63,23 +54,30 @@ class TrainingState:
     optimizer: dict[str, Any]
     learner_steps: int
     agent_state: dict[str, Any] = field(default_factory=dict)
-    """The agent's statistics between steps (its ``state_dict``), by checkpoint key."""
+    """The rest of what the agent keeps (target networks, statistics), by checkpoint key."""
+
+    def saved(self) -> dict[str, Any]:
+        """Everything the agent saved, by checkpoint key, as its ``load_state_dict`` reads
+        it (a checkpoint's own keys beside them are ignored there)."""
+        return {"model": self.model, "optimizer": self.optimizer, **self.agent_state}
 
 
 def capture(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    agent_state: Callable[[], dict[str, Any]],
     weights_lock: AbstractContextManager[Any],
     learner_steps: Callable[[], int],
-    agent_state: dict[str, Any] | None = None,
 ) -> TrainingState:
-    """A consistent CPU copy of the training state, taken under the weights lock (fast copies)."""
+    """A consistent CPU copy of the training state, taken under the weights lock (fast
+    copies): ``agent_state`` gives everything the agent trains by checkpoint key, the
+    inference network's weights and optimizer under ``model`` and ``optimizer``."""
     with weights_lock:
+        saved = dict(agent_state())
+        model, optimizer = saved.pop("model"), saved.pop("optimizer")
         return TrainingState(
-            model={k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
-            optimizer=_to_cpu(optimizer.state_dict()),
+            model={k: v.detach().to("cpu", copy=True) for k, v in model.items()},
+            optimizer=_to_cpu(optimizer),
             learner_steps=learner_steps(),
-            agent_state=_to_cpu(agent_state or {}),
+            agent_state=_to_cpu(saved),
         )
 
 
@@ -312,8 +310,7 @@ def load_for_resume(config: LearnerConfig) -> tuple[Path, dict[str, Any]] | None
 
 def restore(
     path: Path,
-    model: Restorable,
-    optimizer: torch.optim.Optimizer,
+    load_training: Callable[[dict[str, Any]], None],
     stats: LearnerStats,
     step_counter: StepCounter,
     env_spec: Any = None,
@@ -321,7 +318,8 @@ def restore(
     state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Load a checkpoint into the parts and return it (``state``: ``path`` loaded
-    already); a mismatch raises CheckpointError naming the file."""
+    already); ``load_training`` takes what training owns out of it (the agent's
+    ``load_state_dict``). A mismatch raises CheckpointError naming the file."""
     state = load(path) if state is None else state
     if env_spec is not None and "env_spec" in state:
         check_env(path, state["env_spec"], env_spec)
@@ -335,9 +333,7 @@ def restore(
     try:
         if normalizer is not None and saved_stats is not None:
             normalizer.load_state_dict(saved_stats)
-        model.load_state_dict(state["model"])
-        model.bound_log_std_()  # a checkpoint from before the bound was kept this way
-        optimizer.load_state_dict(state["optimizer"])
+        load_training(state)
         torch.set_rng_state(state["torch_rng"])
         frames, steps = int(state["frames"]), int(state["learner_steps"])
         episodes, returns = int(state["episodes"]), list(state.get("returns", []))

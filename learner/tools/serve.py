@@ -115,9 +115,7 @@ def load_policy(path: Path, state: dict[str, Any], learner: Learner) -> None:
     the env as this host builds it has other spaces than the checkpoint's."""
     check_spaces(path, state, learner.env_spec)
     try:
-        learner.model.load_state_dict(state["model"])
-        learner.model.bound_log_std_()
-        learner.agent.load_state_dict(state)
+        learner.agent.load_state_dict(learner.state, state)
         if learner.normalizer is not None:
             learner.normalizer.load_state_dict(state["obs_normalizer"])
         if learner.league is not None:
