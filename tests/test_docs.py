@@ -27,8 +27,11 @@ PAGES = (
     "deployment.md",
     "reliability.md",
     "performance.md",
-    "performance-log.md",
+    "logs/performance-log.md",
+    "logs/learning-log.md",
 )
+DOCS = (README, *sorted((ROOT / "docs").rglob("*.md")))
+"""The README and every page under docs/, the dated logs in docs/logs/ among them."""
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
@@ -51,7 +54,7 @@ def test_readme_links_every_docs_page() -> None:
 
 
 def test_relative_links_resolve() -> None:
-    for doc in (README, *sorted((ROOT / "docs").glob("*.md"))):
+    for doc in DOCS:
         for target in LINK.findall(doc.read_text()):
             if "://" in target:
                 continue
@@ -70,7 +73,6 @@ def test_the_repository_map_names_paths_that_exist() -> None:
 
 # ------------------------------------------------ names in the docs that must exist
 
-DOCS = (README, *sorted((ROOT / "docs").glob("*.md")))
 PROJECT_PACKAGES = ("seedrl", "learner", "actors", "benchmarks")
 TOP_DIRS = ("actors", "benchmarks", "deploy", "docs", "learner", "protos", "seedrl", "tests", ".ci")
 FILE_SUFFIXES = {
@@ -279,7 +281,7 @@ def test_every_repository_path_the_docs_name_exists() -> None:
 
 
 def test_every_code_name_the_docs_use_exists() -> None:
-    """Every dotted name of ours in README.md and docs/*.md exists, in prose, code spans
+    """Every dotted name of ours in README.md and docs/**/*.md exists, in prose, code spans
     and code blocks alike (shell blocks included: ``python -m benchmarks.echo`` names a
     module too):
 
