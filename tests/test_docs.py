@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import functools
 import glob
 import importlib
@@ -27,8 +28,11 @@ PAGES = (
     "deployment.md",
     "reliability.md",
     "performance.md",
-    "performance-log.md",
+    "logs/performance-log.md",
+    "logs/learning-log.md",
 )
+DOCS = (README, *sorted((ROOT / "docs").rglob("*.md")))
+"""The README and every page under docs/, the dated logs in docs/logs/ among them."""
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
@@ -51,11 +55,68 @@ def test_readme_links_every_docs_page() -> None:
 
 
 def test_relative_links_resolve() -> None:
-    for doc in (README, *sorted((ROOT / "docs").glob("*.md"))):
+    for doc in DOCS:
         for target in LINK.findall(doc.read_text()):
             if "://" in target:
                 continue
             assert (doc.parent / target).exists(), f"{doc.relative_to(ROOT)} links {target}"
+
+
+FIRST_SCREEN = 40
+"""Lines of the README a newcomer sees first: what it is, the two commands, the map."""
+FLAG_MEANING_CHARS = 100
+"""A README flag row says what the flag is for in one short line; configuration.md says
+the rest."""
+ANCHOR_LINK = re.compile(r"\]\(([^)\s]*)#([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_first_screen_is_what_it_is_the_two_commands_and_the_map() -> None:
+    screen = "\n".join(README.read_text().splitlines()[:FIRST_SCREEN])
+    for needed in ("make demo", "make test", "docs/architecture.md#where-to-change-things"):
+        assert needed in screen, f"README.md's first {FIRST_SCREEN} lines lack {needed!r}"
+    map_rows = [line for line in screen.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(map_rows) >= 8, "README.md's first screen has no map of where things live"
+
+
+def test_the_readme_anchors_name_headings_that_exist() -> None:
+    """The links test checks files; this checks the ``#section`` of each README link, so
+    a renamed heading does not leave the README pointing at the top of a page."""
+    for target, anchor in ANCHOR_LINK.findall(README.read_text()):
+        page = ROOT / target if target else README
+        headings = {
+            _slug(line.lstrip("#"))
+            for line in page.read_text().splitlines()
+            if re.match(r"#{1,6} ", line)
+        }
+        assert anchor in headings, f"README.md links {target}#{anchor}, no such heading"
+
+
+def test_the_readme_flag_tables_are_one_short_line_per_flag_that_exists() -> None:
+    from seedrl.config import ActorConfig, LearnerConfig
+
+    tables = _section(README.read_text(), "Main flags").split("\n\n")
+    checked = 0
+    for table in tables:
+        rows = table.splitlines()
+        if not rows or not rows[0].startswith("| ") or " flag |" not in rows[0]:
+            continue
+        cls = ActorConfig if rows[0].startswith("| actor") else LearnerConfig
+        names = {f.name for f in dataclasses.fields(cls)} | {"config", "preset"}
+        for row in rows[2:]:
+            flags_cell, _default, meaning = row.strip("|").split(" | ")
+            for flag in re.findall(r"`--([a-z0-9-]+)`", flags_cell):
+                assert flag.replace("-", "_") in names, f"README.md names --{flag}: no such flag"
+                checked += 1
+            assert len(meaning.strip()) <= FLAG_MEANING_CHARS, (
+                f"README.md's row for {flags_cell.strip()} runs to {len(meaning.strip())} "
+                f"characters; the long explanation belongs in docs/configuration.md"
+            )
+    assert checked > 20
 
 
 def test_the_repository_map_names_paths_that_exist() -> None:
@@ -70,7 +131,6 @@ def test_the_repository_map_names_paths_that_exist() -> None:
 
 # ------------------------------------------------ names in the docs that must exist
 
-DOCS = (README, *sorted((ROOT / "docs").glob("*.md")))
 PROJECT_PACKAGES = ("seedrl", "learner", "actors", "benchmarks")
 TOP_DIRS = ("actors", "benchmarks", "deploy", "docs", "learner", "protos", "seedrl", "tests", ".ci")
 FILE_SUFFIXES = {
@@ -279,7 +339,7 @@ def test_every_repository_path_the_docs_name_exists() -> None:
 
 
 def test_every_code_name_the_docs_use_exists() -> None:
-    """Every dotted name of ours in README.md and docs/*.md exists, in prose, code spans
+    """Every dotted name of ours in README.md and docs/**/*.md exists, in prose, code spans
     and code blocks alike (shell blocks included: ``python -m benchmarks.echo`` names a
     module too):
 

@@ -1,7 +1,7 @@
 """No measurement figures in code or ``--help``: comments and docstrings say why.
 
 Figures (µs, frames/s, A/B pairs, percentages, dates, "round" names) go stale on the next
-machine; they belong in ``docs/performance.md`` and ``docs/performance-log.md``, next to
+machine; they belong in ``docs/performance.md`` and ``docs/logs/performance-log.md``, next to
 the command that reproduces them. This test reads every comment and docstring of the
 installed packages (``seedrl/``, ``learner/``, ``actors/``; ``benchmarks/`` is exempt)
 and the ``--help`` text of the two command lines, and names each figure it finds.

@@ -208,7 +208,7 @@ class ImpalaResNet(nn.Module):
     residual block's second conv starts at zero (Goyal et al. 2017; Fixup), so every block
     starts as the identity: with PyTorch's default init the features of near-identical
     Atari frames barely differ, and with the ReLU gain on every conv the residual sums
-    grow block after block (measurements: docs/learning-log.md).
+    grow block after block (measurements: docs/logs/learning-log.md).
     """
 
     def __init__(
