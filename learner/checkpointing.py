@@ -310,7 +310,8 @@ class Checkpointer:
 
     async def final(self) -> list[str]:
         """The run's last checkpoint and best one; what failed, in lines, never raised: the
-        run's end still writes result.json (a full disk leaves the old checkpoints whole)."""
+        run's end still writes result.json (a full disk leaves the old checkpoints whole).
+        A learner another has taken over from does not call it: its fence says so."""
         if not self.writes:
             return []
         failures = []
