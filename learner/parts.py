@@ -9,10 +9,9 @@ engine each take what they need from it, in one place each.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,14 +30,15 @@ from learner.agents.models import (
 from learner.agents.optim import apply_optimizer_settings
 from learner.agents.policy import set_compute_threads
 from learner.agents.registry import AgentRecipe
+from learner.checkpointing import BestKeeper, Capture, Checkpointer
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
-from learner.state.files import Lease, atomic_file
+from learner.state.files import Lease
 from learner.state.normalize import Normalizer, make_normalizer, normalized_space
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, Unrolls, stored_frame_stack
 from learner.training.allocator import keep_freed_memory
-from learner.training.trainer import Trainer, TrainerParts, capture_training
+from learner.training.trainer import Trainer, TrainerParts, agent_training_state
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.proto import seedrl_pb2 as pb
@@ -238,6 +238,46 @@ def make_trainer(learner: Learner) -> Trainer:
     return Trainer(learner.trainer_parts())
 
 
+def capture_training(learner: Learner) -> checkpoint.TrainingState:
+    """The learner's own agent state now, with no trainer host in between."""
+    return agent_training_state(
+        learner.agent, learner.state, learner.weights_lock, learner.step_counter
+    )
+
+
+def make_checkpointer(
+    learner: Learner,
+    capture: Capture | None = None,
+    *,
+    counters: Callable[[], tuple[int, int] | None] = lambda: None,
+    keeper: BestKeeper | None = None,
+    writes: bool = True,
+    start: float | None = None,
+) -> Checkpointer:
+    """The checkpointer of ``learner``'s state, renamed under its lease; ``capture`` gives
+    the training state (default: the learner's own model and optimizer)."""
+    extra_state: dict[str, Callable[[], Any]] = {}
+    if learner.normalizer is not None:
+        extra_state["obs_normalizer"] = learner.normalizer.state_dict
+    if learner.league is not None:
+        extra_state[SELF_PLAY_KEY] = learner.league.state_dict
+    return Checkpointer(
+        learner.config,
+        capture or (lambda: capture_training(learner)),
+        learner.stats,
+        learner.env_spec,
+        to_json_dict(learner.model.spec),
+        learner.queue,
+        extra_state=extra_state,
+        counters=counters,
+        keeper=keeper,
+        yardstick=learner.league.yardstick if learner.league is not None else None,
+        lease=learner.lease,
+        writes=writes,
+        start=start,
+    )
+
+
 def save_checkpoint(
     learner: Learner,
     training: checkpoint.TrainingState | None = None,
@@ -246,53 +286,8 @@ def save_checkpoint(
     best_measure: str = checkpoint.BY_RETURN,
     replay: bool = True,
 ) -> None:
-    """Write the checkpoint of ``training`` (default: the learner's own model and optimizer).
-
-    ``counters`` overrides (frames, episodes), e.g. all ranks' totals. With ``best`` (the
-    value of ``best_measure`` that makes it the best) it goes to checkpoint-best.pt
-    instead, and checkpoint.pt and the history are left as they are. ``replay``: also
-    write the replay (with --replay-checkpoint).
-    """
-    stats = learner.stats
+    """Write the checkpoint of ``training`` (default: the learner's own model and
+    optimizer) now, whatever the cadence (:meth:`Checkpointer.write`)."""
     if training is None:
-        training = capture_training(
-            learner.agent, learner.state, learner.weights_lock, learner.step_counter
-        )
-    frames, episodes = counters or (stats.frames, stats.episodes)
-    extra: dict[str, Any] = checkpoint.schedule_states(learner.config)
-    if learner.normalizer is not None:
-        extra["obs_normalizer"] = learner.normalizer.state_dict()
-    if learner.league is not None:
-        extra[SELF_PLAY_KEY] = learner.league.state_dict()
-    state = checkpoint.snapshot(
-        training,
-        frames=frames,
-        episodes=episodes,
-        returns=list(stats.returns),
-        config=to_json_dict(learner.config),
-        env_spec=learner.env_spec.SerializeToString(),
-        model_spec=to_json_dict(learner.model.spec),
-        return_first=stats.return_first,
-        return_best=stats.return_best,
-        **extra,
-    )
-    lease = learner.lease
-    if best is not None:
-        state[checkpoint.BEST_RETURN] = best
-        state[checkpoint.BEST_MEASURE] = best_measure
-        checkpoint.save(learner.config.best_checkpoint_path, state, lease)
-        return
-    checkpoint.save(learner.config.checkpoint_path, state, lease)
-    if replay and learner.config.replay_checkpoint:
-        written = learner.queue.save(learner.config.replay_path, lease)
-        if written:
-            log.info("replay written to %s (%.1f MiB)", learner.config.replay_path, written / 2**20)
-    kept = learner.config.history_checkpoint_path(frames)
-    if kept is not None and not kept.exists():
-        kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        try:  # a link is atomic and free; the next save replaces checkpoint.pt, not it
-            os.link(learner.config.checkpoint_path, kept)
-        except OSError:  # a filesystem without hard links: copy, then rename into place
-            with open(learner.config.checkpoint_path, "rb") as source:
-                with atomic_file(kept, lease) as copy:
-                    shutil.copyfileobj(source, copy)
+        training = capture_training(learner)
+    make_checkpointer(learner).write(training, counters, best, best_measure, replay)

@@ -734,7 +734,7 @@ def test_a_resumed_learner_samples_from_the_replay_its_checkpoint_kept(tmp_path)
 
 
 def test_periodic_checkpoints_write_the_replay_once_per_its_interval() -> None:
-    from learner.state.checkpoint import ReplayCadence
+    from learner.checkpointing import ReplayCadence
 
     cadence = ReplayCadence(600.0, start=100.0)
     assert [cadence.due(t) for t in (160.0, 699.0, 700.0)] == [False, False, True]

@@ -1,5 +1,6 @@
 """Checkpoints: model, optimizer, counters, config and RNG state, written atomically, and
-read back into a learner's parts (:func:`restore`).
+read back into a learner's parts (:func:`restore`); when a running learner writes which
+one is :mod:`learner.checkpointing`'s.
 
 A checkpoint is written to a temporary file in the same directory, flushed and fsynced,
 then renamed over the old one (and the directory fsynced), so a kill at any moment
@@ -12,9 +13,7 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 import os
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -23,7 +22,8 @@ from typing import Any
 
 import torch
 
-from learner.common.measures import BY_RETURN, BY_YARDSTICK
+from learner.common.measures import BY_RETURN
+from learner.common.measures import BY_YARDSTICK as BY_YARDSTICK  # the measures a best records
 from learner.state.counters import StepCounter
 from learner.state.files import Lease, atomic_file
 from learner.state.normalize import Normalizer
@@ -182,68 +182,6 @@ def best_text(value: float, measure: str) -> str:
 
 BEST_FILE = "checkpoint-best.pt"
 """The best checkpoint's name in a logdir (``LearnerConfig.best_checkpoint_path``)."""
-
-
-class BestKeeper:
-    """When to write checkpoint-best.pt: the run's ``measure`` (the mean return of a full
-    window of the last 100 episodes, or in self-play with fixed opponents the yardstick
-    score against them) beats the value it was last written with, and ``interval_s`` has
-    passed since (so a long climb does not write a checkpoint at every log interval)."""
-
-    def __init__(
-        self, path: Path, interval_s: float, best: float = -math.inf, measure: str = BY_RETURN
-    ) -> None:
-        self.path = path
-        self.interval_s = interval_s
-        self.best = best
-        """The value of ``measure`` checkpoint-best.pt holds (-inf: none yet)."""
-        self.measure = measure
-        self._last = -math.inf
-
-    @classmethod
-    def for_config(cls, config: LearnerConfig) -> BestKeeper | None:
-        """The keeper of this run (None when --best-checkpoint-interval-s is 0); a resumed
-        run goes on from the best its checkpoint-best.pt holds, a fresh one starts over."""
-        if not config.best_checkpoint_interval_s:
-            return None
-        path = config.best_checkpoint_path
-        measure = BY_YARDSTICK if config.self_play and config.fixed_opponents else BY_RETURN
-        best = -math.inf
-        if config.resume and path.is_file():
-            try:
-                state = load(path)
-            except CheckpointError as exc:
-                log.warning("%s; a new best checkpoint will replace it", exc)
-            else:  # a best by another measure is no bar to this run's
-                if state.get(BEST_MEASURE, BY_RETURN) == measure:
-                    best = float(state.get(BEST_RETURN, -math.inf))
-        return cls(path, config.best_checkpoint_interval_s, best, measure)
-
-    def due(self, value: float | None, final: bool = False) -> bool:
-        """Whether the measure's ``value`` now (None: no full window yet) is to be kept
-        now; ``final``: the run ends, so the interval does not hold it back."""
-        if value is None or not value > self.best:
-            return False
-        return final or time.monotonic() - self._last >= self.interval_s
-
-    def written(self, value: float) -> None:
-        self.best = value
-        self._last = time.monotonic()
-
-
-class ReplayCadence:
-    """Which periodic checkpoints also write the replay (--replay-checkpoint-interval-s):
-    the checkpoint's own cadence suits a model's MiBs, not a replay's GiBs."""
-
-    def __init__(self, interval_s: float, start: float) -> None:
-        self.interval_s = interval_s
-        self._last = start
-
-    def due(self, now: float) -> bool:
-        return now - self._last >= self.interval_s
-
-    def written(self, now: float) -> None:
-        self._last = now
 
 
 def check_env(path: str | os.PathLike[str], saved_env_spec: bytes, env_spec: pb.EnvSpec) -> None:

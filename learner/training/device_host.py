@@ -37,7 +37,7 @@ from learner.training.hosts import ThreadHost
 from learner.training.trainer import (
     Trainer,
     TrainerParts,
-    capture_training,
+    agent_training_state,
     row_fields,
     stack_frames,
 )
@@ -191,7 +191,7 @@ class DeviceHost(ThreadHost):
         with trainer.weights_lock:
             if self.stream is not None:
                 self.stream.synchronize()  # the last issued step has landed in the weights
-            return capture_training(
+            return agent_training_state(
                 trainer.agent, trainer.state, contextlib.nullcontext(), trainer.step_counter
             )
 

@@ -48,7 +48,7 @@ import torch.distributed as dist
 from learner.agents.base import Store
 from learner.state.trajectories import TrajectoryBuilder, Unrolls
 from learner.training.hosts import ThreadHost, trainer_mode
-from learner.training.trainer import Trainer, TrainerParts, capture_training, to_time_major
+from learner.training.trainer import Trainer, TrainerParts, agent_training_state, to_time_major
 from seedrl.config import LearnerConfig
 from seedrl.transport import listen_address
 
@@ -173,7 +173,7 @@ class RankSync:
         self.learner = learner
         state: list[Any] = [None]
         if self.is_main:
-            training = capture_training(
+            training = agent_training_state(
                 learner.agent, learner.state, contextlib.nullcontext(), learner.step_counter
             )
             state[0] = {"training": training.saved(), "steps": training.learner_steps}

@@ -52,7 +52,7 @@ from learner.state import checkpoint
 from learner.state.counters import StepCounter
 from learner.state.trajectories import TrajectoryBuilder, Unrolls
 from learner.training.allocator import keep_freed_memory
-from learner.training.trainer import Trainer, TrainerParts, capture_training
+from learner.training.trainer import Trainer, TrainerParts, agent_training_state
 from seedrl.config import LearnerConfig
 from seedrl.timing import process_rss_mb
 
@@ -264,7 +264,7 @@ class ProcessHost:
 
     def _own_state(self) -> checkpoint.TrainingState:
         """The learner process's copy of the training state (what the child starts from)."""
-        return capture_training(self.agent, self.state, self.weights_lock, self.step_counter)
+        return agent_training_state(self.agent, self.state, self.weights_lock, self.step_counter)
 
     # ------------------------------------------------------------------ weights
 

@@ -389,10 +389,10 @@ class Trainer:
 
     def training_state(self) -> checkpoint.TrainingState:
         """Everything the agent's state holds and the step count, as of the last whole step."""
-        return capture_training(self.agent, self.state, self.weights_lock, self.step_counter)
+        return agent_training_state(self.agent, self.state, self.weights_lock, self.step_counter)
 
 
-def capture_training(
+def agent_training_state(
     agent: Agent,
     state: AgentState,
     weights_lock: AbstractContextManager[Any],
