@@ -1,24 +1,47 @@
-"""The agents ``--agent`` can name: one table, one entry per learning algorithm."""
+"""The agents ``--agent`` can name: one table, one entry per learning algorithm.
+
+An entry is the agent's factory and its options class (its own knobs, declared in its
+package's ``config.py``); the learner's config learns the knobs from here
+(:func:`seedrl.config.set_agent_catalog`), so a new agent is its package and one line.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 
 import torch
 
 from learner.agents.base import Agent
 from learner.agents.r2d2 import R2D2Agent
+from learner.agents.r2d2.config import R2D2Options
 from learner.agents.vtrace import VTraceAgent
-from seedrl.config import LearnerConfig
+from learner.agents.vtrace.config import VTraceOptions
+from seedrl.config import AgentOptions, LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
 AgentFactory = Callable[[LearnerConfig, pb.SpaceSpec, torch.device, bool], Agent]
 
-AGENTS: dict[str, AgentFactory] = {
-    VTraceAgent.name: VTraceAgent,
-    R2D2Agent.name: R2D2Agent,
+
+@dataclasses.dataclass(frozen=True)
+class Registered:
+    """One agent: what builds it and the section of knobs it reads."""
+
+    factory: AgentFactory
+    options: type[AgentOptions]
+
+
+AGENTS: dict[str, Registered] = {
+    VTraceAgent.name: Registered(VTraceAgent, VTraceOptions),
+    R2D2Agent.name: Registered(R2D2Agent, R2D2Options),
 }
-"""``--agent`` name -> the agent's factory (its config, the env's action space, the device)."""
+"""``--agent`` name -> the agent's factory (its config, the env's action space, the device)
+and its options."""
+
+
+def agent_sections() -> Mapping[str, type[AgentOptions]]:
+    """``--agent`` name -> the agent's options class (what the config asks)."""
+    return {name: entry.options for name, entry in AGENTS.items()}
 
 
 def make_agent(
@@ -27,7 +50,7 @@ def make_agent(
     """The agent ``--agent`` names, for an env's action space on ``device`` (``masked``: the
     observation carries an action mask, see ``--action-mask``)."""
     try:
-        factory = AGENTS[config.agent]
+        entry = AGENTS[config.agent]
     except KeyError:
         raise ValueError(f"unknown agent {config.agent!r}; choose from {sorted(AGENTS)}") from None
-    return factory(config, action_space, device, masked)
+    return entry.factory(config, action_space, device, masked)
