@@ -130,3 +130,26 @@ def test_a_registry_entry_is_all_a_new_agent_needs(monkeypatch, capsys):
     assert config.toy_rate == 0.25, "a replay, so the unroll queue does not bound the batch"
     assert "--toy-rate must be in [0, 1]" in _exit_2(["--agent", "toy", "--toy-rate", "2"], capsys)
     assert "--toy-rate is a knob of --agent toy" in _exit_2(["--toy-rate", "0.1"], capsys)
+
+
+def test_an_agent_without_continuous_actions_is_refused_a_box_by_its_capability(monkeypatch):
+    """The registry asks the agent's options, not its name: a toy agent that says it
+    takes no continuous actions is refused a Box before its factory runs."""
+    import gymnasium as gym
+    import torch
+
+    from learner.common.spaces import UnsupportedSetup
+    from seedrl import codec
+
+    def factory(*args: object) -> None:
+        raise AssertionError("the factory ran")
+
+    class Discrete(ToyOptions):
+        continuous_actions: ClassVar[bool] = False
+
+    monkeypatch.setitem(registry.AGENTS, "toy", registry.Registered(factory, Discrete))  # type: ignore[arg-type]
+    box = codec.space_to_spec(gym.spaces.Box(-1.0, 1.0, (2,)))
+    with pytest.raises(UnsupportedSetup, match="--agent toy acts in discrete action spaces"):
+        registry.make_agent(LearnerConfig(agent="toy"), box, torch.device("cpu"))
+    with pytest.raises(UnsupportedSetup, match="use --agent vtrace"):
+        registry.make_agent(LearnerConfig(agent="r2d2"), box, torch.device("cpu"))

@@ -17,6 +17,8 @@ from learner.agents.r2d2 import R2D2Agent
 from learner.agents.r2d2.config import R2D2Options
 from learner.agents.vtrace import VTraceAgent
 from learner.agents.vtrace.config import VTraceOptions
+from learner.common.spaces import UnsupportedSetup
+from seedrl import codec
 from seedrl.config import AgentOptions, LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -53,4 +55,10 @@ def make_agent(
         entry = AGENTS[config.agent]
     except KeyError:
         raise ValueError(f"unknown agent {config.agent!r}; choose from {sorted(AGENTS)}") from None
+    if action_space.kind == "box" and not entry.options.continuous_actions:
+        able = " or ".join(sorted(n for n, e in AGENTS.items() if e.options.continuous_actions))
+        raise UnsupportedSetup(
+            f"--agent {config.agent} acts in discrete action spaces, not "
+            f"{codec.spec_summary(action_space)}: use --agent {able}"
+        )
     return entry.factory(config, action_space, device, masked)
