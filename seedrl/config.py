@@ -3,6 +3,11 @@
 The dataclasses are the single source of truth: the command line is generated from them
 (:mod:`seedrl.cli`), presets and config files fill them (:mod:`seedrl.presets`), and the
 resolved config is saved as JSON in the learner's log directory.
+
+The learner's config comes in sections: its own fields, grouped by ``# comments``, and
+the chosen agent's knobs, an :class:`AgentOptions` subclass the agent's package declares.
+This package may not import the learner, so the learner names its agents to it
+(:func:`set_agent_catalog`, on ``import learner``).
 """
 
 from __future__ import annotations
@@ -598,6 +603,11 @@ class LearnerConfig:
                 f"is {self.__dict__.get('agent')}"
             )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def with_changes(self, **changes: Any) -> LearnerConfig:
+        """``dataclasses.replace(self, **changes)``, knobs of the agent included, in a form
+        type checkers take (they know only the fields, not an agent's knobs)."""
+        return dataclasses.replace(self, **changes)
 
     @property
     def effective_lr_schedule(self) -> str:

@@ -32,9 +32,10 @@ def _exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 def test_an_agents_knobs_read_and_replace_as_fields():
     config = LearnerConfig(agent="r2d2", epsilon=0.3, burn_in=10, sequence_overlap=10)
     assert (config.epsilon, config.burn_in, config.n_step) == (0.3, 10, 5)
-    changed = dataclasses.replace(config, epsilon=0.2, seed=4)
+    changed = config.with_changes(epsilon=0.2, seed=4)
     assert (changed.epsilon, changed.burn_in, changed.seed) == (0.2, 10, 4)
     assert dataclasses.replace(config, seed=4).epsilon == 0.3, "replace keeps the knobs"
+    assert dataclasses.replace(config, epsilon=0.1).epsilon == 0.1  # type: ignore[call-arg]
     assert pickle.loads(pickle.dumps(config)) == config
     assert LearnerConfig().lambda_ == 1.0
     with pytest.raises(AttributeError, match="epsilon is a knob of --agent r2d2"):
