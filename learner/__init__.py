@@ -11,5 +11,16 @@ plot). ``learner.run.serve`` wires them together.
 
 import seedrl  # noqa: F401  (first: sets gRPC core defaults before grpc loads)
 from learner.api import TrainResult, train  # torch-free: torch loads inside train
+from seedrl.config import AgentOptions, set_agent_catalog
+
+
+def _agent_sections() -> dict[str, type[AgentOptions]]:
+    """The registry's agents, imported (with torch) only once a config needs them."""
+    from learner.agents.registry import agent_sections
+
+    return dict(agent_sections())
+
+
+set_agent_catalog(_agent_sections)
 
 __all__ = ["TrainResult", "train"]

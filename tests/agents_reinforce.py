@@ -10,7 +10,8 @@ Shape suffixes: T transitions of an unroll, B unrolls, P policy parameters.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, ClassVar
 
 import torch
 
@@ -20,10 +21,21 @@ from learner.agents.optim import make_optimizer
 from learner.agents.policy import Policy, inference_policy
 from learner.common.schedules import StepClock
 from learner.state.trajectories import UnrollQueue
-from seedrl.config import LearnerConfig
+from seedrl.config import AgentOptions, LearnerConfig, require_range
 from seedrl.proto import seedrl_pb2 as pb
 
-ENTROPY_COST = 0.01
+
+@dataclasses.dataclass(frozen=True)
+class ReinforceOptions(AgentOptions):
+    """REINFORCE's own knobs: the ``--agent reinforce`` section of the learner's config."""
+
+    continuous_actions: ClassVar[bool] = False
+
+    reinforce_entropy_bonus: float = 0.01
+    """Weight of the entropy bonus beside the policy gradient."""
+
+    def check(self, config: LearnerConfig) -> None:
+        require_range(self, ("reinforce_entropy_bonus",), low=0)
 
 
 class ReinforceAgent:
@@ -90,7 +102,7 @@ class ReinforceAgent:
         count = valid_TB.sum().clamp(min=1.0)
         policy_loss = -(logp_TB * advantage_TB.detach() * valid_TB).sum() / count
         entropy = (entropy_TB * valid_TB).sum() / count
-        optimize.minimize(policy_loss - ENTROPY_COST * entropy, "model")
+        optimize.minimize(policy_loss - self.config.reinforce_entropy_bonus * entropy, "model")
         return {"loss_policy": policy_loss.detach(), "entropy": entropy.detach()}
 
     def state_dict(self, state: AgentState) -> dict[str, Any]:

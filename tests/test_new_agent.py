@@ -10,11 +10,10 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from agents_reinforce import ReinforceAgent
+from agents_reinforce import ReinforceAgent, ReinforceOptions
 
 import learner
 from learner.agents import registry
-from seedrl import config as seedrl_config
 
 RANDOM_EPISODES = 200
 BEAT_RANDOM_BY = 4.0
@@ -24,11 +23,10 @@ MAX_SECONDS = 45.0
 
 @pytest.fixture
 def reinforce_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The one entry a new agent needs: its factory under its ``--agent`` name."""
-    monkeypatch.setitem(registry.AGENTS, ReinforceAgent.name, ReinforceAgent)
-    # The config checks --agent against a list of its own that the registry does not
-    # feed (the config sits below the learner and may not import it).
-    monkeypatch.setattr(seedrl_config, "AGENTS", (*seedrl_config.AGENTS, ReinforceAgent.name))
+    """The one entry a new agent needs: its factory and its options under its ``--agent``
+    name (the config learns the name and the knobs from the registry)."""
+    entry = registry.Registered(ReinforceAgent, ReinforceOptions)
+    monkeypatch.setitem(registry.AGENTS, ReinforceAgent.name, entry)
 
 
 def random_return_mean() -> float:
@@ -56,7 +54,8 @@ def test_a_registered_reinforce_agent_learns_cartpole_on_a_real_host(
     result = learner.train(
         "CartPole-v1", num_actors=1, envs_per_actor=8, logdir=tmp_path / "run",
         agent="reinforce", trainer=trainer, device="cpu", unroll_length=32, batch_size=8,
-        learning_rate=3e-3, hidden_sizes=(32,), target_return=bar, max_seconds=MAX_SECONDS,
+        learning_rate=3e-3, hidden_sizes=(32,), reinforce_entropy_bonus=0.01, target_return=bar,
+        max_seconds=MAX_SECONDS,
     )  # fmt: skip
     elapsed = time.monotonic() - began
     assert result.learner_steps > 0

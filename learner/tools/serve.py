@@ -24,7 +24,7 @@ from learner.state import checkpoint
 from learner.training.hosts import TrainerHost
 from seedrl import codec, envs
 from seedrl.cli import ConfigArgumentParser, add_config_arguments
-from seedrl.config import LearnerConfig
+from seedrl.config import LearnerConfig, config_hints
 from seedrl.presets import build_config
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -146,7 +146,7 @@ def serving_config(
 
     ``given``: the LearnerConfig flags on this command line (``--env`` among them, which
     must name the checkpoint's env)."""
-    names = {f.name for f in dataclasses.fields(LearnerConfig)}
+    names = config_hints(LearnerConfig, state["config"])  # the fields and its agent's knobs
     saved = build_config(LearnerConfig, {k: v for k, v in state["config"].items() if k in names})
     if "env" in given and given["env"] != saved.env:
         raise ServeError(
