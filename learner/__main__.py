@@ -46,6 +46,13 @@ def train_main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if ranked and config.policy_mapping:
+        print(
+            "python -m learner: error: --policy-mapping cannot run under torchrun: ranks "
+            "train one policy in lockstep (run one learner process)",
+            file=sys.stderr,
+        )
+        return 2
     if ranked and config.standby:
         print(
             "python -m learner: error: --standby cannot run under torchrun: a standby is one "

@@ -40,7 +40,7 @@ from learner.state.trajectories import TrajectoryBuilder, Unrolls, stored_frame_
 from learner.training.allocator import keep_freed_memory
 from learner.training.trainer import Trainer, TrainerParts, agent_training_state
 from seedrl import codec, envs
-from seedrl.config import LearnerConfig, to_json_dict
+from seedrl.config import DEFAULT_POLICY, LearnerConfig, policy_pairs, to_json_dict
 from seedrl.proto import seedrl_pb2 as pb
 
 if TYPE_CHECKING:
@@ -49,13 +49,37 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+ONE_POLICY = "default"
+"""The name of a learner's policy when --policy-mapping names none."""
 SELF_PLAY_KEY = "self_play"
 """Checkpoint key of the league (pool of snapshots, ratings) with --self-play."""
 
 
+POLICIES_KEY = checkpoint.POLICIES
+"""Checkpoint key of each policy's training state, by name, with --policy-mapping."""
+
+
+@dataclass
+class PolicySlot:
+    """One trained policy of a learner: its agent state, where its unrolls wait, its
+    trainer's counters. Only this policy's agents' frames reach its store."""
+
+    name: str
+    state: AgentState
+    queue: Store
+    step_counter: StepCounter
+    weights_lock: threading.Lock
+    stats: LearnerStats
+    """Its trainer's scalars and its own agents' episodes (the learner's stats, alone)."""
+
+
 @dataclass
 class Learner:
-    """The assembled parts of one learner process."""
+    """The assembled parts of one learner process.
+
+    ``state``, ``queue``, ``step_counter`` and ``weights_lock`` are the first policy's;
+    :attr:`policies` names every policy (one, unless --policy-mapping names several).
+    """
 
     config: LearnerConfig
     env_spec: Any
@@ -79,6 +103,34 @@ class Learner:
     lease: Lease | None = None
     """Set once serving: this learner's claim on the run directory, which every checkpoint
     rename checks (None: no other learner shares it)."""
+    policies: dict[str, PolicySlot] = field(default_factory=dict)
+    """Every trained policy by name, the first one holding ``state`` and ``queue``
+    (default: that one alone, named :data:`ONE_POLICY`)."""
+    agent_policy: np.ndarray | None = None
+    """``[A]``: the index into :attr:`policies` of each agent of a multi-agent env (None:
+    one policy plays every agent)."""
+
+    def __post_init__(self) -> None:
+        if not self.policies:
+            self.policies = {
+                ONE_POLICY: PolicySlot(
+                    ONE_POLICY,
+                    self.state,
+                    self.queue,
+                    self.step_counter,
+                    self.weights_lock,
+                    self.stats,
+                )
+            }
+
+    @property
+    def several_policies(self) -> bool:
+        return len(self.policies) > 1
+
+    @property
+    def learner_steps(self) -> int:
+        """Optimizer steps of every policy together."""
+        return sum(slot.step_counter.value for slot in self.policies.values())
 
     @property
     def head(self) -> ActionHead:
@@ -94,16 +146,18 @@ class Learner:
         """The inference network's optimizer."""
         return self.state.optimizer
 
-    def trainer_parts(self) -> TrainerParts:
-        """What a trainer of this learner's shared state is built from (every host's)."""
+    def trainer_parts(self, policy: str | None = None) -> TrainerParts:
+        """What a trainer of this learner's shared state is built from (every host's):
+        of ``policy`` (default: the first)."""
+        slot = self.policies[policy] if policy is not None else next(iter(self.policies.values()))
         return TrainerParts(
             config=self.config,
             agent=self.agent,
-            state=self.state,
+            state=slot.state,
             device=self.device,
-            stats=self.stats,
-            weights_lock=self.weights_lock,
-            step_counter=self.step_counter,
+            stats=slot.stats,
+            weights_lock=slot.weights_lock,
+            step_counter=slot.step_counter,
             recipe=self.recipe,
         )
 
@@ -140,18 +194,37 @@ def build_learner(config: LearnerConfig) -> Learner:
     agent, agent_state = recipe.build(device)
     stats = LearnerStats(log_episodes=config.log_episodes, time_phases=config.time_phases)
     step_counter = StepCounter()
+    names, agent_policy = assign_policies(config, env_spec)
+    policies: dict[str, PolicySlot] = {}
+    if agent_policy is not None:  # each policy its own state, store, counters and stats
+        for index, name in enumerate(names):
+            first = index == 0
+            policies[name] = PolicySlot(
+                name, agent_state if first else agent.build(obs_space, torso),
+                agent.make_store(), step_counter if first else StepCounter(),
+                threading.Lock(), LearnerStats(),
+            )  # fmt: skip
     source = checkpoint.load_for_resume(config) if config.resume else None
     resumed = source is not None
     if source is not None:
         path, loaded = source
+        checkpoint.check_policies(path, loaded, names if policies else [])
+
+        def load_training(saved: dict[str, Any]) -> None:
+            if policies:
+                load_policies(agent, policies, saved)
+            else:
+                agent.load_state_dict(agent_state, saved)
+
         saved = checkpoint.restore(
-            path, lambda saved: agent.load_state_dict(agent_state, saved), stats, step_counter,
+            path, load_training, stats, StepCounter() if policies else step_counter,
             env_spec, normalizer, loaded,
         )  # fmt: skip
         if league is not None and SELF_PLAY_KEY in saved:
             league.load_state_dict(saved[SELF_PLAY_KEY])
-        for optimizer in agent_state.optimizers.values():
-            apply_optimizer_settings(optimizer, config)
+        for slot in policies.values() or [None]:
+            for optimizer in (agent_state if slot is None else slot.state).optimizers.values():
+                apply_optimizer_settings(optimizer, config)
         defaults = checkpoint.schedule_states(LearnerConfig())
         for key, state in checkpoint.schedule_states(config).items():
             # Older checkpoints: a missing schedule is assumed unchanged, and a setting
@@ -176,8 +249,8 @@ def build_learner(config: LearnerConfig) -> Learner:
         overlap=overlap,
         return_discount=agent.return_discount,
     )
-    store = agent.make_store()
-    if resumed and config.replay_checkpoint and config.replay_path.exists():
+    store = policies[names[0]].queue if policies else agent.make_store()
+    if resumed and not policies and config.replay_checkpoint and config.replay_path.exists():
         restore_store(store, config.replay_path, builder.empty_unrolls(1))
     return Learner(
         config=config,
@@ -190,10 +263,50 @@ def build_learner(config: LearnerConfig) -> Learner:
         builder=builder,
         queue=store,
         step_counter=step_counter,
-        weights_lock=threading.Lock(),
         normalizer=normalizer,
         league=league,
+        weights_lock=policies[names[0]].weights_lock if policies else threading.Lock(),
+        policies=policies,
+        agent_policy=agent_policy,
     )
+
+
+def assign_policies(
+    config: LearnerConfig, env_spec: pb.EnvSpec
+) -> tuple[list[str], np.ndarray | None]:
+    """--policy-mapping against the env's agents: the policies' names in the order first
+    named, and each agent's index among them (None: no mapping, one policy); an agent the
+    env does not have, or a policy left with no agent, is UnsupportedSetup (one line)."""
+    pairs = policy_pairs(config)
+    if not pairs:
+        return [ONE_POLICY], None
+    agents = list(env_spec.agents)
+    if not agents:
+        raise UnsupportedSetup(
+            f"--policy-mapping maps the agents of a multi-agent env; {config.env} has one agent"
+        )
+    names = list(dict.fromkeys(policy for _, policy in pairs))
+    given = dict(pairs)
+    unknown = [agent for agent in given if agent != DEFAULT_POLICY and agent not in agents]
+    if unknown:
+        raise UnsupportedSetup(
+            f"--policy-mapping names agent {unknown[0]!r}; {config.env} has agents {agents}"
+        )
+    rest = given.get(DEFAULT_POLICY, names[0])
+    agent_policy = np.array([names.index(given.get(agent, rest)) for agent in agents], np.int64)
+    idle = [name for index, name in enumerate(names) if index not in agent_policy]
+    if idle:
+        raise UnsupportedSetup(f"--policy-mapping: policy {idle[0]!r} has no agent of {agents}")
+    return names, agent_policy
+
+
+def load_policies(agent: Agent, policies: dict[str, PolicySlot], saved: dict[str, Any]) -> None:
+    """Each policy's state and step count from a checkpoint of several policies."""
+    for name, slot in policies.items():
+        own = saved[POLICIES_KEY][name]
+        agent.load_state_dict(slot.state, own)
+        slot.step_counter.value = int(own["learner_steps"])
+        slot.stats.learner_steps = slot.step_counter.value
 
 
 def make_league(config: LearnerConfig, env_spec: pb.EnvSpec) -> League | None:
@@ -239,10 +352,27 @@ def make_trainer(learner: Learner) -> Trainer:
 
 
 def capture_training(learner: Learner) -> checkpoint.TrainingState:
-    """The learner's own agent state now, with no trainer host in between."""
-    return agent_training_state(
-        learner.agent, learner.state, learner.weights_lock, learner.step_counter
+    """The learner's own agent state now (each policy's), with no trainer host in between."""
+    if not learner.several_policies:
+        return agent_training_state(
+            learner.agent, learner.state, learner.weights_lock, learner.step_counter
+        )
+    return checkpoint.TrainingState.of_policies(
+        {
+            name: agent_training_state(
+                learner.agent, slot.state, slot.weights_lock, slot.step_counter
+            )
+            for name, slot in learner.policies.items()
+        }
     )
+
+
+class _NoReplay:
+    """The store a checkpoint of several policies saves: none (each policy's replay is
+    refilled on --resume as a fresh run's)."""
+
+    def save(self, path: Path, lease: Lease | None = None) -> int:
+        return 0
 
 
 def make_checkpointer(
@@ -267,7 +397,7 @@ def make_checkpointer(
         learner.stats,
         learner.env_spec,
         to_json_dict(learner.model.spec),
-        learner.queue,
+        _NoReplay() if learner.several_policies else learner.queue,
         extra_state=extra_state,
         counters=counters,
         keeper=keeper,

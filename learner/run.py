@@ -36,14 +36,14 @@ from learner.metrics import MetricsWriter, PrometheusSink, one_line
 from learner.parts import Learner, build_learner, make_checkpointer
 from learner.progress import Progress
 from learner.serving.batcher import DynamicBatcher, ProcessFn
-from learner.serving.inference import InferenceEngine
+from learner.serving.inference import InferenceEngine, ServedPolicy
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer
 from learner.state import checkpoint
 from learner.state.dataset import learner_recorder
 from learner.state.stats import LearnerStats
 from learner.training.device_host import DeviceHost
-from learner.training.hosts import ThreadHost, TrainerHost, trainer_mode
+from learner.training.hosts import POLICY_PREFIX, PolicyHosts, ThreadHost, TrainerHost, trainer_mode
 from learner.training.process_host import ProcessHost
 from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.metrics import RunResult
@@ -119,33 +119,59 @@ class SingleRank:
 def choose_host(learner: Learner) -> TrainerHost:
     """Where this config's trainer runs on the learner's device (not started): a child
     process, a thread beside inference, or its own CUDA stream."""
+    if learner.several_policies:  # each policy its own trainer, on its own store
+        return PolicyHosts({name: policy_host(learner, name) for name in learner.policies})
+    return policy_host(learner, None)
+
+
+def policy_host(learner: Learner, policy: str | None) -> TrainerHost:
+    """The host of one policy's trainer (``policy`` None: the learner's only one)."""
     mode = trainer_mode(learner.config, learner.device)
+    parts = learner.trainer_parts(policy)
+    store = learner.queue if policy is None else learner.policies[policy].queue
     if mode == "thread":
-        return ThreadHost(learner.trainer_parts(), learner.queue, learner.builder)
+        return ThreadHost(parts, store, learner.builder)
     if mode == "device":
-        return DeviceHost(learner.trainer_parts(), learner.queue, learner.builder)
-    return ProcessHost(learner.trainer_parts(), learner.queue, learner.builder)
+        return DeviceHost(parts, store, learner.builder)
+    return ProcessHost(parts, store, learner.builder)
 
 
 def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:
     """The inference engine over the weights ``host`` gives inference, and the learner's
     builder and unroll store."""
     config = learner.config
-    # A resumed run samples fresh noise.
-    policy: Policy = learner.agent.inference_policy(
-        host.inference_model, (config.seed, learner.step_counter.value)
-    )
-    if config.greedy:  # serving without training: the most likely action, as evaluate plays
-        precision = resolve_precision(config.precision, learner.device)
-        policy = TorchPolicy(host.inference_model, learner.head, learner.device, precision, True)
+
+    def acting(model: Any, seed: tuple[int, ...]) -> Policy:
+        if config.greedy:  # serving without training: the most likely action, as evaluate plays
+            precision = resolve_precision(config.precision, learner.device)
+            return TorchPolicy(model, learner.head, learner.device, precision, True)
+        return learner.agent.inference_policy(model, seed)
+
+    policies = None
+    if not isinstance(host, PolicyHosts):  # a resumed run samples fresh noise
+        policy = acting(host.inference_model, (config.seed, learner.step_counter.value))
+    else:  # rows grouped by policy, each on its own weights
+        policies = []
+        for index, (own, slot) in enumerate(
+            zip(host.hosts.values(), learner.policies.values(), strict=True)
+        ):
+            seed = (config.seed, slot.step_counter.value, *((index,) if index else ()))
+            served = ServedPolicy(
+                acting(own.inference_model, seed), slot.queue, own.inference_lock,
+                slot.step_counter, slot.stats, own.refresh_weights,
+            )  # fmt: skip
+            policies.append(served)
+        policy = policies[0].policy
     return InferenceEngine(
         policy, learner.builder, learner.queue, learner.stats, host.inference_lock,
         learner.step_counter,
         keep_unrolls=config.train,  # --no-train: nothing drains the queue
-        refresh_weights=host.refresh_weights,
+        refresh_weights=host.refresh_weights,  # with several policies: each its own
         normalizer=learner.normalizer,
         self_play=make_self_play(learner, host),
         recorder=learner.recorder,
+        policies=policies,
+        agent_policy=learner.agent_policy,
     )  # fmt: skip
 
 
@@ -364,6 +390,7 @@ async def _serve(
         record = {
             **learner.stats.snapshot(len(learner.queue)), **learner.queue.metrics(),
             **rank.metrics(), **(learner.league.metrics() if learner.league else {}),
+            **(policy_metrics(learner) if learner.several_policies else {}),
         }  # fmt: skip
         stats = learner.stats
         watch.check(
@@ -406,6 +433,8 @@ async def _supervise(
             break
         record = stats.snapshot(len(learner.queue))
         record.update(learner.queue.metrics())
+        if learner.several_policies:
+            record.update(policy_metrics(learner))
         record.update(trainer.metrics())
         record.update(rank.metrics())
         if learner.normalizer is not None:  # values the update bound clipped, so far
@@ -422,6 +451,27 @@ async def _supervise(
             # A failed trainer is not a finished run: actors wait for the restart.
             stop.request(reason, reason != TRAINER_FAILED)
         await checkpoints.tick()
+
+
+POLICY_KEYS = (
+    "frames", "episodes", "episode_return_mean", "learner_steps", "learner_steps_per_s",
+    "queue_unrolls", "trainer_wait_share", "nonfinite_skipped",
+)  # fmt: skip
+"""What each of several policies' own stats add to a record, beside its training scalars."""
+
+
+def policy_metrics(learner: Learner) -> dict[str, Any]:
+    """Each policy's own frames, episodes, steps and training scalars as
+    ``policy/NAME/KEY``, and the learner's steps as all policies' together."""
+    record: dict[str, Any] = {"learner_steps": learner.learner_steps}
+    generic = set(LearnerStats().snapshot()) - set(POLICY_KEYS)  # the learner's own say these
+    for name, slot in learner.policies.items():
+        own = slot.stats.snapshot(len(slot.queue))
+        own.update(slot.queue.metrics())
+        for key, value in own.items():
+            if key not in generic:
+                record[f"{POLICY_PREFIX}{name}/{key}"] = value
+    return record
 
 
 RESULT_RESERVE = ".result.json.reserve"
@@ -481,7 +531,7 @@ def _result(learner: Learner, reason: str, wall: float) -> RunResult:
     return RunResult(
         reason=reason,
         frames=stats.frames,
-        learner_steps=learner.step_counter.value,
+        learner_steps=learner.learner_steps,
         episodes=stats.episodes,
         episode_return_mean=stats.return_mean,
         wall_time_s=wall,

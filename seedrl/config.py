@@ -252,6 +252,12 @@ class LearnerConfig:
     snapshot of itself from the opponent pool plays the other (--snapshot-every,
     --pool-size, --opponent-sampling); only the learning policy's frames are trained on.
     Off: every agent of a multi-agent env is played, and trained, by the one policy."""
+    policy_mapping: tuple[str, ...] = ()
+    """A multi-agent env's agent groups with networks of their own: ``agent_id=policy,...``
+    (the ids the env names its agents by). Each named policy is served, and trained by its
+    own trainer, on its own agents' frames only; ``*=policy`` names the policy of the
+    agents not listed, which without it play for the first policy named. Empty: one policy
+    plays every agent (docs/multiagent.md)."""
     bind: str = "127.0.0.1"
     """Address to listen on; 0.0.0.0 (or [::]) to accept actors from other hosts, which
     needs --auth-token (or $SEEDRL_AUTH_TOKEN), TLS client certificates or --insecure."""
@@ -656,6 +662,32 @@ def _check_run(config: LearnerConfig) -> None:
     require_range(config, ("seed", "torch_threads"), low=0)
 
 
+DEFAULT_POLICY = "*"
+"""The agent id in --policy-mapping that stands for every agent not listed."""
+
+
+def policy_pairs(config: LearnerConfig) -> list[tuple[str, str]]:
+    """--policy-mapping as (agent id, policy) pairs, in the order given."""
+    return [tuple(item.split("=", 1)) for item in config.policy_mapping]  # type: ignore[misc]
+
+
+def _check_policies(config: LearnerConfig) -> None:
+    if not config.policy_mapping:
+        return
+    seen: set[str] = set()
+    for item in config.policy_mapping:
+        agent, _, policy = item.partition("=")
+        if not agent or not policy or "=" in policy:
+            raise ValueError(f"--policy-mapping takes agent_id=policy items, got {item!r}")
+        if agent in seen:
+            raise ValueError(f"--policy-mapping names agent {agent!r} twice")
+        seen.add(agent)
+    if config.self_play:
+        raise ValueError(
+            "--policy-mapping and --self-play: several trained policies do not play a league"
+        )
+
+
 def _check_model(config: LearnerConfig) -> None:
     require_range(config, ("lstm_size", "hidden_sizes", "cnn_channels"), low=1)
     if not config.hidden_sizes:
@@ -747,7 +779,7 @@ def _check_checkpointing(config: LearnerConfig) -> None:
 
 
 SECTION_CHECKS: tuple[Callable[[LearnerConfig], None], ...] = (
-    _check_run, _check_model, _check_training, _check_league, _check_serving,
+    _check_run, _check_policies, _check_model, _check_training, _check_league, _check_serving,
     _check_checkpointing,
 )  # fmt: skip
 """The learner's checks, one per section; the agent's own run after them."""

@@ -203,3 +203,55 @@ def scripted_player(obs: np.ndarray) -> int:
     """A ``--fixed-opponents module:callable`` for the turn games: always action 3."""
     assert obs.shape == (2,), f"one agent's observation, got {obs.shape}"
     return 3
+
+
+TARGETS = {"a": 0, "b": 1}
+"""Each agent's rewarded action in :class:`TwoTargets`."""
+
+
+class TwoTargets:
+    """A Parallel env of two agents with different scripted targets: each step an agent
+    receives 1 for its own target action (a: 0, b: 1) and 0 otherwise; both end
+    (terminated) after ``length`` steps. Observations ``[step, tag]``: the tag is the
+    agent's index when ``tagged``, else 0, so untagged the agents look alike and only two
+    networks can each learn their own target."""
+
+    def __init__(self, tagged: bool = False, length: int = 4) -> None:
+        self.metadata: dict[str, Any] = {}
+        self.possible_agents = list(TARGETS)
+        self.tagged = tagged
+        self.length = length
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return OBS
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(2)
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        return {
+            agent: np.array([self.t, j if self.tagged else 0], np.float32)
+            for j, agent in enumerate(self.possible_agents)
+        }
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Any:
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return self._obs(), {agent: {} for agent in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        assert set(actions) == set(self.agents), f"actions for {sorted(actions)}"
+        self.t += 1
+        rewards = {a: float(int(actions[a]) == TARGETS[a]) for a in self.agents}
+        ended = dict.fromkeys(self.agents, self.t == self.length)
+        obs = self._obs()
+        self.agents = [] if self.t == self.length else self.agents
+        return obs, rewards, ended, dict.fromkeys(ended, False), {a: {} for a in ended}
+
+    def close(self) -> None:
+        pass
+
+
+def two_targets(tagged: bool = False, length: int = 4) -> TwoTargets:
+    """``module:callable`` factory of :class:`TwoTargets`."""
+    return TwoTargets(tagged, length)

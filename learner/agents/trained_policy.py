@@ -74,6 +74,7 @@ class Policy:
     @classmethod
     def load(cls, path: str | Path, greedy: bool = True) -> Policy:
         state = checkpoint.load(path)
+        checkpoint.require_one_policy(path, state)
         env_spec = pb.EnvSpec.FromString(state["env_spec"])
         spec = model_spec_from_dict(state["model_spec"])
         mask_leaf = next((x[0] for x in spec.leaf_inputs if x[3] == "mask"), None)

@@ -28,7 +28,7 @@ from learner.serving.batcher import PendingRequest
 from learner.state.counters import StepCounter
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
-from learner.state.trajectories import TrajectoryBuilder, Unrolls
+from learner.state.trajectories import FinishedEpisodes, TrajectoryBuilder, Unrolls
 from seedrl.codec import WireError, all_finite
 
 if TYPE_CHECKING:  # the league's modules load only for --self-play
@@ -124,6 +124,46 @@ def nonfinite_problem(batch: FrameBatch) -> str | None:
     return None
 
 
+@dataclass
+class ServedPolicy:
+    """One of several trained policies as inference serves it: its action choice, the
+    lock and step of its weights, the store its unrolls go to, and its own stats."""
+
+    policy: Policy
+    queue: Store
+    weights_lock: AbstractContextManager[Any]
+    learner_step: StepCounter
+    stats: LearnerStats | None = None
+    """Its own agents' frames and episodes (None: only the learner's stats count them)."""
+    refresh_weights: Callable[[], None] | None = None
+
+
+def policy_groups(
+    live: list[PendingRequest], rows_L: np.ndarray, agent_policy_A: np.ndarray | None
+) -> list[tuple[int, np.ndarray]]:
+    """The batch rows ``rows_L`` grouped by the policy that plays them, (policy index,
+    rows) per policy with rows: a stream's rows come env by env, so row ``i * A + j`` of
+    a stream is agent j's (None: one policy plays every agent)."""
+    if agent_policy_A is None:
+        return [(0, rows_L)]
+    agents = len(agent_policy_A)
+    policy_B = np.concatenate(
+        [np.tile(agent_policy_A, r.payload.conn.num_envs // agents) for r in live]
+    )
+    policy_L = policy_B[rows_L]
+    return [(p, rows_L[policy_L == p]) for p in np.unique(policy_L).tolist()]
+
+
+def joined_episodes(ended: list[FinishedEpisodes]) -> FinishedEpisodes | None:
+    """The episodes several policies' rows ended in one batch, as one record."""
+    if len(ended) <= 1:
+        return ended[0] if ended else None
+    return FinishedEpisodes(
+        returns=np.concatenate([e.returns for e in ended]),
+        lengths=np.concatenate([e.lengths for e in ended]),
+    )
+
+
 class InferenceEngine:
     """Runs the agent's policy for batches of frames, on the weights training updates."""
 
@@ -140,9 +180,14 @@ class InferenceEngine:
         normalizer: Normalizer | None = None,
         self_play: SelfPlay | None = None,
         recorder: EpisodeRecorder | None = None,
+        policies: list[ServedPolicy] | None = None,
+        agent_policy: np.ndarray | None = None,
     ) -> None:
         """``policy`` is the agent's action choice over the weights inference runs
-        (``Agent.inference_policy``); ``weights_lock`` is held around each forward pass."""
+        (``Agent.inference_policy``); ``weights_lock`` is held around each forward pass.
+        ``policies``, ``agent_policy``: a multi-agent env's trained policies (each with
+        its own weights and store, in place of ``policy`` and ``queue``), and each
+        agent's index among them."""
         self.policy = policy
         self.normalizer = normalizer
         """With --normalize-observations: updated with, then applied to, every batch; the
@@ -167,6 +212,11 @@ class InferenceEngine:
         """Two-player games with --self-play: seats, opponents and results."""
         self.recorder = recorder
         """With --record-dataset: offered every batch's finished unrolls (it never waits)."""
+        self.served = policies or [
+            ServedPolicy(policy, queue, weights_lock, learner_step, None, refresh_weights)
+        ]
+        """Every policy rows are grouped by (one: ``policy`` over ``queue``)."""
+        self.agent_policy = agent_policy
 
     def release_later(self, conn: Connection) -> None:
         """Free a closed stream's slots between batches, never under a batch in flight."""
@@ -238,17 +288,21 @@ class InferenceEngine:
                 request.future.set_result(action_BA[offset : offset + k])
             offset += k
 
-    async def _hand_over(self, unrolls: Unrolls | None, mark: Callable[[str], None]) -> None:
-        """Finished unrolls to the trainer's store, waiting while it is full."""
+    async def _hand_over(
+        self, unrolls: Unrolls | None, mark: Callable[[str], None], queue: Store | None = None
+    ) -> None:
+        """Finished unrolls to the trainer's store (``queue``: a policy's own), waiting
+        while it is full."""
+        queue = self.queue if queue is None else queue
         if unrolls is not None and self.recorder is not None:
             self.recorder.offer(unrolls, *self.builder.last_origin)
         if unrolls is not None and self.keep_unrolls:
-            if self.queue.has_room():
-                self.queue.put(unrolls)
+            if queue.has_room():
+                queue.put(unrolls)
                 mark("trainer_handoff")
             else:  # back-pressure: the wait is inference_wait_trainer, not a phase
                 with self.stats.timer("inference_wait_trainer"):
-                    await asyncio.to_thread(self.queue.put, unrolls)
+                    await asyncio.to_thread(queue.put, unrolls)
 
     async def _process_agents(self, live: list[PendingRequest], fb: FrameBatch) -> None:
         """A multi-agent env's batch: only rows that act or end reach a policy, only the
@@ -268,42 +322,51 @@ class InferenceEngine:
                     self.self_play.reset(request.payload.conn.slot_ids)
             seat_B, opponent_B = self.self_play.seats(slot_B, acting_B, done_B)
             learner_B = step_B & seat_B
-        rows = np.flatnonzero(learner_B)
-        slots = slot_B[rows]
-        first_L = self.builder.first_flags(slots)
-        reward_L = np.where(first_L, np.float32(0.0), reward_B[rows])  # nothing before a start
-        if self.refresh_weights is not None:
-            self.refresh_weights()
+        groups = policy_groups(live, np.flatnonzero(learner_B), self.agent_policy)
+        for served in self.served:
+            if served.refresh_weights is not None:
+                served.refresh_weights()
         obs_BO = fb.obs_BO
         if self.normalizer is not None:
             self.normalizer.update(obs_BO[step_B])
             obs_BO = self.normalizer.normalize(obs_BO)
         mark("batch_assembly")
         action_BA = np.zeros((len(slot_B), *self.builder.action_shape), self.builder.action_dtype)
-        unrolls = None
-        if len(rows):
-            action_LA, params_LP, state_before, state_after, step = self._policy(
-                slots, obs_BO[rows], first_L
-            )
-            action_BA[rows] = action_LA
+        acted = []  # one forward pass per policy with rows in the batch
+        for index, rows in groups:
+            served, slots = self.served[index], slot_B[rows]
+            first_L = self.builder.first_flags(slots)
+            forward = self._policy(slots, obs_BO[rows], first_L, served) if len(rows) else None
+            if forward is not None:
+                action_BA[rows] = forward[0]
+            acted.append((served, rows, first_L, forward))
         if self.self_play is not None:
             assert opponent_B is not None
             opponents_B = acting_B & ~done_B & ~learner_B  # an ended agent's action is unused
             self.self_play.act(obs_BO, fb.obs_BO, slot_B, opponent_B, action_BA, opponents_B)
         mark("forward")
-        episodes = None
-        if len(rows):
-            unrolls, episodes = self.builder.record(
-                slots, obs_BO[rows], reward_L, fb.terminated_B[rows], fb.truncated_B[rows],
-                first_L, action_LA, params_LP, state_before, state_after, step,
-            )  # fmt: skip
-            if episodes is not None and self.self_play is not None:
-                self.self_play.finish(rows[done_B[rows]], episodes.returns)
-        self.stats.on_batch(len(rows), episodes)
+        handed, ended = [], []
+        for served, rows, first_L, forward in acted:
+            episodes = None
+            if forward is not None:
+                reward_L = np.where(first_L, np.float32(0.0), reward_B[rows])  # none before a start
+                unrolls, episodes = self.builder.record(
+                    slot_B[rows], obs_BO[rows], reward_L, fb.terminated_B[rows],
+                    fb.truncated_B[rows], first_L, *forward,
+                )  # fmt: skip
+                handed.append((unrolls, served.queue))
+                if episodes is not None and self.self_play is not None:
+                    self.self_play.finish(rows[done_B[rows]], episodes.returns)
+            if episodes is not None:
+                ended.append(episodes)
+            if served.stats is not None:
+                served.stats.on_batch(len(rows), episodes)
+        self.stats.on_batch(int(learner_B.sum()), joined_episodes(ended))
         mark("trajectory_write")
         self._reply(live, action_BA)
         mark("reply")
-        await self._hand_over(unrolls, mark)
+        for unrolls, queue in handed:
+            await self._hand_over(unrolls, mark, queue)
 
     def _gather(self, requests: list[PendingRequest]) -> FrameBatch:
         return gather_frames([r.payload for r in requests], self._obs_dtype, self._frame_shape)
@@ -319,12 +382,20 @@ class InferenceEngine:
                 request.future.set_exception(WireError(problem))
         return kept
 
-    def _policy(self, slot_B: np.ndarray, obs_BO: np.ndarray, first_B: np.ndarray):
-        """One forward pass with T = 1: numpy actions, params, core states and the learner
-        step of the weights that ran it (read under the lock: a trainer thread's step
-        lands between two forward passes, never between a pass and its step number)."""
+    def _policy(
+        self,
+        slot_B: np.ndarray,
+        obs_BO: np.ndarray,
+        first_B: np.ndarray,
+        served: ServedPolicy | None = None,
+    ):
+        """One forward pass with T = 1 (of ``served``, default the first policy): numpy
+        actions, params, core states and the learner step of the weights that ran it (read
+        under the lock: a trainer thread's step lands between two forward passes, never
+        between a pass and its step number)."""
+        served = self.served[0] if served is None else served
         state_before = tuple(s[slot_B] for s in self.builder.core_state_SH)
-        with self.weights_lock:
-            action_BA, params_BP, state_after = self.policy(obs_BO, first_B, state_before, slot_B)
-            step = self.learner_step.value
+        with served.weights_lock:
+            action_BA, params_BP, state_after = served.policy(obs_BO, first_B, state_before, slot_B)
+            step = served.learner_step.value
         return action_BA, params_BP, state_before, state_after, step

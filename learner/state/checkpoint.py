@@ -42,6 +42,12 @@ BEST_MEASURE = "best_measure"
 """Key of what that value measures (absent: ``BY_RETURN``, as before there was a choice)."""
 
 
+POLICIES = "policies"
+"""Key of a checkpoint of several policies (--policy-mapping): each one's training state
+(``model``, ``optimizer``, ``learner_steps``, its agent's own keys) by policy name, in
+place of those keys at the top."""
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing, corrupt or from an incompatible run."""
 
@@ -55,6 +61,22 @@ class TrainingState:
     learner_steps: int
     agent_state: dict[str, Any] = field(default_factory=dict)
     """The rest of what the agent keeps (target networks, statistics), by checkpoint key."""
+    policies: dict[str, TrainingState] = field(default_factory=dict)
+    """Several policies' states by name (then ``model`` and ``optimizer`` are empty and
+    ``learner_steps`` counts them all); empty: this is the one policy's."""
+
+    @classmethod
+    def of_policies(cls, states: dict[str, TrainingState]) -> TrainingState:
+        """The training state of several policies together."""
+        steps = sum(state.learner_steps for state in states.values())
+        return cls(model={}, optimizer={}, learner_steps=steps, policies=dict(states))
+
+    def own_keys(self) -> dict[str, Any]:
+        """What the checkpoint holds of this one policy, by key."""
+        return {
+            "model": self.model, "optimizer": self.optimizer,
+            "learner_steps": self.learner_steps, **self.agent_state,
+        }  # fmt: skip
 
     def saved(self) -> dict[str, Any]:
         """Everything the agent saved, by checkpoint key, as its ``load_state_dict`` reads
@@ -82,8 +104,18 @@ def capture(
 
 
 def snapshot(training: TrainingState, **extra: Any) -> dict[str, Any]:
-    """The checkpoint dict: the training state, this process's torch RNG, and ``extra``."""
-    state = {
+    """The checkpoint dict: the training state, this process's torch RNG, and ``extra``;
+    several policies each under its name in :data:`POLICIES`."""
+    if training.policies:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "learner_steps": training.learner_steps,
+            POLICIES: {name: policy.own_keys() for name, policy in training.policies.items()},
+            "torch_rng": torch.get_rng_state(),
+            **extra,
+        }
+    return {
         "format": FORMAT,
         "version": VERSION,
         "model": training.model,
@@ -93,7 +125,29 @@ def snapshot(training: TrainingState, **extra: Any) -> dict[str, Any]:
         **training.agent_state,
         **extra,
     }
-    return state
+
+
+def check_policies(path: str | os.PathLike[str], state: dict[str, Any], names: list[str]) -> None:
+    """Raise CheckpointError when the checkpoint holds other policies than ``names`` (empty:
+    the one policy of a run without --policy-mapping)."""
+    saved = list(state.get(POLICIES, {}))
+    if sorted(saved) != sorted(names):
+        theirs = f"policies {saved}" if saved else "one policy"
+        ours = f"policies {names}" if names else "one policy"
+        raise CheckpointError(
+            f"{path}: trained {theirs}, this learner has {ours} (--policy-mapping); use the "
+            "same mapping, another --logdir or drop --resume"
+        )
+
+
+def require_one_policy(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
+    """Raise CheckpointError for a checkpoint of several policies, which a tool that plays
+    one policy cannot read as one."""
+    if POLICIES in state:
+        raise CheckpointError(
+            f"{path}: holds several policies {list(state[POLICIES])} (--policy-mapping); "
+            "evaluate, serve and export play one policy and read no such checkpoint yet"
+        )
 
 
 def _to_cpu(obj: Any) -> Any:

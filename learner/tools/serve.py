@@ -208,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.exit(2, f"{PROG}: error: --best picks checkpoint-best.pt in a logdir, not {path}\n")
     try:
         state = checkpoint.load(path)
+        checkpoint.require_one_policy(path, state)
         config = serving_config(path, state, ns, opponent)
         if "env" not in ns:  # named by the checkpoint, not by this command's user
             envs.check_env_allowed(config.env, allowed, f"checkpoint {path}")

@@ -141,6 +141,65 @@ class ThreadHost:
         return {}
 
 
+class PolicyHosts:
+    """The trainers of several policies (--policy-mapping), one host each, as one host:
+    started, stopped and checkpointed together; inference takes each policy's weights
+    from :attr:`hosts`."""
+
+    def __init__(self, hosts: dict[str, TrainerHost]) -> None:
+        self.hosts = hosts
+        first = next(iter(hosts.values()))
+        self.mode: str = first.mode
+        self.inference_model: Any = first.inference_model
+
+    @property
+    def error(self) -> BaseException | None:
+        """The first policy's trainer failure (training stops for all, as with one)."""
+        return next((h.error for h in self.hosts.values() if h.error is not None), None)
+
+    @error.setter
+    def error(self, value: BaseException | None) -> None:
+        for host in self.hosts.values():
+            host.error = value
+
+    @property
+    def inference_lock(self) -> AbstractContextManager[Any]:
+        return next(iter(self.hosts.values())).inference_lock
+
+    def start(self) -> None:
+        for host in self.hosts.values():
+            host.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for host in self.hosts.values():
+            host.stop(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return all(host.alive for host in self.hosts.values())
+
+    def refresh_weights(self) -> None:
+        for host in self.hosts.values():
+            host.refresh_weights()
+
+    def training_state(self) -> checkpoint.TrainingState | None:
+        states = {name: host.training_state() for name, host in self.hosts.items()}
+        if any(state is None for state in states.values()):
+            return None
+        return checkpoint.TrainingState.of_policies(states)  # type: ignore[arg-type]
+
+    def metrics(self) -> dict[str, Any]:
+        return {
+            f"{POLICY_PREFIX}{name}/{key}": value
+            for name, host in self.hosts.items()
+            for key, value in host.metrics().items()
+        }
+
+
+POLICY_PREFIX = "policy/"
+"""Metric keys of one of several policies: ``policy/NAME/KEY``."""
+
+
 def trainer_mode(config: LearnerConfig, device: torch.device, ranked: bool = False) -> str:
     """The host ``--trainer`` asks for on ``device``: process, thread or device.
 
