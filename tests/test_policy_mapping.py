@@ -121,8 +121,9 @@ def _greedy(learner: Learner, policy: str) -> int:
 def test_each_group_learns_its_own_target(tmp_path) -> None:
     """a=pa, b=pb on agents that look alike: each policy's greedy action is its own agent's
     target (one network could not learn both), each trained by its own trainer."""
-    learner = build_learner(_config(tmp_path))
+    learner = build_learner(_config(tmp_path, seed=7))
     assert list(learner.policies) == ["pa", "pb"]
+    assert (_greedy(learner, "pa"), _greedy(learner, "pb")) == (1, 0), "both start off target"
     assert learner.policies["pa"].state.model is not learner.policies["pb"].state.model
 
     def learned() -> bool:
