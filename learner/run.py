@@ -463,11 +463,12 @@ POLICY_KEYS = (
 def policy_metrics(learner: Learner) -> dict[str, Any]:
     """Each policy's own frames, episodes, steps and training scalars as
     ``policy/NAME/KEY``, and the learner's steps as all policies' together."""
-    record: dict[str, Any] = {"learner_steps": learner.learner_steps}
+    record: dict[str, Any] = {"learner_steps": learner.learner_steps, "learner_steps_per_s": 0.0}
     generic = set(LearnerStats().snapshot()) - set(POLICY_KEYS)  # the learner's own say these
     for name, slot in learner.policies.items():
         own = slot.stats.snapshot(len(slot.queue))
         own.update(slot.queue.metrics())
+        record["learner_steps_per_s"] += own["learner_steps_per_s"]
         for key, value in own.items():
             if key not in generic:
                 record[f"{POLICY_PREFIX}{name}/{key}"] = value

@@ -289,13 +289,18 @@ class InferenceEngine:
             offset += k
 
     async def _hand_over(
-        self, unrolls: Unrolls | None, mark: Callable[[str], None], queue: Store | None = None
+        self,
+        unrolls: Unrolls | None,
+        mark: Callable[[str], None],
+        queue: Store | None = None,
+        origin: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """Finished unrolls to the trainer's store (``queue``: a policy's own), waiting
-        while it is full."""
+        while it is full; ``origin``: their slots and unroll counts (default: the
+        builder's last ones)."""
         queue = self.queue if queue is None else queue
         if unrolls is not None and self.recorder is not None:
-            self.recorder.offer(unrolls, *self.builder.last_origin)
+            self.recorder.offer(unrolls, *(origin or self.builder.last_origin))
         if unrolls is not None and self.keep_unrolls:
             if queue.has_room():
                 queue.put(unrolls)
@@ -307,7 +312,9 @@ class InferenceEngine:
     async def _process_agents(self, live: list[PendingRequest], fb: FrameBatch) -> None:
         """A multi-agent env's batch: only rows that act or end reach a policy, only the
         learning policy's reach the trajectories; waiting rows add their reward to their
-        slot's next step (``TrajectoryBuilder.credit_waits``), and get action 0."""
+        slot's next step (``TrajectoryBuilder.credit_waits``), and get action 0. With
+        several policies each one's rows get one forward pass on its weights, and their
+        unrolls go to its store alone (:func:`policy_groups`)."""
         _, mark = self._phase_marks
         acting_B = fb.acting_B
         assert acting_B is not None
@@ -354,7 +361,7 @@ class InferenceEngine:
                     slot_B[rows], obs_BO[rows], reward_L, fb.terminated_B[rows],
                     fb.truncated_B[rows], first_L, *forward,
                 )  # fmt: skip
-                handed.append((unrolls, served.queue))
+                handed.append((unrolls, served.queue, self.builder.last_origin))
                 if episodes is not None and self.self_play is not None:
                     self.self_play.finish(rows[done_B[rows]], episodes.returns)
             if episodes is not None:
@@ -365,8 +372,8 @@ class InferenceEngine:
         mark("trajectory_write")
         self._reply(live, action_BA)
         mark("reply")
-        for unrolls, queue in handed:
-            await self._hand_over(unrolls, mark, queue)
+        for unrolls, queue, origin in handed:  # each policy's own, after every reply
+            await self._hand_over(unrolls, mark, queue, origin)
 
     def _gather(self, requests: list[PendingRequest]) -> FrameBatch:
         return gather_frames([r.payload for r in requests], self._obs_dtype, self._frame_shape)
