@@ -59,10 +59,11 @@ def _feed(
     done: Callable[[], bool],
     limit_s: float,
     watch: Callable[[str, Any], None] | None = None,
-) -> None:
+) -> np.ndarray:
     """Serve one stream of ``envs_per_stream`` envs through the real engine, with each
     policy's trainer running, until ``done()`` or ``limit_s``; ``watch(policy, unrolls)``
-    sees every batch a policy's trainer takes from its store."""
+    sees every batch a policy's trainer takes from its store. Returns the stream's slots
+    (row by row: env-major, agent-minor)."""
     from learner.serving.batcher import PendingRequest
     from learner.serving.inference import Connection, FramePayload
 
@@ -108,6 +109,7 @@ def _feed(
     finally:
         host.stop()
     assert host.error is None, host.error
+    return conn.slot_ids
 
 
 def _greedy(learner: Learner, policy: str) -> int:
@@ -151,9 +153,20 @@ def test_a_groups_frames_never_reach_the_other_policys_trainer(tmp_path) -> None
     def enough() -> bool:
         return min(slot.step_counter.value for slot in learner.policies.values()) >= 5
 
-    _feed(learner, 4, enough, limit_s=60, watch=watch)
+    offered: list[tuple[np.ndarray, np.ndarray]] = []  # what --record-dataset would get
+
+    class Recorder:
+        def offer(self, unrolls: Any, slot_N: np.ndarray, index_N: np.ndarray) -> None:
+            offered.append((unrolls.obs[:, 0, 1].copy(), slot_N.copy()))
+
+    learner.recorder = Recorder()  # type: ignore[assignment]
+    slots = _feed(learner, 4, enough, limit_s=60, watch=watch)
     assert frames["pa"] > 0 and frames["pb"] > 0
     assert tags == {"pa": {0.0}, "pb": {1.0}}
+    agent_of_slot = {int(slot): row % 2 for row, slot in enumerate(slots)}
+    assert offered and all(
+        [agent_of_slot[int(s)] for s in slot_N] == tag_N.tolist() for tag_N, slot_N in offered
+    ), "each recorded unroll named by its own slots"
     assert learner.policies["pa"].stats.frames > 0 and learner.policies["pb"].stats.frames > 0
     assert learner.stats.frames == sum(s.stats.frames for s in learner.policies.values())
 
