@@ -55,10 +55,6 @@ SELF_PLAY_KEY = "self_play"
 """Checkpoint key of the league (pool of snapshots, ratings) with --self-play."""
 
 
-POLICIES_KEY = checkpoint.POLICIES
-"""Checkpoint key of each policy's training state, by name, with --policy-mapping."""
-
-
 @dataclass
 class PolicySlot:
     """One trained policy of a learner: its agent state, where its unrolls wait, its
@@ -195,6 +191,8 @@ def build_learner(config: LearnerConfig) -> Learner:
     stats = LearnerStats(log_episodes=config.log_episodes, time_phases=config.time_phases)
     step_counter = StepCounter()
     names, agent_policy = assign_policies(config, env_spec)
+    if len(names) == 1:  # a mapping of every agent to one policy: the learner's only one
+        agent_policy = None
     policies: dict[str, PolicySlot] = {}
     if agent_policy is not None:  # each policy its own state, store, counters and stats
         for index, name in enumerate(names):
@@ -303,7 +301,7 @@ def assign_policies(
 def load_policies(agent: Agent, policies: dict[str, PolicySlot], saved: dict[str, Any]) -> None:
     """Each policy's state and step count from a checkpoint of several policies."""
     for name, slot in policies.items():
-        own = saved[POLICIES_KEY][name]
+        own = saved[checkpoint.POLICIES][name]
         agent.load_state_dict(slot.state, own)
         slot.step_counter.value = int(own["learner_steps"])
         slot.stats.learner_steps = slot.step_counter.value

@@ -213,6 +213,8 @@ def test_one_policy_keeps_todays_checkpoint_keys(tmp_path) -> None:
     with pytest.raises(checkpoint.CheckpointError, match="trained one policy"):
         build_learner(config.with_changes(resume=True, policy_mapping=("a=pa", "b=pb")))
     build_learner(config.with_changes(resume=True))
+    one = build_learner(config.with_changes(resume=True, policy_mapping=("a=pa", "*=pa")))
+    assert list(one.policies) == ["default"] and one.agent_policy is None, "one policy, as ever"
 
 
 def test_a_mapping_that_does_not_fit_is_refused_in_one_line() -> None:
