@@ -462,8 +462,13 @@ POLICY_KEYS = (
 
 def policy_metrics(learner: Learner) -> dict[str, Any]:
     """Each policy's own frames, episodes, steps and training scalars as
-    ``policy/NAME/KEY``, and the learner's steps as all policies' together."""
-    record: dict[str, Any] = {"learner_steps": learner.learner_steps, "learner_steps_per_s": 0.0}
+    ``policy/NAME/KEY``, and the learner's steps and stored unrolls as all policies'
+    together."""
+    record: dict[str, Any] = {
+        "learner_steps": learner.learner_steps,
+        "learner_steps_per_s": 0.0,
+        "queue_unrolls": sum(len(slot.queue) for slot in learner.policies.values()),
+    }
     generic = set(LearnerStats().snapshot()) - set(POLICY_KEYS)  # the learner's own say these
     for name, slot in learner.policies.items():
         own = slot.stats.snapshot(len(slot.queue))

@@ -286,6 +286,8 @@ def test_two_policies_train_from_the_commands(tmp_path) -> None:
     assert (
         last["learner_steps"] == last["policy/pa/learner_steps"] + last["policy/pb/learner_steps"]
     )
+    queued = last["policy/pa/queue_unrolls"] + last["policy/pb/queue_unrolls"]
+    assert last["queue_unrolls"] == queued
     saved = checkpoint.load(tmp_path / "checkpoint.pt")
     assert set(saved[checkpoint.POLICIES]) == {"pa", "pb"}
     result = subprocess.run(
