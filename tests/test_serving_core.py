@@ -190,3 +190,18 @@ def test_a_multi_agent_batch_serves_only_the_rows_that_act() -> None:
     # Row 1's first step carries no reward (2 came before it); row 2: 0 then 3.
     assert recorded == {0: [0.0, 5.0], 1: [0.0], 2: [0.0, 3.0]}
     assert builder.pending_reward_S[slot_B[1]] == 5.0, "row 1's wait waits for its next step"
+
+
+def test_the_synchronous_driver_sends_the_newest_frame_where_the_learner_keeps_stacks() -> None:
+    """As an actor does when the learner takes frames once: a stacked observation's rows
+    carry only its newest frame, which the builder pushes onto each slot's stack."""
+    from learner.tools.synchronous import observation_rows
+
+    space = pb.SpaceSpec(kind="box", shape=[4, 3], dtype="float32")
+    stacked = TrajectoryBuilder(T, (4, 3), np.float32, (), np.int64, 3, frame_stack=4)
+    whole = TrajectoryBuilder(T, (4, 3), np.float32, (), np.int64, 3)
+    obs = np.arange(2 * 4 * 3, dtype=np.float64).reshape(2, 4, 3)
+    rows = observation_rows(space, stacked)(obs)
+    np.testing.assert_array_equal(rows, obs[:, -1])
+    assert rows.dtype == np.float32
+    np.testing.assert_array_equal(observation_rows(space, whole)(obs), obs)

@@ -51,7 +51,7 @@ class FrameBatch:
     """A multi-agent env's rows that act; None for a single-agent env (all act)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Turns:
     """Who plays the rows of one batch; the defaults are a single-agent batch's, where the
     learning policy plays every row."""
@@ -71,6 +71,10 @@ class Turns:
     def of_learner(self, array_B: np.ndarray) -> np.ndarray:
         """The learning policy's rows of a batch array."""
         return array_B if self.learner_L is None else array_B[self.learner_L]
+
+
+EVERY_ROW = Turns()
+"""A single-agent batch's turns (never changed: one for every batch)."""
 
 
 class Forward(NamedTuple):
@@ -133,6 +137,7 @@ class ServingCore:
             mark("trainer_handoff")
         seen_BO = self._observations(rows, turns, slot_L, first_L)
         mark("batch_assembly")
+        # A multi-agent batch may hold no row the learning policy steps on.
         forward = self._forward(slot_L, turns.of_learner(seen_BO), first_L) if len(slot_L) else None
         action_BA = self._actions(rows, turns, seen_BO, forward)
         mark("forward")
@@ -145,7 +150,7 @@ class ServingCore:
         """A multi-agent batch's rows that step (act or end) and which of them the learning
         policy plays: all of them, or with self-play its seat's."""
         if rows.acting_B is None:
-            return Turns()
+            return EVERY_ROW
         slot_B, acting_B = rows.slot_B, rows.acting_B
         done_B = rows.terminated_B | rows.truncated_B
         step_B = acting_B | done_B
