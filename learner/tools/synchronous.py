@@ -1,13 +1,16 @@
 """seedrl in one process: the learner's own parts (serving core, trajectory builder, store
 (queue or replay), trainer) fed by a gymnasium vector env stepped as an actor steps it.
 
-It reads top to bottom as the whole loop: the env's frame becomes rows, the serving core
-acts on them and records them into unrolls (what the learner does for every batch of
-actors' frames, without the streams), the env steps on the actions, and the trainer
-trains on every batch the store gives. Frames, unrolls and updates come in a fixed order,
-so a seeded run gives the same numbers every time: the learning claims of the tests, and
-the stability probe (``benchmarks.learning.probe``), without the scheduling noise of real
-processes.
+It reads top to bottom as the whole loop: the env's frame becomes rows (one per env, or
+per agent of a multi-agent env, with its acting flags), the serving core acts on them and
+records them into unrolls (what the learner does for every batch of actors' frames,
+without the streams), the env steps on the actions, and the trainer trains on every batch
+the store gives. Unlike the learner it serves raw observations (no
+--normalize-observations) and has no self-play opponents.
+
+Frames, unrolls and updates come in a fixed order, so a seeded run gives the same numbers
+every time: the learning claims of the tests, and the stability probe
+(``benchmarks.learning.probe``), without the scheduling noise of real processes.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from learner.state.trajectories import TrajectoryBuilder
 from learner.training.trainer import Trainer
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig
+from seedrl.envs.agents import AgentEnvs
 from seedrl.proto import seedrl_pb2 as pb
 
 BatchHook = Callable[[Trainer, LearnerStats, list[dict[str, float] | None]], bool]
@@ -35,7 +39,8 @@ def train_synchronously(
     config: LearnerConfig, num_envs: int, frames: int, on_batch: BatchHook | None = None
 ) -> list[tuple[int, float]]:
     """Train ``config``'s env for ``frames`` (or until ``on_batch`` says stop) with
-    ``num_envs`` envs, Box actions clipped for the env only, as actors clip them.
+    ``num_envs`` envs, Box actions clipped for the env only, as actors clip them (a
+    multi-agent env's every agent played by the learning policy).
 
     Returns ``(frames, mean-100 return)`` after every training batch that has one.
     """
@@ -45,19 +50,24 @@ def train_synchronously(
         learner.stats, learner.weights_lock, learner.step_counter,
     )  # fmt: skip
     trainer = make_trainer(learner)
-    slot_B = learner.builder.allocate(num_envs)
     vec_env = envs.make_vector_env(config.env, config.env_kwargs, num_envs)
+    # A multi-agent env: a row per agent, and some rows wait their turn.
+    agent_envs = vec_env if isinstance(vec_env, AgentEnvs) else None
+    num_rows = num_envs if agent_envs is None else agent_envs.num_rows
+    slot_B = learner.builder.allocate(num_rows)
     rows_of = observation_rows(learner.env_spec.observation_space, learner.builder)
     env_actions = actions_for_env(learner.env_spec.action_space)
     curve: list[tuple[int, float]] = []
     try:
         with torch.random.fork_rng():
             obs, _ = vec_env.reset(seed=config.seed)
-            reward_B = np.zeros(num_envs, np.float32)
-            terminated_B = truncated_B = np.zeros(num_envs, np.bool_)
+            reward_B = np.zeros(num_rows, np.float32)
+            terminated_B = truncated_B = np.zeros(num_rows, np.bool_)
             while learner.stats.frames < frames:
                 # Inference: the frame's rows through the serving core, as a batch of actors'.
-                rows = FrameBatch(slot_B, rows_of(obs), reward_B, terminated_B, truncated_B)
+                acting_B = None if agent_envs is None else agent_envs.acting.copy()
+                obs_BO = rows_of(obs)
+                rows = FrameBatch(slot_B, obs_BO, reward_B, terminated_B, truncated_B, acting_B)
                 action_BA, unrolls = core.serve(rows)
                 if unrolls is not None:
                     learner.queue.put(unrolls)
