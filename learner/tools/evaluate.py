@@ -295,13 +295,9 @@ def use_env(policy: Policy, env_id: str, env_kwargs: dict[str, Any]) -> None:
     """Evaluate ``policy`` on ``env_id`` (the user's own choice, so built without asking)
     instead of the checkpoint's env; its spaces must be the checkpoint's."""
     spec = envs.describe_env(env_id, env_kwargs)
-    for name in ("observation_space", "action_space"):
-        theirs, ours = getattr(policy.env_spec, name), getattr(spec, name)
-        if not codec.specs_match(theirs, ours):
-            raise ValueError(
-                f"--env {env_id}: {name} {codec.spec_summary(ours)}, the checkpoint was "
-                f"trained with {codec.spec_summary(theirs)}"
-            )
+    if (mismatch := codec.space_mismatch(policy.env_spec, spec)) is not None:
+        name, theirs, ours = mismatch
+        raise ValueError(f"--env {env_id}: {name} {ours}, the checkpoint was trained with {theirs}")
     policy.env_spec = spec
 
 

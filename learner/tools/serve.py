@@ -130,13 +130,11 @@ def load_policy(path: Path, state: dict[str, Any], learner: Learner) -> None:
 def check_spaces(path: Path, state: dict[str, Any], env_spec: pb.EnvSpec) -> None:
     """The checkpoint's env and spaces must be the ones this host's env has."""
     saved = pb.EnvSpec.FromString(state["env_spec"])
-    for name in ("observation_space", "action_space"):
-        theirs, ours = getattr(saved, name), getattr(env_spec, name)
-        if not codec.specs_match(theirs, ours):
-            raise ServeError(
-                f"{path}: trained on {saved.env_id} with {name} {codec.spec_summary(theirs)};"
-                f" the env built here has {codec.spec_summary(ours)}"
-            )
+    if (mismatch := codec.space_mismatch(saved, env_spec)) is not None:
+        name, theirs, ours = mismatch
+        raise ServeError(
+            f"{path}: trained on {saved.env_id} with {name} {theirs}; the env built here has {ours}"
+        )
 
 
 def serving_config(
