@@ -355,12 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--env-kwargs", type=_json_object, default=None,
         help="JSON kwargs for --env (default: the checkpoint's when --env is its env, else {})",
     )  # fmt: skip
-    parser.add_argument(
-        envs.ALLOW_ENV_MODULE_FLAG, dest="allow_env_module", action="append", default=[],
-        metavar="MODULE",
-        help="build the checkpoint's module:callable env when it comes from MODULE (or is this "
-        "exact id); repeatable. Without it (or --env) such a checkpoint is refused",
-    )  # fmt: skip
+    envs.add_allow_env_module_argument(parser)
     parser.add_argument(
         "--opponent",
         help="two-player games: play against random, heuristic (Connect Four's one-step "

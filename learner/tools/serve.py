@@ -182,12 +182,7 @@ def parser() -> ConfigArgumentParser:
         help="a self-play checkpoint: serve its opponent pool (snapshots and fixed opponents) "
         "in the other seat, as training did (default: the learning policy in every seat)",
     )  # fmt: skip
-    p.add_argument(
-        envs.ALLOW_ENV_MODULE_FLAG, dest="allow_env_module", action="append", default=[],
-        metavar="MODULE",
-        help="build the checkpoint's module:callable env when it comes from MODULE; "
-        "repeatable (without it, or --env naming it, such a checkpoint is refused)",
-    )  # fmt: skip
+    envs.add_allow_env_module_argument(p)
     add_config_arguments(p, LearnerConfig, only=SERVING_FIELDS | {"env"})
     return p
 
