@@ -2,7 +2,8 @@
 
 Run it with ``python -m learner``, or from Python with ``learner.train(...)``
 (:mod:`learner.api`). Rooms by role: ``serving`` (gRPC servicer, dynamic batcher, the hot
-loop ``learner.serving.inference.InferenceEngine.process``), ``agents`` (what differs
+loop ``learner.serving.inference.InferenceEngine.process`` around the rows-in, actions-out
+core ``learner.serving.rows.ServingCore.serve``), ``agents`` (what differs
 between algorithms: network, action choice, loss, ``learner.agents.base.Agent``),
 ``training`` (one ``learner.training.trainer.Trainer`` and the hosts that run it),
 ``state`` (slots, checkpoints, normalisers, statistics) and ``tools`` (demo, evaluate,

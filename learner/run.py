@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from learner import failover
+from learner.agents.base import Store
 from learner.agents.models import resolve_precision
 from learner.agents.policy import Policy, TorchPolicy
 from learner.checkpointing import BestKeeper, Checkpointer
@@ -36,7 +37,8 @@ from learner.metrics import MetricsWriter, PrometheusSink, one_line
 from learner.parts import Learner, build_learner, make_checkpointer
 from learner.progress import Progress
 from learner.serving.batcher import DynamicBatcher, ProcessFn
-from learner.serving.inference import InferenceEngine, ServedPolicy
+from learner.serving.inference import InferenceEngine
+from learner.serving.rows import ServedPolicy
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer
 from learner.state import checkpoint
@@ -147,7 +149,7 @@ def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:
             return TorchPolicy(model, learner.head, learner.device, precision, True)
         return learner.agent.inference_policy(model, seed)
 
-    policies = None
+    policies: list[tuple[ServedPolicy, Store]] | None = None
     if not isinstance(host, PolicyHosts):  # a resumed run samples fresh noise
         policy = acting(host.inference_model, (config.seed, learner.step_counter.value))
     else:  # rows grouped by policy, each on its own weights
@@ -157,11 +159,11 @@ def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:
         ):
             seed = (config.seed, slot.step_counter.value, *((index,) if index else ()))
             served = ServedPolicy(
-                acting(own.inference_model, seed), slot.queue, own.inference_lock,
-                slot.step_counter, slot.stats, own.refresh_weights,
+                acting(own.inference_model, seed), own.inference_lock, slot.step_counter,
+                slot.stats, own.refresh_weights,
             )  # fmt: skip
-            policies.append(served)
-        policy = policies[0].policy
+            policies.append((served, slot.queue))
+        policy = policies[0][0].policy
     return InferenceEngine(
         policy, learner.builder, learner.queue, learner.stats, host.inference_lock,
         learner.step_counter,

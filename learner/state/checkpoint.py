@@ -249,13 +249,12 @@ def check_env(path: str | os.PathLike[str], saved_env_spec: bytes, env_spec: pb.
             f"{path}: trained on env {saved.env_id!r}, this learner runs {env_spec.env_id!r}; "
             "use another --logdir or drop --resume"
         )
-    for name in ("observation_space", "action_space"):
-        theirs, ours = getattr(saved, name), getattr(env_spec, name)
-        if not codec.specs_match(theirs, ours):
-            raise CheckpointError(
-                f"{path}: trained with {name} {codec.spec_summary(theirs)}, this learner has "
-                f"{codec.spec_summary(ours)}; use another --logdir or drop --resume"
-            )
+    if (mismatch := codec.space_mismatch(saved, env_spec)) is not None:
+        name, theirs, ours = mismatch
+        raise CheckpointError(
+            f"{path}: trained with {name} {theirs}, this learner has {ours}; use another "
+            "--logdir or drop --resume"
+        )
 
 
 def resume_candidates(config: LearnerConfig) -> list[Path]:

@@ -130,13 +130,11 @@ def load_policy(path: Path, state: dict[str, Any], learner: Learner) -> None:
 def check_spaces(path: Path, state: dict[str, Any], env_spec: pb.EnvSpec) -> None:
     """The checkpoint's env and spaces must be the ones this host's env has."""
     saved = pb.EnvSpec.FromString(state["env_spec"])
-    for name in ("observation_space", "action_space"):
-        theirs, ours = getattr(saved, name), getattr(env_spec, name)
-        if not codec.specs_match(theirs, ours):
-            raise ServeError(
-                f"{path}: trained on {saved.env_id} with {name} {codec.spec_summary(theirs)};"
-                f" the env built here has {codec.spec_summary(ours)}"
-            )
+    if (mismatch := codec.space_mismatch(saved, env_spec)) is not None:
+        name, theirs, ours = mismatch
+        raise ServeError(
+            f"{path}: trained on {saved.env_id} with {name} {theirs}; the env built here has {ours}"
+        )
 
 
 def serving_config(
@@ -184,12 +182,7 @@ def parser() -> ConfigArgumentParser:
         help="a self-play checkpoint: serve its opponent pool (snapshots and fixed opponents) "
         "in the other seat, as training did (default: the learning policy in every seat)",
     )  # fmt: skip
-    p.add_argument(
-        envs.ALLOW_ENV_MODULE_FLAG, dest="allow_env_module", action="append", default=[],
-        metavar="MODULE",
-        help="build the checkpoint's module:callable env when it comes from MODULE; "
-        "repeatable (without it, or --env naming it, such a checkpoint is refused)",
-    )  # fmt: skip
+    envs.add_allow_env_module_argument(p)
     add_config_arguments(p, LearnerConfig, only=SERVING_FIELDS | {"env"})
     return p
 
