@@ -368,6 +368,11 @@ class LearnerConfig:
     """Serve on uvloop's event loop (libuv, in Cython) rather than asyncio's own: with one
     env per message most serving work is loop machinery, which uvloop runs cheaper. Off,
     or where uvloop is not installed: asyncio's loop."""
+    serving_processes: int = 0
+    """Frontend processes that serve the actors' gRPC streams (one port, SO_REUSEPORT),
+    handing frames to this process through a shared-memory slot table so the process
+    that owns the model pays no per-message work (docs/serving-tier.md). 0: one process
+    serves and runs the model, as before."""
     max_actors: int = 1024
     """Actor streams served at once, those still awaiting their Hello included; more get
     RESOURCE_EXHAUSTED and retry."""
@@ -506,7 +511,8 @@ class LearnerConfig:
              "connection_idle_timeout_s", "max_envs_per_peer",
              "replay_min_frames", "replay_ratio", "epsilon_alpha", "value_rescale_eps",
              "importance_exponent", "best_checkpoint_interval_s", "pfsp_exponent",
-             "replay_checkpoint_interval_s", "epsilon_slots", "actor_envs_per_actor"),
+             "replay_checkpoint_interval_s", "epsilon_slots", "actor_envs_per_actor",
+             "serving_processes"),
             low=0,
         )  # fmt: skip
         _require_range(
