@@ -30,7 +30,7 @@ from learner.serving.batcher import BatcherClosed
 from learner.serving.inference import Connection, FramePayload
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer
-from learner.serving.slots import OK, REJECTED, SlotTable, TableSpec, drain, ring
+from learner.serving.slots import OK, PROCESS_NAME, REJECTED, SlotTable, TableSpec, drain, ring
 from learner.state.stats import LearnerStats
 from seedrl import codec
 from seedrl.config import LearnerConfig
@@ -42,6 +42,7 @@ TOKEN_ENV = "SEEDRL_FRONTEND_AUTH_TOKEN"
 """Where a frontend finds the learner's resolved token: the environment it was spawned
 with, never its argv or a file."""
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 LEASE_TIMEOUT_S = 30.0
 
 
@@ -206,8 +207,10 @@ def frontend_main(
 ) -> None:
     """The frontend process's entry (multiprocessing spawn): serve until the model says
     stop or goes away."""
-    with contextlib.suppress(OSError, AttributeError):  # Linux: end with the model process
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    with contextlib.suppress(OSError, AttributeError):  # Linux
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # end with the model process
+        libc.prctl(PR_SET_NAME, f"{PROCESS_NAME}{index}".encode()[:15])  # for ps and the benchmarks
     logging.basicConfig(
         level=os.environ.get("SEEDRL_LOG_LEVEL", "WARNING"),
         format=f"%(asctime)s %(levelname)s frontend {index} %(name)s: %(message)s",

@@ -32,6 +32,9 @@ INVALID_ARGUMENT)."""
 REJECTED = {2: "observations: contains NaN or inf", 3: "rewards: contains NaN or inf"}
 """The engine's reasons to reject a frame, by the status that carries them."""
 
+PROCESS_NAME = "seedrl-fe-"
+"""A frontend's process name (``/proc/PID/comm``) is this and its index."""
+
 _ONE = (1).to_bytes(8, "little")
 
 

@@ -117,6 +117,10 @@ class LaneReply:
         self.lease = lease
         self._answered = True
 
+    def open(self) -> None:
+        """Taken into a batch: unanswered until the engine resolves it."""
+        self._answered = False
+
     def done(self) -> bool:
         return self._answered
 
@@ -145,8 +149,6 @@ class ModelLease:
     owner: int
     conn: Connection
     request: PendingRequest
-    taken: int = 0
-    """The request counter the model last took into a batch."""
 
 
 class SlotBatcher:
@@ -176,8 +178,11 @@ class SlotBatcher:
         self._taken_L = np.zeros(table.spec.lanes, np.int64)
         self._frames_L = np.zeros(table.spec.lanes, np.int64)
         self._quorum_lanes = QUORUM_NONE
-        self._rung = asyncio.Event()
-        self._to_ring: set[int] = set()
+        self._due = asyncio.Event()
+        self._deadline: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._answered: list[tuple[int, int, int]] = []
+        """(lane, status, owner) of the batch's answers, published together."""
         self._closed = False
         self.batches = 0
         self.frames = 0
@@ -201,7 +206,6 @@ class SlotBatcher:
         payload = FramePayload(conn, *t.row_views(begin, count))  # type: ignore[arg-type]
         lease = ModelLease(lane, begin, count, owner, conn, None)  # type: ignore[arg-type]
         lease.request = PendingRequest(payload, count, LaneReply(self, lease))  # type: ignore[arg-type]
-        lease.taken = int(t.req_L[lane])
         self.leases[lane] = lease
         self._live_L[lane] = True
         self._frames_L[lane] = count
@@ -230,13 +234,22 @@ class SlotBatcher:
         count = len(self.leases)
         self.stats.actors_connected = count
         self._quorum_lanes = math.ceil(self.quorum * count - 1e-9) if count else QUORUM_NONE
-        self._rung.set()  # a closed stream may complete a batch
+        self.rung()  # a closed stream may complete a batch
 
     # -- the batch loop
 
     def rung(self) -> None:
-        """The model's doorbell rang (event-loop reader)."""
-        self._rung.set()
+        """Frames arrived (the doorbell's reader, a lease come or gone): wake the loop when
+        a batch is due, else make sure the deadline of the batch now forming is set. Looked
+        at here, in the reader's callback, the rings of a forming batch cost a vector
+        compare each, not a wake of the loop's task."""
+        ready_B = self._ready_lanes()
+        if not len(ready_B):
+            return
+        if self._batch_ready(ready_B):
+            self._due.set()
+        elif self._deadline is None and self._loop is not None:
+            self._deadline = self._loop.call_later(self.timeout_s, self._due.set)
 
     def _ready_lanes(self) -> np.ndarray:
         return np.flatnonzero((self.table.req_L != self._taken_L) & self._live_L)
@@ -247,35 +260,27 @@ class SlotBatcher:
         )
 
     async def run(self) -> None:
-        """Until closed: wait for frames, close a batch by size, quorum or deadline, run it."""
-        loop = asyncio.get_running_loop()
-        first_seen: float | None = None
+        """Until closed: when a batch is due (size, quorum or deadline), run it."""
+        self._loop = asyncio.get_running_loop()
+        self.rung()  # frames may have come before the loop ran
         while not self._closed:
-            await self._rung.wait()
-            self._rung.clear()
+            await self._due.wait()
+            self._due.clear()
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
             ready_B = self._ready_lanes()
-            if not len(ready_B):
-                continue
-            if first_seen is None:
-                first_seen = loop.time()
-            remaining = first_seen + self.timeout_s - loop.time()
-            if remaining > 0 and not self._batch_ready(ready_B):
-                deadline = loop.call_later(remaining, self._rung.set)
-                await self._rung.wait()  # a ring or the deadline: look again
-                deadline.cancel()
-                continue
-            first_seen = None
-            await self._process(ready_B)
+            if len(ready_B):
+                await self._process(ready_B)
+            self.rung()  # what came in meanwhile starts the next batch's clock
 
     async def _process(self, ready_B: np.ndarray) -> None:
-        seq_B = self.table.req_L[ready_B]  # read before the rows: a frontend bumps req after them
-        self._taken_L[ready_B] = seq_B
+        self._taken_L[ready_B] = self.table.req_L[ready_B]  # before the rows: req moves last
         batch = []
         for lane in ready_B.tolist():
-            lease = self.leases[lane]
-            lease.taken = int(self._taken_L[lane])
-            lease.request.future._answered = False  # type: ignore[attr-defined]
-            batch.append(lease.request)
+            request = self.leases[lane].request
+            request.future.open()  # type: ignore[attr-defined]
+            batch.append(request)
         self.batches += 1
         self.frames += int(self._frames_L[ready_B].sum())
         try:
@@ -285,30 +290,37 @@ class SlotBatcher:
             for request in batch:
                 if not request.future.done():
                     request.future.set_exception(RuntimeError("inference batch failed"))
-        self._ring_owners()
+        self._publish()
 
     def answer(self, lease: ModelLease, status: int, actions_KA: np.ndarray | None) -> None:
-        """Write one lane's reply and publish it (the rows before the counter)."""
-        t = self.table
+        """Write one lane's action rows; its status and counter are published with the
+        batch's others (:meth:`_publish`), after every row."""
         if actions_KA is not None:
-            t.action_RA[lease.begin : lease.begin + lease.count] = actions_KA
-        t.status_L[lease.lane] = status
-        t.step_L[lease.lane] = self.engine.learner_step.value
-        t.rep_L[lease.lane] = lease.taken
-        if not self._to_ring:  # the owners are rung once the batch is answered
-            asyncio.get_running_loop().call_soon(self._ring_owners)
-        self._to_ring.add(lease.owner)
+            self.table.action_RA[lease.begin : lease.begin + lease.count] = actions_KA
+        if not self._answered:  # published once the engine has answered the batch
+            asyncio.get_running_loop().call_soon(self._publish)
+        self._answered.append((lease.lane, status, lease.owner))
 
-    def _ring_owners(self) -> None:
-        for owner in self._to_ring:
+    def _publish(self) -> None:
+        """The answered lanes' status, step and ``rep`` (the counter last), then one ring
+        for each owning frontend."""
+        if not self._answered:
+            return
+        lanes, statuses, owners = zip(*self._answered, strict=True)
+        self._answered.clear()
+        lane_B = np.array(lanes)
+        t = self.table
+        t.status_L[lane_B] = statuses
+        t.step_L[lane_B] = self.engine.learner_step.value
+        t.rep_L[lane_B] = self._taken_L[lane_B]
+        for owner in set(owners):
             bell = self.bells.get(owner)
             if bell is not None:
                 ring(bell)
-        self._to_ring.clear()
 
     def close(self) -> None:
         self._closed = True
-        self._rung.set()
+        self._due.set()
 
 
 class PortLock:
