@@ -20,7 +20,7 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass
-from multiprocessing import reduction, resource_tracker, shared_memory
+from multiprocessing import reduction, shared_memory
 from typing import Any
 
 import numpy as np
@@ -82,8 +82,6 @@ class SlotTable:
                 f"shared memory ({exc}); a container needs a larger /dev/shm (shm_size), or "
                 "lower --max-envs"
             ) from exc
-        if not self.owner:  # the creator removes the block; a frontend only maps it
-            resource_tracker.unregister(self.shm._name, "shared_memory")  # type: ignore[attr-defined]
         buf = self.shm.buf
         assert buf is not None  # None only after close
         parts, offset = [], 0
