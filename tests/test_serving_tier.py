@@ -18,12 +18,20 @@ import sys
 import grpc
 import numpy as np
 import pytest
-from support import ROOT, actor_args, learner_process, read_records, running, wait_until
+from support import (
+    ROOT,
+    actor_args,
+    learner_args,
+    learner_process,
+    read_records,
+    running,
+    wait_until,
+)
 from wire_clients import act, frame, get_info, hello, lockstep
 
 from learner.agents.models import UnsupportedSetup
 from learner.serving.slots import RowSpans, SlotTable, TableSpec
-from learner.serving.tier import check_tier_supported
+from learner.serving.tier import MAX_DEATHS, check_tier_supported
 from seedrl import codec
 from seedrl.config import LearnerConfig
 from seedrl.conformance.cases import LEARNER_CASES, Status
@@ -179,6 +187,32 @@ def test_a_killed_frontend_costs_only_its_streams_and_is_restarted(tier):
     )  # fmt: skip
     wait_until(lambda: _frames(logdir) >= frames_before + 1000, 120, what="1000 more frames")
     assert learner.popen.poll() is None, learner.output()
+
+
+def test_a_second_learner_on_the_port_is_refused_before_it_spawns_anything(tier, tmp_path):
+    """The frontends share the port with SO_REUSEPORT; another learner must not join them."""
+    _learner, port, _logdir = tier
+    args = learner_args(port, tmp_path, *TIER)
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert f"could not bind the learner to 127.0.0.1:{port}" in done.stderr, done.stderr
+
+
+def test_a_frontend_that_keeps_dying_ends_the_run_in_one_line(tmp_path):
+    with learner_process(tmp_path, *TIER, env={"SEEDRL_LOG_LEVEL": "INFO"},
+                         timeout=START_TIMEOUT_S) as (learner, _port):  # fmt: skip
+        killed: set[int] = set()
+        while learner.popen.poll() is None and len(killed) < MAX_DEATHS + 1:
+            pid = wait_until(
+                lambda: next((p for p in _pids_of(learner, 0) if p not in killed), None), 120,
+                what="frontend 0 (re)started",
+            )  # fmt: skip
+            os.kill(pid, signal.SIGKILL)
+            killed.add(pid)
+        assert learner.wait(timeout=60) == 1, learner.output()
+    errors = [line for line in learner.lines if "error:" in line]
+    assert len(errors) == 1, learner.output()
+    assert re.search(r"serving frontend 0 failed 4 times in 60 s \(last exit code -9\)", errors[0])
 
 
 def _pids_of(learner, index: int) -> list[int]:
