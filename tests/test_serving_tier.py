@@ -229,6 +229,8 @@ def test_the_learner_side_of_the_conformance_suite_passes_against_two_frontends(
         config = LearnerSuiteConfig(auth_token=token, wait_shutdown_s=60)
         report = run_learner_suite(f"127.0.0.1:{port}", config)
         assert learner.wait(timeout=90) == 0, learner.output()
+    # Every process of the tier ended cleanly: no traceback, not even an ignored one.
+    assert not any("Traceback" in line for line in learner.lines), learner.output()
     assert report.ok, report.text()
     skipped = {v.case.id for v in report.verdicts if v.status is Status.SKIP}
     assert skipped == {"frame-stack-accepted", "rejects-bad-leaves", "rejects-missing-agents",

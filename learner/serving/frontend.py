@@ -218,7 +218,8 @@ def frontend_main(
     from seedrl.transport import run_event_loop
 
     token = os.environ.pop(TOKEN_ENV, "") or None
-    run_event_loop(
+    # The table outlives the loop: its block must not be unmapped under a view still alive.
+    _table = run_event_loop(
         _serve(config, pb.EnvSpec.FromString(env_spec), learner_run_id, spec, table_name,
                model_bell, own_bell, control, token),
         config.uvloop,
@@ -226,7 +227,7 @@ def frontend_main(
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # the table's views die with the process; no destructor need run
+    os._exit(0)  # with the table still referenced: the process's end unmaps it
 
 
 async def _serve(
@@ -239,7 +240,8 @@ async def _serve(
     own_bell: int,
     control: Any,
     token: str | None,
-) -> None:
+) -> SlotTable:
+    """Serve until told to stop; the table, for the caller to keep until the process ends."""
     raise_open_file_limit()
     table = SlotTable(spec, table_name)
     submitter = SlotSubmitter(table, model_bell, own_bell, control)
@@ -277,3 +279,4 @@ async def _serve(
     with contextlib.suppress(Exception):
         loop.remove_reader(control.fileno())
         loop.remove_reader(own_bell)
+    return table
