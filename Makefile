@@ -293,7 +293,7 @@ loadgen-table: $(STAMP)
 ## env families from their registry (a test fails while either is stale).
 .PHONY: docs
 docs: $(STAMP)
-	$(PY) -m seedrl.config_docs > docs/configuration.md
+	$(PY) -m learner.tools.config_docs > docs/configuration.md
 	$(PY) -m seedrl.envs.docs docs/usage.md
 
 clean:

@@ -36,6 +36,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+import learner.agents.registry  # noqa: F401  (the agents whose knobs the learner's flags take)
 from seedrl import PROTOCOL_VERSION
 from seedrl.cli import parse_config
 from seedrl.config import LearnerConfig

@@ -9,10 +9,9 @@ engine each take what they need from it, in one place each.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,25 +19,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from learner.agents.base import Agent, SavedStoreError, Store
+from learner.agents.base import Agent, AgentState, SavedStoreError, Store
 from learner.agents.models import (
     ActionHead,
-    ActorCritic,
     UnsupportedSetup,
     choose_torso,
     has_action_mask,
     resolve_device,
 )
+from learner.agents.optim import apply_optimizer_settings
 from learner.agents.policy import set_compute_threads
-from learner.agents.registry import make_agent
+from learner.agents.registry import AgentRecipe
+from learner.checkpointing import BestKeeper, Capture, Checkpointer
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
-from learner.state.files import Lease, atomic_file
+from learner.state.files import Lease
 from learner.state.normalize import Normalizer, make_normalizer, normalized_space
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, Unrolls, stored_frame_stack
 from learner.training.allocator import keep_freed_memory
-from learner.training.trainer import Trainer, TrainerParts, apply_optimizer_settings, make_optimizer
+from learner.training.trainer import Trainer, TrainerParts, agent_training_state
 from seedrl import codec, envs
 from seedrl.config import LearnerConfig, to_json_dict
 from seedrl.proto import seedrl_pb2 as pb
@@ -61,8 +61,10 @@ class Learner:
     env_spec: Any
     device: torch.device
     agent: Agent
-    model: ActorCritic
-    optimizer: torch.optim.Optimizer
+    state: AgentState
+    """Everything the agent trains (networks, optimizers, what else it keeps)."""
+    recipe: AgentRecipe
+    """How another process builds the agent again (the trainer process's child)."""
     stats: LearnerStats
     builder: TrajectoryBuilder
     queue: Store
@@ -82,17 +84,27 @@ class Learner:
     def head(self) -> ActionHead:
         return self.agent.head
 
+    @property
+    def model(self) -> Any:
+        """The network inference runs."""
+        return self.state.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The inference network's optimizer."""
+        return self.state.optimizer
+
     def trainer_parts(self) -> TrainerParts:
-        """What a trainer of this learner's shared model is built from."""
+        """What a trainer of this learner's shared state is built from (every host's)."""
         return TrainerParts(
             config=self.config,
             agent=self.agent,
-            model=self.model,
-            optimizer=self.optimizer,
+            state=self.state,
             device=self.device,
             stats=self.stats,
             weights_lock=self.weights_lock,
             step_counter=self.step_counter,
+            recipe=self.recipe,
         )
 
 
@@ -115,7 +127,6 @@ def build_learner(config: LearnerConfig) -> Learner:
     league = make_league(config, env_spec)
     obs_space = env_spec.observation_space
     masked = has_action_mask(obs_space, config.action_mask)
-    agent = make_agent(config, env_spec.action_space, device, masked)
     obs_shape = codec.spec_shape(obs_space)
     mask_leaf = config.action_mask if masked else ""
     normalizer = None
@@ -125,8 +136,8 @@ def build_learner(config: LearnerConfig) -> Learner:
     if codec.is_structured(obs_space):  # kept as packed uint8 rows (codec.LeafPacking)
         obs_shape = (codec.LeafPacking(codec.space_leaves(obs_space)).row_bytes,)
     torso = choose_torso(env_spec.observation_space, config.model)
-    model = agent.build_model(obs_space, torso).to(device)
-    optimizer = make_optimizer(model, config)
+    recipe = AgentRecipe.of(config, env_spec.action_space, obs_space, torso, masked)
+    agent, agent_state = recipe.build(device)
     stats = LearnerStats(log_episodes=config.log_episodes, time_phases=config.time_phases)
     step_counter = StepCounter()
     source = checkpoint.load_for_resume(config) if config.resume else None
@@ -134,12 +145,13 @@ def build_learner(config: LearnerConfig) -> Learner:
     if source is not None:
         path, loaded = source
         saved = checkpoint.restore(
-            path, model, optimizer, stats, step_counter, env_spec, normalizer, loaded
-        )
-        agent.load_state_dict(saved)
+            path, lambda saved: agent.load_state_dict(agent_state, saved), stats, step_counter,
+            env_spec, normalizer, loaded,
+        )  # fmt: skip
         if league is not None and SELF_PLAY_KEY in saved:
             league.load_state_dict(saved[SELF_PLAY_KEY])
-        apply_optimizer_settings(optimizer, config)
+        for optimizer in agent_state.optimizers.values():
+            apply_optimizer_settings(optimizer, config)
         defaults = checkpoint.schedule_states(LearnerConfig())
         for key, state in checkpoint.schedule_states(config).items():
             # Older checkpoints: a missing schedule is assumed unchanged, and a setting
@@ -150,7 +162,7 @@ def build_learner(config: LearnerConfig) -> Learner:
                     "the checkpoint's %s was %s; this run's flags say %s",
                     key.replace("_", " "), saved_state, state,
                 )  # fmt: skip
-    lstm_size = model.spec.lstm_size
+    lstm_size = agent_state.model.spec.lstm_size
     unroll_length, overlap = agent.sequence_layout()
     builder = TrajectoryBuilder(
         unroll_length=unroll_length,
@@ -172,8 +184,8 @@ def build_learner(config: LearnerConfig) -> Learner:
         env_spec=env_spec,
         device=device,
         agent=agent,
-        model=model,
-        optimizer=optimizer,
+        state=agent_state,
+        recipe=recipe,
         stats=stats,
         builder=builder,
         queue=store,
@@ -222,8 +234,48 @@ def restore_store(store: Store, path: Path, template: Unrolls) -> None:
 
 
 def make_trainer(learner: Learner) -> Trainer:
-    """The trainer over a learner's shared agent, model and counters."""
+    """The trainer over a learner's shared agent, state and counters."""
     return Trainer(learner.trainer_parts())
+
+
+def capture_training(learner: Learner) -> checkpoint.TrainingState:
+    """The learner's own agent state now, with no trainer host in between."""
+    return agent_training_state(
+        learner.agent, learner.state, learner.weights_lock, learner.step_counter
+    )
+
+
+def make_checkpointer(
+    learner: Learner,
+    capture: Capture | None = None,
+    *,
+    counters: Callable[[], tuple[int, int] | None] = lambda: None,
+    keeper: BestKeeper | None = None,
+    writes: bool = True,
+    start: float | None = None,
+) -> Checkpointer:
+    """The checkpointer of ``learner``'s state, renamed under its lease; ``capture`` gives
+    the training state (default: the learner's own model and optimizer)."""
+    extra_state: dict[str, Callable[[], Any]] = {}
+    if learner.normalizer is not None:
+        extra_state["obs_normalizer"] = learner.normalizer.state_dict
+    if learner.league is not None:
+        extra_state[SELF_PLAY_KEY] = learner.league.state_dict
+    return Checkpointer(
+        learner.config,
+        capture or (lambda: capture_training(learner)),
+        learner.stats,
+        learner.env_spec,
+        to_json_dict(learner.model.spec),
+        learner.queue,
+        extra_state=extra_state,
+        counters=counters,
+        keeper=keeper,
+        yardstick=learner.league.yardstick if learner.league is not None else None,
+        lease=learner.lease,
+        writes=writes,
+        start=start,
+    )
 
 
 def save_checkpoint(
@@ -234,57 +286,8 @@ def save_checkpoint(
     best_measure: str = checkpoint.BY_RETURN,
     replay: bool = True,
 ) -> None:
-    """Write the checkpoint of ``training`` (default: the learner's own model and optimizer).
-
-    ``counters`` overrides (frames, episodes), e.g. all ranks' totals. With ``best`` (the
-    value of ``best_measure`` that makes it the best) it goes to checkpoint-best.pt
-    instead, and checkpoint.pt and the history are left as they are. ``replay``: also
-    write the replay (with --replay-checkpoint).
-    """
-    stats = learner.stats
+    """Write the checkpoint of ``training`` (default: the learner's own model and
+    optimizer) now, whatever the cadence (:meth:`Checkpointer.write`)."""
     if training is None:
-        training = checkpoint.capture(
-            learner.model,
-            learner.optimizer,
-            learner.weights_lock,
-            lambda: learner.step_counter.value,
-            learner.agent.state_dict(),
-        )
-    frames, episodes = counters or (stats.frames, stats.episodes)
-    extra: dict[str, Any] = checkpoint.schedule_states(learner.config)
-    if learner.normalizer is not None:
-        extra["obs_normalizer"] = learner.normalizer.state_dict()
-    if learner.league is not None:
-        extra[SELF_PLAY_KEY] = learner.league.state_dict()
-    state = checkpoint.snapshot(
-        training,
-        frames=frames,
-        episodes=episodes,
-        returns=list(stats.returns),
-        config=to_json_dict(learner.config),
-        env_spec=learner.env_spec.SerializeToString(),
-        model_spec=to_json_dict(learner.model.spec),
-        return_first=stats.return_first,
-        return_best=stats.return_best,
-        **extra,
-    )
-    lease = learner.lease
-    if best is not None:
-        state[checkpoint.BEST_RETURN] = best
-        state[checkpoint.BEST_MEASURE] = best_measure
-        checkpoint.save(learner.config.best_checkpoint_path, state, lease)
-        return
-    checkpoint.save(learner.config.checkpoint_path, state, lease)
-    if replay and learner.config.replay_checkpoint:
-        written = learner.queue.save(learner.config.replay_path, lease)
-        if written:
-            log.info("replay written to %s (%.1f MiB)", learner.config.replay_path, written / 2**20)
-    kept = learner.config.history_checkpoint_path(frames)
-    if kept is not None and not kept.exists():
-        kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        try:  # a link is atomic and free; the next save replaces checkpoint.pt, not it
-            os.link(learner.config.checkpoint_path, kept)
-        except OSError:  # a filesystem without hard links: copy, then rename into place
-            with open(learner.config.checkpoint_path, "rb") as source:
-                with atomic_file(kept, lease) as copy:
-                    shutil.copyfileobj(source, copy)
+        training = capture_training(learner)
+    make_checkpointer(learner).write(training, counters, best, best_measure, replay)

@@ -30,9 +30,10 @@ import torch
 from learner import failover
 from learner.agents.models import resolve_precision
 from learner.agents.policy import Policy, TorchPolicy
+from learner.checkpointing import BestKeeper, Checkpointer
 from learner.collapse import CollapseWatch
 from learner.metrics import MetricsWriter, PrometheusSink, one_line
-from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
+from learner.parts import Learner, build_learner, make_checkpointer
 from learner.progress import Progress
 from learner.serving.batcher import DynamicBatcher, ProcessFn
 from learner.serving.inference import InferenceEngine
@@ -41,7 +42,6 @@ from learner.serving.servicer import LearnerServicer
 from learner.serving.tier import ServingFailed, TierServing, build_tier
 from learner.state import checkpoint
 from learner.state.dataset import learner_recorder
-from learner.state.files import NotOwner
 from learner.state.stats import LearnerStats
 from learner.training.device_host import DeviceHost
 from learner.training.hosts import ThreadHost, TrainerHost, trainer_mode
@@ -122,10 +122,10 @@ def choose_host(learner: Learner) -> TrainerHost:
     process, a thread beside inference, or its own CUDA stream."""
     mode = trainer_mode(learner.config, learner.device)
     if mode == "thread":
-        return ThreadHost(make_trainer(learner), learner.queue, learner.stats)
+        return ThreadHost(learner.trainer_parts(), learner.queue, learner.builder)
     if mode == "device":
         return DeviceHost(learner.trainer_parts(), learner.queue, learner.builder)
-    return ProcessHost(learner)
+    return ProcessHost(learner.trainer_parts(), learner.queue, learner.builder)
 
 
 def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:
@@ -260,92 +260,19 @@ class StopRequest:
             self.event.set()
 
 
-def write_checkpoint(
-    learner: Learner,
-    trainer: TrainerHost,
-    counters: tuple[int, int] | None,
-    best: float | None = None,
-    best_measure: str = checkpoint.BY_RETURN,
-    replay: bool = True,
-) -> bool:
-    """Checkpoint the trainer's current state (to checkpoint-best.pt with ``best``, the
-    value of ``best_measure`` now; the replay too with ``replay``); a dead trainer process
-    leaves the last one, and one superseded by another learner leaves the leader's files
-    as they are. True once written."""
-    training = trainer.training_state()
-    if training is None:
-        path = learner.config.checkpoint_path
-        if best is not None:
-            path = learner.config.best_checkpoint_path
-        log.error("no checkpoint written: the trainer process died; %s stays as it was", path)
-        return False
-    try:
-        save_checkpoint(learner, training, counters, best, best_measure, replay)
-    except NotOwner as exc:  # the next supervision pass stops this learner
-        log.error("no checkpoint written: %s", exc)
-        return False
-    return True
-
-
-def best_measure_now(learner: Learner, keeper: checkpoint.BestKeeper) -> float | None:
-    """The value of the keeper's measure now: the mean-100 return, or the league's
-    yardstick against its fixed opponents (None while neither has a full window)."""
-    if keeper.measure == checkpoint.BY_YARDSTICK:  # only kept by a self-play run's keeper
-        assert learner.league is not None
-        return learner.league.yardstick()
-    return learner.stats.full_window_mean
-
-
-async def keep_best(
-    learner: Learner,
-    trainer: TrainerHost,
-    rank: RankMode,
-    keeper: checkpoint.BestKeeper | None,
-    final: bool = False,
-) -> str | None:
-    """Write checkpoint-best.pt when the keeper says its measure is at a new best; what
-    failed, in a line, when it could not (None: written, or not due)."""
-    if keeper is None or not rank.writes_checkpoints:
-        return None
-    value = best_measure_now(learner, keeper)
-    if not keeper.due(value, final):
-        return None
-    assert value is not None
-    try:
-        counters = rank.checkpoint_counters()
-        write = (learner, trainer, counters, value, keeper.measure)
-        if await asyncio.to_thread(write_checkpoint, *write):
-            keeper.written(value)
-            return None
-        return f"{keeper.path.name}: the trainer process died"
-    except OSError as exc:  # as for checkpoint.pt: the run goes on, the old best stays
-        log.error("could not write checkpoint %s: %s", keeper.path, exc)
-        return f"{keeper.path.name}: {one_line(exc)}"
-
-
-async def _final_checkpoints(
-    learner: Learner,
-    trainer: TrainerHost,
-    rank: RankMode,
-    keeper: checkpoint.BestKeeper | None,
-) -> list[str]:
-    """The run's last checkpoint and best one; what failed, in lines, never raised: the
-    run's end still writes result.json (a full disk leaves the old checkpoints whole)."""
-    failures = []
-    path = learner.config.checkpoint_path
-    try:
-        counters = rank.checkpoint_counters()
-        if not await asyncio.to_thread(write_checkpoint, learner, trainer, counters):
-            failures.append(f"final checkpoint {path.name}: the trainer process died")
-    except Exception as exc:
-        log.error("could not write the final checkpoint %s: %s", path, exc)
-        failures.append(f"final checkpoint {path.name}: {one_line(exc)}")
-    try:
-        best = await keep_best(learner, trainer, rank, keeper, final=True)
-    except Exception as exc:
-        log.error("could not write the final best checkpoint: %s", exc)
-        best = f"final best checkpoint: {one_line(exc)}"
-    return failures + ([best] if best else [])
+def make_checkpoints(
+    learner: Learner, trainer: TrainerHost, rank: RankMode, start: float
+) -> Checkpointer:
+    """This run's checkpointer: the trainer's state, the counters the rank records, written
+    by the rank that writes checkpoints, under the learner's lease."""
+    return make_checkpointer(
+        learner,
+        trainer.training_state,
+        counters=rank.checkpoint_counters,
+        keeper=BestKeeper.for_config(learner.config),
+        writes=rank.writes_checkpoints,
+        start=start,
+    )
 
 
 async def serve(
@@ -423,16 +350,16 @@ async def _serve(
         ready.set_result(serving.port)
 
     start = time.perf_counter()
-    keeper = checkpoint.BestKeeper.for_config(config)
     watch = CollapseWatch(learner.head.max_entropy, watch_return=not config.self_play)
     fence = None
     if rank.writes_checkpoints:  # the learner that owns the run directory says so
         own = failover.Leader(learner.learner_run_id, failover.own_address(config))
         fence = failover.Fence(logdir, own)
         learner.lease = fence  # every rename into the directory checks it, then and there
+    checkpoints = make_checkpoints(learner, trainer, rank, start)
     try:
         await _supervise(
-            learner, trainer, rank, stop, writer, progress, start, keeper, watch, fence
+            learner, trainer, rank, stop, writer, progress, start, checkpoints, watch, fence
         )
     finally:
         await serving.stop(stop.reason or "learner stopping", stop.final)
@@ -440,8 +367,8 @@ async def _serve(
         progress.close()
         if learner.recorder is not None:
             await asyncio.to_thread(learner.recorder.close)
-        if rank.writes_checkpoints and not (fence is not None and fence.lost):
-            failures += await _final_checkpoints(learner, trainer, rank, keeper)
+        if not (fence is not None and fence.lost):  # a superseded learner writes nothing
+            failures += await checkpoints.final()
         record = {
             **learner.stats.snapshot(len(learner.queue)), **learner.queue.metrics(),
             **rank.metrics(), **(learner.league.metrics() if learner.league else {}),
@@ -471,16 +398,14 @@ async def _supervise(
     writer: MetricsWriter,
     progress: Progress,
     start: float,
-    keeper: checkpoint.BestKeeper | None,
+    checkpoints: Checkpointer,
     watch: CollapseWatch,
     fence: failover.Fence | None = None,
 ) -> None:
     """Every ``log_interval_s`` until stopped: a metrics record (with the collapse flags),
-    progress, the stop conditions and, when due, a checkpoint and the best one; a learner
-    another has taken over from (``fence``) stops and writes nothing more."""
+    progress, the stop conditions and, when due, the best checkpoint and the periodic one;
+    a learner another has taken over from (``fence``) stops and writes nothing more."""
     config, stats = learner.config, learner.stats
-    last_checkpoint = start
-    replay_cadence = checkpoint.ReplayCadence(config.replay_checkpoint_interval_s, start)
     while not stop.event.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.event.wait(), config.log_interval_s)
@@ -502,22 +427,11 @@ async def _supervise(
         )
         writer.write(record, stats.drain_episodes())
         progress.update(record)
-        await keep_best(learner, trainer, rank, keeper)
         reason = _stop_condition(config, stats, start, trainer) or rank.stop_reason
         if reason:
             # A failed trainer is not a finished run: actors wait for the restart.
             stop.request(reason, reason != TRAINER_FAILED)
-        due = time.perf_counter() - last_checkpoint >= config.checkpoint_interval_s
-        if due and rank.writes_checkpoints:
-            try:
-                counters = rank.checkpoint_counters()
-                replay = replay_cadence.due(time.perf_counter())
-                write = (learner, trainer, counters, None, checkpoint.BY_RETURN, replay)
-                if await asyncio.to_thread(write_checkpoint, *write) and replay:
-                    replay_cadence.written(time.perf_counter())
-            except OSError as exc:  # a full disk should not end the run; the old one stays
-                log.error("could not write checkpoint %s: %s", config.checkpoint_path, exc)
-            last_checkpoint = time.perf_counter()
+        await checkpoints.tick()
 
 
 RESULT_RESERVE = ".result.json.reserve"

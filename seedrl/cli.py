@@ -15,6 +15,7 @@ import functools
 import inspect
 import itertools
 import json
+import re
 import sys
 import textwrap
 import types
@@ -22,7 +23,22 @@ import typing
 from collections.abc import Collection, Sequence
 from typing import Any, TypeVar
 
-from seedrl.config import AUTH_TOKEN_ENV, REPEATABLE, SECRET_FIELDS, ActorConfig, LearnerConfig
+from seedrl.config import (
+    AUTH_TOKEN_ENV,
+    OPTIONS,
+    REPEATABLE,
+    SECRET_FIELDS,
+    ActorConfig,
+    LearnerConfig,
+    agent_options_class,
+    agent_sections,
+    chosen_agent,
+    config_hints,
+    knob_names,
+    knob_type,
+    misplaced_knob,
+    options_field,
+)
 from seedrl.presets import build_config, load_config_file, load_preset, preset_names
 from seedrl.security import check_ca_file, config_auth_token
 
@@ -45,6 +61,26 @@ def field_docs(cls: type) -> dict[str, str]:
         ):
             docs[node.target.id] = " ".join(nxt.value.value.split())
     return docs
+
+
+_SECTION = re.compile(r"^\s+#\s*(?P<title>.+?)\s*$")
+_FIELD = re.compile(r"^\s+(?P<name>[a-z_][a-z0-9_]*)\s*:")
+FOREIGN = "foreign knob:"
+"""Parser dest prefix of another agent's knob: refused by name once the flags are read."""
+
+
+@functools.cache
+def field_sections(cls: type) -> dict[str, str]:
+    """Field name -> the title of the ``# comment`` above it in the class body ("" before any)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    sections: dict[str, str] = {}
+    title = ""
+    for line in inspect.getsource(cls).splitlines():
+        if match := _SECTION.match(line):
+            title = match["title"]
+        elif (match := _FIELD.match(line)) and match["name"] in names:
+            sections.setdefault(match["name"], title)
+    return sections
 
 
 def _parse_bool(text: str) -> bool:
@@ -92,8 +128,13 @@ def parse_field(cls: type, name: str, text: str) -> Any:
     """``text`` as field ``name`` of dataclass ``cls``, read as its ``--flag`` reads it, so
     every other way of naming a field's value (``--set FIELD=VALUE``) means the same;
     ValueError in one line when it does not parse."""
+    tp = config_hints(cls, {}).get(name)
+    if tp is None and options_field(cls) is not None:
+        tp = knob_type(name)  # a knob of an agent other than the default one
+    if tp is None:
+        raise ValueError(f"{name}={text!r}: not a {cls.__name__} field")
     try:
-        return text_parser(typing.get_type_hints(cls)[name])(text)
+        return text_parser(tp)(text)
     except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
         raise ValueError(f"{name}={text!r}: {exc}") from exc
 
@@ -105,54 +146,132 @@ class ConfigArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._undocumented: list[tuple[type, argparse.Action]] = []
+        self._undocumented: list[tuple[type, Any, argparse.Action]] = []
+        self._placed: list[tuple[Any, str]] = []
+
+    def place_group_after(self, group: Any, dest: str) -> None:
+        """Show ``group`` in ``--help`` right after the group of flag ``dest`` (an agent's
+        knobs after ``--agent``'s section)."""
+        self._placed.append((group, dest))
 
     def add_field_argument(self, cls: type, group: Any, *args: Any, **kwargs: Any) -> None:
         """``group.add_argument(...)`` for a field of ``cls``; help gets its docstring later."""
-        self._undocumented.append((cls, group.add_argument(*args, **kwargs)))
+        self._undocumented.append((cls, group, group.add_argument(*args, **kwargs)))
 
     def format_help(self) -> str:
-        for cls, action in self._undocumented:
+        sections: dict[str, Any] = {}
+        for cls, group, action in self._undocumented:
             # argparse expands %-formats in help; docstrings say "K % G" literally.
             doc = field_docs(cls).get(action.dest, "").replace("%", "%%")
             action.help = f"{doc} {action.help or ''}".strip()
+            if title := field_sections(cls).get(action.dest, ""):
+                # Grouped by the class's ``# section`` comments only now: reading them
+                # parses the module's source, which parsing flags never needs.
+                if title not in sections:
+                    sections[title] = self.add_argument_group(title)
+                group._group_actions.remove(action)
+                sections[title]._group_actions.append(action)
         self._undocumented.clear()
+        groups = [g for g in self._action_groups if g._group_actions]
+        for group, dest in self._placed:
+            holder = next(
+                (g for g in groups if any(a.dest == dest for a in g._group_actions)), None
+            )
+            if holder is not None and group in groups and holder is not group:
+                groups.remove(group)
+                groups.insert(groups.index(holder) + 1, group)
+        self._action_groups = groups
         return super().format_help()
 
 
 def add_config_arguments(
-    parser: ConfigArgumentParser, cls: type, only: Collection[str] | None = None
+    parser: ConfigArgumentParser,
+    cls: type,
+    only: Collection[str] | None = None,
+    agent: str | None = None,
 ) -> None:
     """Add one ``--flag`` per dataclass field (booleans get ``--flag/--no-flag``); with
-    ``only``, for those fields alone (a command that takes the rest from elsewhere)."""
+    ``only``, for those fields alone (a command that takes the rest from elsewhere).
+
+    A config with a section of agent knobs (the learner's) gets the knobs of ``agent``
+    (default: the default agent) in a group of their own, and every other agent's knobs
+    as hidden flags that :func:`parse_config` refuses by name."""
     hints = typing.get_type_hints(cls)
     group = parser.add_argument_group(cls.__name__)
     for f in dataclasses.fields(cls):
-        if only is not None and f.name not in only:
-            continue
-        flag = "--" + f.name.rstrip("_").replace("_", "-")
-        tp = hints[f.name]
-        action = "extend" if f.metadata.get(REPEATABLE) else "store"
-        default: Any = f.default
-        if default is dataclasses.MISSING and callable(f.default_factory):
-            default = f.default_factory()
-        help_text = f"(default: {default!r})".replace("%", "%%")
-        if tp is bool:
-            parser.add_field_argument(
-                cls,
-                group,
-                flag,
-                dest=f.name,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-            continue
-        metavar = f.name.rstrip("_").upper()
-        parser.add_field_argument(
-            cls, group, flag, dest=f.name, type=text_parser(tp), default=argparse.SUPPRESS,
-            metavar=metavar, help=help_text, action=action,
+        if (only is None or f.name in only) and not f.metadata.get(OPTIONS):
+            _add_field(parser, cls, group, f, hints[f.name])
+    if options_field(cls) is None or only is not None:
+        return
+    agent = agent or chosen_agent({})
+    options = agent_options_class(agent)
+    group = parser.add_argument_group(
+        f"agent: {agent} (--agent {agent})", " ".join((options.__doc__ or "").split())
+    )
+    parser.place_group_after(group, "agent")
+    option_hints = typing.get_type_hints(options)
+    for f in dataclasses.fields(options):
+        _add_field(parser, options, group, f, option_hints[f.name])
+    taken = set(hints) | knob_names(options)
+    for other in agent_sections().values():
+        other_hints = typing.get_type_hints(other)
+        for f in dataclasses.fields(other):
+            if f.name not in taken:
+                taken.add(f.name)
+                _add_field(parser, other, parser, f, other_hints[f.name], hidden=True)
+
+
+def _add_field(
+    parser: ConfigArgumentParser,
+    cls: type,
+    group: Any,
+    f: dataclasses.Field[Any],
+    tp: Any,
+    hidden: bool = False,
+) -> None:
+    """One field's ``--flag`` in ``group``; ``hidden``: another agent's knob, kept out of
+    ``--help`` and parsed into a ``FOREIGN`` dest that is refused by name."""
+    flag = "--" + f.name.rstrip("_").replace("_", "-")
+    default: Any = f.default
+    if default is dataclasses.MISSING and callable(f.default_factory):
+        default = f.default_factory()
+    help_text = argparse.SUPPRESS if hidden else f"(default: {default!r})".replace("%", "%%")
+    dest = FOREIGN + f.name if hidden else f.name
+    add = group.add_argument if hidden else functools.partial(parser.add_field_argument, cls, group)
+    if tp is bool:
+        add(
+            flag, dest=dest, action=argparse.BooleanOptionalAction,
+            default=argparse.SUPPRESS, help=help_text,
         )  # fmt: skip
+        return
+    action = "extend" if f.metadata.get(REPEATABLE) else "store"
+    add(
+        flag, dest=dest, type=text_parser(tp), default=argparse.SUPPRESS,
+        metavar=f.name.rstrip("_").upper(), help=help_text, action=action,
+    )  # fmt: skip
+
+
+def _agent_of(argv: Sequence[str] | None, presets: bool) -> str:
+    """The ``--agent`` a command line chooses, by the flag, else its ``--config`` file,
+    else its ``--preset``: the learner's parser offers that agent's knobs. A file that
+    does not read is left to the real parse, which says so."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--agent")
+    early.add_argument("--config")
+    if presets:
+        early.add_argument("--preset")
+    known, _ = early.parse_known_args(argv)
+    if known.agent:
+        return str(known.agent)
+    values: dict[str, Any] = {}
+    try:
+        if getattr(known, "preset", None):
+            values.update(load_preset(known.preset))
+        if known.config:
+            values.update(load_config_file(known.config))
+    except (OSError, ValueError):
+        pass
+    return chosen_agent(values)
 
 
 def parse_config(
@@ -174,8 +293,19 @@ def parse_config(
             "--preset",
             help=f"a shipped preset ({', '.join(preset_names())}); file and flags override",
         )
-    add_config_arguments(parser, cls)
+    agent = None
+    if options_field(cls) is not None:
+        agent = _agent_of(argv, presets)
+        try:
+            agent_options_class(agent)
+        except ValueError as exc:  # the knobs offered depend on it
+            parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    add_config_arguments(parser, cls, agent=agent)
     ns = vars(parser.parse_args(argv))
+    for name in sorted(k for k in ns if k.startswith(FOREIGN)):
+        parser.exit(
+            2, f"{parser.prog}: error: {misplaced_knob(name[len(FOREIGN) :], agent or '')}\n"
+        )
     for name in sorted(SECRET_FIELDS & ns.keys()):
         if ns[name]:
             flag = "--" + name.replace("_", "-")

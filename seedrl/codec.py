@@ -543,6 +543,17 @@ def specs_match(a: pb.SpaceSpec, b: pb.SpaceSpec) -> bool:
     return all(specs_match(x, y) for x, y in zip(a.children, b.children, strict=True))
 
 
+def space_mismatch(theirs: pb.EnvSpec, ours: pb.EnvSpec) -> tuple[str, str, str] | None:
+    """The first of the two env descriptions' observation and action spaces that differ,
+    as (``observation_space`` or ``action_space``, their summary, our summary); None when
+    both match. Every place that compares an env with another's words its own message."""
+    for name in ("observation_space", "action_space"):
+        a, b = getattr(theirs, name), getattr(ours, name)
+        if not specs_match(a, b):
+            return name, spec_summary(a), spec_summary(b)
+    return None
+
+
 def spec_shape(spec: pb.SpaceSpec) -> tuple[int, ...]:
     return tuple(int(d) for d in spec.shape)
 

@@ -3,6 +3,11 @@
 The dataclasses are the single source of truth: the command line is generated from them
 (:mod:`seedrl.cli`), presets and config files fill them (:mod:`seedrl.presets`), and the
 resolved config is saved as JSON in the learner's log directory.
+
+The learner's config comes in sections: its own fields, grouped by ``# comments``, and
+the chosen agent's knobs, an :class:`AgentOptions` subclass the agent's package declares.
+This package may not import the learner, so the learner names its agents to it
+(:func:`set_agent_catalog`, on ``import learner``).
 """
 
 from __future__ import annotations
@@ -10,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 T = TypeVar("T")
 
@@ -23,15 +29,14 @@ SECRET_FIELDS = frozenset({"auth_token"})
 users see those in ``ps``)."""
 REPEATABLE = "repeatable"
 """Field metadata key: the flag may be given several times, each adding to the tuple."""
+OPTIONS = "options"
+"""Field metadata key: the field holds a section of knobs, not a value of its own (no flag)."""
 INFERENCE_BACKENDS = ("auto", "torch", "numpy")
 TRAINER_MODES = ("auto", "process", "thread", "device")
-AGENTS = ("vtrace", "r2d2")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
 LR_SCHEDULES = ("auto", "constant", "linear", "inverse_sqrt")
-DEFAULT_MAX_UPDATE_KL = 1e-4
-"""V-trace's bound on each step when --max-update-kl is unset (docs/stability.md)."""
 LOG_STD_RANGE = (-5.0, 2.0)
 """Where a Gaussian policy's log-std is kept (the learner projects it back after each step)."""
 WANDB_MODES = ("online", "offline")
@@ -44,7 +49,7 @@ def flag_name(field: str) -> str:
     return "--" + field.rstrip("_").replace("_", "-")
 
 
-def _require_choice(config: Any, name: str, choices: Sequence[str]) -> None:
+def require_choice(config: Any, name: str, choices: Sequence[str]) -> None:
     """ValueError unless ``config.<name>`` is one of ``choices`` ("x must be a, b or c")."""
     value = getattr(config, name)
     if value not in choices:
@@ -52,7 +57,7 @@ def _require_choice(config: Any, name: str, choices: Sequence[str]) -> None:
         raise ValueError(f"{flag_name(name)} must be {allowed}, got {value!r}")
 
 
-def _require_range(
+def require_range(
     config: Any,
     names: Sequence[str],
     low: float | None = None,
@@ -84,9 +89,159 @@ def _require_range(
 
 
 @dataclasses.dataclass(frozen=True)
-class LearnerConfig:
-    """Everything the learner process needs; saved as ``config.json`` with each run."""
+class AgentOptions:
+    """One agent's own knobs: a section its package declares (``learner/agents/NAME/
+    config.py``) as a frozen dataclass subclass with a docstring under each field, and
+    registers with the agent (``learner/agents/registry.py``). Its flags, its ``--help``
+    group, its config-file keys and its table in docs/configuration.md all come from it,
+    so a new agent edits nothing here. The class attributes say what the agent can do,
+    for the checks that differ between agents; the learner asks them, never a name."""
 
+    replay: ClassVar[bool] = False
+    """The agent trains on samples of a replay it keeps, not on the bounded queue of
+    unrolls (so --max-queue-unrolls does not bound its batches)."""
+    continuous_actions: ClassVar[bool] = True
+    """The agent acts in Box (continuous) action spaces."""
+
+    def check(self, config: LearnerConfig) -> None:
+        """ValueError naming the flag when a knob is out of range or does not fit the rest
+        of ``config`` (:func:`require_range`, :func:`require_choice`); nothing by default."""
+
+    @property
+    def effective_max_update_kl(self) -> float | None:
+        """The bound on how far one optimizer step may move the policy; None: no bound
+        (an agent without a policy to bound)."""
+        return None
+
+
+AgentCatalog = Callable[[], Mapping[str, type[AgentOptions]]]
+"""What names the registered agents: ``--agent`` name -> the agent's options class."""
+_catalogs: list[AgentCatalog] = []
+
+
+def set_agent_catalog(catalog: AgentCatalog) -> None:
+    """Name the registered agents: the learner passes its registry, which this package may
+    not import. Asked on each use, so an agent a test adds to the registry is known."""
+    _catalogs[:] = [catalog]
+
+
+def agent_sections() -> Mapping[str, type[AgentOptions]]:
+    """``--agent`` name -> its options class, as the registry says now."""
+    if not _catalogs:
+        raise RuntimeError(
+            "no agents are registered: import learner (learner/agents/registry.py names them)"
+            " before building a LearnerConfig"
+        )
+    return _catalogs[0]()
+
+
+def knob_names(options: type[AgentOptions]) -> frozenset[str]:
+    """The knobs (field names) of an agent's options class."""
+    return frozenset(f.name for f in dataclasses.fields(options))
+
+
+def knob_owners(name: str) -> list[str]:
+    """The agents whose options have a knob called ``name`` (none: no agent's knob)."""
+    return [agent for agent, cls in agent_sections().items() if name in knob_names(cls)]
+
+
+def misplaced_knob(name: str, agent: str) -> str | None:
+    """The one line refusing another agent's knob ``name`` for ``--agent agent``; None when
+    no agent has such a knob."""
+    owners = knob_owners(name)
+    if not owners:
+        return None
+    return f"{flag_name(name)} is a knob of --agent {' and '.join(owners)}, not of --agent {agent}"
+
+
+def agent_options_class(agent: str) -> type[AgentOptions]:
+    """The options class of the registered ``agent``; ValueError naming --agent otherwise."""
+    sections = agent_sections()
+    if agent not in sections:
+        names = list(sections)
+        allowed = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+        raise ValueError(f"--agent must be {allowed}, got {agent!r}")
+    return sections[agent]
+
+
+def options_field(cls: type) -> dataclasses.Field[Any] | None:
+    """The field of a config dataclass that holds the agent's options (None: it has none)."""
+    return next((f for f in dataclasses.fields(cls) if f.metadata.get(OPTIONS)), None)
+
+
+def chosen_agent(values: Mapping[str, Any]) -> str:
+    """The ``--agent`` that field values name (the default when they name none)."""
+    return str(values.get("agent", LearnerConfig.agent))
+
+
+def config_hints(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The names ``cls`` takes, each with its type: the fields and, for a config with a
+    section of agent knobs, the knobs of the agent ``values`` choose (when registered)."""
+    hints = typing.get_type_hints(cls)
+    section = options_field(cls)
+    if section is not None:
+        del hints[section.name]
+        options = agent_sections().get(chosen_agent(values))
+        if options is not None:
+            knobs = typing.get_type_hints(options)
+            hints.update({name: knobs[name] for name in knob_names(options)})
+    return hints
+
+
+def knob_type(name: str) -> Any:
+    """The type of the knob ``name`` of whichever registered agent has one (None: none)."""
+    for options in agent_sections().values():
+        if name in knob_names(options):
+            return typing.get_type_hints(options)[name]
+    return None
+
+
+def is_knob_default(name: str, value: Any) -> bool:
+    """Whether ``value`` is the default of knob ``name`` in every agent that has it: an old
+    flat ``config.json`` lists every agent's knobs at their defaults."""
+    defaults = [
+        _default(f)
+        for options in agent_sections().values()
+        for f in dataclasses.fields(options)
+        if f.name == name
+    ]
+    value = tuple(value) if isinstance(value, list) else value
+    return bool(defaults) and all(d == value for d in defaults)
+
+
+def _agent_options(agent: str, given: AgentOptions | None, knobs: dict[str, Any]) -> AgentOptions:
+    """``agent``'s options: ``given`` (when it is that agent's, as ``dataclasses.replace``
+    passes it along) with ``knobs`` set on it."""
+    cls = agent_options_class(agent)
+    own = knob_names(cls)
+    for name in knobs:
+        if name not in own:
+            message = misplaced_knob(name, agent)
+            if message is None:
+                raise TypeError(f"LearnerConfig got an unexpected keyword argument {name!r}")
+            raise ValueError(message)
+    base = given if type(given) is cls else cls()
+    return dataclasses.replace(base, **knobs) if knobs else base
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if callable(f.default_factory):
+        return f.default_factory()
+    raise TypeError(f"LearnerConfig needs {f.name}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Everything the learner process needs; saved as ``config.json`` with each run.
+
+    Its fields come in sections (the ``# comments`` below: ``--help`` groups and
+    docs/configuration.md's tables follow them); the chosen agent's own knobs are one more
+    section, an :class:`AgentOptions` the agent's package declares, kept in
+    ``agent_options`` and read as if they were fields (``config.epsilon``)."""
+
+    # run
     env: str = "CartPole-v1"
     """gymnasium id (e.g. CartPole-v1) or a ``module:callable`` env factory."""
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -120,10 +275,12 @@ class LearnerConfig:
 
     # model
     agent: str = "vtrace"
-    """The learning algorithm: vtrace (IMPALA's V-trace actor-critic) or r2d2 (recurrent
-    replay distributed DQN with Ape-X prioritized replay and per-slot epsilon-greedy;
-    discrete actions; its presets turn --lstm on). An agent is its network head, action
-    choice, what it keeps to train on and its loss (learner/agents/)."""
+    """The learning algorithm, one of learner/agents/registry.py's: vtrace (IMPALA's
+    V-trace actor-critic) or r2d2 (recurrent replay distributed DQN with Ape-X prioritized
+    replay and per-slot epsilon-greedy; discrete actions; its presets turn --lstm on). An
+    agent is its network head, action choice, what it keeps to train on and its loss
+    (learner/agents/); its own knobs are a section of their own, listed by ``--agent NAME
+    --help``."""
     model: str = "auto"
     """Torso: auto (cnn for image observations, else mlp; for dict/tuple observations one
     encoder per leaf: cnn for images, mlp for vectors, an embedding for small discrete
@@ -146,7 +303,7 @@ class LearnerConfig:
     lstm_size: int = 128
     """LSTM hidden size when --lstm is on."""
 
-    # learning
+    # training
     unroll_length: int = 20
     """T: transitions per unroll; consecutive unrolls of a slot share one frame."""
     batch_size: int = 64
@@ -156,11 +313,6 @@ class LearnerConfig:
     """Optimizer steps on each batch (K): every step recomputes the loss with the current
     weights and V-trace corrects for the policy having moved since acting, so a batch
     teaches more before it is dropped, at K times the training compute per frame."""
-    mirror: bool = False
-    """Train on every unroll twice, as played and as its left-right mirror image (image
-    leaves flipped along their width, the action mask and the Discrete action reversed),
-    for games whose rules do not change under the flip, such as Connect Four: twice the
-    experience per game at twice the training compute. V-trace only."""
     learning_rate: float = 4e-3
     """Adam learning rate. This high only with the bound on each step (--max-update-kl): at
     this rate without it a policy that had just solved its task was often thrown off within
@@ -178,19 +330,8 @@ class LearnerConfig:
     """Entropy bonus at --total-frames frames trained on: when set, the weight moves linearly
     from --entropy-cost to this over the run, so a bonus large enough to explore early
     does not hold back the policy late (Pong: docs/learning.md); unset keeps it constant."""
-    baseline_cost: float = 0.5
-    """Weight of the value (baseline) loss."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip (losses are per-frame means, so PPO-sized clips fit)."""
-    max_update_kl: float | None = None
-    """Bound on how far one optimizer step may move the policy: the mean KL divergence, over
-    the batch's actions, from the policy before the step to the one after it. A step that
-    goes further is shrunk back along its own direction to the bound. Adam's steps keep
-    their size when the gradient turns from tiny to large (a solved policy's first
-    failures), and such a step can throw the policy far from what it knew
-    (docs/stability.md). Unset: 1e-4 for V-trace, the bound the default --learning-rate
-    was measured with; 0 bounds nothing (the presets, each tuned without it); R2D2 has no
-    policy to bound."""
     lr_schedule: str = "auto"
     """Learning rate over the run: constant; linear (from --learning-rate down to 0 at
     --total-frames frames trained on, a replayed frame counted once, as IMPALA and
@@ -207,28 +348,8 @@ class LearnerConfig:
     """Share of --total-frames a linear --lr-schedule holds --learning-rate before it starts
     to fall (still to 0 at --total-frames), so the rate stays up through the climb and
     anneals only at the end (Pong: docs/learning.md); 0 falls from the start."""
-    lambda_: float = 1.0
-    """V-trace lambda (trace cutting)."""
-    clip_rho_threshold: float = 1.0
-    """V-trace rho-bar."""
-    clip_pg_rho_threshold: float = 1.0
-    """V-trace rho-bar for the policy-gradient advantage."""
     reward_scale: float = 1.0
     """Multiply training rewards by this (before clipping); episode returns stay raw."""
-    log_std_init: float = 0.0
-    """Starting log-std of a Gaussian policy (Box actions), on every action dimension: 0
-    starts with unit noise; lower starts quieter, for robots whose random flailing ends
-    episodes early or costs more in control penalty than staying up earns (Ant)."""
-    policy_clip: float | None = None
-    """PPO's clipped surrogate for the policy term, as Sample Factory's APPO uses it beside
-    V-trace's targets: the advantage r + gamma * v_{s+1} - V(x_s) is weighted by the ratio
-    of the learner's policy to the one that acted, and a ratio past [1 - x, 1 + x] in the
-    advantage's favour stops pulling. Several updates on one batch (--updates-per-batch)
-    then cannot carry the policy far from the one that acted, which V-trace's truncated
-    weights alone do not stop. Unset: V-trace's own policy gradient."""
-    normalize_advantages: bool = False
-    """Scale V-trace policy-gradient advantages to zero mean, unit std per batch (helps
-    continuous control; IMPALA itself does not)."""
     reward_clip: float | None = None
     """Clip training rewards to [-x, x] (Atari uses 1); episode returns stay raw."""
     normalize_observations: bool = False
@@ -262,59 +383,7 @@ class LearnerConfig:
     the shipped networks are too small for bf16 to pay for its casts; a CPU with native bf16
     instructions (AVX-512 BF16, AMX) trains the CNNs faster in bf16, the MLP slower."""
 
-    # r2d2 (read only by --agent r2d2)
-    burn_in: int = 40
-    """R2D2: rows at the start of each replayed sequence that only unroll the LSTM from
-    its stored state (no gradient); --unroll-length transitions follow them."""
-    sequence_overlap: int = 40
-    """R2D2: rows a slot's consecutive sequences share (besides the bootstrap frame); equal
-    to --burn-in, every transition is trained in exactly one sequence."""
-    n_step: int = 5
-    """R2D2: steps of the n-step double-Q target."""
-    target_update_interval: int = 2500
-    """R2D2: optimizer steps between copies of the online network into the target one."""
-    value_rescale_eps: float = 1e-3
-    """R2D2: epsilon of the invertible value rescaling h(x) = sign(x)(sqrt(|x|+1)-1)+eps*x."""
-    replay_frames: int = 1_000_000
-    """R2D2: replay capacity in stored frames (sequences x rows); the oldest go first."""
-    replay_bytes: int = 8 * 1024**3
-    """R2D2: replay capacity in bytes of stored sequences (Atari frames stored once)."""
-    replay_min_frames: int = 20_000
-    """R2D2: stored frames before the first learner step."""
-    replay_ratio: float = 1.0
-    """R2D2: trained frames (sampled sequences x --unroll-length) per inserted frame; the
-    learner waits rather than exceed it (0: no limit)."""
-    replay_hold_actors: bool = True
-    """R2D2: hold inference, and so the actors, back while the trainer is behind
-    --replay-ratio by more than the minimum fill and two batches, so a run trains at the
-    asked ratio on a slow learner too; off: actors run free and a slow trainer trains on
-    fewer samples per frame."""
-    replay_checkpoint: bool = True
-    """R2D2: write the replay beside each checkpoint (logdir/replay.npz, about the bytes the
-    replay holds, up to --replay-bytes) and take it back on --resume, so a resumed run
-    trains on at once; off for a replay too large to write at every checkpoint (a resumed
-    run then refills it to --replay-min-frames)."""
-    replay_checkpoint_interval_s: float = 600.0
-    """R2D2 with --replay-checkpoint: write the replay with a periodic checkpoint at most
-    this often (0: with every one); an Atari replay is GiBs, too much for the disk and
-    cores to take every --checkpoint-interval-s. The final checkpoint always writes it; a
-    killed run resumes on the replay of its last write."""
-    priority_exponent: float = 0.9
-    """R2D2: alpha, sequences are sampled in proportion to priority ** alpha."""
-    importance_exponent: float = 0.6
-    """R2D2: beta of the importance weights (N * P(i)) ** -beta, normalised by their max."""
-    priority_eta: float = 0.9
-    """R2D2: a sequence's priority is eta * max|td| + (1 - eta) * mean|td|."""
-    epsilon: float = 0.4
-    """R2D2: Ape-X base epsilon; slot i explores with epsilon ** (1 + alpha * i / (N - 1))."""
-    epsilon_alpha: float = 7.0
-    """R2D2: Ape-X alpha of the per-slot epsilon ladder."""
-    epsilon_slots: int = 0
-    """R2D2: N, rungs of a fixed epsilon ladder, trajectory slot s on rung s mod N; 0: the
-    ladder spans the env slots handed out so far, however many actors connect (a fixed
-    ladder longer than the slots leaves its near-greedy rungs unused)."""
-
-    # self-play (read only for two-player games; docs/self-play.md)
+    # league (self-play: read only for two-player games; docs/self-play.md)
     snapshot_every: int = 1000
     """Learner steps between frozen snapshots of the learning policy in the opponent pool."""
     pool_size: int = 20
@@ -427,7 +496,7 @@ class LearnerConfig:
     """Serve a non-loopback --bind with neither a token nor client certificates: anyone who
     reaches the port can take actor places and read the env spec (trusted networks only)."""
 
-    # stopping, checkpoints, logging
+    # checkpointing, stopping and logging
     total_frames: int = 0
     """Stop after this many env frames (0: no limit)."""
     target_return: float | None = None
@@ -445,6 +514,16 @@ class LearnerConfig:
     100 episodes so far (in self-play with --fixed-opponents: of the best score against
     them), rewritten at most this often while it climbs: a run left on past its best ends
     with that policy at hand (0: keep no best checkpoint)."""
+    replay_checkpoint: bool = True
+    """An agent with a replay (R2D2): write the replay beside each checkpoint
+    (logdir/replay.npz, about the bytes the replay holds, up to --replay-bytes) and take it
+    back on --resume, so a resumed run trains on at once; off for a replay too large to
+    write at every checkpoint (a resumed run then refills it to --replay-min-frames)."""
+    replay_checkpoint_interval_s: float = 600.0
+    """An agent with a replay, with --replay-checkpoint: write the replay with a periodic
+    checkpoint at most this often (0: with every one); an Atari replay is GiBs, too much
+    for the disk and cores to take every --checkpoint-interval-s. The final checkpoint
+    always writes it; a killed run resumes on the replay of its last write."""
     resume: bool = False
     """Continue from logdir/checkpoint.pt when it exists."""
     standby: str = ""
@@ -492,101 +571,48 @@ class LearnerConfig:
     """online (sync to the W&B server as the run goes) or offline (write the run under
     logdir/wandb with no network; upload it later with ``wandb sync``)."""
 
+    agent_options: AgentOptions | None = dataclasses.field(default=None, metadata={OPTIONS: True})
+    """The chosen agent's own knobs: the :class:`AgentOptions` its package declares, made
+    from the knobs given by name beside the fields (``LearnerConfig(agent="r2d2",
+    epsilon=0.3)``, ``dataclasses.replace(config, epsilon=0.3)``)."""
+
+    def __init__(self, **values: Any) -> None:
+        """The fields by name, as a dataclass takes them, and the chosen agent's knobs by
+        name, which go into ``agent_options``: a knob of another agent is a ValueError
+        naming its flag and its agent."""
+        for f in dataclasses.fields(self):
+            object.__setattr__(
+                self, f.name, values.pop(f.name) if f.name in values else _default(f)
+            )
+        options = _agent_options(self.agent, self.agent_options, values)
+        object.__setattr__(self, "agent_options", options)
+        self.__post_init__()
+
     def __post_init__(self) -> None:
-        _require_range(
-            self,
-            ("unroll_length", "batch_size", "updates_per_batch", "inference_batch_size",
-             "max_queue_unrolls", "max_actors", "max_envs", "max_message_bytes", "lstm_size",
-             "max_connections",
-             "hidden_sizes", "cnn_channels", "n_step", "target_update_interval", "replay_frames",
-             "replay_bytes", "snapshot_every", "pool_size", "record_every"),
-            low=1,
-        )  # fmt: skip
-        _require_range(self, ("port", "metrics_port"), low=0, high=65535)
-        _require_range(
-            self,
-            ("seed", "torch_threads", "total_frames", "max_seconds", "inference_timeout_ms",
-             "entropy_cost", "final_entropy_cost", "baseline_cost", "checkpoint_history_frames",
-             "hello_timeout_s", "stream_idle_timeout_s", "burn_in", "sequence_overlap",
-             "connection_idle_timeout_s", "max_envs_per_peer",
-             "replay_min_frames", "replay_ratio", "epsilon_alpha", "value_rescale_eps",
-             "importance_exponent", "best_checkpoint_interval_s", "pfsp_exponent",
-             "replay_checkpoint_interval_s", "epsilon_slots", "actor_envs_per_actor",
-             "serving_processes"),
-            low=0,
-        )  # fmt: skip
-        _require_range(
-            self,
-            ("learning_rate", "adam_eps", "max_grad_norm", "clip_rho_threshold",
-             "clip_pg_rho_threshold", "policy_clip", "reward_scale", "reward_clip",
-             "checkpoint_interval_s", "log_interval_s", "standby_grace_s",
-             "handshake_timeout_s"),
-            low=0,
-            low_open=True,
-        )  # fmt: skip
-        _require_range(
-            self, ("discount", "lambda_", "priority_exponent", "priority_eta", "epsilon",
-                   "fixed_opponent_share"),
-            low=0, high=1,
-        )  # fmt: skip
-        if self.greedy and self.train:
-            raise ValueError("--greedy serves a policy without training it: add --no-train")
-        if self.sequence_overlap > self.burn_in + self.unroll_length - 1:
-            raise ValueError(
-                f"--sequence-overlap ({self.sequence_overlap}) must leave a sequence at least one"
-                f" new row (<= --burn-in + --unroll-length - 1)"
+        for check in SECTION_CHECKS:
+            check(self)
+        if self.agent_options is not None:
+            self.agent_options.check(self)
+
+    def __getattr__(self, name: str) -> Any:
+        """A knob of the chosen agent, read as if it were a field (``config.burn_in``)."""
+        options = self.__dict__.get("agent_options")
+        if name.startswith("_"):  # pickle and copy probe dunders before __dict__ is filled
+            raise AttributeError(name)
+        if options is not None and name in knob_names(type(options)):
+            return getattr(options, name)
+        owners = [a for a, cls in agent_sections().items() if name in knob_names(cls)]
+        if owners:
+            raise AttributeError(
+                f"{name} is a knob of --agent {' and '.join(owners)}; this config's --agent "
+                f"is {self.__dict__.get('agent')}"
             )
-        _require_range(self, ("inference_quorum",), low=0, high=1, low_open=True)
-        if not self.hidden_sizes:
-            raise ValueError("--hidden-sizes needs at least one layer width")
-        if not self.cnn_channels:
-            raise ValueError("--cnn-channels needs at least one layer")
-        _require_choice(self, "inference_backend", INFERENCE_BACKENDS)
-        _require_choice(self, "agent", AGENTS)
-        _require_choice(self, "model", ("auto", "mlp", "cnn", "resnet"))
-        _require_choice(self, "trainer", TRAINER_MODES)
-        _require_choice(self, "precision", PRECISIONS)
-        _require_choice(self, "progress", ("auto", "bar", "plain", "off"))
-        _require_choice(self, "wandb_mode", WANDB_MODES)
-        _require_choice(self, "lr_schedule", LR_SCHEDULES)
-        _require_choice(self, "opponent_sampling", OPPONENT_SAMPLING)
-        if self.fixed_opponent_share is not None and not self.fixed_opponents:
-            raise ValueError("--fixed-opponent-share needs --fixed-opponents")
-        if self.lr_schedule == "linear" and not self.total_frames:
-            raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
-        _require_range(self, ("lr_decay_start",), low=0, high=1, high_open=True)
-        if self.lr_decay_start and self.effective_lr_schedule != "linear":
-            raise ValueError(
-                "--lr-decay-start shapes a linear schedule; this run's is "
-                f"{self.effective_lr_schedule}"
-            )
-        _require_range(self, ("lr_hold_frames",), low=1)
-        if self.mirror and self.agent != "vtrace":
-            raise ValueError(f"--mirror trains V-trace unrolls; --agent {self.agent} has none")
-        _require_range(self, ("max_update_kl",), low=0)
-        if self.max_update_kl and self.agent != "vtrace":
-            raise ValueError(
-                f"--max-update-kl bounds a policy's change; --agent {self.agent} has no policy"
-                " to bound"
-            )
-        _require_range(self, ("log_std_init",), low=LOG_STD_RANGE[0], high=LOG_STD_RANGE[1])
-        if self.policy_clip is not None and self.agent != "vtrace":
-            raise ValueError(
-                f"--policy-clip bounds a policy's ratio; --agent {self.agent} has no policy"
-            )
-        if self.final_entropy_cost is not None and not self.total_frames:
-            raise ValueError("--final-entropy-cost needs --total-frames (it is reached there)")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("--tls-cert and --tls-key go together")
-        _require_one_token_source(self)
-        if self.tls_client_ca is not None and self.tls_cert is None:
-            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (it is a TLS option)")
-        # Only V-trace keeps its unrolls in the bounded queue; R2D2 samples its replay.
-        if self.agent == "vtrace" and self.max_queue_unrolls < self.batch_size:
-            raise ValueError(
-                f"--max-queue-unrolls ({self.max_queue_unrolls}) must be >= --batch-size "
-                f"({self.batch_size}) or the trainer could never fill a batch"
-            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def with_changes(self, **changes: Any) -> LearnerConfig:
+        """``dataclasses.replace(self, **changes)``, knobs of the agent included, in a form
+        type checkers take (they know only the fields, not an agent's knobs)."""
+        return dataclasses.replace(self, **changes)
 
     @property
     def effective_lr_schedule(self) -> str:
@@ -598,11 +624,9 @@ class LearnerConfig:
 
     @property
     def effective_max_update_kl(self) -> float | None:
-        """``max_update_kl`` with unset resolved (V-trace's default bound) and 0 read as
-        no bound: None when nothing bounds the step."""
-        if self.max_update_kl is None:
-            return DEFAULT_MAX_UPDATE_KL if self.agent == "vtrace" else None
-        return self.max_update_kl or None
+        """The bound on how far one optimizer step may move the agent's policy (the
+        agent's options resolve it); None when nothing bounds the step."""
+        return None if self.agent_options is None else self.agent_options.effective_max_update_kl
 
     @property
     def envs_per_peer(self) -> int:
@@ -630,6 +654,109 @@ class LearnerConfig:
         if not every:
             return None
         return Path(self.logdir) / "checkpoints" / f"frames-{frames // every * every}.pt"
+
+
+def _check_run(config: LearnerConfig) -> None:
+    require_range(config, ("port",), low=0, high=65535)
+    require_range(config, ("seed", "torch_threads"), low=0)
+
+
+def _check_model(config: LearnerConfig) -> None:
+    require_range(config, ("lstm_size", "hidden_sizes", "cnn_channels"), low=1)
+    if not config.hidden_sizes:
+        raise ValueError("--hidden-sizes needs at least one layer width")
+    if not config.cnn_channels:
+        raise ValueError("--cnn-channels needs at least one layer")
+    require_choice(config, "model", ("auto", "mlp", "cnn", "resnet"))
+
+
+def _check_training(config: LearnerConfig) -> None:
+    require_range(config, ("unroll_length", "batch_size", "updates_per_batch"), low=1)
+    require_range(config, ("entropy_cost", "final_entropy_cost"), low=0)
+    require_range(
+        config, ("learning_rate", "adam_eps", "max_grad_norm", "reward_scale", "reward_clip"),
+        low=0, low_open=True,
+    )  # fmt: skip
+    require_range(config, ("discount",), low=0, high=1)
+    if config.greedy and config.train:
+        raise ValueError("--greedy serves a policy without training it: add --no-train")
+    require_choice(config, "trainer", TRAINER_MODES)
+    require_choice(config, "precision", PRECISIONS)
+    require_choice(config, "lr_schedule", LR_SCHEDULES)
+    if config.lr_schedule == "linear" and not config.total_frames:
+        raise ValueError("--lr-schedule linear needs --total-frames (it decays to 0 there)")
+    require_range(config, ("lr_decay_start",), low=0, high=1, high_open=True)
+    if config.lr_decay_start and config.effective_lr_schedule != "linear":
+        raise ValueError(
+            "--lr-decay-start shapes a linear schedule; this run's is "
+            f"{config.effective_lr_schedule}"
+        )
+    require_range(config, ("lr_hold_frames",), low=1)
+    if config.final_entropy_cost is not None and not config.total_frames:
+        raise ValueError("--final-entropy-cost needs --total-frames (it is reached there)")
+
+
+def _check_league(config: LearnerConfig) -> None:
+    require_range(config, ("snapshot_every", "pool_size"), low=1)
+    require_range(config, ("pfsp_exponent",), low=0)
+    require_range(config, ("fixed_opponent_share",), low=0, high=1)
+    require_choice(config, "opponent_sampling", OPPONENT_SAMPLING)
+    if config.fixed_opponent_share is not None and not config.fixed_opponents:
+        raise ValueError("--fixed-opponent-share needs --fixed-opponents")
+
+
+def _check_serving(config: LearnerConfig) -> None:
+    require_range(
+        config,
+        ("inference_batch_size", "max_queue_unrolls", "max_actors", "max_envs",
+         "max_message_bytes", "max_connections"),
+        low=1,
+    )  # fmt: skip
+    require_range(
+        config,
+        ("inference_timeout_ms", "hello_timeout_s", "stream_idle_timeout_s",
+         "connection_idle_timeout_s", "max_envs_per_peer", "actor_envs_per_actor",
+         "serving_processes"),
+        low=0,
+    )  # fmt: skip
+    require_range(config, ("handshake_timeout_s",), low=0, low_open=True)
+    require_range(config, ("inference_quorum",), low=0, high=1, low_open=True)
+    require_choice(config, "inference_backend", INFERENCE_BACKENDS)
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    _require_one_token_source(config)
+    if config.tls_client_ca is not None and config.tls_cert is None:
+        raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (it is a TLS option)")
+    replay = config.agent_options is not None and config.agent_options.replay
+    if not replay and config.max_queue_unrolls < config.batch_size:  # a replay feeds no queue
+        raise ValueError(
+            f"--max-queue-unrolls ({config.max_queue_unrolls}) must be >= --batch-size "
+            f"({config.batch_size}) or the trainer could never fill a batch"
+        )
+
+
+def _check_checkpointing(config: LearnerConfig) -> None:
+    require_range(config, ("record_every",), low=1)
+    require_range(config, ("metrics_port",), low=0, high=65535)
+    require_range(
+        config,
+        ("total_frames", "max_seconds", "checkpoint_history_frames",
+         "best_checkpoint_interval_s", "replay_checkpoint_interval_s"),
+        low=0,
+    )  # fmt: skip
+    require_range(
+        config, ("checkpoint_interval_s", "log_interval_s", "standby_grace_s"),
+        low=0, low_open=True,
+    )  # fmt: skip
+    require_choice(config, "progress", ("auto", "bar", "plain", "off"))
+    require_choice(config, "wandb_mode", WANDB_MODES)
+
+
+SECTION_CHECKS: tuple[Callable[[LearnerConfig], None], ...] = (
+    _check_run, _check_model, _check_training, _check_league, _check_serving,
+    _check_checkpointing,
+)  # fmt: skip
+"""The learner's checks, one per section; the agent's own run after them."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -717,22 +844,22 @@ class ActorConfig:
     ``python -m actors actor`` each)."""
 
     def __post_init__(self) -> None:
-        _require_choice(self, "start_method", START_METHODS)
+        require_choice(self, "start_method", START_METHODS)
         if self.start_method == "fork" and not hasattr(os, "fork"):
             raise ValueError("--start-method fork needs os.fork (not on this platform)")
-        _require_range(self, ("num_actors",), low=1)
-        _require_range(self, ("actors_per_process", "seed", "max_frames", "envs_per_actor"), low=0)
-        _require_range(self, ("first_index",), low=-1)
-        _require_range(self, ("max_backoff_s",), low=0, low_open=True)
+        require_range(self, ("num_actors",), low=1)
+        require_range(self, ("actors_per_process", "seed", "max_frames", "envs_per_actor"), low=0)
+        require_range(self, ("first_index",), low=-1)
+        require_range(self, ("max_backoff_s",), low=0, low_open=True)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together")
         if self.tls_cert is not None and self.tls_ca is None:
             raise ValueError("--tls-cert needs --tls-ca (the CA that signed the learner's cert)")
         _require_one_token_source(self)
-        _require_choice(self, "pin_cpus", PIN_CPUS_MODES)
+        require_choice(self, "pin_cpus", PIN_CPUS_MODES)
         if self.cpu < -1:
             raise ValueError(f"--cpu must be a CPU number or -1 (any), got {self.cpu}")
-        _require_range(self, ("nice",), low=0, high=19)
+        require_range(self, ("nice",), low=0, high=19)
         if self.env_groups > 1 and not self.envs_per_actor:
             # The groups split K before any learner is asked what K it advises.
             raise ValueError("--env-groups needs --envs-per-actor (the K it splits)")
@@ -756,6 +883,11 @@ def _require_one_token_source(config: Any) -> None:
 
 def to_json_dict(config: Any) -> dict[str, Any]:
     """A JSON-friendly dict of a config (tuples become lists), :data:`SECRET_FIELDS` left
-    out: this is what goes into ``config.json`` and checkpoints."""
-    data = {k: v for k, v in dataclasses.asdict(config).items() if k not in SECRET_FIELDS}
+    out: this is what goes into ``config.json`` and checkpoints. A section of knobs (the
+    agent's options) is written flat beside the fields, as the knobs are given."""
+    data = dataclasses.asdict(config)
+    for f in dataclasses.fields(config):
+        if f.metadata.get(OPTIONS):
+            data.update(data.pop(f.name) or {})
+    data = {k: v for k, v in data.items() if k not in SECRET_FIELDS}
     return json.loads(json.dumps(data))

@@ -2,42 +2,27 @@
 
 The flags are generated from :mod:`seedrl.config`, so their reference page is too: one
 table per dataclass (a section per ``# comment`` that groups its fields), each row the
-flag, its default and the field's docstring, the same text ``--help`` prints. Run
-``python -m seedrl.config_docs > docs/configuration.md`` (or ``make docs``) after changing
-a field; ``tests/test_config_docs.py`` fails while the committed page is stale.
+flag, its default and the field's docstring, the same text ``--help`` prints; each
+registered agent's knobs are one more table. The agents are the learner's, which this
+package may not import, so the page is written by the learner's door: run
+``python -m learner.tools.config_docs > docs/configuration.md`` (or ``make docs``) after
+changing a field; ``tests/test_config_docs.py`` fails while the committed page is stale.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import re
 import sys
 import typing
+from collections.abc import Mapping
 from typing import Any
 
-from seedrl.cli import field_docs
-from seedrl.config import ActorConfig, LearnerConfig
+from seedrl.cli import field_docs, field_sections
+from seedrl.config import OPTIONS, ActorConfig, AgentOptions, LearnerConfig, agent_sections
 from seedrl.conformance.config import ActorSuiteConfig, LearnerSuiteConfig
 from seedrl.presets import preset_names
 
-COMMAND = "python -m seedrl.config_docs > docs/configuration.md"
-
-_SECTION = re.compile(r"^\s+#\s*(?P<title>.+?)\s*$")
-_FIELD = re.compile(r"^\s+(?P<name>[a-z_][a-z0-9_]*)\s*:")
-
-
-def field_sections(cls: type) -> dict[str, str]:
-    """Field name -> the title of the ``# comment`` above it in the class body ("" before any)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    sections: dict[str, str] = {}
-    title = ""
-    for line in inspect.getsource(cls).splitlines():
-        if match := _SECTION.match(line):
-            title = match["title"]
-        elif (match := _FIELD.match(line)) and match["name"] in names:
-            sections.setdefault(match["name"], title)
-    return sections
+COMMAND = "python -m learner.tools.config_docs > docs/configuration.md"
 
 
 def flag_of(field: dataclasses.Field[Any], tp: Any) -> str:
@@ -70,19 +55,26 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def flag_table(cls: type, leading_rows: tuple[str, ...] = ()) -> list[str]:
+def flag_table(
+    cls: type, leading_rows: tuple[str, ...] = (), after: Mapping[str, list[str]] | None = None
+) -> list[str]:
     """Markdown: one ``###`` section per field group, a flag | default | meaning table each;
-    ``leading_rows`` (flags that are not fields) open the first table."""
+    ``leading_rows`` (flags that are not fields) open the first table; ``after``: lines
+    that follow the section holding a field (an agent's tables after ``--agent``'s)."""
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     sections = field_sections(cls)
     lines: list[str] = []
+    pending: list[str] = []
     current: str | None = None
     for field in dataclasses.fields(cls):
+        if field.metadata.get(OPTIONS):
+            continue
         title = sections.get(field.name, "")
         if title != current:
             if current is not None:
-                lines.append("")
+                lines += ["", *pending]
+                pending = []
             if title:
                 lines += [f"### {title[:1].upper()}{title[1:]}", ""]
             lines += ["| flag | default | meaning |", "|---|---|---|"]
@@ -92,6 +84,24 @@ def flag_table(cls: type, leading_rows: tuple[str, ...] = ()) -> list[str]:
         flag = flag_of(field, hints[field.name])
         doc = _cell(docs.get(field.name, ""))
         lines.append(f"| {flag} | {default_text(field)} | {doc} |")
+        pending += [*(after or {}).get(field.name, [])]
+    if pending:
+        lines += ["", *pending[:-1]] if pending[-1] == "" else ["", *pending]
+    return lines
+
+
+def agent_tables(agents: Mapping[str, type[AgentOptions]]) -> list[str]:
+    """Markdown: one ``###`` section per agent, the table of its own knobs."""
+    lines: list[str] = []
+    for name, options in agents.items():
+        lines += [
+            f"### Agent: {name} (`--agent {name}`)",
+            "",
+            _first_line(options),
+            "",
+            *flag_table(options),
+            "",
+        ]
     return lines
 
 
@@ -100,9 +110,11 @@ def _first_line(cls: type) -> str:
     return " ".join((cls.__doc__ or cls.__name__).split())
 
 
-def render() -> str:
-    """The whole of ``docs/configuration.md``."""
-    learner_doc = (LearnerConfig.__doc__ or "").strip()
+def render(agents: Mapping[str, type[AgentOptions]] | None = None) -> str:
+    """The whole of ``docs/configuration.md``, with the tables of ``agents`` (default: the
+    registered ones)."""
+    agents = agent_sections() if agents is None else agents
+    learner_doc = (LearnerConfig.__doc__ or "").strip().split("\n\n")[0]  # the rest: code
     actor_doc = (ActorConfig.__doc__ or "").strip()
     preset_row = (
         f"| `--preset NAME` | none | a shipped preset: {', '.join(preset_names())} "
@@ -114,12 +126,14 @@ def render() -> str:
     lines = [
         "# Configuration",
         "",
-        f"<!-- Generated from seedrl/config.py by `{COMMAND}` (or `make docs`).",
+        f"<!-- Generated from the config dataclasses by `{COMMAND}` (or `make docs`).",
         "     Do not edit by hand: tests/test_config_docs.py fails when this page is stale. -->",
         "",
-        "Every flag is a field of a frozen dataclass in `seedrl/config.py`; its help text is",
-        "the field's docstring, printed by `python -m learner --help` and",
-        "`python -m actors --help`. Values come, lowest first, from a shipped preset",
+        "Every flag is a field of a frozen dataclass in `seedrl/config.py`, or a knob of an",
+        "agent's own section (`learner/agents/NAME/config.py`, one table per agent below: the",
+        "flags of the chosen `--agent` only); its help text is the field's docstring, printed",
+        "by `python -m learner [--agent NAME] --help` and `python -m actors --help`. Another",
+        "agent's knob is refused with status 2. Values come, lowest first, from a shipped preset",
         "(`--preset NAME`, learner only), a config file (`--config FILE`: TOML, JSON, or YAML",
         "with PyYAML), then the flags. Booleans take `--flag` / `--no-flag`; `none` clears an",
         "optional value. A bad value exits with status 2 and one line naming the flag. The",
@@ -129,7 +143,7 @@ def render() -> str:
         "",
         f"{learner_doc}",
         "",
-        *flag_table(LearnerConfig, (preset_row, config_row)),
+        *flag_table(LearnerConfig, (preset_row, config_row), {"agent": agent_tables(agents)}),
         "",
         "## Actors: `python -m actors`",
         "",
@@ -158,8 +172,9 @@ def render() -> str:
 
 
 def main() -> int:
-    sys.stdout.write(render())
-    return 0
+    """The page needs the learner's agents, which this package may not import."""
+    print(f"the page is written by the learner: {COMMAND}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

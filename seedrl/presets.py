@@ -4,12 +4,20 @@ PyYAML is installed; ``--config``) below the flags: preset < file < flags."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
+
+from seedrl.config import (
+    agent_options_class,
+    chosen_agent,
+    config_hints,
+    is_knob_default,
+    misplaced_knob,
+    options_field,
+)
 
 T = TypeVar("T")
 
@@ -57,14 +65,26 @@ def load_preset(name: str) -> dict[str, Any]:
 
 
 def build_config(cls: type[T], overrides: dict[str, Any], base: dict[str, Any] | None = None) -> T:
-    """Make ``cls`` from file values ``base`` then CLI ``overrides``; unknown keys are errors."""
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    """Make ``cls`` from file values ``base`` then CLI ``overrides``; unknown keys are errors.
+
+    A knob of an agent other than the chosen one is an error naming it and its agent, but
+    in ``base`` at that knob's default it is dropped: an old flat ``config.json`` lists
+    every agent's knobs."""
     merged = dict(base or {})
     merged.update(overrides)
-    unknown = sorted(set(merged) - names)
+    sectioned = options_field(cls) is not None
+    if sectioned:
+        agent_options_class(chosen_agent(merged))  # an unknown --agent first, by name
+    hints = config_hints(cls, merged)
+    for key in sorted(set(merged) - set(hints)):
+        if not sectioned or (message := misplaced_knob(key, chosen_agent(merged))) is None:
+            continue
+        if key in overrides or not is_knob_default(key, merged[key]):
+            raise ValueError(message)
+        del merged[key]
+    unknown = sorted(set(merged) - set(hints))
     if unknown:
         raise ValueError(f"unknown {cls.__name__} fields: {', '.join(unknown)}")
-    hints = typing.get_type_hints(cls)
     for key, value in merged.items():
         if typing.get_origin(hints[key]) is tuple and isinstance(value, list):
             merged[key] = tuple(value)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from learner.parts import Learner, build_learner, make_trainer, save_checkpoint
-from learner.run import SingleRank, keep_best
+from learner.checkpointing import BestKeeper
+from learner.parts import Learner, build_learner, make_checkpointer, save_checkpoint
 from learner.state import checkpoint
 from learner.tools.evaluate import main as evaluate_main
 from seedrl.config import LearnerConfig
@@ -36,13 +36,13 @@ def _saved_bias(path: Path) -> torch.Tensor:
     return checkpoint.load(path)["model"]["policy.bias"]
 
 
-def _offer(learner: Learner, keeper: checkpoint.BestKeeper | None, final: bool = False) -> None:
-    asyncio.run(keep_best(learner, make_trainer(learner), SingleRank(), keeper, final))
+def _offer(learner: Learner, keeper: BestKeeper | None, final: bool = False) -> None:
+    asyncio.run(make_checkpointer(learner, keeper=keeper).offer_best(final))
 
 
 def test_the_best_checkpoint_holds_the_weights_of_the_best_mean_return(tmp_path):
     learner = build_learner(_config(tmp_path, best_checkpoint_interval_s=3600.0))
-    keeper = checkpoint.BestKeeper.for_config(learner.config)
+    keeper = BestKeeper.for_config(learner.config)
     best = learner.config.best_checkpoint_path
 
     _window(learner, 50.0, episodes=99)  # not a full window yet: nothing is the best
@@ -73,17 +73,17 @@ def test_the_best_checkpoint_holds_the_weights_of_the_best_mean_return(tmp_path)
     assert checkpoint.load(best)[checkpoint.BEST_RETURN] == 80.0
 
     # A resumed run goes on from that best; a fresh one in the same logdir starts over.
-    resumed = checkpoint.BestKeeper.for_config(_config(tmp_path, resume=True))
+    resumed = BestKeeper.for_config(_config(tmp_path, resume=True))
     assert resumed is not None and resumed.best == 80.0
-    fresh = checkpoint.BestKeeper.for_config(_config(tmp_path))
+    fresh = BestKeeper.for_config(_config(tmp_path))
     assert fresh is not None and fresh.best == -math.inf
-    assert checkpoint.BestKeeper.for_config(_config(tmp_path, best_checkpoint_interval_s=0)) is None
+    assert BestKeeper.for_config(_config(tmp_path, best_checkpoint_interval_s=0)) is None
 
 
 def test_a_keeper_off_writes_no_best(tmp_path):
     learner = build_learner(_config(tmp_path, best_checkpoint_interval_s=0))
     _window(learner, 50.0)
-    _offer(learner, checkpoint.BestKeeper.for_config(learner.config), final=True)
+    _offer(learner, BestKeeper.for_config(learner.config), final=True)
     assert not learner.config.best_checkpoint_path.exists()
 
 
@@ -140,7 +140,7 @@ def test_in_self_play_with_fixed_opponents_the_best_is_by_the_yardstick(tmp_path
     )  # fmt: skip
     learner = build_learner(config)
     assert learner.league is not None
-    keeper = checkpoint.BestKeeper.for_config(config)
+    keeper = BestKeeper.for_config(config)
     assert keeper is not None and keeper.measure == checkpoint.BY_YARDSTICK
     best = config.best_checkpoint_path
     _window(learner, 1.0)  # a full window of returns makes no best here
@@ -171,8 +171,8 @@ def test_in_self_play_with_fixed_opponents_the_best_is_by_the_yardstick(tmp_path
         loaded_line(latest)
     )
     # A resumed run goes on from that best; one whose best is by another measure starts over.
-    resumed = checkpoint.BestKeeper.for_config(dataclasses.replace(config, resume=True))
+    resumed = BestKeeper.for_config(dataclasses.replace(config, resume=True))
     assert resumed is not None and resumed.best == 1.0
-    by_return = checkpoint.BestKeeper.for_config(_config(tmp_path, resume=True))
+    by_return = BestKeeper.for_config(_config(tmp_path, resume=True))
     assert by_return is not None and by_return.measure == checkpoint.BY_RETURN
     assert by_return.best == -math.inf

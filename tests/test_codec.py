@@ -429,3 +429,23 @@ def test_actions_template_builds_what_encode_tensor_builds(dtype, shape) -> None
 def test_actions_template_refuses_foreign_byte_order() -> None:
     with pytest.raises(ValueError, match="native byte order"):
         codec.actions_template(np.dtype(">i8" if np.little_endian else "<i8"), (2,))
+
+
+def test_space_mismatch_names_the_first_space_that_differs_with_both_summaries() -> None:
+    box4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    box3 = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    cartpole = codec.env_spec("A-v0", {}, box4, gym.spaces.Discrete(2))
+    same = codec.env_spec("B-v0", {}, box4, gym.spaces.Discrete(2))
+    other_actions = codec.env_spec("A-v0", {}, box4, gym.spaces.Discrete(3))
+    both_differ = codec.env_spec("A-v0", {}, box3, gym.spaces.Discrete(3))
+
+    assert codec.space_mismatch(cartpole, same) is None  # the env id is not a space
+    name, theirs, ours = codec.space_mismatch(cartpole, other_actions) or ("", "", "")
+    assert name == "action_space"
+    assert (theirs, ours) == (
+        codec.spec_summary(cartpole.action_space),
+        codec.spec_summary(other_actions.action_space),
+    )
+    assert theirs != ours
+    mismatch = codec.space_mismatch(cartpole, both_differ)
+    assert mismatch is not None and mismatch[0] == "observation_space"

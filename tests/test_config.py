@@ -14,7 +14,7 @@ import pytest
 
 from learner.__main__ import main as learner_main
 from seedrl.cli import parse_config
-from seedrl.config import ActorConfig, LearnerConfig
+from seedrl.config import ActorConfig, LearnerConfig, agent_sections, knob_names
 
 LEARNER_CASES = {
     # family: counts and sizes that must be >= 1
@@ -138,19 +138,39 @@ def test_every_numeric_field_has_a_range(cls):
     assert checked >= (25 if cls is LearnerConfig else 8)
 
 
-def test_the_update_bound_is_refused_for_an_agent_without_a_policy_to_bound():
-    with pytest.raises(ValueError, match="--max-update-kl bounds a policy's change; --agent r2d2"):
+@pytest.mark.parametrize("agent", sorted(agent_sections()))
+def test_every_numeric_knob_of_an_agent_has_a_range(agent):
+    """The agents' own knobs are checked as the fields are: a knob added without a check
+    in its options' ``check`` fails here."""
+    options = agent_sections()[agent]
+    hints = typing.get_type_hints(options)
+    checked = 0
+    for name in sorted(knob_names(options)):
+        inner = [a for a in typing.get_args(hints[name]) if a is not type(None)] or [hints[name]]
+        if inner[0] not in (int, float):
+            continue
+        for bad in [-(10**9)] + ([math.nan] if inner[0] is float else []):
+            with pytest.raises(ValueError, match="--" + name.rstrip("_").replace("_", "-")):
+                LearnerConfig(agent=agent, **{name: bad})
+        checked += 1
+    assert checked >= 5
+
+
+def test_a_knob_of_another_agent_is_refused_naming_its_agent():
+    """--max-update-kl and --policy-clip bound a V-trace policy; R2D2 has none to bound."""
+    with pytest.raises(ValueError, match="--max-update-kl is a knob of --agent vtrace, not of"):
         LearnerConfig(agent="r2d2", max_update_kl=1e-3)
     assert LearnerConfig(max_update_kl=1e-3).effective_max_update_kl == 1e-3
-    with pytest.raises(ValueError, match="--policy-clip bounds a policy's ratio; --agent r2d2"):
+    with pytest.raises(ValueError, match="--policy-clip is a knob of --agent vtrace, not of"):
         LearnerConfig(agent="r2d2", policy_clip=0.2)
+    with pytest.raises(ValueError, match="--epsilon is a knob of --agent r2d2, not of"):
+        LearnerConfig(epsilon=0.2)
 
 
 def test_the_update_bound_is_on_for_v_trace_unless_turned_off_and_off_for_r2d2():
     """Unset, V-trace steps are bounded at the rate's measured 1e-4; 0 turns the bound off
     (what every V-trace preset does, each tuned without it); R2D2, which has no policy to
-    bound, is left alone rather than refused."""
+    bound, is left alone."""
     assert LearnerConfig().effective_max_update_kl == 1e-4
     assert LearnerConfig(max_update_kl=0).effective_max_update_kl is None
     assert LearnerConfig(agent="r2d2").effective_max_update_kl is None
-    assert LearnerConfig(agent="r2d2", max_update_kl=0).effective_max_update_kl is None

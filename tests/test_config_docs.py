@@ -1,4 +1,5 @@
-"""docs/configuration.md is what ``python -m seedrl.config_docs`` writes from the dataclasses."""
+"""docs/configuration.md is what ``python -m learner.tools.config_docs`` writes from the
+dataclasses and the registered agents' options."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from seedrl.config import ActorConfig, LearnerConfig
+from learner.agents.registry import agent_sections
+from seedrl.config import OPTIONS, ActorConfig, LearnerConfig
 from seedrl.config_docs import COMMAND, render
 from seedrl.conformance.config import ActorSuiteConfig, LearnerSuiteConfig
 
@@ -21,7 +23,7 @@ def test_configuration_page_is_current() -> None:
 
 def test_the_command_in_the_header_writes_the_page() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "seedrl.config_docs"],
+        [sys.executable, "-m", "learner.tools.config_docs"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -34,8 +36,11 @@ def test_the_command_in_the_header_writes_the_page() -> None:
 
 def test_every_field_has_a_row_with_its_docstring() -> None:
     page = render()
-    for cls in (LearnerConfig, ActorConfig, ActorSuiteConfig, LearnerSuiteConfig):
+    configs = (LearnerConfig, ActorConfig, ActorSuiteConfig, LearnerSuiteConfig)
+    for cls in (*configs, *agent_sections().values()):
         for field in dataclasses.fields(cls):
+            if field.metadata.get(OPTIONS):
+                continue
             flag = "--" + field.name.rstrip("_").replace("_", "-")
             rows = [line for line in page.splitlines() if line.startswith(f"| `{flag}")]
             assert rows, f"no row for {flag}"
@@ -43,3 +48,8 @@ def test_every_field_has_a_row_with_its_docstring() -> None:
     assert "| `--lstm` / `--no-lstm` | off |" in page
     assert "| `--hidden-sizes HIDDEN_SIZES` | `64,64` |" in page
     assert "### Serving" in page
+    assert "### Agent: r2d2 (`--agent r2d2`)" in page
+    model, vtrace, training = (
+        page.index(t) for t in ("### Model", "### Agent: vtrace", "### Training")
+    )
+    assert model < vtrace < training, "an agent's knobs follow --agent's section"

@@ -97,8 +97,10 @@ def test_the_readme_anchors_name_headings_that_exist() -> None:
 
 
 def test_the_readme_flag_tables_are_one_short_line_per_flag_that_exists() -> None:
-    from seedrl.config import ActorConfig, LearnerConfig
+    import learner  # noqa: F401  (registers the agents' sections)
+    from seedrl.config import ActorConfig, LearnerConfig, agent_sections
 
+    knobs = {f.name for options in agent_sections().values() for f in dataclasses.fields(options)}
     tables = _section(README.read_text(), "Main flags").split("\n\n")
     checked = 0
     for table in tables:
@@ -107,6 +109,8 @@ def test_the_readme_flag_tables_are_one_short_line_per_flag_that_exists() -> Non
             continue
         cls = ActorConfig if rows[0].startswith("| actor") else LearnerConfig
         names = {f.name for f in dataclasses.fields(cls)} | {"config", "preset"}
+        if cls is LearnerConfig:
+            names |= knobs
         for row in rows[2:]:
             flags_cell, _default, meaning = row.strip("|").split(" | ")
             for flag in re.findall(r"`--([a-z0-9-]+)`", flags_cell):

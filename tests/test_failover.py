@@ -18,8 +18,7 @@ from support import free_port, learner_args, read_records, running, wait_until
 
 from actors.actor import Actor
 from learner import failover
-from learner.parts import build_learner, make_trainer, save_checkpoint
-from learner.run import write_checkpoint
+from learner.parts import build_learner, make_checkpointer, make_trainer, save_checkpoint
 from learner.state import checkpoint, files
 from learner.training.hosts import ThreadHost
 from seedrl.commands import actors_command
@@ -148,7 +147,7 @@ def test_a_superseded_learner_writes_neither_checkpoint_nor_history(tmp_path, ca
     (tmp_path / "checkpoints" / "frames-0.pt").unlink()
     learner.stats.frames = 50
     host = ThreadHost(make_trainer(learner), learner.queue, learner.stats)
-    assert not write_checkpoint(learner, host, None)
+    assert not make_checkpointer(learner, host.training_state).save()
     assert "took over" in caplog.text
     assert not config.checkpoint_path.exists() and not any(tmp_path.glob("checkpoints/*"))
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from support import Proc, actor_args, learner_args, running, wait_until
 
+from learner.checkpointing import Checkpointer
 from learner.metrics import TensorBoardSink
 from learner.run import serve
 from learner.state import checkpoint
@@ -36,7 +37,7 @@ def no_space(*args: Any, **kwargs: Any) -> None:
 def test_the_runs_end_writes_result_json_whatever_the_checkpoint_and_a_sink_did(
     tmp_path, monkeypatch, caplog
 ):
-    monkeypatch.setattr("learner.run.save_checkpoint", no_space)
+    monkeypatch.setattr(Checkpointer, "write", no_space)
     monkeypatch.setattr(TensorBoardSink, "close", no_space)
     config = LearnerConfig(
         logdir=str(tmp_path), port=0, max_seconds=0.3, log_interval_s=0.1, progress="off",

@@ -35,6 +35,7 @@ ROOMS: tuple[tuple[str, ...], ...] = (
     ("learner.serving",),
     (
         "learner.parts",
+        "learner.checkpointing",
         "learner.run",
         "learner.failover",
         "learner.metrics",

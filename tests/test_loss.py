@@ -174,9 +174,8 @@ def table_trainer(**overrides) -> Trainer:
     config = LearnerConfig(unroll_length=T, batch_size=B, max_queue_unrolls=B, **fields)
     model = TableModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    return Trainer(
-        TrainerParts.unshared(config, _agent(config, A), model, optimizer, CPU)  # type: ignore[arg-type]
-    )
+    agent = _agent(config, A)
+    return Trainer(TrainerParts.unshared(config, agent, agent.state_for(model, optimizer), CPU))  # type: ignore[arg-type]
 
 
 def run_loss(trainer: Trainer, unrolls: Unrolls, monkeypatch) -> tuple[torch.Tensor, dict]:
@@ -352,10 +351,10 @@ def test_only_the_baseline_term_reaches_the_real_value_head():
 
     def grads(**costs) -> dict[int, torch.Tensor]:
         config = LearnerConfig(unroll_length=T, batch_size=B, max_queue_unrolls=B, **costs)
+        agent = _agent(config, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         trainer = Trainer(
-            TrainerParts.unshared(
-                config, _agent(config, 2), model, torch.optim.SGD(model.parameters(), lr=0.1), CPU
-            )
+            TrainerParts.unshared(config, agent, agent.state_for(model, optimizer), CPU)
         )
         trainer.grads.zero()
         total, _ = trainer.loss(to_time_major(unrolls, CPU), ())

@@ -162,9 +162,10 @@ def test_a_mirror_run_trains_on_the_game_and_its_mirrored_replay():
     mirrored = VTraceAgent(LearnerConfig(mirror=True, **settings), action_space, cpu, masked=True)
     plain = VTraceAgent(LearnerConfig(**settings), action_space, cpu, masked=True)
     model = plain.build_model(spec, "auto")
-    total, terms = mirrored.loss(model, game, (), StepClock(0, 0.0))
-    expected, expected_terms = plain.loss(model, both, (), StepClock(0, 0.0))
+    state = plain.state_for(model)
+    total, terms = mirrored.loss(state, game, (), StepClock(0, 0.0))
+    expected, expected_terms = plain.loss(state, both, (), StepClock(0, 0.0))
     torch.testing.assert_close(total, expected)
     torch.testing.assert_close(terms["entropy"], expected_terms["entropy"])
-    alone, _ = plain.loss(model, game, (), StepClock(0, 0.0))
+    alone, _ = plain.loss(state, game, (), StepClock(0, 0.0))
     assert not torch.isclose(alone, expected)  # the replay is not the game again

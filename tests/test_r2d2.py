@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from learner.agents.base import SAMPLE_PRIORITY
-from learner.agents.r2d2 import R2D2Agent
+from learner.agents.r2d2 import TARGET_KEY, R2D2Agent
 from learner.agents.r2d2.policy import EpsilonGreedyPolicy, ape_x_epsilons
 from learner.agents.r2d2.replay import PrioritizedReplay, ReplayCounters, SumTree
 from learner.agents.r2d2.targets import (
@@ -367,13 +367,13 @@ def r2d2_setup(burn_in: int = 3, length: int = 4):
     )
     data = to_time_major(unrolls, torch.device("cpu"))
     core = tuple(torch.from_numpy(s) for s in unrolls.core_state)
-    return agent, model, data, core
+    return agent, agent.state_for(model), data, core
 
 
 def test_burn_in_rows_get_no_gradient() -> None:
-    agent, model, batch, core = r2d2_setup()
+    agent, state, batch, core = r2d2_setup()
     batch["obs"] = batch["obs"].clone().requires_grad_(True)
-    total, terms = agent.loss(model, batch, core, StepClock(0, 0.0))
+    total, terms = agent.loss(state, batch, core, StepClock(0, 0.0))
     total.backward()
     grad = batch["obs"].grad
     assert grad is not None
@@ -383,15 +383,15 @@ def test_burn_in_rows_get_no_gradient() -> None:
 
 
 def test_loss_weights_each_sequence_by_its_importance_weight() -> None:
-    agent, model, batch, core = r2d2_setup()
-    weighted, _ = agent.loss(model, batch, core, StepClock(0, 0.0))
+    agent, state, batch, core = r2d2_setup()
+    weighted, _ = agent.loss(state, batch, core, StepClock(0, 0.0))
     per_sequence = []
     for b in range(2):
         one = {
             k: (v[b : b + 1] if k == "sample_weight" else v[:, b : b + 1]) for k, v in batch.items()
         }
         one["sample_weight"] = torch.ones(1)
-        loss_b, _ = agent.loss(model, one, tuple(s[b : b + 1] for s in core), StepClock(0, 0.0))
+        loss_b, _ = agent.loss(state, one, tuple(s[b : b + 1] for s in core), StepClock(0, 0.0))
         per_sequence.append(loss_b)
     # Each sequence has `length` valid transitions: the batch loss is their weighted mean.
     expected = (1.0 * per_sequence[0] + 0.5 * per_sequence[1]) / 2
@@ -399,31 +399,36 @@ def test_loss_weights_each_sequence_by_its_importance_weight() -> None:
 
 
 def test_target_network_refreshes_every_k_steps_and_survives_a_checkpoint() -> None:
-    agent, model, batch, core = r2d2_setup()
-    agent.loss(model, batch, core, StepClock(0, 0.0))
-    assert agent.target is not None
+    agent, state, batch, core = r2d2_setup()
+    model, target = state.model, state.extras[TARGET_KEY]
+    agent.loss(state, batch, core, StepClock(0, 0.0))
+    assert target.network is not None
     with torch.no_grad():
         for p in model.parameters():
             p.add_(1.0)
-    agent.loss(model, batch, core, StepClock(2, 0.0))  # 2 < 3: not yet
-    stale = [p.clone() for p in agent.target.parameters()]
+    agent.loss(state, batch, core, StepClock(2, 0.0))  # 2 < 3: not yet
+    stale = [p.clone() for p in target.network.parameters()]
     assert not torch.equal(stale[0], next(model.parameters()))
-    saved = agent.state_dict()
+    saved = agent.state_dict(state)
 
-    restored, model2, _, _ = r2d2_setup()
+    restored, state2, _, _ = r2d2_setup()
     with torch.no_grad():  # the resumed online weights are not the saved target's
-        for p in model2.parameters():
+        for p in state2.model.parameters():
             p.add_(2.0)
-    restored.load_state_dict(saved)
-    restored.target_network(model2, 2)
-    assert restored.target is not None and restored.target_step == 0
-    for a, b in zip(restored.target.parameters(), stale, strict=True):
+    online = [p.clone() for p in state2.model.parameters()]
+    restored.load_state_dict(state2, {**saved, "model": state2.model.state_dict()})
+    restored.target_network(state2, 2)
+    target2 = state2.extras[TARGET_KEY]
+    assert target2.network is not None and target2.step == 0
+    for a, b in zip(target2.network.parameters(), stale, strict=True):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(state2.model.parameters(), online, strict=True):
         torch.testing.assert_close(a, b)
 
-    agent.loss(model, batch, core, StepClock(3, 0.0))  # due: copied from the online net
-    for a, b in zip(agent.target.parameters(), model.parameters(), strict=True):
+    agent.loss(state, batch, core, StepClock(3, 0.0))  # due: copied from the online net
+    for a, b in zip(target.network.parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(a, b)
-    assert agent.target_step == 3
+    assert target.step == 3
 
 
 def test_r2d2_needs_discrete_actions() -> None:
@@ -683,15 +688,15 @@ def test_a_resumed_learner_gets_back_the_target_network_from_its_checkpoint(tmp_
     learner = small_learner(tmp_path, 3, 2, **settings)
     agent = learner.agent
     assert isinstance(agent, R2D2Agent)
-    target = agent.target_network(learner.model, 0)
+    target = agent.target_network(learner.state, 0)
     with torch.no_grad():
         for p in target.parameters():
             p.mul_(-3.0)  # a target unlike the online weights
-    agent.target_step = 7
+    learner.state.extras[TARGET_KEY].step = 7
     save_checkpoint(learner)
 
     resumed = build_learner(dataclasses.replace(learner.config, resume=True))
-    saved = resumed.agent.state_dict()
+    saved = resumed.agent.state_dict(resumed.state)
     assert saved["r2d2_target_step"] == 7
     for name, value in target.state_dict().items():
         torch.testing.assert_close(saved["r2d2_target"][name], value)
@@ -729,7 +734,7 @@ def test_a_resumed_learner_samples_from_the_replay_its_checkpoint_kept(tmp_path)
 
 
 def test_periodic_checkpoints_write_the_replay_once_per_its_interval() -> None:
-    from learner.state.checkpoint import ReplayCadence
+    from learner.checkpointing import ReplayCadence
 
     cadence = ReplayCadence(600.0, start=100.0)
     assert [cadence.due(t) for t in (160.0, 699.0, 700.0)] == [False, False, True]

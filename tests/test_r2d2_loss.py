@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from learner.agents.base import SAMPLE_PRIORITY
-from learner.agents.r2d2 import R2D2Agent
+from learner.agents.r2d2 import TARGET_KEY, R2D2Agent
 from learner.common.schedules import StepClock
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
@@ -46,7 +46,8 @@ def setup():
     agent = R2D2Agent(config, pb.SpaceSpec(kind="discrete", n=ACTIONS), torch.device("cpu"))
     torch.manual_seed(0)
     model = agent.build_model(pb.SpaceSpec(kind="box", shape=[2], dtype="float32"), "mlp")
-    agent.target_network(model, 0)  # the target is this copy until step 100
+    state = agent.state_for(model)
+    agent.target_network(state, 0)  # the target is this copy until step 100
     with (
         torch.no_grad()
     ):  # the online net moves on: double Q now picks with one, values with the other
@@ -77,7 +78,7 @@ def setup():
         "sample_weight": torch.tensor([1.0, 0.25, 0.6]),
     }
     core = tuple(torch.from_numpy(rng.normal(size=(BATCH, 5)).astype(np.float32)) for _ in range(2))
-    return agent, model, batch, core
+    return agent, state, batch, core
 
 
 def q_per_frame(net, batch, core, b: int) -> list[np.ndarray]:
@@ -119,12 +120,13 @@ def counted(batch) -> list[tuple[int, int]]:
     return [(t, b) for b in range(BATCH) for t in range(BURN_IN, ROWS - 1) if not done[t, b]]
 
 
-def reference(agent, model, batch, core) -> tuple[float, list[float], dict]:
+def reference(agent, state, batch, core) -> tuple[float, list[float], dict]:
     """(loss, per-sequence priorities, TD error per counted transition)."""
+    model = state.model
     action = batch["action"].numpy()
     weights = batch["sample_weight"].double().numpy()
     online = [q_per_frame(model, batch, core, b) for b in range(BATCH)]
-    target = [q_per_frame(agent.target, batch, core, b) for b in range(BATCH)]
+    target = [q_per_frame(state.extras[TARGET_KEY].network, batch, core, b) for b in range(BATCH)]
     tds = {}
     for t, b in counted(batch):
         tds[t, b] = n_step_target(online[b], target[b], batch, t, b) - online[b][t][action[t, b]]
@@ -137,9 +139,9 @@ def reference(agent, model, batch, core) -> tuple[float, list[float], dict]:
 
 
 def test_r2d2_loss_and_priorities_match_a_frame_by_frame_reference() -> None:
-    agent, model, batch, core = setup()
-    total, terms = agent.loss(model, batch, core, StepClock(1, 0.0))
-    expected, priorities, _ = reference(agent, model, batch, core)
+    agent, state, batch, core = setup()
+    total, terms = agent.loss(state, batch, core, StepClock(1, 0.0))
+    expected, priorities, _ = reference(agent, state, batch, core)
     assert math.isclose(float(total.detach()), expected, rel_tol=1e-4), (float(total), expected)
     np.testing.assert_allclose(terms[SAMPLE_PRIORITY].numpy(), priorities, rtol=1e-4)
 
@@ -147,7 +149,8 @@ def test_r2d2_loss_and_priorities_match_a_frame_by_frame_reference() -> None:
 def test_r2d2_loss_gradient_is_the_td_error_on_the_taken_action_only() -> None:
     """d loss / d Q(s_t, a) is -w_b td / count on the action taken at row t of a counted
     transition and 0 on every other Q value, read off the online network's output."""
-    agent, model, batch, core = setup()
+    agent, state, batch, core = setup()
+    model = state.model
     captured: list[torch.Tensor] = []
     original = model.act
 
@@ -159,11 +162,11 @@ def test_r2d2_loss_gradient_is_the_td_error_on_the_taken_action_only() -> None:
         return q, state
 
     model.act = act  # type: ignore[method-assign]
-    total, _ = agent.loss(model, batch, core, StepClock(1, 0.0))
+    total, _ = agent.loss(state, batch, core, StepClock(1, 0.0))
     total.backward()
     model.act = original  # type: ignore[method-assign]
     (q,) = captured
-    _, _, tds = reference(agent, model, batch, core)
+    _, _, tds = reference(agent, state, batch, core)
     action, weights = batch["action"].numpy(), batch["sample_weight"].double().numpy()
     expected = np.zeros(q.shape)
     for (t, b), td in tds.items():

@@ -16,7 +16,7 @@ from support import engine_for, random_unrolls, wait_until
 
 from learner.agents.base import UPDATE_LOGP
 from learner.agents.models import LOG_STD_MAX, LOG_STD_MIN, action_head, build_model
-from learner.agents.vtrace import VTraceAgent
+from learner.agents.vtrace import RETURN_NORMALIZER_KEY, VTraceAgent
 from learner.agents.vtrace import targets as vtrace
 from learner.common.schedules import entropy_cost_schedule, learning_rate_schedule
 from learner.parts import build_learner, make_trainer, save_checkpoint
@@ -32,7 +32,6 @@ from learner.training.trainer import (
     Trainer,
     TrainerParts,
     UpdateBound,
-    make_optimizer,
     to_time_major,
 )
 from seedrl.config import LearnerConfig
@@ -337,7 +336,7 @@ def _gaussian_trainer(log_std: float) -> Trainer:
     )  # fmt: skip
     cpu = torch.device("cpu")
     agent = VTraceAgent(config, pb.SpaceSpec(kind="box", shape=[1], dtype="float32"), cpu)
-    return Trainer(TrainerParts.unshared(config, agent, model, make_optimizer(model, config), cpu))
+    return Trainer(TrainerParts.unshared(config, agent, agent.state_for(model), cpu))
 
 
 def _gaussian_unrolls(behaviour_log_std: float) -> Unrolls:
@@ -455,9 +454,11 @@ def test_a_resumed_run_continues_the_linear_schedule_exactly(tmp_path, normalize
 
     resumed = make_trainer(build_learner(dataclasses.replace(config, resume=True)))
     if normalize_returns:
-        assert trainer.agent.return_normalizer is not None
-        assert resumed.agent.return_normalizer is not None
-        assert resumed.agent.return_normalizer.count == 3 * B * T  # every row of three batches
+        assert trainer.state.extras[RETURN_NORMALIZER_KEY] is not None
+        assert resumed.state.extras[RETURN_NORMALIZER_KEY] is not None
+        assert (
+            resumed.state.extras[RETURN_NORMALIZER_KEY].count == 3 * B * T
+        )  # every row of three batches
     again = resumed.train_step(_unrolls(3))
     assert uninterrupted is not None and again is not None
     assert again["learning_rate"] == uninterrupted["learning_rate"] == pytest.approx(7e-3)

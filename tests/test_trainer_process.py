@@ -13,8 +13,8 @@ import pytest
 import torch
 from support import random_unrolls, small_learner, wait_until
 
-from learner.parts import Learner, make_trainer
-from learner.run import choose_host, write_checkpoint
+from learner.parts import Learner, make_checkpointer, make_trainer
+from learner.run import choose_host
 from learner.state import checkpoint
 from learner.state.trajectories import Unrolls
 from learner.training.process_host import ProcessHost
@@ -180,14 +180,14 @@ def test_a_killed_child_is_an_error_and_keeps_the_last_checkpoint(tmp_path):
     learner = _learner(tmp_path)
     with _running(learner, stop_timeout=10.0) as trainer:
         _train(learner, _unrolls(0), steps_after=1)
-        write_checkpoint(learner, trainer, None)
+        make_checkpointer(learner, trainer.training_state).save()
         written = learner.config.checkpoint_path.read_bytes()
         assert trainer.pid is not None
         os.kill(trainer.pid, signal.SIGKILL)
         wait_until(lambda: trainer.error is not None, 60.0, interval=0.01)
         assert "exited with code -9" in str(trainer.error)
         assert trainer.training_state() is None
-        write_checkpoint(learner, trainer, None)  # logs, writes nothing
+        make_checkpointer(learner, trainer.training_state).save()  # logs, writes nothing
         assert learner.config.checkpoint_path.read_bytes() == written
 
 
@@ -195,7 +195,7 @@ def test_resume_starts_the_child_from_the_checkpoint(tmp_path):
     learner = _learner(tmp_path)
     with _running(learner) as trainer:
         _train(learner, _unrolls(0), steps_after=1)
-    write_checkpoint(learner, trainer, None)
+    make_checkpointer(learner, trainer.training_state).save()
 
     resumed = _learner(tmp_path, resume=True)
     assert resumed.step_counter.value == 1
@@ -211,13 +211,13 @@ def test_the_childs_return_statistics_are_checkpointed_and_resumed(tmp_path):
     learner = _learner(tmp_path, normalize_returns=True)
     with _running(learner) as trainer:
         _train(learner, _unrolls(0), steps_after=1)
-    write_checkpoint(learner, trainer, None)
+    make_checkpointer(learner, trainer.training_state).save()
     saved = checkpoint.load(learner.config.checkpoint_path)["return_normalizer"]
     assert float(saved["count"]) == B * T and float(saved["var"]) > 0
 
     resumed = _learner(tmp_path, normalize_returns=True, resume=True)
-    assert resumed.agent.return_normalizer is not None
-    assert resumed.agent.return_normalizer.count == B * T
+    assert resumed.state.extras["return_normalizer"] is not None
+    assert resumed.state.extras["return_normalizer"].count == B * T
     with _running(resumed) as again:
         _train(resumed, _unrolls(1), steps_after=2)
         state = again.training_state()

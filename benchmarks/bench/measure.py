@@ -61,7 +61,7 @@ def run_ideal(
 
     from learner.agents.models import resolve_precision
     from learner.agents.policy import inference_policy
-    from learner.run import build_learner, make_trainer
+    from learner.parts import build_learner, make_trainer
     from seedrl import envs
     from seedrl.cli import parse_config
     from seedrl.config import LearnerConfig

@@ -19,7 +19,6 @@ add up to one suite.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import signal
@@ -243,10 +242,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """``FIELD=VALUE`` pairs, each value read as the learner's ``--field`` flag reads it
     (``hidden_sizes=128,128`` a tuple, ``mirror=yes`` a boolean)."""
+    import learner  # noqa: F401  (registers the agents, whose knobs are fields here too)
     from seedrl.cli import parse_field
-    from seedrl.config import LearnerConfig
+    from seedrl.config import LearnerConfig, agent_sections, config_hints, knob_names
 
-    fields = {f.name for f in dataclasses.fields(LearnerConfig)}
+    fields = set(config_hints(LearnerConfig, {})).union(*map(knob_names, agent_sections().values()))
     overrides: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")

@@ -1,21 +1,26 @@
 """The agent seam: what differs between learning algorithms, behind one small interface.
 
-An agent says which network it trains, how batched inference turns that network's
-outputs into actions, what the learner keeps of the frames to train on, and its loss.
-Serving, batching, trajectory slots, checkpoints, metrics and the trainer hosts know an
-agent only through :class:`Agent`, so a second algorithm is a second implementation,
-not branches through the serve loop.
+An agent builds everything it trains (:class:`AgentState`: its networks, its optimizers
+and whatever else it keeps between steps), says how batched inference turns the
+inference network's outputs into actions, what the learner keeps of the frames to train
+on, and how one batch updates its state. Serving, batching, trajectory slots,
+checkpoints, metrics and the trainer hosts know an agent only through :class:`Agent`, so
+a second algorithm is a second implementation, not branches through the serve loop; the
+optimizer recipe around the agent's losses (:class:`Optimize`) is the trainer's, written
+once for every agent and host.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 
-from learner.agents.models import ActionHead, ActorCritic
+from learner.agents.models import ActionHead
 from learner.agents.policy import Policy
 from learner.common.schedules import StepClock
 from learner.state.trajectories import Unrolls
@@ -34,10 +39,13 @@ trainer host hands back to the store (:meth:`Store.feedback`) instead of the met
 
 
 UPDATE_LOGP = "update_logp"
-"""Loss-term key of the ``[T, B]`` log-probabilities the loss gave the batch's actions,
-there only when steps are bounded (``--max-update-kl``, V-trace's default): after the
-optimizer step the trainer hands them back to :meth:`BoundedAgent.policy_change` to
-measure how far the step moved the policy."""
+"""Loss-term key of the ``[T, B]`` log-probabilities V-trace's loss gave the batch's
+actions, there only when steps are bounded (``--max-update-kl``): the agent measures how
+far its step moved the policy from them (:meth:`Optimize.minimize`'s ``policy_change``)."""
+
+INFERENCE_NETWORK = "model"
+"""The name, among an :class:`AgentState`'s networks, of the one inference runs; its
+optimizer goes by the same name. Their checkpoint keys are ``model`` and ``optimizer``."""
 
 
 class SavedStoreError(RuntimeError):
@@ -83,6 +91,62 @@ class Store(Protocol):
         ...
 
 
+@dataclass
+class AgentState:
+    """Everything one agent trains and keeps between steps, built by :meth:`Agent.build`:
+    one learner may hold several (population-based training), all of one agent.
+
+    Optimizers own disjoint parameters (each gets its own flat gradient buffer in the
+    trainer) and an update minimises them in the order given here.
+    """
+
+    networks: dict[str, torch.nn.Module]
+    """By name; :data:`INFERENCE_NETWORK` is the one inference runs."""
+    optimizers: dict[str, torch.optim.Optimizer]
+    """By name (usually the network's whose parameters it steps), in update order."""
+    extras: dict[str, Any] = field(default_factory=dict)
+    """What else the algorithm keeps (a target network, a return normalizer), by name."""
+    after_step: dict[str, Callable[[], None]] = field(default_factory=dict)
+    """Optimizer name -> what runs right after each of its steps, inside the update guard
+    (inference never sees the weights between), e.g. a projection of the weights."""
+    update_bounds: dict[str, float] = field(default_factory=dict)
+    """Optimizer name -> the most a step of it may move the policy (KL), the trainer's
+    ``--max-update-kl`` service; the agent passes the measure to :meth:`Optimize.minimize`."""
+
+    @property
+    def model(self) -> Any:
+        """The network inference runs."""
+        return self.networks[INFERENCE_NETWORK]
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The inference network's optimizer."""
+        return self.optimizers[INFERENCE_NETWORK]
+
+    def networks_state_dict(self) -> dict[str, Any]:
+        """The inference network and its optimizer by their checkpoint keys."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+
+class Optimize(Protocol):
+    """The trainer's side of an update: what applying one loss takes, in one place for
+    every agent (zeroing, backward, the gradient exchange among torchrun ranks, clipping
+    by --max-grad-norm, skipping a non-finite loss or gradient, the learning-rate
+    schedule, the update guard, the step count)."""
+
+    def minimize(
+        self,
+        loss: torch.Tensor,
+        optimizer: str = INFERENCE_NETWORK,
+        policy_change: Callable[[], torch.Tensor] | None = None,
+    ) -> bool:
+        """One step of ``optimizer`` down the gradient of ``loss`` (a scalar); False when
+        no step was applied (skipped, or no learner had a batch). ``policy_change``
+        measures, after the step, how far it moved the policy (a scalar KL estimate):
+        needed by an optimizer with an update bound (:attr:`AgentState.update_bounds`)."""
+        ...
+
+
 class Agent(Protocol):
     """One learning algorithm as the learner hosts it, built for one env's action space
     and one device."""
@@ -95,14 +159,14 @@ class Agent(Protocol):
     """The discount of the running episode return the trajectories keep for the loss
     (:attr:`Unrolls.running_return`); None: the loss reads none."""
 
-    def build_model(self, observation_space: pb.SpaceSpec, torso: str) -> ActorCritic:
-        """The network to train, for observations as the model sees them, on the encoder
-        ``torso`` the learner chose for them (mlp, cnn, resnet)."""
+    def build(self, observation_space: pb.SpaceSpec, torso: str) -> AgentState:
+        """Everything it trains, fresh, for observations as the model sees them, on the
+        encoder ``torso`` the learner chose for them (mlp, cnn, resnet), on its device."""
         ...
 
-    def inference_policy(self, model: ActorCritic, seed: int | tuple[int, ...]) -> Policy:
-        """What batched inference runs: observations in, actions (and what the loss needs
-        of the acting policy) out."""
+    def inference_policy(self, model: Any, seed: int | tuple[int, ...]) -> Policy:
+        """What batched inference runs on the inference network ``model``: observations
+        in, actions (and what the loss needs of the acting policy) out."""
         ...
 
     def sequence_layout(self) -> tuple[int, int]:
@@ -119,38 +183,25 @@ class Agent(Protocol):
         budgets and schedules run on, whatever share of the batch is replayed."""
         ...
 
-    def loss(
+    def update(
         self,
-        model: ActorCritic,
+        state: AgentState,
         batch: dict[str, torch.Tensor],
         core_state: tuple[torch.Tensor, ...],
         clock: StepClock,
-    ) -> tuple[torch.Tensor, LossTerms]:
-        """The total loss to minimise on one time-major batch at the optimizer step
-        ``clock`` names (the schedules read it), and its parts for the metrics."""
+        optimize: Optimize,
+    ) -> LossTerms:
+        """One update of ``state`` on one time-major batch at the optimizer step ``clock``
+        names (the schedules read it): its losses, each applied through ``optimize``;
+        returns the loss's parts for the metrics (and :data:`SAMPLE_PRIORITY`)."""
         ...
 
-    def state_dict(self) -> dict[str, Any]:
-        """Statistics the loss keeps between steps, by checkpoint key (empty: none)."""
+    def state_dict(self, state: AgentState) -> dict[str, Any]:
+        """Everything ``state`` holds, by checkpoint key: ``model`` and ``optimizer`` for
+        the inference network and its optimizer, the agent's own keys for the rest."""
         ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Take back what :meth:`state_dict` saved (keys it does not know are ignored)."""
-        ...
-
-
-@runtime_checkable
-class BoundedAgent(Protocol):
-    """An agent whose policy the trainer can keep from moving too far in one step
-    (``--max-update-kl``): its loss leaves :data:`UPDATE_LOGP` among the terms."""
-
-    def policy_change(
-        self,
-        model: ActorCritic,
-        batch: dict[str, torch.Tensor],
-        core_state: tuple[torch.Tensor, ...],
-        before_logp: torch.Tensor,
-    ) -> torch.Tensor:
-        """How far the model's policy now is from the one that gave the batch's actions
-        ``before_logp`` in the loss: an estimate of the mean KL divergence (a scalar)."""
+    def load_state_dict(self, state: AgentState, saved: dict[str, Any]) -> None:
+        """Take back into ``state`` what :meth:`state_dict` saved (a checkpoint: keys it
+        does not know are ignored)."""
         ...

@@ -1,24 +1,62 @@
-"""The agents ``--agent`` can name: one table, one entry per learning algorithm."""
+"""The agents ``--agent`` can name: one table, one entry per learning algorithm.
+
+An entry is the agent's factory and its options class (its own knobs, declared in its
+package's ``config.py``); the learner's config learns the knobs from here
+(:func:`seedrl.config.set_agent_catalog`), so a new agent is its package and one line.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 
 import torch
 
-from learner.agents.base import Agent
+from learner.agents.base import Agent, AgentState
 from learner.agents.r2d2 import R2D2Agent
+from learner.agents.r2d2.config import R2D2Options
 from learner.agents.vtrace import VTraceAgent
-from seedrl.config import LearnerConfig
+from learner.agents.vtrace.config import VTraceOptions
+from learner.common.spaces import UnsupportedSetup
+from seedrl import codec
+from seedrl.config import AgentOptions, LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
 AgentFactory = Callable[[LearnerConfig, pb.SpaceSpec, torch.device, bool], Agent]
 
-AGENTS: dict[str, AgentFactory] = {
-    VTraceAgent.name: VTraceAgent,
-    R2D2Agent.name: R2D2Agent,
+
+@dataclasses.dataclass(frozen=True)
+class Registered:
+    """One agent: what builds it and the section of knobs it reads."""
+
+    factory: AgentFactory
+    options: type[AgentOptions]
+
+
+AGENTS: dict[str, Registered] = {
+    VTraceAgent.name: Registered(VTraceAgent, VTraceOptions),
+    R2D2Agent.name: Registered(R2D2Agent, R2D2Options),
 }
-"""``--agent`` name -> the agent's factory (its config, the env's action space, the device)."""
+"""``--agent`` name -> the agent's factory (its config, the env's action space, the device)
+and its options."""
+
+
+def agent_sections() -> Mapping[str, type[AgentOptions]]:
+    """``--agent`` name -> the agent's options class (what the config asks)."""
+    return {name: entry.options for name, entry in AGENTS.items()}
+
+
+def registered(config: LearnerConfig) -> Registered:
+    """The registry entry of the agent ``--agent`` names."""
+    try:
+        return AGENTS[config.agent]
+    except KeyError:
+        raise ValueError(f"unknown agent {config.agent!r}; choose from {sorted(AGENTS)}") from None
+
+
+def agent_factory(config: LearnerConfig) -> AgentFactory:
+    """The factory of the agent ``--agent`` names."""
+    return registered(config).factory
 
 
 def make_agent(
@@ -26,8 +64,50 @@ def make_agent(
 ) -> Agent:
     """The agent ``--agent`` names, for an env's action space on ``device`` (``masked``: the
     observation carries an action mask, see ``--action-mask``)."""
-    try:
-        factory = AGENTS[config.agent]
-    except KeyError:
-        raise ValueError(f"unknown agent {config.agent!r}; choose from {sorted(AGENTS)}") from None
-    return factory(config, action_space, device, masked)
+    entry = registered(config)
+    if action_space.kind == "box" and not entry.options.continuous_actions:
+        able = " or ".join(sorted(n for n, e in AGENTS.items() if e.options.continuous_actions))
+        raise UnsupportedSetup(
+            f"--agent {config.agent} acts in discrete action spaces, not "
+            f"{codec.spec_summary(action_space)}: use --agent {able}"
+        )
+    return entry.factory(config, action_space, device, masked)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentRecipe:
+    """How to build a learner's agent and a fresh state of it again, in another process:
+    picklable (the factory travels by reference, the spaces as bytes), and it holds what
+    the learner worked out once (the spaces the network sees, its torso, the mask)."""
+
+    factory: AgentFactory
+    config: LearnerConfig
+    action_space: bytes
+    observation_space: bytes
+    """As the network sees it (normalized observations are float32)."""
+    torso: str
+    masked: bool
+
+    @classmethod
+    def of(
+        cls,
+        config: LearnerConfig,
+        action_space: pb.SpaceSpec,
+        observation_space: pb.SpaceSpec,
+        torso: str,
+        masked: bool,
+    ) -> AgentRecipe:
+        return cls(
+            agent_factory(config), config, action_space.SerializeToString(),
+            observation_space.SerializeToString(), torso, masked,
+        )  # fmt: skip
+
+    def agent(self, device: torch.device) -> Agent:
+        return self.factory(
+            self.config, pb.SpaceSpec.FromString(self.action_space), device, self.masked
+        )
+
+    def build(self, device: torch.device) -> tuple[Agent, AgentState]:
+        """The agent and a fresh state of it on ``device``."""
+        agent = self.agent(device)
+        return agent, agent.build(pb.SpaceSpec.FromString(self.observation_space), self.torso)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from learner.agents.models import ActionHead, ActorCritic, CoreState, ModelSpec, action_head
+from learner.agents.r2d2.network import QNetwork
 from learner.state import checkpoint
 from learner.state.normalize import Normalizer, make_normalizer
 from seedrl import codec, envs
@@ -29,6 +30,11 @@ def model_spec_from_dict(data: dict[str, Any]) -> ModelSpec:
     fields = {f.name for f in dataclasses.fields(ModelSpec)}
     kwargs: dict[str, Any] = {k: _tuples(v) for k, v in data.items() if k in fields}
     return ModelSpec(**kwargs)
+
+
+def network_from_spec(spec: ModelSpec) -> ActorCritic | QNetwork:
+    """The network a checkpoint's spec describes: a dueling one is R2D2's Q-network."""
+    return QNetwork(spec) if spec.dueling else ActorCritic(spec)
 
 
 def _tuples(value: Any) -> Any:
@@ -46,7 +52,7 @@ class Policy:
 
     def __init__(
         self,
-        model: ActorCritic,
+        model: ActorCritic | QNetwork,
         head: ActionHead,
         env_spec: pb.EnvSpec,
         greedy: bool = True,
@@ -72,7 +78,7 @@ class Policy:
         spec = model_spec_from_dict(state["model_spec"])
         mask_leaf = next((x[0] for x in spec.leaf_inputs if x[3] == "mask"), None)
         head = action_head(env_spec.action_space, mask_leaf is not None)
-        model = ActorCritic(spec)
+        model = network_from_spec(spec)
         model.load_state_dict(state["model"])
         normalizer = None
         if "obs_normalizer" in state:

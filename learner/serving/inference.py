@@ -1,15 +1,13 @@
-"""The learner's hot loop: one closed batch -> one forward pass -> actions back.
+"""The learner's hot loop over actors' streams: one closed batch -> one forward pass -> replies.
 
 ``InferenceEngine.process`` runs on the event loop for every batch the
 :class:`~learner.serving.batcher.DynamicBatcher` closes: gather the K frames of each pending
-stream into one array, read each slot's recurrent state, run the policy once
-(the agent's policy, e.g. :mod:`learner.agents.policy`) to get
-actions (with frame stacking, on each slot's stack with the new frame pushed on),
-record the frames into the trajectory builder, answer every stream, and hand
+stream into one array per field, fail the streams whose frames hold NaN or inf, serve the
+rows (:meth:`~learner.serving.rows.ServingCore.serve`: who plays each row, recurrent state
+and frame stacks per slot, the policy, the trajectories), answer every stream, and hand
 finished unrolls to the trainer (waiting when its queue is full: back-pressure).
 
-Shape suffixes: B frames in the batch, O observation dims, A action dims, P policy
-parameters, H core state size.
+Shape suffixes: B frames in the batch, A action dims.
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ import numpy as np
 from learner.agents.base import Store
 from learner.agents.policy import Policy
 from learner.serving.batcher import PendingRequest
+from learner.serving.rows import FrameBatch, ServingCore
 from learner.state.counters import StepCounter
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
@@ -83,19 +82,6 @@ class FramePayload:
         """A multi-agent env's acting rows (bool bytes); None for a single-agent env."""
 
 
-@dataclass
-class FrameBatch:
-    """The frames of one forward pass as arrays, B rows in stream order."""
-
-    slot_B: np.ndarray
-    obs_BO: np.ndarray
-    reward_B: np.ndarray
-    terminated_B: np.ndarray
-    truncated_B: np.ndarray
-    acting_B: np.ndarray | None = None
-    """A multi-agent env's rows that act; None for a single-agent env (all act)."""
-
-
 def gather_frames(
     frames: list[FramePayload], obs_dtype: np.dtype, obs_shape: tuple[int, ...]
 ) -> FrameBatch:
@@ -124,8 +110,8 @@ def nonfinite_problem(batch: FrameBatch) -> str | None:
     return None
 
 
-class InferenceEngine:
-    """Runs the agent's policy for batches of frames, on the weights training updates."""
+class InferenceEngine(ServingCore):
+    """Serves batches of actors' frames with the serving core and answers their streams."""
 
     def __init__(
         self,
@@ -143,28 +129,18 @@ class InferenceEngine:
     ) -> None:
         """``policy`` is the agent's action choice over the weights inference runs
         (``Agent.inference_policy``); ``weights_lock`` is held around each forward pass."""
-        self.policy = policy
-        self.normalizer = normalizer
-        """With --normalize-observations: updated with, then applied to, every batch; the
-        builder then stores the normalized float32 frames the policy acted on."""
+        super().__init__(
+            policy, builder, stats, weights_lock, learner_step, refresh_weights, normalizer,
+            self_play,
+        )  # fmt: skip
         self._obs_dtype = builder.obs_dtype if normalizer is None else normalizer.obs_dtype
         self._frame_shape = builder.frame_shape if normalizer is None else normalizer.obs_shape
         """What frames carry: the raw observation, which normalisation may widen (a float64
         leaf of packed rows becomes float32, a flat one keeps its shape)."""
-        self.builder = builder
         self.queue = queue
-        self.stats = stats
-        self.weights_lock = weights_lock
-        self.learner_step = learner_step
         self._released: list[np.ndarray] = []
         self.keep_unrolls = keep_unrolls
         """False with --no-train: nobody consumes unrolls, so they are not queued."""
-        self.refresh_weights = refresh_weights
-        """Called before each forward pass when training runs on other weights (the trainer
-        process, the device trainer)."""
-        self._phase_marks = stats.phase_marks()
-        self.self_play = self_play
-        """Two-player games with --self-play: seats, opponents and results."""
         self.recorder = recorder
         """With --record-dataset: offered every batch's finished unrolls (it never waits)."""
 
@@ -185,46 +161,24 @@ class InferenceEngine:
         live = [r for r in batch if not r.payload.conn.closed]
         if not live:
             return
-        fb = self._gather(live)
-        if nonfinite_problem(fb) is not None:  # one check per batch; the search is rare
+        rows = self._gather(live)
+        if nonfinite_problem(rows) is not None:  # one check per batch; the search is rare
             live = self._reject_nonfinite(live)
             if not live:
                 return
-            fb = self._gather(live)
-        if fb.acting_B is not None:
-            await self._process_agents(live, fb)
-            return
-        first_B = self.builder.first_flags(fb.slot_B)
-        if self.refresh_weights is not None:
-            mark("batch_assembly")
-            self.refresh_weights()
-            mark("trainer_handoff")
-
-        obs_BO = fb.obs_BO
-        if self.builder.frame_stack > 1:
-            obs_BO = self.builder.stack_frames(fb.slot_B, fb.obs_BO, first_B)
-        if self.normalizer is not None:
-            self.normalizer.update(obs_BO)
-            obs_BO = self.normalizer.normalize(obs_BO)
-        mark("batch_assembly")
-
-        action_BA, params_BP, state_before, state_after, step = self._policy(
-            fb.slot_B, obs_BO, first_B
-        )
-        mark("forward")
-        # With frame stacking the builder keeps the newest frames (stacking is off when the
-        # learner normalizes), else what the policy saw.
-        stored_BO = fb.obs_BO if self.builder.frame_stack > 1 else obs_BO
-        unrolls, episodes = self.builder.record(
-            fb.slot_B, stored_BO, fb.reward_B, fb.terminated_B, fb.truncated_B, first_B,
-            action_BA, params_BP, state_before, state_after, step,
-        )  # fmt: skip
-        self.stats.on_batch(len(fb.slot_B), episodes)
-        mark("trajectory_write")
-
+            rows = self._gather(live)
+        action_BA, unrolls = self.serve(rows, self._fresh_slots(live))
         self._reply(live, action_BA)
         mark("reply")
         await self._hand_over(unrolls, mark)
+
+    def _fresh_slots(self, live: list[PendingRequest]) -> np.ndarray | None:
+        """With self-play, the slots of streams that send their first frame: their envs
+        start afresh (the slots may have served a game of another stream)."""
+        if self.self_play is None:
+            return None
+        fresh = [r.payload.conn.slot_ids for r in live if r.payload.conn.frames == 0]
+        return np.concatenate(fresh) if fresh else None
 
     @staticmethod
     def _reply(live: list[PendingRequest], action_BA: np.ndarray) -> None:
@@ -250,61 +204,6 @@ class InferenceEngine:
                 with self.stats.timer("inference_wait_trainer"):
                     await asyncio.to_thread(self.queue.put, unrolls)
 
-    async def _process_agents(self, live: list[PendingRequest], fb: FrameBatch) -> None:
-        """A multi-agent env's batch: only rows that act or end reach a policy, only the
-        learning policy's reach the trajectories; waiting rows add their reward to their
-        slot's next step (``TrajectoryBuilder.credit_waits``), and get action 0."""
-        _, mark = self._phase_marks
-        acting_B = fb.acting_B
-        assert acting_B is not None
-        slot_B, done_B = fb.slot_B, fb.terminated_B | fb.truncated_B
-        step_B = acting_B | done_B
-        reward_B = self.builder.credit_waits(slot_B, fb.reward_B, step_B)
-        learner_B, opponent_B = step_B, None
-        if self.self_play is not None:
-            self.self_play.snapshot_due(self.learner_step.value)  # the first one at once
-            for request in live:
-                if request.payload.conn.frames == 0:  # a new stream: its envs start afresh
-                    self.self_play.reset(request.payload.conn.slot_ids)
-            seat_B, opponent_B = self.self_play.seats(slot_B, acting_B, done_B)
-            learner_B = step_B & seat_B
-        rows = np.flatnonzero(learner_B)
-        slots = slot_B[rows]
-        first_L = self.builder.first_flags(slots)
-        reward_L = np.where(first_L, np.float32(0.0), reward_B[rows])  # nothing before a start
-        if self.refresh_weights is not None:
-            self.refresh_weights()
-        obs_BO = fb.obs_BO
-        if self.normalizer is not None:
-            self.normalizer.update(obs_BO[step_B])
-            obs_BO = self.normalizer.normalize(obs_BO)
-        mark("batch_assembly")
-        action_BA = np.zeros((len(slot_B), *self.builder.action_shape), self.builder.action_dtype)
-        unrolls = None
-        if len(rows):
-            action_LA, params_LP, state_before, state_after, step = self._policy(
-                slots, obs_BO[rows], first_L
-            )
-            action_BA[rows] = action_LA
-        if self.self_play is not None:
-            assert opponent_B is not None
-            opponents_B = acting_B & ~done_B & ~learner_B  # an ended agent's action is unused
-            self.self_play.act(obs_BO, fb.obs_BO, slot_B, opponent_B, action_BA, opponents_B)
-        mark("forward")
-        episodes = None
-        if len(rows):
-            unrolls, episodes = self.builder.record(
-                slots, obs_BO[rows], reward_L, fb.terminated_B[rows], fb.truncated_B[rows],
-                first_L, action_LA, params_LP, state_before, state_after, step,
-            )  # fmt: skip
-            if episodes is not None and self.self_play is not None:
-                self.self_play.finish(rows[done_B[rows]], episodes.returns)
-        self.stats.on_batch(len(rows), episodes)
-        mark("trajectory_write")
-        self._reply(live, action_BA)
-        mark("reply")
-        await self._hand_over(unrolls, mark)
-
     def _gather(self, requests: list[PendingRequest]) -> FrameBatch:
         return gather_frames([r.payload for r in requests], self._obs_dtype, self._frame_shape)
 
@@ -318,13 +217,3 @@ class InferenceEngine:
             elif not request.future.done():
                 request.future.set_exception(WireError(problem))
         return kept
-
-    def _policy(self, slot_B: np.ndarray, obs_BO: np.ndarray, first_B: np.ndarray):
-        """One forward pass with T = 1: numpy actions, params, core states and the learner
-        step of the weights that ran it (read under the lock: a trainer thread's step
-        lands between two forward passes, never between a pass and its step number)."""
-        state_before = tuple(s[slot_B] for s in self.builder.core_state_SH)
-        with self.weights_lock:
-            action_BA, params_BP, state_after = self.policy(obs_BO, first_B, state_before, slot_B)
-            step = self.learner_step.value
-        return action_BA, params_BP, state_before, state_after, step

@@ -400,13 +400,9 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                 f"actor's env has agents {list(hello.env.agents)} but the learner's has "
                 f"{list(mine.agents)} (in this order)"
             )
-        for name in ("observation_space", "action_space"):
-            theirs, ours = getattr(hello.env, name), getattr(mine, name)
-            if not codec.specs_match(theirs, ours):
-                return (
-                    f"actor's {name} {codec.spec_summary(theirs)} differs from the learner's "
-                    f"{codec.spec_summary(ours)}"
-                )
+        if (mismatch := codec.space_mismatch(hello.env, mine)) is not None:
+            name, theirs, ours = mismatch
+            return f"actor's {name} {theirs} differs from the learner's {ours}"
         return None
 
     def frame_layout(self, num_envs: int, newest_frame_only: bool = False) -> FrameLayout:

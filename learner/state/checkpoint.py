@@ -1,5 +1,6 @@
 """Checkpoints: model, optimizer, counters, config and RNG state, written atomically, and
-read back into a learner's parts (:func:`restore`).
+read back into a learner's parts (:func:`restore`); when a running learner writes which
+one is :mod:`learner.checkpointing`'s.
 
 A checkpoint is written to a temporary file in the same directory, flushed and fsynced,
 then renamed over the old one (and the directory fsynced), so a kill at any moment
@@ -12,18 +13,17 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 import os
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from learner.common.measures import BY_RETURN, BY_YARDSTICK
+from learner.common.measures import BY_RETURN
+from learner.common.measures import BY_YARDSTICK as BY_YARDSTICK  # the measures a best records
 from learner.state.counters import StepCounter
 from learner.state.files import Lease, atomic_file
 from learner.state.normalize import Normalizer
@@ -42,15 +42,6 @@ BEST_MEASURE = "best_measure"
 """Key of what that value measures (absent: ``BY_RETURN``, as before there was a choice)."""
 
 
-class Restorable(Protocol):
-    """What :func:`restore` needs of the network (``ActorCritic`` answers it): the state
-    rooms sit under the agents, so the checkpoint names no network class."""
-
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = ...) -> Any: ...
-
-    def bound_log_std_(self) -> None: ...
-
-
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing, corrupt or from an incompatible run."""
 
@@ -63,23 +54,30 @@ class TrainingState:
     optimizer: dict[str, Any]
     learner_steps: int
     agent_state: dict[str, Any] = field(default_factory=dict)
-    """The agent's statistics between steps (its ``state_dict``), by checkpoint key."""
+    """The rest of what the agent keeps (target networks, statistics), by checkpoint key."""
+
+    def saved(self) -> dict[str, Any]:
+        """Everything the agent saved, by checkpoint key, as its ``load_state_dict`` reads
+        it (a checkpoint's own keys beside them are ignored there)."""
+        return {"model": self.model, "optimizer": self.optimizer, **self.agent_state}
 
 
 def capture(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    agent_state: Callable[[], dict[str, Any]],
     weights_lock: AbstractContextManager[Any],
     learner_steps: Callable[[], int],
-    agent_state: dict[str, Any] | None = None,
 ) -> TrainingState:
-    """A consistent CPU copy of the training state, taken under the weights lock (fast copies)."""
+    """A consistent CPU copy of the training state, taken under the weights lock (fast
+    copies): ``agent_state`` gives everything the agent trains by checkpoint key, the
+    inference network's weights and optimizer under ``model`` and ``optimizer``."""
     with weights_lock:
+        saved = dict(agent_state())
+        model, optimizer = saved.pop("model"), saved.pop("optimizer")
         return TrainingState(
-            model={k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
-            optimizer=_to_cpu(optimizer.state_dict()),
+            model={k: v.detach().to("cpu", copy=True) for k, v in model.items()},
+            optimizer=_to_cpu(optimizer),
             learner_steps=learner_steps(),
-            agent_state=_to_cpu(agent_state or {}),
+            agent_state=_to_cpu(saved),
         )
 
 
@@ -186,68 +184,6 @@ BEST_FILE = "checkpoint-best.pt"
 """The best checkpoint's name in a logdir (``LearnerConfig.best_checkpoint_path``)."""
 
 
-class BestKeeper:
-    """When to write checkpoint-best.pt: the run's ``measure`` (the mean return of a full
-    window of the last 100 episodes, or in self-play with fixed opponents the yardstick
-    score against them) beats the value it was last written with, and ``interval_s`` has
-    passed since (so a long climb does not write a checkpoint at every log interval)."""
-
-    def __init__(
-        self, path: Path, interval_s: float, best: float = -math.inf, measure: str = BY_RETURN
-    ) -> None:
-        self.path = path
-        self.interval_s = interval_s
-        self.best = best
-        """The value of ``measure`` checkpoint-best.pt holds (-inf: none yet)."""
-        self.measure = measure
-        self._last = -math.inf
-
-    @classmethod
-    def for_config(cls, config: LearnerConfig) -> BestKeeper | None:
-        """The keeper of this run (None when --best-checkpoint-interval-s is 0); a resumed
-        run goes on from the best its checkpoint-best.pt holds, a fresh one starts over."""
-        if not config.best_checkpoint_interval_s:
-            return None
-        path = config.best_checkpoint_path
-        measure = BY_YARDSTICK if config.self_play and config.fixed_opponents else BY_RETURN
-        best = -math.inf
-        if config.resume and path.is_file():
-            try:
-                state = load(path)
-            except CheckpointError as exc:
-                log.warning("%s; a new best checkpoint will replace it", exc)
-            else:  # a best by another measure is no bar to this run's
-                if state.get(BEST_MEASURE, BY_RETURN) == measure:
-                    best = float(state.get(BEST_RETURN, -math.inf))
-        return cls(path, config.best_checkpoint_interval_s, best, measure)
-
-    def due(self, value: float | None, final: bool = False) -> bool:
-        """Whether the measure's ``value`` now (None: no full window yet) is to be kept
-        now; ``final``: the run ends, so the interval does not hold it back."""
-        if value is None or not value > self.best:
-            return False
-        return final or time.monotonic() - self._last >= self.interval_s
-
-    def written(self, value: float) -> None:
-        self.best = value
-        self._last = time.monotonic()
-
-
-class ReplayCadence:
-    """Which periodic checkpoints also write the replay (--replay-checkpoint-interval-s):
-    the checkpoint's own cadence suits a model's MiBs, not a replay's GiBs."""
-
-    def __init__(self, interval_s: float, start: float) -> None:
-        self.interval_s = interval_s
-        self._last = start
-
-    def due(self, now: float) -> bool:
-        return now - self._last >= self.interval_s
-
-    def written(self, now: float) -> None:
-        self._last = now
-
-
 def check_env(path: str | os.PathLike[str], saved_env_spec: bytes, env_spec: pb.EnvSpec) -> None:
     """Raise CheckpointError when a checkpoint was trained on another env or other spaces."""
     try:
@@ -259,13 +195,12 @@ def check_env(path: str | os.PathLike[str], saved_env_spec: bytes, env_spec: pb.
             f"{path}: trained on env {saved.env_id!r}, this learner runs {env_spec.env_id!r}; "
             "use another --logdir or drop --resume"
         )
-    for name in ("observation_space", "action_space"):
-        theirs, ours = getattr(saved, name), getattr(env_spec, name)
-        if not codec.specs_match(theirs, ours):
-            raise CheckpointError(
-                f"{path}: trained with {name} {codec.spec_summary(theirs)}, this learner has "
-                f"{codec.spec_summary(ours)}; use another --logdir or drop --resume"
-            )
+    if (mismatch := codec.space_mismatch(saved, env_spec)) is not None:
+        name, theirs, ours = mismatch
+        raise CheckpointError(
+            f"{path}: trained with {name} {theirs}, this learner has {ours}; use another "
+            "--logdir or drop --resume"
+        )
 
 
 def resume_candidates(config: LearnerConfig) -> list[Path]:
@@ -312,8 +247,7 @@ def load_for_resume(config: LearnerConfig) -> tuple[Path, dict[str, Any]] | None
 
 def restore(
     path: Path,
-    model: Restorable,
-    optimizer: torch.optim.Optimizer,
+    load_training: Callable[[dict[str, Any]], None],
     stats: LearnerStats,
     step_counter: StepCounter,
     env_spec: Any = None,
@@ -321,7 +255,8 @@ def restore(
     state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Load a checkpoint into the parts and return it (``state``: ``path`` loaded
-    already); a mismatch raises CheckpointError naming the file."""
+    already); ``load_training`` takes what training owns out of it (the agent's
+    ``load_state_dict``). A mismatch raises CheckpointError naming the file."""
     state = load(path) if state is None else state
     if env_spec is not None and "env_spec" in state:
         check_env(path, state["env_spec"], env_spec)
@@ -335,9 +270,7 @@ def restore(
     try:
         if normalizer is not None and saved_stats is not None:
             normalizer.load_state_dict(saved_stats)
-        model.load_state_dict(state["model"])
-        model.bound_log_std_()  # a checkpoint from before the bound was kept this way
-        optimizer.load_state_dict(state["optimizer"])
+        load_training(state)
         torch.set_rng_state(state["torch_rng"])
         frames, steps = int(state["frames"]), int(state["learner_steps"])
         episodes, returns = int(state["episodes"]), list(state.get("returns", []))

@@ -295,13 +295,9 @@ def use_env(policy: Policy, env_id: str, env_kwargs: dict[str, Any]) -> None:
     """Evaluate ``policy`` on ``env_id`` (the user's own choice, so built without asking)
     instead of the checkpoint's env; its spaces must be the checkpoint's."""
     spec = envs.describe_env(env_id, env_kwargs)
-    for name in ("observation_space", "action_space"):
-        theirs, ours = getattr(policy.env_spec, name), getattr(spec, name)
-        if not codec.specs_match(theirs, ours):
-            raise ValueError(
-                f"--env {env_id}: {name} {codec.spec_summary(ours)}, the checkpoint was "
-                f"trained with {codec.spec_summary(theirs)}"
-            )
+    if (mismatch := codec.space_mismatch(policy.env_spec, spec)) is not None:
+        name, theirs, ours = mismatch
+        raise ValueError(f"--env {env_id}: {name} {ours}, the checkpoint was trained with {theirs}")
     policy.env_spec = spec
 
 
@@ -359,12 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--env-kwargs", type=_json_object, default=None,
         help="JSON kwargs for --env (default: the checkpoint's when --env is its env, else {})",
     )  # fmt: skip
-    parser.add_argument(
-        envs.ALLOW_ENV_MODULE_FLAG, dest="allow_env_module", action="append", default=[],
-        metavar="MODULE",
-        help="build the checkpoint's module:callable env when it comes from MODULE (or is this "
-        "exact id); repeatable. Without it (or --env) such a checkpoint is refused",
-    )  # fmt: skip
+    envs.add_allow_env_module_argument(parser)
     parser.add_argument(
         "--opponent",
         help="two-player games: play against random, heuristic (Connect Four's one-step "

@@ -36,6 +36,7 @@ from learner.agents.models import (
     ProductHead,
     mask_floats,
 )
+from learner.agents.r2d2.network import QNetwork
 from learner.agents.trained_policy import Policy
 from learner.state import checkpoint
 from learner.state.normalize import CLIP, EPSILON, LeafNormalizer, ObservationNormalizer
@@ -77,7 +78,7 @@ class ExportedPolicy(nn.Module):
 
     def __init__(self, policy: Policy) -> None:
         super().__init__()
-        self.model: ActorCritic = policy.model
+        self.model: ActorCritic | QNetwork = policy.model
         self.head: ActionHead = policy.head
         obs_spec = policy.env_spec.observation_space
         self.leaves = input_leaves(obs_spec)

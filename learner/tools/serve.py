@@ -24,7 +24,7 @@ from learner.state import checkpoint
 from learner.training.hosts import TrainerHost
 from seedrl import codec, envs
 from seedrl.cli import ConfigArgumentParser, add_config_arguments
-from seedrl.config import LearnerConfig
+from seedrl.config import LearnerConfig, config_hints
 from seedrl.presets import build_config
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -115,9 +115,7 @@ def load_policy(path: Path, state: dict[str, Any], learner: Learner) -> None:
     the env as this host builds it has other spaces than the checkpoint's."""
     check_spaces(path, state, learner.env_spec)
     try:
-        learner.model.load_state_dict(state["model"])
-        learner.model.bound_log_std_()
-        learner.agent.load_state_dict(state)
+        learner.agent.load_state_dict(learner.state, state)
         if learner.normalizer is not None:
             learner.normalizer.load_state_dict(state["obs_normalizer"])
         if learner.league is not None:
@@ -132,13 +130,11 @@ def load_policy(path: Path, state: dict[str, Any], learner: Learner) -> None:
 def check_spaces(path: Path, state: dict[str, Any], env_spec: pb.EnvSpec) -> None:
     """The checkpoint's env and spaces must be the ones this host's env has."""
     saved = pb.EnvSpec.FromString(state["env_spec"])
-    for name in ("observation_space", "action_space"):
-        theirs, ours = getattr(saved, name), getattr(env_spec, name)
-        if not codec.specs_match(theirs, ours):
-            raise ServeError(
-                f"{path}: trained on {saved.env_id} with {name} {codec.spec_summary(theirs)};"
-                f" the env built here has {codec.spec_summary(ours)}"
-            )
+    if (mismatch := codec.space_mismatch(saved, env_spec)) is not None:
+        name, theirs, ours = mismatch
+        raise ServeError(
+            f"{path}: trained on {saved.env_id} with {name} {theirs}; the env built here has {ours}"
+        )
 
 
 def serving_config(
@@ -148,7 +144,7 @@ def serving_config(
 
     ``given``: the LearnerConfig flags on this command line (``--env`` among them, which
     must name the checkpoint's env)."""
-    names = {f.name for f in dataclasses.fields(LearnerConfig)}
+    names = config_hints(LearnerConfig, state["config"])  # the fields and its agent's knobs
     saved = build_config(LearnerConfig, {k: v for k, v in state["config"].items() if k in names})
     if "env" in given and given["env"] != saved.env:
         raise ServeError(
@@ -186,12 +182,7 @@ def parser() -> ConfigArgumentParser:
         help="a self-play checkpoint: serve its opponent pool (snapshots and fixed opponents) "
         "in the other seat, as training did (default: the learning policy in every seat)",
     )  # fmt: skip
-    p.add_argument(
-        envs.ALLOW_ENV_MODULE_FLAG, dest="allow_env_module", action="append", default=[],
-        metavar="MODULE",
-        help="build the checkpoint's module:callable env when it comes from MODULE; "
-        "repeatable (without it, or --env naming it, such a checkpoint is refused)",
-    )  # fmt: skip
+    envs.add_allow_env_module_argument(p)
     add_config_arguments(p, LearnerConfig, only=SERVING_FIELDS | {"env"})
     return p
 

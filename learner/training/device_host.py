@@ -30,18 +30,23 @@ import numpy as np
 import torch
 
 from learner.agents.base import Store
-from learner.agents.models import ActorCritic
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
 from learner.state.trajectories import TrajectoryBuilder, Unrolls
 from learner.training.hosts import ThreadHost
-from learner.training.trainer import Trainer, TrainerParts, row_fields, stack_frames
+from learner.training.trainer import (
+    Trainer,
+    TrainerParts,
+    agent_training_state,
+    row_fields,
+    stack_frames,
+)
 
 STAGING_BUFFERS = 2
 """Pinned batches in turn: one is filled while the other's copy to the device runs."""
 
 
-def copy_for_inference(model: ActorCritic) -> ActorCritic:
+def copy_for_inference(model: torch.nn.Module) -> torch.nn.Module:
     """A second model on the same device with the same weights (inference's own copy)."""
     twin = copy.deepcopy(model)
     twin.requires_grad_(False)
@@ -110,10 +115,7 @@ class DeviceHost(ThreadHost):
         """``parts.weights_lock`` and ``parts.step_counter`` are the ones inference holds;
         the trainer keeps its own lock and counter and hands finished steps over."""
         inference_step = parts.step_counter
-        own = dataclasses.replace(
-            parts, weights_lock=threading.Lock(), step_counter=StepCounter(inference_step.value)
-        )
-        super().__init__(Trainer(own, update_guard=self._handoff), queue, parts.stats)
+        super().__init__(parts, queue, builder)
         # The trainer's own lock now orders only its update against checkpoints;
         # ``handoff_lock`` orders it against inference's copy.
         self.handoff_lock = parts.weights_lock
@@ -142,6 +144,12 @@ class DeviceHost(ThreadHost):
             self.stream.wait_stream(torch.cuda.current_stream(device))
 
     # ------------------------------------------------------------------ the trainer side
+
+    def _trainer(self, parts: TrainerParts) -> Trainer:
+        own = dataclasses.replace(
+            parts, weights_lock=threading.Lock(), step_counter=StepCounter(parts.step_counter.value)
+        )
+        return Trainer(own, update_guard=self._handoff)
 
     def train(self, unrolls: Unrolls, updates: int | None = None) -> list[dict[str, float] | None]:
         staged = self._staging[self._next_staging]
@@ -183,11 +191,9 @@ class DeviceHost(ThreadHost):
         with trainer.weights_lock:
             if self.stream is not None:
                 self.stream.synchronize()  # the last issued step has landed in the weights
-            steps = trainer.step_counter.value
-            return checkpoint.capture(
-                trainer.model, trainer.optimizer, contextlib.nullcontext(), lambda: steps,
-                trainer.agent.state_dict(),
-            )  # fmt: skip
+            return agent_training_state(
+                trainer.agent, trainer.state, contextlib.nullcontext(), trainer.step_counter
+            )
 
     # ------------------------------------------------------------------ the inference side
 

@@ -31,6 +31,7 @@ they need only rank 0's address.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -44,9 +45,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from learner.state.trajectories import Unrolls
+from learner.agents.base import Store
+from learner.state.trajectories import TrajectoryBuilder, Unrolls
 from learner.training.hosts import ThreadHost, trainer_mode
-from learner.training.trainer import Trainer, to_time_major
+from learner.training.trainer import Trainer, TrainerParts, agent_training_state, to_time_major
 from seedrl.config import LearnerConfig
 from seedrl.transport import listen_address
 
@@ -171,15 +173,13 @@ class RankSync:
         self.learner = learner
         state: list[Any] = [None]
         if self.is_main:
-            state[0] = {
-                "model": {k: v.cpu() for k, v in learner.model.state_dict().items()},
-                "optimizer": learner.optimizer.state_dict(),
-                "steps": learner.step_counter.value,
-            }
+            training = agent_training_state(
+                learner.agent, learner.state, contextlib.nullcontext(), learner.step_counter
+            )
+            state[0] = {"training": training.saved(), "steps": training.learner_steps}
         dist.broadcast_object_list(state, src=0, group=self.cpu_group)
         if not self.is_main:
-            learner.model.load_state_dict(state[0]["model"])
-            learner.optimizer.load_state_dict(state[0]["optimizer"])
+            learner.agent.load_state_dict(learner.state, state[0]["training"])
             learner.step_counter.value = int(state[0]["steps"])
             learner.stats.learner_steps = learner.step_counter.value
 
@@ -195,7 +195,7 @@ class RankSync:
     def make_host(self, learner: Learner) -> RankHost:
         """The trainer thread that steps in lockstep with the other ranks."""
         trainer_mode(self.config, learner.device, ranked=True)  # anything but a thread: raises
-        return RankHost(learner, self)
+        return RankHost(learner.trainer_parts(), learner.queue, learner.builder, self)
 
     # ------------------------------------------------------------------ every step
 
@@ -333,14 +333,17 @@ class RankHost(ThreadHost):
     step, so no rank is ever left waiting in a collective its peers will not join.
     """
 
-    def __init__(self, learner: Learner, sync: RankSync) -> None:
+    def __init__(
+        self, parts: TrainerParts, store: Store, builder: TrajectoryBuilder, sync: RankSync
+    ) -> None:
         self.sync = sync
         stop_vote = threading.Event()
-        self.exchange = RankGradients(sync, learner.stats, stop_vote)
-        super().__init__(
-            Trainer(learner.trainer_parts(), self.exchange), learner.queue, learner.stats
-        )
+        self.exchange = RankGradients(sync, parts.stats, stop_vote)
+        super().__init__(parts, store, builder)
         self._stop = stop_vote  # stopping this host is this rank's vote to stop them all
+
+    def _trainer(self, parts: TrainerParts) -> Trainer:
+        return Trainer(parts, self.exchange)
 
     def run(self) -> None:
         batch_size = self.config.batch_size

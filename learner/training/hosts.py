@@ -1,6 +1,8 @@
 """Trainer hosts: where the one :class:`~learner.training.trainer.Trainer` runs.
 
-Every host answers the same small :class:`TrainerHost` protocol, which is all that
+Every host is built the same way, ``Host(parts, store, builder)`` (a torchrun rank's
+also takes its membership), from one :class:`~learner.training.trainer.TrainerParts`,
+and answers the same small :class:`TrainerHost` protocol, which is all that
 ``learner.run`` knows of training: start and stop it, whether it is alive or failed,
 which weights inference runs and how they are brought up to date, and the training
 state a checkpoint takes. The hosts are a thread beside inference (here), a child
@@ -13,19 +15,16 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 
 from learner.agents.base import Store
 from learner.state import checkpoint
 from learner.state.stats import LearnerStats
-from learner.state.trajectories import Unrolls
-from learner.training.trainer import Trainer
+from learner.state.trajectories import TrajectoryBuilder, Unrolls
+from learner.training.trainer import Trainer, TrainerParts
 from seedrl.config import LearnerConfig
-
-if TYPE_CHECKING:
-    from learner.agents.models import ActorCritic
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +36,9 @@ class TrainerHost(Protocol):
     """The ``--trainer`` mode it runs (for the listening line)."""
     error: BaseException | None
     """Why training stopped, once it failed."""
-    inference_model: ActorCritic
-    """The weights inference runs (the trained model itself, or a copy kept up to date)."""
+    inference_model: Any
+    """The network inference runs, as the agent's ``inference_policy`` takes it (the
+    trained network itself, or a copy kept up to date)."""
 
     @property
     def inference_lock(self) -> AbstractContextManager[Any]:
@@ -72,16 +72,22 @@ class ThreadHost:
 
     mode = "thread"
 
-    def __init__(self, trainer: Trainer, queue: Store, stats: LearnerStats) -> None:
-        self.trainer = trainer
-        self.queue = queue
-        self.stats = stats
-        self.config: LearnerConfig = trainer.config
-        self.inference_model = trainer.model
-        self.inference_lock: AbstractContextManager[Any] = trainer.weights_lock
+    def __init__(self, parts: TrainerParts, store: Store, builder: TrajectoryBuilder) -> None:
+        """``builder``: the trajectories' shapes (a host staging batches its own way needs
+        them)."""
+        self.trainer = self._trainer(parts)
+        self.queue = store
+        self.stats: LearnerStats = parts.stats
+        self.config: LearnerConfig = parts.config
+        self.inference_model: Any = parts.model
+        self.inference_lock: AbstractContextManager[Any] = parts.weights_lock
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def _trainer(self, parts: TrainerParts) -> Trainer:
+        """The trainer this host runs (a host that steps its own way overrides this)."""
+        return Trainer(parts)
 
     def train(self, unrolls: Unrolls, updates: int | None = None) -> list[dict[str, float] | None]:
         """``updates`` steps (default ``--updates-per-batch``) on one batch (a host that

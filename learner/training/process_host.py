@@ -38,26 +38,23 @@ import types
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from queue import Empty, SimpleQueue
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from learner.agents.models import ActorCritic, ModelSpec, resolve_device
+from learner.agents.base import Store
+from learner.agents.models import resolve_device
 from learner.agents.policy import set_compute_threads
-from learner.agents.registry import make_agent
+from learner.agents.registry import AgentRecipe
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
-from learner.state.trajectories import Unrolls
+from learner.state.trajectories import TrajectoryBuilder, Unrolls
 from learner.training.allocator import keep_freed_memory
-from learner.training.trainer import Trainer, TrainerParts, make_optimizer
+from learner.training.trainer import Trainer, TrainerParts, agent_training_state
 from seedrl.config import LearnerConfig
-from seedrl.proto import seedrl_pb2 as pb
 from seedrl.timing import process_rss_mb
-
-if TYPE_CHECKING:  # the spawned child imports this module; it needs no Learner
-    from learner.parts import Learner
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +125,7 @@ class _ChildArgs:
     """Everything the spawned child needs, pickled once at start."""
 
     config: LearnerConfig
-    model_spec: ModelSpec
-    action_space: bytes  # the env's pb.SpaceSpec: the child builds its own agent from it
+    recipe: AgentRecipe  # the child builds its own agent and state by asking it
     initial_state: bytes  # torch.save of a TrainingState
     slots: list[SharedUnrolls]
     weights: list[torch.Tensor]
@@ -154,24 +150,24 @@ class ProcessHost:
 
     mode = "process"
 
-    def __init__(self, learner: Learner) -> None:
-        config, model, step_counter = learner.config, learner.model, learner.step_counter
+    def __init__(self, parts: TrainerParts, store: Store, builder: TrajectoryBuilder) -> None:
+        if parts.recipe is None:
+            raise ValueError("a trainer process needs the recipe of the agent it rebuilds")
+        config, model, step_counter = parts.config, parts.model, parts.step_counter
         self.config = config
-        self.model = model
-        self.agent = learner.agent
-        """Its statistics are what the child starts from; it trains on (and checkpoints)
-        its own."""
-        self.action_space = learner.env_spec.action_space
-        self.optimizer = learner.optimizer
-        self.queue = learner.queue
-        self.stats = learner.stats
-        self.weights_lock = learner.weights_lock
+        self.recipe = parts.recipe
+        self.agent = parts.agent
+        self.state = parts.state
+        """What the child starts from; it trains (and checkpoints) its own copy."""
+        self.queue = store
+        self.stats = parts.stats
+        self.weights_lock = parts.weights_lock
         self.step_counter = step_counter
         self.inference_model = model
-        self.inference_lock = learner.weights_lock
+        self.inference_lock = parts.weights_lock
         self.error: BaseException | None = None
         self._ctx = mp.get_context("spawn")
-        empty = learner.builder.empty_unrolls(config.batch_size)
+        empty = builder.empty_unrolls(config.batch_size)
         self._slots = [SharedUnrolls.like(empty) for _ in range(SLOTS)]
         self._slot_views = [slot.view() for slot in self._slots]
         self._inference_weights = list(model.state_dict().values())
@@ -200,8 +196,7 @@ class ProcessHost:
         """Spawn the child and the feeder and receiver threads."""
         args = _ChildArgs(
             config=self.config,
-            model_spec=self.model.spec,
-            action_space=self.action_space.SerializeToString(),
+            recipe=self.recipe,
             initial_state=_to_bytes(self._own_state()),
             slots=self._slots,
             weights=self._shared_weights,
@@ -269,10 +264,7 @@ class ProcessHost:
 
     def _own_state(self) -> checkpoint.TrainingState:
         """The learner process's copy of the training state (what the child starts from)."""
-        return checkpoint.capture(
-            self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value,
-            self.agent.state_dict(),
-        )  # fmt: skip
+        return agent_training_state(self.agent, self.state, self.weights_lock, self.step_counter)
 
     # ------------------------------------------------------------------ weights
 
@@ -426,19 +418,14 @@ def _train_until_stopped(args: _ChildArgs, commands: Connection, results: Connec
     keep_freed_memory()
     set_compute_threads(config.torch_threads)
     device = resolve_device(config.device)
-    masked = any(encoder == "mask" for *_, encoder, _ in args.model_spec.leaf_inputs)
-    agent = make_agent(config, pb.SpaceSpec.FromString(args.action_space), device, masked)
-    model = ActorCritic(args.model_spec).to(device)
-    optimizer = make_optimizer(model, config)
+    agent, state = args.recipe.build(device)
     initial = _from_bytes(args.initial_state)
-    model.load_state_dict(initial.model)
-    optimizer.load_state_dict(initial.optimizer)
-    agent.load_state_dict(initial.agent_state)
+    agent.load_state_dict(state, initial.saved())
     steps = StepCounter(initial.learner_steps)
     # The child's batches come from the slots and its only thread shares no weights.
-    trainer = Trainer(TrainerParts.unshared(config, agent, model, optimizer, device, steps))
+    trainer = Trainer(TrainerParts.unshared(config, agent, state, device, steps))
     views = [slot.view() for slot in args.slots]
-    params = list(model.state_dict().values())
+    params = list(state.model.state_dict().values())
 
     results.send(("ready",))
 

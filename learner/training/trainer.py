@@ -1,8 +1,10 @@
-"""The trainer: batches of unrolls -> the agent's loss -> one optimizer step.
+"""The trainer: batches of unrolls -> the agent's update -> its optimizer steps.
 
-One host-agnostic training object. The optimizer recipe (zero the gradients, backward,
-combine them with other ranks', clip, schedule the rate, step) is written once, in
-:meth:`Trainer.step_on`; where it runs — a thread next to inference, a child process, a
+One host-agnostic training object around any agent. The optimizer recipe (zero the
+gradients, backward, combine them with other ranks', clip, skip what is not finite,
+schedule the rate, step under the update guard, count the step) is written once, in
+:class:`_Update`, the :class:`~learner.agents.base.Optimize` an agent's update applies
+each of its losses through; where it runs — a thread next to inference, a child process, a
 CUDA stream, a torchrun rank — is a host's business (:mod:`learner.training.hosts`), and
 what differs between ranks and a lone learner is a :class:`GradientExchange` passed in.
 
@@ -17,13 +19,13 @@ import threading
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from learner.agents.base import SAMPLE_PRIORITY, UPDATE_LOGP, Agent, BoundedAgent
-from learner.agents.models import ActorCritic
+from learner.agents.base import INFERENCE_NETWORK, SAMPLE_PRIORITY, Agent, AgentState
+from learner.agents.registry import AgentRecipe
 from learner.common.schedules import StepClock, learning_rate_schedule
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
@@ -127,9 +129,11 @@ class UpdateBound:
     TARGET = 0.9
     """Share of the bound a scaled-back step aims at, so that one rescale mostly suffices."""
 
-    def __init__(self, model: torch.nn.Module, max_kl: float) -> None:
+    def __init__(self, model: torch.nn.Module | Iterable[torch.Tensor], max_kl: float) -> None:
+        """``model``: the module (or the parameters) whose steps are bounded."""
         self.max_kl = max_kl
-        self.params: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
+        params = model.parameters() if isinstance(model, torch.nn.Module) else model
+        self.params: list[torch.Tensor] = [p for p in params if p.requires_grad]
         # The weights before the step, in buffers made once: no allocation per step.
         self.start = [torch.empty_like(p) for p in self.params]
 
@@ -194,26 +198,31 @@ class LocalGradients:
 
 @dataclass(frozen=True)
 class TrainerParts:
-    """What a trainer is built from: the agent whose loss it minimises, the model and
-    optimizer it steps, and what it shares with inference (the lock around a weight update,
-    the step counter, the stats it counts skipped steps in)."""
+    """What a trainer is built from: the agent whose updates it applies and the state it
+    trains, and what it shares with inference (the lock around a weight update, the step
+    counter, the stats it counts skipped steps in). Every host takes these."""
 
     config: LearnerConfig
     agent: Agent
-    model: ActorCritic
-    optimizer: torch.optim.Optimizer
+    state: AgentState
     device: torch.device
     stats: LearnerStats
     weights_lock: threading.Lock
     step_counter: StepCounter
+    recipe: AgentRecipe | None = None
+    """How a trainer in another process rebuilds the agent (None: only in this one)."""
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The network inference runs."""
+        return self.state.model
 
     @classmethod
     def unshared(
         cls,
         config: LearnerConfig,
         agent: Agent,
-        model: ActorCritic,
-        optimizer: torch.optim.Optimizer,
+        state: AgentState,
         device: torch.device,
         step_counter: StepCounter | None = None,
     ) -> TrainerParts:
@@ -222,8 +231,7 @@ class TrainerParts:
         return cls(
             config=config,
             agent=agent,
-            model=model,
-            optimizer=optimizer,
+            state=state,
             device=device,
             stats=LearnerStats(),
             weights_lock=threading.Lock(),
@@ -231,8 +239,12 @@ class TrainerParts:
         )
 
 
+def _parameters(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
 class Trainer:
-    """An agent's loss minimised on the model, one optimizer step at a time."""
+    """An agent's updates applied to its state, one optimizer step at a time."""
 
     def __init__(
         self,
@@ -245,21 +257,24 @@ class Trainer:
         config = parts.config
         self.config = config
         self.agent = parts.agent
-        self.model = parts.model
-        self.optimizer = parts.optimizer
+        self.state = parts.state
         self.device = parts.device
         self.stats = parts.stats
         self.weights_lock = parts.weights_lock
         self.step_counter = parts.step_counter
         self.exchange: GradientExchange = exchange or LocalGradients()
         self.update_guard = update_guard or (lambda: self.weights_lock)
-        self.grads = GradientBuffer(self.model.parameters(), self.device)
+        self.gradients = {
+            name: GradientBuffer(_parameters(optimizer), self.device)
+            for name, optimizer in self.state.optimizers.items()
+        }
+        """Each optimizer's gradients as one flat buffer (what ranks exchange)."""
         self.learning_rate = learning_rate_schedule(config)
-        self.bound = (
-            None if (bound := config.effective_max_update_kl) is None
-            else UpdateBound(self.model, bound)
-        )  # fmt: skip
-        """Keeps each step within ``--max-update-kl`` of the policy it started from."""
+        self.bounds = {
+            name: UpdateBound(_parameters(self.state.optimizers[name]), max_kl)
+            for name, max_kl in self.state.update_bounds.items()
+        }
+        """Keeps each step of these optimizers within its bound of the policy it started from."""
         self.feedback: list[tuple[np.ndarray, np.ndarray]] = []
         """(sample ids, new priorities) of the steps since :meth:`take_feedback`, for the
         host to hand to the store."""
@@ -270,14 +285,30 @@ class Trainer:
         steps advances the clock by its frames once, not K times, and a replayed one by
         its new frames only."""
 
+    @property
+    def model(self) -> torch.nn.Module:
+        """The network inference runs."""
+        return self.state.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The inference network's optimizer."""
+        return self.state.optimizer
+
+    @property
+    def grads(self) -> GradientBuffer:
+        """The inference network's optimizer's gradients."""
+        return self.gradients[INFERENCE_NETWORK]
+
     def clock(self, step: int) -> StepClock:
         return StepClock(step, step * self.frames_per_step)
 
     def loss(
         self, batch: dict[str, torch.Tensor], core_state: tuple[torch.Tensor, ...], step: int = 0
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The agent's total loss and its parts for one time-major batch at step ``step``."""
-        return self.agent.loss(self.model, batch, core_state, self.clock(step))
+        """The agent's total loss and its parts for one time-major batch at step ``step``,
+        with no step taken: for an agent with one loss that says how (``loss``)."""
+        return self.agent.loss(self.state, batch, core_state, self.clock(step))  # type: ignore[attr-defined]
 
     def train_step(self, unrolls: Unrolls) -> dict[str, float] | None:
         """One optimizer step on ``unrolls``; None when skipped for a non-finite loss/gradient."""
@@ -286,8 +317,8 @@ class Trainer:
     def train_batch(
         self, unrolls: Unrolls, updates: int | None = None
     ) -> list[dict[str, float] | None]:
-        """``updates`` optimizer steps on ``unrolls`` (default ``--updates-per-batch``),
-        the batch sent to the device once; one entry per step as ``train_step`` returns."""
+        """``updates`` updates on ``unrolls`` (default ``--updates-per-batch``), the batch
+        sent to the device once; one entry per update as ``train_step`` returns."""
         batch = to_time_major(unrolls, self.device)
         core_state = tuple(torch.from_numpy(s).to(self.device) for s in unrolls.core_state)
         return self.steps_on(batch, core_state, unrolls, updates)
@@ -299,8 +330,8 @@ class Trainer:
         unrolls: Unrolls,
         updates: int | None = None,
     ) -> list[dict[str, float] | None]:
-        """``updates`` steps on one device batch, each with the loss recomputed from the
-        weights the previous step left (so V-trace sees how far the policy has moved)."""
+        """``updates`` updates on one device batch, each with the losses recomputed from
+        the weights the previous one left (so V-trace sees how far the policy has moved)."""
         count = self.config.updates_per_batch if updates is None else updates
         return [
             self.step_on(batch, core_state, unrolls, self.step_counter.value) for _ in range(count)
@@ -313,75 +344,39 @@ class Trainer:
         unrolls: Unrolls | None,
         step: int,
     ) -> dict[str, float] | None:
-        """The optimizer recipe, once for every host: the loss of ``batch`` (already on the
-        device, see ``to_time_major``; None: this learner has none and only joins the
-        exchange) at step ``step``, its gradient combined, clipped and applied. Returns
-        the step's scalars, or None when it trained on nothing of its own."""
-        self.grads.zero()
+        """One update, once for every host: the agent's update on ``batch`` (already on
+        the device, see ``to_time_major``; None: this learner has none and only joins the
+        exchanges) at step ``step``, each of its losses' gradients combined, clipped and
+        applied. Returns the update's scalars, or None when it trained on nothing of its
+        own (no batch, or a loss or gradient that was not finite)."""
+        update = _Update(self, step)
         terms = None
         if batch is not None:
-            total, terms = self.loss(batch, core_state, step)
-            if torch.isfinite(total):
-                total.backward()
-            else:
-                self._skip("loss")
-                terms = None
-        if self.exchange.combine(self.grads.flat, terms is not None) == 0:
-            return None
-        grad_norm = self.grads.clip_norm(self.config.max_grad_norm)
-        if not torch.isfinite(grad_norm):  # the same combined gradient on every rank
-            self.grads.zero()
-            self._skip("gradient")
-            return None
-        lr = self.set_learning_rate(step)
-        before_logp = None if terms is None else terms.pop(UPDATE_LOGP, None)
-        bound_scalars: dict[str, float] = {}
-        with self.update_guard():
-            if self.bound is not None:
-                self.bound.remember()
-            self.optimizer.step()
-            if self.bound is not None:
-                bound_scalars = self.bound.enforce(
-                    lambda: self.exchange.mean(*self._update_kl(batch, core_state, before_logp))
-                )
-            self.model.bound_log_std_()
-            self.step_counter.value += 1
-        if terms is None or unrolls is None:
+            terms = self.agent.update(self.state, batch, core_state, self.clock(step), update)
+        update.finish()
+        if terms is None or unrolls is None or update.own_skipped or not update.counted:
             return None
         priority = terms.pop(SAMPLE_PRIORITY, None)
         if priority is not None and unrolls.sample_id is not None:
             self.feedback.append((unrolls.sample_id.copy(), priority.float().cpu().numpy()))
         scalars = {k: float(v) for k, v in terms.items()}
-        scalars["grad_norm"] = float(grad_norm)
-        scalars["learning_rate"] = lr
+        scalars.update(update.step_scalars)
         scalars["policy_lag"] = policy_lag(step, unrolls)
-        scalars.update(bound_scalars)
+        scalars.update(update.bound_scalars)
         scalars.update(self.exchange.scalars())
         return scalars
-
-    def _update_kl(
-        self,
-        batch: dict[str, torch.Tensor] | None,
-        core_state: tuple[torch.Tensor, ...],
-        before_logp: torch.Tensor | None,
-    ) -> tuple[float, float]:
-        """(how far the step just taken moved the policy on this learner's batch, the
-        weight of that batch among the ranks': 0 for a rank that had none)."""
-        if batch is None or before_logp is None:
-            return 0.0, 0.0
-        assert isinstance(self.agent, BoundedAgent)  # the config allows the bound on no other
-        return float(self.agent.policy_change(self.model, batch, core_state, before_logp)), 1.0
 
     def take_feedback(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The (sample ids, priorities) pairs gathered since the last call."""
         taken, self.feedback = self.feedback, []
         return taken
 
-    def set_learning_rate(self, step: int) -> float:
-        """Set the scheduled learning rate of optimizer step ``step`` (0-based); returns it."""
+    def set_learning_rate(self, step: int, optimizer: str = INFERENCE_NETWORK) -> float:
+        """Set the scheduled learning rate of optimizer step ``step`` (0-based) on
+        ``optimizer``; returns it."""
         lr = self.learning_rate(self.clock(step).frames)
         if self.config.effective_lr_schedule != "constant":
-            for group in self.optimizer.param_groups:
+            for group in self.state.optimizers[optimizer].param_groups:
                 group["lr"] = lr
         return lr
 
@@ -393,12 +388,122 @@ class Trainer:
         )
 
     def training_state(self) -> checkpoint.TrainingState:
-        """Weights, optimizer state, the agent's statistics and the step count, as of the
-        last whole step."""
-        return checkpoint.capture(
-            self.model, self.optimizer, self.weights_lock, lambda: self.step_counter.value,
-            self.agent.state_dict(),
-        )  # fmt: skip
+        """Everything the agent's state holds and the step count, as of the last whole step."""
+        return agent_training_state(self.agent, self.state, self.weights_lock, self.step_counter)
+
+
+def agent_training_state(
+    agent: Agent,
+    state: AgentState,
+    weights_lock: AbstractContextManager[Any],
+    step_counter: StepCounter,
+) -> checkpoint.TrainingState:
+    """A consistent CPU copy of what ``state`` holds (by the agent's checkpoint keys) and
+    the step count, taken under ``weights_lock``."""
+    return checkpoint.capture(
+        lambda: agent.state_dict(state), weights_lock, lambda: step_counter.value
+    )
+
+
+class _Update:
+    """One update's :class:`~learner.agents.base.Optimize`: the recipe each loss goes
+    through, with every optimizer of the state joined in its order, so that torchrun
+    ranks meet in the same collectives whatever each one's agent did (a rank without a
+    batch, or with a loss that was not finite, joins with zeros)."""
+
+    def __init__(self, trainer: Trainer, step: int) -> None:
+        self.trainer = trainer
+        self.step = step
+        self.order = list(trainer.state.optimizers)
+        self.next = 0
+        """Index into ``order`` of the first optimizer this update has not come to."""
+        self.counted = False
+        """A step was applied (and counted) in this update."""
+        self.own_skipped = False
+        """This learner's loss or gradient was not finite: its terms are not reported."""
+        self.step_scalars: dict[str, float] = {}
+        self.bound_scalars: dict[str, float] = {}
+
+    def minimize(
+        self,
+        loss: torch.Tensor,
+        optimizer: str = INFERENCE_NETWORK,
+        policy_change: Callable[[], torch.Tensor] | None = None,
+    ) -> bool:
+        self._come_to(optimizer)
+        grads = self.trainer.gradients[optimizer]
+        grads.zero()
+        own = bool(torch.isfinite(loss))
+        if own:
+            loss.backward()
+        else:
+            self.trainer._skip("loss")
+            self.own_skipped = True
+        self.next += 1
+        return self._apply(optimizer, own, policy_change if own else None)
+
+    def finish(self) -> None:
+        """Join the exchanges of the optimizers the update did not step."""
+        self._come_to(None)
+
+    def _come_to(self, optimizer: str | None) -> None:
+        """Join, with nothing of this learner's, every optimizer before ``optimizer`` (None:
+        all that are left); an optimizer the update already passed is refused."""
+        stop = len(self.order) if optimizer is None else self.order.index(optimizer)
+        if stop < self.next:
+            raise ValueError(
+                f"an update minimises each optimizer once, in the state's order {self.order}:"
+                f" {optimizer!r} came too late"
+            )
+        while self.next < stop:
+            name = self.order[self.next]
+            self.trainer.gradients[name].zero()
+            self.next += 1
+            self._apply(name, False, None)
+
+    def _apply(
+        self, name: str, contributed: bool, policy_change: Callable[[], torch.Tensor] | None
+    ) -> bool:
+        trainer = self.trainer
+        grads = trainer.gradients[name]
+        exchange = trainer.exchange
+        if exchange.combine(grads.flat, contributed) == 0:
+            return False
+        grad_norm = grads.clip_norm(trainer.config.max_grad_norm)
+        if not torch.isfinite(grad_norm):  # the same combined gradient on every rank
+            grads.zero()
+            trainer._skip("gradient")
+            self.own_skipped = True
+            return False
+        lr = trainer.set_learning_rate(self.step, name)
+        bound = trainer.bounds.get(name)
+        after = trainer.state.after_step.get(name)
+
+        def measure() -> float:
+            if policy_change is None:  # nothing of this learner's moved: no weight
+                return exchange.mean(0.0, 0.0)
+            return exchange.mean(float(policy_change()), 1.0)
+
+        with trainer.update_guard():
+            if bound is not None:
+                bound.remember()
+            trainer.state.optimizers[name].step()
+            if bound is not None:
+                self._scalars(self.bound_scalars, name, bound.enforce(measure))
+            if after is not None:
+                after()
+            if not self.counted:  # the step count names the update, not each optimizer's step
+                trainer.step_counter.value += 1
+                self.counted = True
+        self._scalars(self.step_scalars, name, {"grad_norm": float(grad_norm), "learning_rate": lr})
+        return True
+
+    @staticmethod
+    def _scalars(into: dict[str, float], name: str, scalars: dict[str, float]) -> None:
+        """The inference network's optimizer's scalars as they are named, another's with
+        its name after them."""
+        suffix = "" if name == INFERENCE_NETWORK else f"_{name}"
+        into.update({f"{key}{suffix}": value for key, value in scalars.items()})
 
 
 def policy_lag(step: int, unrolls: Unrolls) -> float:
@@ -407,25 +512,3 @@ def policy_lag(step: int, unrolls: Unrolls) -> float:
     (``step``) the gradient is computed with. 0: fully on-policy."""
     t = unrolls.acted_step.shape[1] - 1
     return float(step - unrolls.acted_step[:, :t].mean())
-
-
-def apply_optimizer_settings(optimizer: torch.optim.Optimizer, config: LearnerConfig) -> None:
-    """Set the configured learning rate and epsilon on every parameter group.
-
-    ``load_state_dict`` brings back the hyper-parameters a checkpoint was saved with, so
-    without this a resumed run would ignore ``--learning-rate`` (and a run saved before
-    the defaults changed would keep the old rate with the new batch).
-    """
-    for group in optimizer.param_groups:
-        group["lr"] = config.learning_rate
-        group["eps"] = config.adam_eps
-
-
-def make_optimizer(model: ActorCritic, config: LearnerConfig) -> torch.optim.Optimizer:
-    """Adam over the model's parameters, as ``config`` sets it."""
-    # The fused kernel updates every parameter in one op, where the default pays per-op
-    # overhead per parameter, which dominates for the small models here.
-    fused = next(model.parameters()).device.type in ("cpu", "cuda")
-    return torch.optim.Adam(
-        model.parameters(), lr=config.learning_rate, eps=config.adam_eps, fused=fused
-    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from seedrl.config import _require_range
+from seedrl.config import require_range
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +44,8 @@ class ActorSuiteConfig:
     """Echo the actor's output as it runs."""
 
     def __post_init__(self) -> None:
-        _require_range(self, ("num_envs",), low=1, high=4096)
-        _require_range(self, ("max_backoff_s", "session_timeout_s"), low=0, low_open=True)
+        require_range(self, ("num_envs",), low=1, high=4096)
+        require_range(self, ("max_backoff_s", "session_timeout_s"), low=0, low_open=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,7 @@ class LearnerSuiteConfig:
     """Also write the report as JSON to this file."""
 
     def __post_init__(self) -> None:
-        _require_range(self, ("num_envs",), low=1, high=4096)
-        _require_range(self, ("frames",), low=2)
-        _require_range(self, ("wait_shutdown_s",), low=0)
-        _require_range(self, ("call_timeout_s",), low=0, low_open=True)
+        require_range(self, ("num_envs",), low=1, high=4096)
+        require_range(self, ("frames",), low=2)
+        require_range(self, ("wait_shutdown_s",), low=0)
+        require_range(self, ("call_timeout_s",), low=0, low_open=True)

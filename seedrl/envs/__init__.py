@@ -25,6 +25,7 @@ from seedrl import codec
 from seedrl.envs.custom import (
     ALLOW_ENV_MODULE_FLAG,
     EnvNotAllowed,
+    add_allow_env_module_argument,
     check_env_allowed,
     env_allowed,
     env_module,
@@ -42,6 +43,7 @@ __all__ = [
     "EnvFamily",
     "EnvNotAllowed",
     "ScalarEnvs",
+    "add_allow_env_module_argument",
     "check_env_allowed",
     "describe_env",
     "env_allowed",

@@ -12,6 +12,7 @@ code to run, so a host builds it only when its own user allowed that module
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -60,6 +61,18 @@ def env_allowed(env_id: str, allowed: Sequence[str]) -> bool:
         elif entry and (module == entry or module.startswith(entry + ".")):
             return True
     return False
+
+
+def add_allow_env_module_argument(parser: argparse.ArgumentParser) -> None:
+    """``--allow-env-module MODULE`` (repeatable, into ``allow_env_module``) for a command
+    that builds the env a checkpoint names: evaluate and serve ask the same question, in
+    the same words."""
+    parser.add_argument(
+        ALLOW_ENV_MODULE_FLAG, dest="allow_env_module", action="append", default=[],
+        metavar="MODULE",
+        help="build the checkpoint's module:callable env when it comes from MODULE (or is this "
+        "exact id); repeatable. Without it (or --env naming it) such a checkpoint is refused",
+    )  # fmt: skip
 
 
 def check_env_allowed(env_id: str, allowed: Sequence[str], named_by: str) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 from learner.agents.models.actor_critic import (
     ActorCritic,
     CoreState,
+    TorsoCore,
     build_model,
+    model_spec,
 )
 from learner.agents.models.heads import (
     LOG_STD_MAX,
@@ -80,6 +82,7 @@ __all__ = [
     "ProductHead",
     "ResidualBlock",
     "SmallCNN",
+    "TorsoCore",
     "UnsupportedSetup",
     "action_head",
     "autocast",
@@ -96,6 +99,7 @@ __all__ = [
     "mask_floats",
     "masked_logits",
     "mlp",
+    "model_spec",
     "resolve_device",
     "resolve_precision",
 ]

@@ -15,17 +15,18 @@ from typing import Any
 
 import torch
 
-from learner.agents.base import SAMPLE_PRIORITY, LossTerms
+from learner.agents.base import SAMPLE_PRIORITY, AgentState, LossTerms, Optimize
 from learner.agents.models import (
-    ActorCritic,
     CategoricalHead,
     UnsupportedSetup,
     action_head,
     autocast,
-    build_model,
+    model_spec,
     resolve_precision,
 )
+from learner.agents.optim import make_optimizer
 from learner.agents.policy import Policy
+from learner.agents.r2d2.network import QNetwork
 from learner.agents.r2d2.policy import EpsilonGreedyPolicy, EpsilonLadder, ape_x_epsilons
 from learner.agents.r2d2.replay import PrioritizedReplay
 from learner.agents.r2d2.targets import (
@@ -39,6 +40,50 @@ from seedrl.proto import seedrl_pb2 as pb
 
 TARGET_KEY = "r2d2_target"
 TARGET_STEP_KEY = "r2d2_target_step"
+
+
+class TargetNetwork:
+    """The target network: a copy of the online one, made at the first step (or restored
+    from a checkpoint then), refreshed every --target-update-interval optimizer steps."""
+
+    def __init__(self) -> None:
+        self.network: QNetwork | None = None
+        self.step = -1
+        """The optimizer step the target was last copied at (-1: never)."""
+        self.saved: dict[str, torch.Tensor] | None = None
+        """A checkpoint's target weights, loaded when the copy is first made."""
+
+    def at(self, model: QNetwork, step: int, interval: int) -> QNetwork:
+        """The target for optimizer step ``step``, copied from ``model`` when it is due."""
+        if self.network is None:
+            self.network = copy.deepcopy(model).requires_grad_(False)
+            if self.saved is not None:
+                self.network.load_state_dict(self.saved)
+                self.saved = None
+            else:
+                self.step = step
+        if step - self.step >= interval:
+            with torch.no_grad():
+                for dst, src in zip(self.network.parameters(), model.parameters(), strict=True):
+                    dst.copy_(src)
+            self.step = step
+        return self.network
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.network is None and self.saved is None:
+            return {}
+        weights = self.network.state_dict() if self.network is not None else self.saved
+        return {TARGET_KEY: weights, TARGET_STEP_KEY: self.step}
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        weights = saved.get(TARGET_KEY)
+        if weights is None:
+            return
+        self.step = int(saved.get(TARGET_STEP_KEY, -1))
+        if self.network is not None:
+            self.network.load_state_dict(weights)
+        else:
+            self.saved = weights
 
 
 class R2D2Agent:
@@ -66,22 +111,32 @@ class R2D2Agent:
         fixed = ape_x_epsilons(config.epsilon, config.epsilon_alpha, rungs) if rungs else None
         self.epsilons = EpsilonLadder(fixed, config.epsilon, config.epsilon_alpha)
         self.store: PrioritizedReplay | None = None
-        self.target: ActorCritic | None = None
-        """The target network: a copy of the online one, refreshed every
-        --target-update-interval optimizer steps."""
-        self.target_step = -1
-        """The optimizer step the target was last copied at (-1: never)."""
-        self._saved_target: dict[str, torch.Tensor] | None = None
 
-    def build_model(self, observation_space: pb.SpaceSpec, torso: str) -> ActorCritic:
+    def build_model(self, observation_space: pb.SpaceSpec, torso: str) -> QNetwork:
+        """The online Q-network, on the CPU."""
         cfg = self.config
         lstm_size = cfg.lstm_size if cfg.lstm else 0
-        return build_model(
-            observation_space, self.head, torso, cfg.hidden_sizes, lstm_size,
-            separate_value=False, dueling=True, cnn_channels=cfg.cnn_channels,
+        return QNetwork(
+            model_spec(
+                observation_space, self.head, torso, cfg.hidden_sizes, lstm_size,
+                separate_value=False, dueling=True, cnn_channels=cfg.cnn_channels,
+            )
         )  # fmt: skip
 
-    def inference_policy(self, model: ActorCritic, seed: int | tuple[int, ...]) -> Policy:
+    def build(self, observation_space: pb.SpaceSpec, torso: str) -> AgentState:
+        return self.state_for(self.build_model(observation_space, torso).to(self.device))
+
+    def state_for(
+        self, model: QNetwork, optimizer: torch.optim.Optimizer | None = None
+    ) -> AgentState:
+        """The state that trains ``model`` (with ``optimizer``; default: the shared Adam)."""
+        return AgentState(
+            networks={"model": model},
+            optimizers={"model": optimizer or make_optimizer(model, self.config)},
+            extras={TARGET_KEY: TargetNetwork()},
+        )
+
+    def inference_policy(self, model: QNetwork, seed: int | tuple[int, ...]) -> Policy:
         report = None
         if self.store is not None:
             store = self.store
@@ -120,32 +175,35 @@ class R2D2Agent:
         trained = float(self.config.batch_size * self.config.unroll_length)
         return trained / self.config.replay_ratio if self.config.replay_ratio > 0 else trained
 
-    def target_network(self, model: ActorCritic, step: int) -> ActorCritic:
-        """The target network for optimizer step ``step``, copied from ``model`` when it
-        is due (or restored from a checkpoint on first use)."""
-        if self.target is None:
-            self.target = copy.deepcopy(model).requires_grad_(False)
-            if self._saved_target is not None:
-                self.target.load_state_dict(self._saved_target)
-                self._saved_target = None
-            else:
-                self.target_step = step
-        if step - self.target_step >= self.config.target_update_interval:
-            with torch.no_grad():
-                for dst, src in zip(self.target.parameters(), model.parameters(), strict=True):
-                    dst.copy_(src)
-            self.target_step = step
-        return self.target
+    def target_network(self, state: AgentState, step: int) -> QNetwork:
+        """The target network for optimizer step ``step``, copied from the online one when
+        it is due (or restored from a checkpoint on first use)."""
+        holder: TargetNetwork = state.extras[TARGET_KEY]
+        return holder.at(state.model, step, self.config.target_update_interval)
+
+    def update(
+        self,
+        state: AgentState,
+        batch: dict[str, torch.Tensor],
+        core_state: tuple[torch.Tensor, ...],
+        clock: StepClock,
+        optimize: Optimize,
+    ) -> LossTerms:
+        total, terms = self.loss(state, batch, core_state, clock)
+        optimize.minimize(total, "model")
+        return terms
 
     def loss(
         self,
-        model: ActorCritic,
+        state: AgentState,
         batch: dict[str, torch.Tensor],
         core_state: tuple[torch.Tensor, ...],
         clock: StepClock,
     ) -> tuple[torch.Tensor, LossTerms]:
+        """The TD loss and its parts (with :data:`SAMPLE_PRIORITY`)."""
         cfg = self.config
-        target = self.target_network(model, clock.step)
+        model: QNetwork = state.model
+        target = self.target_network(state, clock.step)
         burn = cfg.burn_in
         obs, first = batch["obs"], batch["first"]
         with autocast(self.device, self.precision):
@@ -190,18 +248,12 @@ class R2D2Agent:
         }
         return total, terms
 
-    def state_dict(self) -> dict[str, Any]:
-        if self.target is None and self._saved_target is None:
-            return {}
-        weights = self.target.state_dict() if self.target is not None else self._saved_target
-        return {TARGET_KEY: weights, TARGET_STEP_KEY: self.target_step}
+    def state_dict(self, state: AgentState) -> dict[str, Any]:
+        holder: TargetNetwork = state.extras[TARGET_KEY]
+        return {**state.networks_state_dict(), **holder.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        saved = state.get(TARGET_KEY)
-        if saved is None:
-            return
-        self.target_step = int(state.get(TARGET_STEP_KEY, -1))
-        if self.target is not None:
-            self.target.load_state_dict(saved)
-        else:
-            self._saved_target = saved
+    def load_state_dict(self, state: AgentState, saved: dict[str, Any]) -> None:
+        state.model.load_state_dict(saved["model"])
+        state.optimizer.load_state_dict(saved["optimizer"])
+        holder: TargetNetwork = state.extras[TARGET_KEY]
+        holder.load_state_dict(saved)

@@ -19,8 +19,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from learner.agents.models import ActorCritic, autocast
+from learner.agents.models import autocast
 from learner.agents.policy import CoreStateArrays
+from learner.agents.r2d2.network import QNetwork
 
 
 def ape_x_epsilons(base: float, alpha: float, rungs: int) -> np.ndarray:
@@ -52,12 +53,12 @@ class EpsilonLadder:
 
 class EpsilonGreedyPolicy:
     """Q-values from ``model.act`` (T = 1), then per row the greedy action or, with its
-    slot's probability, a uniformly random one; numpy in and out. The Q-values travel as
-    the policy parameters the unrolls keep."""
+    slot's probability, a uniformly random one; numpy in and out. The unrolls keep the
+    Q-values where an actor-critic's rows keep its policy parameters."""
 
     def __init__(
         self,
-        model: ActorCritic,
+        model: QNetwork,
         device: torch.device,
         epsilons: EpsilonLadder | np.ndarray,
         seed: int | tuple[int, ...],

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from learner.agents.base import UPDATE_LOGP, LossTerms
+from learner.agents.base import UPDATE_LOGP, AgentState, LossTerms, Optimize
 from learner.agents.mirror import Mirror
 from learner.agents.models import (
     ActorCritic,
@@ -17,6 +17,7 @@ from learner.agents.models import (
     build_model,
     resolve_precision,
 )
+from learner.agents.optim import make_optimizer
 from learner.agents.policy import Policy, inference_policy
 from learner.agents.vtrace.loss import VTraceCosts, update_kl, valid_transitions, vtrace_loss
 from learner.common.schedules import StepClock, entropy_cost_schedule
@@ -45,8 +46,6 @@ class VTraceAgent:
         self.precision = resolve_precision(config.precision, device)
         self.head = action_head(action_space, masked)
         self.entropy_cost = entropy_cost_schedule(config)
-        self.return_normalizer = ReturnNormalizer() if config.normalize_returns else None
-        """Rewards are divided by a running scale of the return (``--normalize-returns``)."""
         self.return_discount = config.discount if config.normalize_returns else None
         """The scale is measured on each episode's discounted reward sum so far, which the
         trajectories keep: a statistic the value head cannot feed back into."""
@@ -72,6 +71,27 @@ class VTraceAgent:
                 model.log_std.fill_(cfg.log_std_init)
         return model
 
+    def build(self, observation_space: pb.SpaceSpec, torso: str) -> AgentState:
+        return self.state_for(self.build_model(observation_space, torso).to(self.device))
+
+    def state_for(
+        self, model: ActorCritic, optimizer: torch.optim.Optimizer | None = None
+    ) -> AgentState:
+        """The state that trains ``model`` (with ``optimizer``; default: the shared Adam)."""
+        cfg = self.config
+        extras: dict[str, Any] = {}
+        if cfg.normalize_returns:  # rewards divided by a running scale of the return
+            extras[RETURN_NORMALIZER_KEY] = ReturnNormalizer()
+        bound = cfg.effective_max_update_kl
+        return AgentState(
+            networks={"model": model},
+            optimizers={"model": optimizer or make_optimizer(model, cfg)},
+            extras=extras,
+            # Every step keeps a Gaussian's noise within bounds (see bound_log_std_).
+            after_step={"model": model.bound_log_std_},
+            update_bounds={} if bound is None else {"model": bound},
+        )
+
     def inference_policy(self, model: ActorCritic, seed: int | tuple[int, ...]) -> Policy:
         return inference_policy(
             model, self.head, self.device, self.config.inference_backend, seed, self.precision
@@ -86,14 +106,35 @@ class VTraceAgent:
     def new_frames_per_batch(self) -> float:
         return float(self.config.batch_size * self.config.unroll_length)  # each unroll once
 
+    def update(
+        self,
+        state: AgentState,
+        batch: dict[str, torch.Tensor],
+        core_state: tuple[torch.Tensor, ...],
+        clock: StepClock,
+        optimize: Optimize,
+    ) -> LossTerms:
+        total, terms = self.loss(state, batch, core_state, clock)
+        before_logp = terms.pop(UPDATE_LOGP, None)
+        measure = None
+        if before_logp is not None:
+
+            def measure() -> torch.Tensor:
+                return self.policy_change(state.model, batch, core_state, before_logp)
+
+        optimize.minimize(total, "model", measure)
+        return terms
+
     def loss(
         self,
-        model: ActorCritic,
+        state: AgentState,
         batch: dict[str, torch.Tensor],
         core_state: tuple[torch.Tensor, ...],
         clock: StepClock,
     ) -> tuple[torch.Tensor, LossTerms]:
+        """The total loss and its parts (with :data:`UPDATE_LOGP` when steps are bounded)."""
         cfg = self.config
+        model = state.model
         batch = self._as_trained(model, batch)
         with autocast(self.device, self.precision):
             params_T1BP, values_T1B, _ = model(batch["obs"], batch["first"], core_state)
@@ -104,7 +145,7 @@ class VTraceAgent:
             reward_TB = reward_TB * cfg.reward_scale
         if cfg.reward_clip is not None:
             reward_TB = reward_TB.clamp(-cfg.reward_clip, cfg.reward_clip)
-        norm = self.return_normalizer
+        norm: ReturnNormalizer | None = state.extras.get(RETURN_NORMALIZER_KEY)
         scale = 1.0 if norm is None else norm.scale
         if norm is not None:
             reward_TB = norm.normalize(reward_TB)
@@ -156,12 +197,17 @@ class VTraceAgent:
             self._mirror = Mirror(model.spec, self.head)
         return self._mirror(batch)  # no core state to double: Mirror refuses an LSTM
 
-    def state_dict(self) -> dict[str, Any]:
-        if self.return_normalizer is None:
-            return {}
-        return {RETURN_NORMALIZER_KEY: self.return_normalizer.state_dict()}
+    def state_dict(self, state: AgentState) -> dict[str, Any]:
+        saved = state.networks_state_dict()
+        norm: ReturnNormalizer | None = state.extras.get(RETURN_NORMALIZER_KEY)
+        if norm is not None:
+            saved[RETURN_NORMALIZER_KEY] = norm.state_dict()
+        return saved
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        saved = state.get(RETURN_NORMALIZER_KEY)
-        if self.return_normalizer is not None and saved is not None:
-            self.return_normalizer.load_state_dict(saved)
+    def load_state_dict(self, state: AgentState, saved: dict[str, Any]) -> None:
+        state.model.load_state_dict(saved["model"])
+        state.model.bound_log_std_()  # a checkpoint from before the bound was kept this way
+        state.optimizer.load_state_dict(saved["optimizer"])
+        norm: ReturnNormalizer | None = state.extras.get(RETURN_NORMALIZER_KEY)
+        if norm is not None and saved.get(RETURN_NORMALIZER_KEY) is not None:
+            norm.load_state_dict(saved[RETURN_NORMALIZER_KEY])

@@ -1,0 +1,69 @@
+"""V-trace's own knobs: the ``--agent vtrace`` section of the learner's config."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from seedrl.config import LOG_STD_RANGE, AgentOptions, LearnerConfig, require_range
+
+DEFAULT_MAX_UPDATE_KL = 1e-4
+"""The bound on each step when --max-update-kl is unset (docs/stability.md)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class VTraceOptions(AgentOptions):
+    """V-trace (IMPALA's off-policy actor-critic): its targets, its loss and the bounds on
+    each step; it trains on the unrolls of the bounded queue and acts in every action space."""
+
+    lambda_: float = 1.0
+    """V-trace lambda (trace cutting)."""
+    clip_rho_threshold: float = 1.0
+    """V-trace rho-bar."""
+    clip_pg_rho_threshold: float = 1.0
+    """V-trace rho-bar for the policy-gradient advantage."""
+    baseline_cost: float = 0.5
+    """Weight of the value (baseline) loss."""
+    max_update_kl: float | None = None
+    """Bound on how far one optimizer step may move the policy: the mean KL divergence, over
+    the batch's actions, from the policy before the step to the one after it. A step that
+    goes further is shrunk back along its own direction to the bound. Adam's steps keep
+    their size when the gradient turns from tiny to large (a solved policy's first
+    failures), and such a step can throw the policy far from what it knew
+    (docs/stability.md). Unset: 1e-4, the bound the default --learning-rate was measured
+    with; 0 bounds nothing (the presets, each tuned without it)."""
+    policy_clip: float | None = None
+    """PPO's clipped surrogate for the policy term, as Sample Factory's APPO uses it beside
+    V-trace's targets: the advantage r + gamma * v_{s+1} - V(x_s) is weighted by the ratio
+    of the learner's policy to the one that acted, and a ratio past [1 - x, 1 + x] in the
+    advantage's favour stops pulling. Several updates on one batch (--updates-per-batch)
+    then cannot carry the policy far from the one that acted, which V-trace's truncated
+    weights alone do not stop. Unset: V-trace's own policy gradient."""
+    normalize_advantages: bool = False
+    """Scale V-trace policy-gradient advantages to zero mean, unit std per batch (helps
+    continuous control; IMPALA itself does not)."""
+    mirror: bool = False
+    """Train on every unroll twice, as played and as its left-right mirror image (image
+    leaves flipped along their width, the action mask and the Discrete action reversed),
+    for games whose rules do not change under the flip, such as Connect Four: twice the
+    experience per game at twice the training compute."""
+    log_std_init: float = 0.0
+    """Starting log-std of a Gaussian policy (Box actions), on every action dimension: 0
+    starts with unit noise; lower starts quieter, for robots whose random flailing ends
+    episodes early or costs more in control penalty than staying up earns (Ant)."""
+
+    def check(self, config: LearnerConfig) -> None:
+        require_range(self, ("baseline_cost", "max_update_kl"), low=0)
+        require_range(
+            self, ("clip_rho_threshold", "clip_pg_rho_threshold", "policy_clip"),
+            low=0, low_open=True,
+        )  # fmt: skip
+        require_range(self, ("lambda_",), low=0, high=1)
+        require_range(self, ("log_std_init",), low=LOG_STD_RANGE[0], high=LOG_STD_RANGE[1])
+
+    @property
+    def effective_max_update_kl(self) -> float | None:
+        """``max_update_kl`` with unset resolved (the default bound) and 0 read as no
+        bound: None when nothing bounds the step."""
+        if self.max_update_kl is None:
+            return DEFAULT_MAX_UPDATE_KL
+        return self.max_update_kl or None
