@@ -497,7 +497,7 @@ class TierServing:
         loop.remove_reader(f.process.sentinel)
         with contextlib.suppress(Exception):
             loop.remove_reader(f.control.fileno())
-        f.process.join(0)
+        f.process.join(1.0)  # its pipes close a moment before it can be reaped
         code = f.process.exitcode
         if self._stopping:
             return
