@@ -273,14 +273,17 @@ gpu-table: $(STAMP)
 ## The learner's ceiling under synthetic actors (python -m benchmarks.loadgen): CartPole-v1 at
 ## 64 streams x 1 env and Atari Pong single frames at 16 x 1, each mode repeated; writes
 ## LOADGEN_RESULTS/loadgen-{cartpole,atari}.json and docs/performance.md's loadgen block.
+## SERVING_PROCESSES=0,2 measures the learner in-process and with 2 serving-tier frontends,
+## interleaved (rows MODE@2; their frontends' CPU in the JSON).
 LOADGEN_RESULTS ?= benchmarks/results
+SERVING_PROCESSES ?= 0
 LOADGEN_JSONS = $(LOADGEN_RESULTS)/loadgen-cartpole.json $(LOADGEN_RESULTS)/loadgen-atari.json
 .PHONY: loadgen loadgen-table
 loadgen: $(STAMP)
 	$(PY) -m benchmarks.loadgen --env CartPole-v1 --streams 64 --envs 1 \
-		--out $(LOADGEN_RESULTS)/loadgen-cartpole.json $(ARGS)
+		--serving-processes $(SERVING_PROCESSES) --out $(LOADGEN_RESULTS)/loadgen-cartpole.json $(ARGS)
 	$(PY) -m benchmarks.loadgen --env ALE/Pong-v5 --preset atari --streams 16 --envs 1 \
-		--out $(LOADGEN_RESULTS)/loadgen-atari.json $(ARGS)
+		--serving-processes $(SERVING_PROCESSES) --out $(LOADGEN_RESULTS)/loadgen-atari.json $(ARGS)
 	$(MAKE) --no-print-directory loadgen-table
 
 loadgen-table: $(STAMP)

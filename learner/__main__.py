@@ -53,6 +53,13 @@ def train_main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if ranked and config.serving_processes:
+        print(
+            "python -m learner: error: --serving-processes cannot run under torchrun yet: "
+            "serve each rank in its process (--serving-processes 0)",
+            file=sys.stderr,
+        )
+        return 2
     if ranked and config.standby:
         print(
             "python -m learner: error: --standby cannot run under torchrun: a standby is one "
@@ -76,6 +83,7 @@ def run_learner(prog: str, run: Callable[[], Coroutine[Any, Any, Any]], uvloop: 
     """Run a learner's coroutine to its end; what refuses to start is one line, exit 2."""
     from learner.agents.models import UnsupportedSetup
     from learner.metrics import SinkError
+    from learner.serving.tier import ServingFailed
     from learner.state.checkpoint import CheckpointError
     from seedrl.envs import EnvError
     from seedrl.security import UnprotectedBindError
@@ -101,6 +109,9 @@ def run_learner(prog: str, run: Callable[[], Coroutine[Any, Any, Any]], uvloop: 
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ServingFailed as exc:  # the serving tier's frontend kept dying
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -41,6 +41,7 @@ from learner.serving.inference import InferenceEngine
 from learner.serving.rows import ServedPolicy
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer
+from learner.serving.tier import ServingFailed, TierServing, build_tier
 from learner.state import checkpoint
 from learner.state.dataset import learner_recorder
 from learner.state.stats import LearnerStats
@@ -250,9 +251,14 @@ def build_serving(
     rank_addresses: list[str],
     local_address: str | None,
     auth_token: str | None,
-) -> Serving:
+) -> Serving | TierServing:
     config = learner.config
     engine = make_engine(learner, trainer)
+    if config.serving_processes:  # frontend processes serve; this one runs the model
+        return build_tier(
+            config, learner.env_spec, learner.learner_run_id, engine, learner.builder,
+            learner.stats, auth_token,
+        )  # fmt: skip
     batcher = make_batcher(config, engine.process)
     servicer = LearnerServicer(
         config, learner.env_spec, batcher, engine, learner.builder, learner.stats,
@@ -350,6 +356,8 @@ async def _serve(
     trainer = rank.make_host(learner)
     serving = build_serving(learner, trainer, rank.rank_addresses, local_address, auth_token)
     stop = StopRequest()
+    if isinstance(serving, TierServing):
+        serving.on_failure = stop.request  # a frontend that keeps dying ends the run
     progress = Progress(config.progress, config.total_frames, config.target_return)
     if config.train:
         trainer.start()  # a trainer process is ready before the first actor is served
@@ -406,6 +414,8 @@ async def _serve(
     write_result(logdir, {**result.__dict__, "final": stop.final, "failures": failures}, reserve)
     if trainer.error is not None:
         raise RuntimeError("the trainer failed") from trainer.error
+    if isinstance(serving, TierServing) and serving.failure:
+        raise ServingFailed(serving.failure)
     return result
 
 

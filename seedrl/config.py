@@ -443,6 +443,11 @@ class LearnerConfig:
     """Serve on uvloop's event loop (libuv, in Cython) rather than asyncio's own: with one
     env per message most serving work is loop machinery, which uvloop runs cheaper. Off,
     or where uvloop is not installed: asyncio's loop."""
+    serving_processes: int = 0
+    """Frontend processes that serve the actors' gRPC streams (one port, SO_REUSEPORT),
+    handing frames to this process through a shared-memory slot table so the process
+    that owns the model pays no per-message work (docs/serving-tier.md). 0: one process
+    serves and runs the model, as before."""
     max_actors: int = 1024
     """Actor streams served at once, those still awaiting their Hello included; more get
     RESOURCE_EXHAUSTED and retry."""
@@ -742,7 +747,8 @@ def _check_serving(config: LearnerConfig) -> None:
     require_range(
         config,
         ("inference_timeout_ms", "hello_timeout_s", "stream_idle_timeout_s",
-         "connection_idle_timeout_s", "max_envs_per_peer", "actor_envs_per_actor"),
+         "connection_idle_timeout_s", "max_envs_per_peer", "actor_envs_per_actor",
+         "serving_processes"),
         low=0,
     )  # fmt: skip
     require_range(config, ("handshake_timeout_s",), low=0, low_open=True)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--tape-steps", type=int, default=1024, help="env steps recorded once")
     p.add_argument("--learner-args", default="", help="more learner flags, one string")
+    p.add_argument(
+        "--serving-processes", default="0",
+        help="comma-separated learner --serving-processes values, interleaved in each round "
+        "(a value N > 0 labels its rows MODE@N; echo runs only at 0)",
+    )  # fmt: skip
     p.add_argument("--out", default=DEFAULT_OUT, help="the result JSON (schema seedrl-loadgen/1)")
     return p
 
@@ -76,6 +82,17 @@ def run(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        tiers = [int(n) for n in args.serving_processes.split(",") if n]
+    except ValueError:
+        tiers = []
+    if not tiers or min(tiers) < 0:
+        print(
+            "python -m benchmarks.loadgen: error: --serving-processes takes counts >= 0, "
+            f"comma-separated, not {args.serving_processes!r}",
+            file=sys.stderr,
+        )
+        return 2
     connections = args.connections or len(actor_process_sizes(args.streams, 0, usable_cpu_count()))
     # SIGTERM unwinds like Ctrl-C, so the server and streams of the window are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
@@ -88,7 +105,7 @@ def run(argv: Sequence[str]) -> int:
             learner_args=tuple(shlex.split(args.learner_args)), tape_steps=args.tape_steps,
             workdir=Path(workdir), preset=args.preset, device=args.device,
         )  # fmt: skip
-        rows = _measure_all(settings, modes, args.repeats)
+        rows = _measure_all(settings, modes, args.repeats, tiers)
     result: dict[str, Any] = {
         "schema": SCHEMA,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(began)),
@@ -116,22 +133,33 @@ def _settings_record(
         "connections": connections, "modes": modes, "repeats": args.repeats,
         "warmup_s": args.warmup_s, "measure_s": args.measure_s, "transport": args.transport,
         "learner_args": args.learner_args, "tape_steps": args.tape_steps,
-        "device": args.device,
+        "device": args.device, "serving_processes": args.serving_processes,
     }  # fmt: skip
 
 
-def _measure_all(settings: Settings, modes: list[str], repeats: int) -> list[dict[str, Any]]:
+def _measure_all(
+    settings: Settings, modes: list[str], repeats: int, tiers: Sequence[int] = (0,)
+) -> list[dict[str, Any]]:
+    """Every mode at every --serving-processes value, interleaved in each round."""
     tapes: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     for repeat in range(repeats):
         for mode in modes:
-            base = {"mode": mode, "repeat": repeat}
-            try:
-                row = {**base, **measure(mode, settings, tapes)}
-            except RuntimeError as exc:
-                row = {**base, "error": str(exc)}
-            rows.append(row)
-            print(_progress_line(row), flush=True)
+            for tier in tiers:
+                if tier and mode == "echo":  # the echo server has no model to serve for
+                    continue
+                run = settings
+                if tier:
+                    extra = ("--serving-processes", str(tier))
+                    run = replace(settings, learner_args=(*settings.learner_args, *extra))
+                label = f"{mode}@{tier}" if tier else mode
+                base = {"mode": label, "repeat": repeat, "serving_processes": tier}
+                try:
+                    row = {**base, **measure(mode, run, tapes)}
+                except RuntimeError as exc:
+                    row = {**base, "error": str(exc)}
+                rows.append(row)
+                print(_progress_line(row), flush=True)
     return rows
 
 
@@ -144,6 +172,12 @@ def _progress_line(row: dict[str, Any]) -> str:
         f"µs/frame, {row['fps_answered']:,.0f} frames/s answered"
         + (f", {trained:,.0f} trained" if trained else "")
         + f", rtt p50 {row['rtt_p50_ms']:.2f} ms"
+        + (
+            f", frontends {' + '.join(f'{c:.1f}' for c in row['frontend_cpu_us_per_frame_each'])}"
+            " µs/frame"
+            if row.get("frontend_cpu_us_per_frame_each")
+            else ""
+        )
     )
 
 

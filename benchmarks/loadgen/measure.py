@@ -24,8 +24,9 @@ from typing import Any
 import grpc
 
 from benchmarks.bench.fleet import stop_process
-from benchmarks.bench.procfs import split_cpu_seconds, task_cpu_seconds
+from benchmarks.bench.procfs import child_pids, cpu_seconds, split_cpu_seconds, task_cpu_seconds
 from benchmarks.loadgen.synthetic import SyntheticActors, Tape, record_tape
+from learner.serving.slots import PROCESS_NAME as FRONTEND_PROCESS_NAME
 from learner.state.stats import SERVING_PHASES
 from seedrl.metrics import read_metrics
 from seedrl.proto import seedrl_pb2 as pb
@@ -146,14 +147,17 @@ def _window(
     actors: SyntheticActors, mode: str, logdir: Path, s: Settings, proc: subprocess.Popen[Any]
 ) -> dict[str, Any]:
     pid = proc.pid
+    frontends = frontend_pids(pid)
     actors.open_window()
     t0, cpu0, main0, gen0 = time.time(), split_cpu_seconds(pid), _main_thread(pid), _own_cpu()
+    fe0 = [cpu_seconds(f) for f in frontends]
     time.sleep(s.measure_s)
     wanted = MIN_ROUND_TRIPS * s.streams
     stretch_until = time.monotonic() + s.measure_s * (MAX_STRETCH - 1)
     while actors.replies < wanted and time.monotonic() < stretch_until:
         time.sleep(0.1)
     t1, cpu1, main1, gen1 = time.time(), split_cpu_seconds(pid), _main_thread(pid), _own_cpu()
+    fe1 = [cpu_seconds(f) for f in frontends]
     replies = actors.replies
     p50, p99 = actors.rtt_percentiles_ms()
     time.sleep(METRICS_INTERVAL_S + 0.2)  # a metrics record past the window's end
@@ -164,7 +168,9 @@ def _window(
     if answered == 0:
         raise RuntimeError("no frame was answered in the window")
     per_frame = 1e6 / answered
-    serving_cpu, training_cpu = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+    frontend_cpu = [b - a for a, b in zip(fe0, fe1, strict=True)]
+    # The frontends are the learner's children too: what is left of the children is training.
+    serving_cpu, training_cpu = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1] - sum(frontend_cpu)
     row: dict[str, Any] = {
         # Wall-clock bounds, so that samples taken beside the run (a GPU's utilisation)
         # can be matched to this window.
@@ -183,6 +189,9 @@ def _window(
         "trainer_cpu_us_per_frame": training_cpu * per_frame,
         "generator_cpu_us_per_frame": (gen1 - gen0) * per_frame,
     }
+    if frontends:  # --serving-processes: the learner process runs the model, these serve
+        row["frontend_cpu_us_per_frame"] = sum(frontend_cpu) * per_frame
+        row["frontend_cpu_us_per_frame_each"] = [c * per_frame for c in frontend_cpu]
     row.update(_learner_window(logdir, t0, t1))
     if mode == "phases" and row.get("phase_s"):
         taken = max(row["frames_taken"], 1)
@@ -230,6 +239,16 @@ def _config(logdir: Path) -> dict[str, Any]:
 def _mean(records: Sequence[dict[str, Any]], key: str) -> float | None:
     values = [r[key] for r in records if r.get(key) is not None]
     return sum(values) / len(values) if values else None
+
+
+def frontend_pids(pid: int) -> list[int]:
+    """The serving-tier frontends among a learner's children, by their process name."""
+    found = []
+    for child in child_pids(pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{child}/comm").read_text().startswith(FRONTEND_PROCESS_NAME):
+                found.append(child)
+    return sorted(found)
 
 
 def _main_thread(pid: int) -> float:

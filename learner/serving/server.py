@@ -30,11 +30,14 @@ def build_server(
     servicer: LearnerServicer,
     auth_token: str | None,
     local_address: str | None = None,
+    reuse_port: bool = False,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """An aio server with the Learner service, health and reflection: (server, port, health).
 
     ``local_address`` (``unix:PATH``) is a second, plaintext listening address that
     GetInfo offers to actors on this host; the token check applies there too.
+    ``reuse_port``: join the port's ``SO_REUSEPORT`` group (the serving tier's frontends,
+    whose model process holds the port's lock); otherwise a port in use fails the bind.
     """
     # The first interceptor sees the handler the later ones chose (also the auth denial).
     interceptors: list[grpc.aio.ServerInterceptor] = [
@@ -44,7 +47,7 @@ def build_server(
         interceptors.append(TokenAuthInterceptor(auth_token))
     options = [
         *channel_options(config.max_message_bytes),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", int(reuse_port)),
         # The server-side name of the minimum interval between *received* pings: accept
         # the actors' keepalive pings (every 10 s) while a stream is idle (a slow env);
         # the default (5 min) answers the third early ping with GOAWAY too_many_pings.

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol
 import grpc
 import numpy as np
 
-from learner.serving.batcher import BatcherClosed, DynamicBatcher
+from learner.serving.batcher import BatcherClosed
 from learner.serving.inference import Connection, FramePayload
 from learner.serving.interceptors import Undecodable, undecodable_on_error
 from learner.state.stats import LearnerStats
@@ -47,6 +47,15 @@ _parse_actor_message = undecodable_on_error(pb.ActorMessage.FromString)
 """``Act``'s own parse (it takes raw bytes): an ActorMessage, or :class:`Undecodable`."""
 
 
+class Batches(Protocol):
+    """Where frames go for their actions: the dynamic batcher (in a serving-tier frontend,
+    the slot table's submitter, :mod:`learner.serving.frontend`)."""
+
+    async def submit(self, payload: FramePayload, num_frames: int) -> Any: ...
+    def set_open_streams(self, count: int) -> None: ...
+    def close(self) -> None: ...
+
+
 class SlotPool(Protocol):
     """Where a new stream's envs get their slots (``TrajectoryBuilder``)."""
 
@@ -66,7 +75,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         self,
         config: LearnerConfig,
         env_spec: pb.EnvSpec,
-        batcher: DynamicBatcher,
+        batcher: Batches,
         engine: StreamEnds,
         builder: SlotPool,
         stats: LearnerStats,

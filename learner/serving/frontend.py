@@ -1,0 +1,282 @@
+"""A serving-tier frontend process: the learner's gRPC server with its frames in the slot table.
+
+The model process spawns N of these (``--serving-processes``). Each builds the same
+``grpc.aio`` server as a one-process learner (interceptors, auth, TLS, health,
+reflection) from the resolved config, binds the learner's port with ``SO_REUSEPORT`` so
+the kernel spreads connections over the frontends, and runs the unchanged
+:class:`~learner.serving.servicer.LearnerServicer`: every stream rule (admission, Hello,
+timeouts, decode and layout checks, INVALID_ARGUMENT, Shutdown) holds here as it does in
+one process. Only what the servicer submits to changes: a :class:`SlotSubmitter` writes
+the frame into the stream's rows and awaits the reply the model writes back.
+
+The frontend ends with the model process: on EOF of its control pipe, and by
+``PR_SET_PDEATHSIG`` should the model die without closing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import numpy as np
+
+from learner.serving.batcher import BatcherClosed
+from learner.serving.inference import Connection, FramePayload
+from learner.serving.server import build_server, raise_open_file_limit, set_serving
+from learner.serving.servicer import LearnerServicer
+from learner.serving.slots import OK, PROCESS_NAME, REJECTED, SlotTable, TableSpec, drain, ring
+from learner.state.stats import LearnerStats
+from seedrl import codec
+from seedrl.config import LearnerConfig
+from seedrl.proto import seedrl_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+TOKEN_ENV = "SEEDRL_FRONTEND_AUTH_TOKEN"
+"""Where a frontend finds the learner's resolved token: the environment it was spawned
+with, never its argv or a file."""
+PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+LEASE_TIMEOUT_S = 30.0
+
+
+class TableFull(Exception):
+    """The model process has no lane or rows left for another stream."""
+
+
+class Lease:
+    """One stream's lane and rows, as this frontend writes and reads them."""
+
+    __slots__ = (
+        "action_KA",
+        "lane",
+        "obs",
+        "reward",
+        "row_bytes",
+        "seq",
+        "terminated",
+        "truncated",
+    )
+
+    def __init__(self, table: SlotTable, lane: int, begin: int, count: int) -> None:
+        self.lane = lane
+        self.obs, self.reward, self.terminated, self.truncated = table.row_views(begin, count)
+        self.row_bytes = len(self.obs)
+        self.action_KA = table.action_RA[begin : begin + count]
+        self.seq = int(table.req_L[lane])
+        """The lane's last request; the model answered it once ``rep_L[lane]`` equals it."""
+
+
+class SlotSubmitter:
+    """What the servicer submits to in a frontend: it stands where the dynamic batcher,
+    the inference engine's release and the trajectory builder's allocation stand in one
+    process, and reaches the model through the table (per frame) and the control pipe
+    (per stream)."""
+
+    def __init__(self, table: SlotTable, model_bell: int, own_bell: int, control: Any) -> None:
+        self.table = table
+        self.model_bell = model_bell
+        self.own_bell = own_bell
+        self.control = control
+        self._leases: dict[int, Lease] = {}
+        """First table row of each live lease -> the lease."""
+        self._by_conn: dict[Connection, Lease] = {}
+        self._waiting: dict[int, tuple[Lease, asyncio.Future[int]]] = {}
+        self._ring_due = False
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.stray: list[Any] = []
+        """Control messages that arrived while a lease was awaited, for the reader."""
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        loop.add_reader(self.own_bell, self._answered)
+
+    # -- the builder's part: a new stream's rows (per stream, a round trip to the model)
+
+    def allocate(self, count: int) -> np.ndarray:
+        self.control.send(("allocate", count))
+        while True:
+            message = _recv(self.control)
+            if message[0] == "lease":
+                break
+            self.stray.append(message)
+        _, lane, begin, problem = message
+        if problem:
+            raise TableFull(problem)
+        lease = Lease(self.table, lane, begin, count)
+        self._leases[begin] = lease
+        return np.arange(begin, begin + count, dtype=np.int64)
+
+    # -- the engine's part: a closed stream's lease goes back
+
+    def release_later(self, conn: Connection) -> None:
+        lease = self._by_conn.pop(conn, None) or self._leases.get(int(conn.slot_ids[0]))
+        if lease is None:
+            return
+        self._leases.pop(int(conn.slot_ids[0]), None)
+        self._waiting.pop(lease.lane, None)
+        with contextlib.suppress(OSError):  # the model is gone: nothing to give back to
+            self.control.send(("release", lease.lane))
+
+    # -- the batcher's part: a frame in, its actions out
+
+    def set_open_streams(self, count: int) -> None:
+        """The model counts open streams from its leases."""
+
+    async def submit(self, payload: FramePayload, num_frames: int) -> np.ndarray:
+        if self._closed:
+            raise BatcherClosed
+        conn = payload.conn
+        lease = self._by_conn.get(conn)
+        if lease is None:
+            lease = self._by_conn[conn] = self._leases[int(conn.slot_ids[0])]
+        obs = payload.observations
+        if len(obs) != lease.row_bytes:
+            raise codec.WireError(
+                f"observations: {len(obs)} bytes where {num_frames} envs take {lease.row_bytes}"
+            )
+        lease.obs[:] = obs
+        lease.reward[:] = payload.rewards
+        lease.terminated[:] = payload.terminated
+        lease.truncated[:] = payload.truncated
+        lease.seq += 1
+        self.table.req_L[lease.lane] = lease.seq  # last: the rows are whole once it moves
+        assert self._loop is not None
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._waiting[lease.lane] = (lease, future)
+        if not self._ring_due:  # one ring per event-loop pass, however many frames
+            self._ring_due = True
+            self._loop.call_soon(self._ring_model)
+        status = await future
+        if status == OK:
+            conn.frames += num_frames  # the silent-stream check counts answered frames
+            return lease.action_KA.copy()
+        if status in REJECTED:
+            raise codec.WireError(REJECTED[status])
+        raise RuntimeError("the learner's inference batch failed")
+
+    def _ring_model(self) -> None:
+        self._ring_due = False
+        ring(self.model_bell)
+
+    def _answered(self) -> None:
+        """The model rang: resolve every waiting stream whose lane it answered."""
+        drain(self.own_bell)
+        rep_L, status_L = self.table.rep_L, self.table.status_L
+        done = [lane for lane, (lease, _) in self._waiting.items() if rep_L[lane] == lease.seq]
+        for lane in done:
+            _, future = self._waiting.pop(lane)
+            if not future.done():
+                future.set_result(int(status_L[lane]))
+
+    def close(self) -> None:
+        """No more frames: waiting and later submits raise BatcherClosed."""
+        self._closed = True
+        for _, future in self._waiting.values():
+            if not future.done():
+                future.set_exception(BatcherClosed())
+        self._waiting.clear()
+
+
+def _recv(control: Any, timeout_s: float = LEASE_TIMEOUT_S) -> Any:
+    """The next control message, waited for here: the event loop's reader made the pipe
+    non-blocking, and a lease is answered between the model's batches."""
+    while control.poll(timeout_s):
+        with contextlib.suppress(BlockingIOError):
+            return control.recv()
+    raise TableFull(f"the learner gave no lease within {timeout_s:g} s")
+
+
+def frontend_main(
+    index: int,
+    config: LearnerConfig,
+    env_spec: bytes,
+    learner_run_id: str,
+    spec: TableSpec,
+    table_name: str,
+    model_bell: int,
+    own_bell: int,
+    control: Any,
+) -> None:
+    """The frontend process's entry (multiprocessing spawn): serve until the model says
+    stop or goes away."""
+    with contextlib.suppress(OSError, AttributeError):  # Linux
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # end with the model process
+        libc.prctl(PR_SET_NAME, f"{PROCESS_NAME}{index}".encode()[:15])  # for ps and the benchmarks
+    logging.basicConfig(
+        level=os.environ.get("SEEDRL_LOG_LEVEL", "WARNING"),
+        format=f"%(asctime)s %(levelname)s frontend {index} %(name)s: %(message)s",
+    )
+    from seedrl.transport import run_event_loop
+
+    token = os.environ.pop(TOKEN_ENV, "") or None
+    # The table outlives the loop: its block must not be unmapped under a view still alive.
+    _table = run_event_loop(
+        _serve(config, pb.EnvSpec.FromString(env_spec), learner_run_id, spec, table_name,
+               model_bell, own_bell, control, token),
+        config.uvloop,
+    )  # fmt: skip
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # with the table still referenced: the process's end unmaps it
+
+
+async def _serve(
+    config: LearnerConfig,
+    env_spec: pb.EnvSpec,
+    learner_run_id: str,
+    spec: TableSpec,
+    table_name: str,
+    model_bell: int,
+    own_bell: int,
+    control: Any,
+    token: str | None,
+) -> SlotTable:
+    """Serve until told to stop; the table, for the caller to keep until the process ends."""
+    raise_open_file_limit()
+    table = SlotTable(spec, table_name)
+    submitter = SlotSubmitter(table, model_bell, own_bell, control)
+    stats = LearnerStats(time_phases=config.time_phases)
+    # The submitter stands in for the batcher, the engine's release and the builder's slots.
+    servicer = LearnerServicer(
+        config, env_spec, submitter, submitter, submitter, stats, learner_run_id
+    )  # fmt: skip
+    server, port, health = build_server(config, servicer, token, reuse_port=True)
+    loop = asyncio.get_running_loop()
+    submitter.bind(loop)
+    await server.start()
+    await set_serving(health, True)
+    control.send(("ready", port))
+    stop: asyncio.Future[tuple[str, bool]] = loop.create_future()
+
+    def on_control() -> None:
+        try:
+            messages = [*submitter.stray]
+            submitter.stray.clear()
+            while control.poll():
+                messages.append(control.recv())
+        except (EOFError, OSError):  # the model process is gone
+            messages.append(("stop", "learner stopping", False))
+            loop.remove_reader(control.fileno())
+        for message in messages:
+            if message[0] == "stop" and not stop.done():
+                stop.set_result((message[1], message[2]))
+
+    loop.add_reader(control.fileno(), on_control)
+    reason, final = await stop
+    await set_serving(health, False)
+    servicer.begin_shutdown(reason, final)
+    await server.stop(grace=3.0)
+    with contextlib.suppress(Exception):
+        loop.remove_reader(control.fileno())
+        loop.remove_reader(own_bell)
+    return table

@@ -1,0 +1,567 @@
+"""The serving tier's model side: frontends spawned and watched, batches read off the slot table.
+
+With ``--serving-processes N`` the learner process keeps the model and serves no gRPC:
+N frontend processes (:mod:`learner.serving.frontend`) share its port and write frames
+into the slot table (:mod:`learner.serving.slots`). Here :class:`SlotBatcher` closes a
+batch over the table by today's rule (size, quorum of open streams, deadline), hands it
+to the unchanged :meth:`InferenceEngine.process` as pending requests whose payloads are
+views of the table's rows and whose futures write the reply rows, and rings each owning
+frontend once per pass. :class:`TierServing` holds the port (lock file and probe bind),
+spawns the frontends, reclaims a dead one's leases and restarts it with backoff, and
+ends the run when one keeps dying.
+
+In this first slice the trajectory builder and the episode statistics stay here, in the
+engine; moving them to the frontends is the next step (docs/serving-tier.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import fcntl
+import logging
+import math
+import multiprocessing as mp
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from learner.agents.models import UnsupportedSetup
+from learner.serving.batcher import QUORUM_NONE, PendingRequest
+from learner.serving.frontend import TOKEN_ENV, frontend_main
+from learner.serving.inference import Connection, FramePayload, InferenceEngine
+from learner.serving.slots import (
+    FAILED,
+    OK,
+    REJECTED,
+    InheritedFd,
+    RowSpans,
+    SlotTable,
+    TableSpec,
+    drain,
+    new_doorbell,
+    ring,
+)
+from learner.state.normalize import Normalizer
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import TrajectoryBuilder
+from seedrl import codec
+from seedrl.config import LearnerConfig
+from seedrl.proto import seedrl_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+FLAG = "--serving-processes"
+DEATHS_WINDOW_S = 60.0
+MAX_DEATHS = 3
+"""More deaths of one frontend than this within the window end the run."""
+RESTART_BACKOFF_S = (0.5, 8.0)
+"""A dead frontend's first restart waits the first; each next one twice as long, up to
+the second."""
+START_TIMEOUT_S = 120.0
+"""How long a spawned frontend may take to bind and report (it imports torch, gRPC)."""
+STOP_TIMEOUT_S = 10.0
+_REJECTED_BY_PROBLEM = {problem: status for status, problem in REJECTED.items()}
+
+
+def check_tier_supported(config: LearnerConfig, env_spec: pb.EnvSpec) -> None:
+    """Refuse, in one line, what the serving tier does not carry yet."""
+    missing = []
+    if config.self_play:
+        missing.append("--self-play")
+    if env_spec.agents:
+        missing.append(f"multi-agent envs ({config.env})")
+    if config.bind.startswith("unix:"):
+        missing.append("a unix --bind")
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+        missing.append("torchrun ranks")
+    if missing:
+        raise UnsupportedSetup(
+            f"{FLAG} {config.serving_processes} does not serve {', '.join(missing)} yet; "
+            f"run with {FLAG} 0"
+        )
+
+
+def table_spec(
+    config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None
+) -> TableSpec:
+    """The table for this run: a row per env of ``--max-envs``, a lane per stream of
+    ``--max-actors`` on each frontend, rows as the engine reads its frames."""
+    dtype = builder.obs_dtype if normalizer is None else normalizer.obs_dtype
+    shape = builder.frame_shape if normalizer is None else normalizer.obs_shape
+    return TableSpec(
+        rows=config.max_envs,
+        lanes=config.max_actors * config.serving_processes,
+        obs_row_bytes=math.prod(shape) * np.dtype(dtype).itemsize,
+        action_dtype=builder.action_dtype.str,
+        action_shape=tuple(builder.action_shape),
+    )
+
+
+class LaneReply:
+    """The future of one lane's request as the engine sees it: resolving it writes the
+    reply into the table and marks the owner to be rung."""
+
+    __slots__ = ("_answered", "batcher", "lease")
+
+    def __init__(self, batcher: SlotBatcher, lease: ModelLease) -> None:
+        self.batcher = batcher
+        self.lease = lease
+        self._answered = True
+
+    def open(self) -> None:
+        """Taken into a batch: unanswered until the engine resolves it."""
+        self._answered = False
+
+    def done(self) -> bool:
+        return self._answered
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, actions_KA: np.ndarray) -> None:
+        self.batcher.answer(self.lease, OK, actions_KA)
+        self._answered = True
+
+    def set_exception(self, exc: BaseException) -> None:
+        status = FAILED
+        if isinstance(exc, codec.WireError):
+            status = _REJECTED_BY_PROBLEM.get(str(exc), FAILED)
+        self.batcher.answer(self.lease, status, None)
+        self._answered = True
+
+
+@dataclass(eq=False)
+class ModelLease:
+    """One stream's lease as the model process keeps it."""
+
+    lane: int
+    begin: int
+    count: int
+    owner: int
+    conn: Connection
+    request: PendingRequest
+
+
+class SlotBatcher:
+    """Leases out lanes and rows, closes batches over the table, feeds the engine."""
+
+    def __init__(
+        self,
+        table: SlotTable,
+        engine: InferenceEngine,
+        builder: TrajectoryBuilder,
+        stats: LearnerStats,
+        config: LearnerConfig,
+    ) -> None:
+        self.table = table
+        self.engine = engine
+        self.builder = builder
+        self.stats = stats
+        self.max_frames = config.inference_batch_size
+        self.timeout_s = config.inference_timeout_ms / 1000.0
+        self.quorum = config.inference_quorum
+        self.bells: dict[int, int] = {}
+        """Frontend index -> its doorbell."""
+        self._free_lanes = list(range(table.spec.lanes - 1, -1, -1))
+        self._rows = RowSpans(table.spec.rows)
+        self.leases: dict[int, ModelLease] = {}
+        self._live_L = np.zeros(table.spec.lanes, bool)
+        self._taken_L = np.zeros(table.spec.lanes, np.int64)
+        self._frames_L = np.zeros(table.spec.lanes, np.int64)
+        self._quorum_lanes = QUORUM_NONE
+        self._due = asyncio.Event()
+        self._deadline: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._answered: list[tuple[int, int, int]] = []
+        """(lane, status, owner) of the batch's answers, published together."""
+        self._closed = False
+        self.batches = 0
+        self.frames = 0
+
+    # -- leases (per stream, from the control pipes)
+
+    def lease(self, owner: int, count: int) -> tuple[int, int, str]:
+        """(lane, first row, problem): a new stream's place, or why there is none."""
+        begin = self._rows.take(count) if self._free_lanes else None
+        if begin is None:
+            return -1, -1, f"the serving table is full ({len(self.leases)} streams)"
+        lane = self._free_lanes.pop()
+        t = self.table
+        t.rep_L[lane] = self._taken_L[lane] = t.req_L[lane]  # nothing in flight from before
+        t.gen_L[lane] += 1  # a new stream: its rows start afresh
+        conn = Connection(
+            actor_id=f"frontend {owner} lane {lane}", run_id="", peer=f"frontend:{owner}",
+            num_envs=count, slot_ids=self.builder.allocate(count),
+        )  # fmt: skip
+        # Views of the table's rows: bytes-like, which is all the engine's gather needs.
+        payload = FramePayload(conn, *t.row_views(begin, count))  # type: ignore[arg-type]
+        lease = ModelLease(lane, begin, count, owner, conn, None)  # type: ignore[arg-type]
+        lease.request = PendingRequest(payload, count, LaneReply(self, lease))  # type: ignore[arg-type]
+        self.leases[lane] = lease
+        self._live_L[lane] = True
+        self._frames_L[lane] = count
+        self._opened()
+        return lane, begin, ""
+
+    def release(self, lane: int) -> None:
+        """A closed stream's lease back: its trajectory slots freed between batches."""
+        lease = self.leases.pop(lane, None)
+        if lease is None:
+            return
+        self._live_L[lane] = False
+        self.engine.release_later(lease.conn)
+        self._rows.give_back(lease.begin, lease.count)
+        self._free_lanes.append(lane)
+        self._opened()
+
+    def reclaim(self, owner: int) -> int:
+        """Every lease of a dead frontend back; how many there were."""
+        lanes = [lane for lane, lease in self.leases.items() if lease.owner == owner]
+        for lane in lanes:
+            self.release(lane)
+        return len(lanes)
+
+    def _opened(self) -> None:
+        count = len(self.leases)
+        self.stats.actors_connected = count
+        self._quorum_lanes = math.ceil(self.quorum * count - 1e-9) if count else QUORUM_NONE
+        self.rung()  # a closed stream may complete a batch
+
+    # -- the batch loop
+
+    def rung(self) -> None:
+        """Frames arrived (the doorbell's reader, a lease come or gone): wake the loop when
+        a batch is due, else make sure the deadline of the batch now forming is set. Looked
+        at here, in the reader's callback, the rings of a forming batch cost a vector
+        compare each, not a wake of the loop's task."""
+        ready_B = self._ready_lanes()
+        if not len(ready_B):
+            return
+        if self._batch_ready(ready_B):
+            self._due.set()
+        elif self._deadline is None and self._loop is not None:
+            self._deadline = self._loop.call_later(self.timeout_s, self._due.set)
+
+    def _ready_lanes(self) -> np.ndarray:
+        return np.flatnonzero((self.table.req_L != self._taken_L) & self._live_L)
+
+    def _batch_ready(self, ready_B: np.ndarray) -> bool:
+        return (
+            len(ready_B) >= self._quorum_lanes or self._frames_L[ready_B].sum() >= self.max_frames
+        )
+
+    async def run(self) -> None:
+        """Until closed: when a batch is due (size, quorum or deadline), run it."""
+        self._loop = asyncio.get_running_loop()
+        self.rung()  # frames may have come before the loop ran
+        while not self._closed:
+            await self._due.wait()
+            self._due.clear()
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            ready_B = self._ready_lanes()
+            if len(ready_B):
+                await self._process(ready_B)
+            self.rung()  # what came in meanwhile starts the next batch's clock
+
+    async def _process(self, ready_B: np.ndarray) -> None:
+        self._taken_L[ready_B] = self.table.req_L[ready_B]  # before the rows: req moves last
+        batch = []
+        for lane in ready_B.tolist():
+            request = self.leases[lane].request
+            request.future.open()  # type: ignore[attr-defined]
+            batch.append(request)
+        self.batches += 1
+        self.frames += int(self._frames_L[ready_B].sum())
+        try:
+            await self.engine.process(batch)
+        except Exception:  # keep serving; fail only this batch's requests
+            log.exception("inference batch failed")
+            for request in batch:
+                if not request.future.done():
+                    request.future.set_exception(RuntimeError("inference batch failed"))
+        self._publish()
+
+    def answer(self, lease: ModelLease, status: int, actions_KA: np.ndarray | None) -> None:
+        """Write one lane's action rows; its status and counter are published with the
+        batch's others (:meth:`_publish`), after every row."""
+        if actions_KA is not None:
+            self.table.action_RA[lease.begin : lease.begin + lease.count] = actions_KA
+        if not self._answered:  # published once the engine has answered the batch
+            asyncio.get_running_loop().call_soon(self._publish)
+        self._answered.append((lease.lane, status, lease.owner))
+
+    def _publish(self) -> None:
+        """The answered lanes' status, step and ``rep`` (the counter last), then one ring
+        for each owning frontend."""
+        if not self._answered:
+            return
+        lanes, statuses, owners = zip(*self._answered, strict=True)
+        self._answered.clear()
+        lane_B = np.array(lanes)
+        t = self.table
+        t.status_L[lane_B] = statuses
+        t.step_L[lane_B] = self.engine.learner_step.value
+        t.rep_L[lane_B] = self._taken_L[lane_B]
+        for owner in set(owners):
+            bell = self.bells.get(owner)
+            if bell is not None:
+                ring(bell)
+
+    def close(self) -> None:
+        self._closed = True
+        self._due.set()
+
+
+class PortLock:
+    """The learner's port, held for the run: frontends bind it with ``SO_REUSEPORT``, which
+    would let a second learner join the group silently, so a lock file says whose it is
+    and a plain bind first proves nobody else listens there."""
+
+    def __init__(self, bind: str, port: int) -> None:
+        self.port = self._probe(bind, port)
+        directory = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
+        self.path = directory / f"seedrl-port-{self.port}.lock"
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._fd)
+            raise OSError(
+                f"could not bind the learner to {bind}:{self.port}: another seedrl learner "
+                f"holds it ({self.path})"
+            ) from None
+
+    @staticmethod
+    def _probe(bind: str, port: int) -> int:
+        family = socket.AF_INET6 if ":" in bind.strip("[]") else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((bind.strip("[]"), port))
+            except OSError:
+                raise OSError(
+                    f"could not bind the learner to {bind}:{port} (port in use, or not this "
+                    "host's address?)"
+                ) from None
+            return int(probe.getsockname()[1])
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+class ServingFailed(Exception):
+    """A frontend kept dying: the run ends with this line, exit 1."""
+
+
+class Frontend:
+    """One spawned frontend process as its supervisor sees it."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.process: Any = None
+        self.control: Any = None
+        self.bell = new_doorbell()
+        self.deaths: collections.deque[float] = collections.deque()
+
+
+class TierServing:
+    """The serving side with ``--serving-processes N``: the same start/stop as the
+    in-process one, with frontends in place of the gRPC server."""
+
+    def __init__(
+        self,
+        config: LearnerConfig,
+        env_spec: pb.EnvSpec,
+        learner_run_id: str,
+        engine: InferenceEngine,
+        builder: TrajectoryBuilder,
+        stats: LearnerStats,
+        auth_token: str | None,
+    ) -> None:
+        self.lock = PortLock(config.bind, config.port)
+        self.port = self.lock.port
+        # The token travels through the environment, never the config or argv.
+        self.config = replace(config, port=self.port, auth_token=None, auth_token_file=None)
+        self._token = auth_token
+        self._env_spec = env_spec.SerializeToString()
+        self._learner_run_id = learner_run_id
+        spec = table_spec(config, builder, engine.normalizer)
+        self.table = SlotTable(spec)
+        self.batcher = SlotBatcher(self.table, engine, builder, stats, config)
+        self.model_bell = new_doorbell()
+        self.frontends = [Frontend(i) for i in range(config.serving_processes)]
+        for frontend in self.frontends:
+            self.batcher.bells[frontend.index] = frontend.bell
+        self._ctx = mp.get_context("spawn")  # gRPC starts fresh; the model may hold CUDA
+        self._stopping = False
+        self.failure: str | None = None
+        self.on_failure: Callable[[str, bool], None] | None = None
+        """Called once with the line that ends the run (the learner's stop request)."""
+        self.batching: asyncio.Task[None] | None = None
+        self._restarts: set[asyncio.Task[None]] = set()
+
+    # -- the learner's serving interface
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self.model_bell, self._model_rung)
+        await asyncio.gather(*(self._spawn(f) for f in self.frontends))
+
+    def start_batching(self) -> None:
+        self.batching = asyncio.create_task(self.batcher.run(), name="slot-batcher")
+
+    async def stop(self, reason: str, final: bool) -> None:
+        """Every frontend ends its streams with a Shutdown and exits; then the table goes."""
+        self._stopping = True
+        for task in self._restarts:
+            task.cancel()
+        loop = asyncio.get_running_loop()
+        for f in self.frontends:
+            if f.process is not None and f.process.is_alive():
+                with contextlib.suppress(OSError):
+                    f.control.send(("stop", reason, final))
+        await asyncio.gather(*(asyncio.to_thread(self._end, f) for f in self.frontends))
+        self.batcher.close()
+        if self.batching is not None:
+            self.batching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.batching
+        with contextlib.suppress(Exception):
+            loop.remove_reader(self.model_bell)
+        for fd in (self.model_bell, *(f.bell for f in self.frontends)):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.batcher.leases.clear()  # their row views go before the mapping
+        self.table.close()
+        self.lock.release()
+
+    # -- frontends
+
+    async def _spawn(self, f: Frontend) -> None:
+        parent, child = self._ctx.Pipe()
+        args = (
+            f.index, self.config, self._env_spec, self._learner_run_id, self.table.spec,
+            self.table.shm.name, InheritedFd(self.model_bell), InheritedFd(f.bell), child,
+        )  # fmt: skip
+        process = self._ctx.Process(
+            target=frontend_main, args=args, name=f"seedrl-frontend-{f.index}", daemon=True
+        )
+        os.environ[TOKEN_ENV] = self._token or ""
+        try:
+            process.start()
+        finally:
+            os.environ.pop(TOKEN_ENV, None)
+        child.close()
+        f.process, f.control = process, parent
+        message = None
+        with contextlib.suppress(EOFError, OSError):  # EOF: it died before it was ready
+            if await asyncio.to_thread(parent.poll, START_TIMEOUT_S):
+                message = parent.recv()
+        if not message or message[0] != "ready":
+            process.kill()
+            raise OSError(
+                f"serving frontend {f.index} did not start (exit code {process.exitcode}); "
+                f"its output above says why"
+            )
+        loop = asyncio.get_running_loop()
+        loop.add_reader(parent.fileno(), self._on_control, f)
+        loop.add_reader(process.sentinel, self._on_death, f)
+        log.info("serving frontend %d (pid %d) on port %d", f.index, process.pid, self.port)
+
+    def _on_control(self, f: Frontend) -> None:
+        """A frontend's per-stream messages: a lease asked for, a lease given back."""
+        control = f.control
+        try:
+            while control.poll():
+                message = control.recv()
+                if message[0] == "allocate":
+                    control.send(("lease", *self.batcher.lease(f.index, message[1])))
+                elif message[0] == "release":
+                    self.batcher.release(message[1])
+        except (EOFError, OSError):  # the process died: its sentinel tells the rest
+            asyncio.get_running_loop().remove_reader(control.fileno())
+
+    def _on_death(self, f: Frontend) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(f.process.sentinel)
+        with contextlib.suppress(Exception):
+            loop.remove_reader(f.control.fileno())
+        f.process.join(1.0)  # its pipes close a moment before it can be reaped
+        code = f.process.exitcode
+        if self._stopping:
+            return
+        lost = self.batcher.reclaim(f.index)
+        log.warning(
+            "serving frontend %d died (exit code %s): its %d streams ended", f.index, code, lost
+        )
+        self._count_death(f, code)
+
+    def _count_death(self, f: Frontend, code: int | None) -> None:
+        """Restart a dead frontend with backoff, or end the run if it keeps dying."""
+        now = time.monotonic()
+        f.deaths.append(now)
+        while f.deaths and now - f.deaths[0] > DEATHS_WINDOW_S:
+            f.deaths.popleft()
+        if len(f.deaths) > MAX_DEATHS:
+            self.failure = (
+                f"serving frontend {f.index} failed {len(f.deaths)} times in "
+                f"{DEATHS_WINDOW_S:.0f} s (last exit code {code})"
+            )
+            log.error("%s", self.failure)
+            if self.on_failure is not None:
+                self.on_failure(self.failure, True)
+            return
+        delay = min(RESTART_BACKOFF_S[0] * 2 ** (len(f.deaths) - 1), RESTART_BACKOFF_S[1])
+        task = asyncio.create_task(self._restart(f, delay), name=f"restart-frontend-{f.index}")
+        self._restarts.add(task)
+        task.add_done_callback(self._restarts.discard)
+
+    async def _restart(self, f: Frontend, delay: float) -> None:
+        await asyncio.sleep(delay)
+        if self._stopping:
+            return
+        drain(f.bell)
+        try:
+            await self._spawn(f)
+        except OSError as exc:
+            log.error("%s", exc)
+            if not self._stopping:
+                self._count_death(f, f.process.exitcode if f.process else None)
+
+    def _model_rung(self) -> None:
+        drain(self.model_bell)
+        self.batcher.rung()
+
+    @staticmethod
+    def _end(f: Frontend) -> None:
+        if f.process is None:
+            return
+        f.process.join(STOP_TIMEOUT_S)
+        if f.process.is_alive():
+            f.process.kill()
+            f.process.join(STOP_TIMEOUT_S)
+
+
+def build_tier(
+    config: LearnerConfig,
+    env_spec: pb.EnvSpec,
+    learner_run_id: str,
+    engine: InferenceEngine,
+    builder: TrajectoryBuilder,
+    stats: LearnerStats,
+    auth_token: str | None,
+) -> TierServing:
+    """The serving tier for this run, or one line (UnsupportedSetup) saying what it lacks."""
+    check_tier_supported(config, env_spec)
+    return TierServing(config, env_spec, learner_run_id, engine, builder, stats, auth_token)
