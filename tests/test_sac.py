@@ -29,6 +29,7 @@ from learner.agents.sac.losses import (
 )
 from learner.agents.sac.network import Temperature
 from learner.parts import build_learner
+from learner.tools.export import export
 from learner.tools.synchronous import train_synchronously
 from seedrl import codec
 from seedrl.config import LearnerConfig
@@ -197,8 +198,18 @@ def test_a_real_host_trains_and_resumes_with_replay_temperature_and_targets(tmp_
         max_grad_norm=1000.0, replay_ratio=16.0, max_seconds=8.0, **overrides,
     )  # fmt: skip
     assert result.learner_steps > 0
-    action = result.policy.act(result.policy.make_env().reset(seed=0)[0])
+    obs = result.policy.make_env().reset(seed=0)[0]
+    action = result.policy.act(obs)
     assert action.shape == (1,) and -2.0 <= float(action[0]) <= 2.0
+    # The registry's entry rebuilt the actor and its head from the checkpoint: an export
+    # acts as the loaded policy does, the squashed mean.
+    export(result.policy, "torchscript", tmp_path / "policy.pt")
+    exported = torch.jit.load(str(tmp_path / "policy.pt"))
+    result.policy.reset()
+    greedy = result.policy.act(obs)
+    torch.testing.assert_close(
+        exported(torch.from_numpy(obs[None]))[0][0].detach(), torch.from_numpy(greedy)
+    )
     config = LearnerConfig(
         env="Pendulum-v1", agent="sac", device="cpu", logdir=str(tmp_path / "run"),
         hidden_sizes=(32, 32), unroll_length=8, batch_size=8, resume=True, **overrides,
@@ -215,3 +226,68 @@ def test_a_real_host_trains_and_resumes_with_replay_temperature_and_targets(tmp_
     assert len(resumed.queue) > 0, "the replay came back empty"
     fresh = build_learner(dataclasses.replace(config, resume=False, logdir=str(tmp_path / "x")))
     assert len(fresh.queue) == 0
+
+
+class StepEach:
+    """The trainer's side of an update, bare: each loss's backward and its optimizer's
+    step, then the step's ``after_step``, recording the order."""
+
+    def __init__(self, state) -> None:
+        self.state = state
+        self.order: list[str] = []
+
+    def minimize(self, loss, optimizer="model", policy_change=None) -> bool:
+        self.order.append(optimizer)
+        self.state.optimizers[optimizer].zero_grad()
+        loss.backward()
+        self.state.optimizers[optimizer].step()
+        after = self.state.after_step.get(optimizer)
+        if after is not None:
+            after()
+        return True
+
+
+def test_one_update_on_dict_observations_steps_critics_actor_and_temperature() -> None:
+    from learner.agents.models import choose_torso
+    from learner.common.schedules import StepClock
+
+    observation = gym.spaces.Dict(
+        {"pos": gym.spaces.Box(-1, 1, (3,)), "grid": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)}
+    )
+    obs_spec = codec.space_to_spec(observation)
+    bounds = np.array([-1.0, 0.0], np.float32), np.array([1.0, 5.0], np.float32)
+    box = codec.space_to_spec(gym.spaces.Box(*bounds))
+    config = LearnerConfig(env="Pendulum-v1", agent="sac", hidden_sizes=(16,), seed=0)
+    agent = make_agent(config, box, torch.device("cpu"))
+    torso = choose_torso(obs_spec, "auto")
+    assert torso == "leaves"
+    state = agent.build(obs_spec, torso)
+    row_bytes = codec.LeafPacking(codec.space_leaves(obs_spec)).row_bytes
+    t1, b = 5, 3
+    obs = torch.randint(0, 255, (t1, b, row_bytes), dtype=torch.uint8)
+    action = torch.rand(t1, b, 2) * torch.tensor([2.0, 5.0]) + torch.tensor([-1.0, 0.0])
+    batch = {
+        "obs": obs, "first": torch.zeros(t1, b, dtype=torch.bool), "action": action,
+        "reward": torch.randn(t1, b), "terminated": torch.zeros(t1, b, dtype=torch.bool),
+        "truncated": torch.zeros(t1, b, dtype=torch.bool),
+    }  # fmt: skip
+    before = {name: [p.detach().clone() for p in net.parameters()]
+              for name, net in state.networks.items()}  # fmt: skip
+    target = state.extras[TARGET_CRITIC]
+    target_before = [p.detach().clone() for p in target.parameters()]
+    optimize = StepEach(state)
+    terms = agent.update(state, batch, (), StepClock(0, 0.0), optimize)
+    assert optimize.order == ["critic", "model", "temperature"]
+    for name, net in state.networks.items():
+        pairs = zip(before[name], net.parameters(), strict=True)
+        moved = any(not torch.equal(a, p) for a, p in pairs)
+        assert moved, f"{name} did not move"
+    tau = config.target_smoothing
+    for old, new, online in zip(
+        target_before, target.parameters(), state.networks["critic"].parameters(), strict=True
+    ):
+        torch.testing.assert_close(new, (1 - tau) * old + tau * online.detach())
+    assert terms["sample_priority"].shape == (b,)
+    params, _ = state.model.act(obs[:1], batch["first"][:1])
+    sampled = agent.head.sample(params[0])
+    assert ((sampled >= torch.tensor([-1.0, 0.0])) & (sampled <= torch.tensor([1.0, 5.0]))).all()
