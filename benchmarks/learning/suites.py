@@ -521,6 +521,7 @@ observations, joint ``MultiDiscrete`` actions, an action mask, a reward 30 steps
 each against its scripted upper level and random level."""
 SUITES["pendulum-sac"] = Suite(
     name="pendulum-sac",
+    curves_folder="pendulum-sac",
     envs=(
         EnvSpec(
             "Pendulum-v1",
