@@ -130,6 +130,15 @@ def test_sac_refuses_discrete_and_unbounded_actions_in_one_line(space, words) ->
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("knobs", "words"),
+    [({"lstm": True}, "drop --lstm"), ({"inference_backend": "numpy"}, "samples its actions")],
+)
+def test_sac_refuses_what_it_cannot_train_with_in_one_line(knobs, words) -> None:
+    with pytest.raises(ValueError, match=words):
+        LearnerConfig(env="Pendulum-v1", agent="sac", **knobs)
+
+
 RANDOM_EPISODES = 10
 EVAL_EPISODES = 5
 FRAMES = 6_000

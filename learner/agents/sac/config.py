@@ -60,3 +60,5 @@ class SACOptions(AgentOptions):
         require_range(self, ("target_entropy_scale",), low=0)
         if config.lstm:
             raise ValueError("--agent sac trains feed-forward networks: drop --lstm")
+        if config.inference_backend == "numpy":  # the squash and its std are torch's only
+            raise ValueError("--agent sac samples its actions in torch: --inference-backend auto")
