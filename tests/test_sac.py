@@ -300,3 +300,29 @@ def test_one_update_on_dict_observations_steps_critics_actor_and_temperature() -
     params, _ = state.model.act(obs[:1], batch["first"][:1])
     sampled = agent.head.sample(params[0])
     assert ((sampled >= torch.tensor([-1.0, 0.0])) & (sampled <= torch.tensor([1.0, 5.0]))).all()
+
+
+def test_the_critics_rate_scale_survives_the_schedule_and_a_resume() -> None:
+    from learner.agents.optim import apply_optimizer_settings
+    from learner.training.trainer import Trainer, TrainerParts
+
+    box = codec.space_to_spec(gym.spaces.Box(-1.0, 1.0, (1,)))
+    obs = codec.space_to_spec(gym.spaces.Box(-1.0, 1.0, (3,)))
+    config = LearnerConfig(
+        env="Pendulum-v1", agent="sac", learning_rate=1e-3, critic_learning_rate_scale=3.0,
+        lr_schedule="linear", total_frames=1000,
+    )  # fmt: skip
+    agent = make_agent(config, box, torch.device("cpu"))
+    state = agent.build(obs, "mlp")
+    assert state.optimizers["critic"].param_groups[0]["lr"] == pytest.approx(3e-3)
+    trainer = Trainer(TrainerParts.unshared(config, agent, state, torch.device("cpu")))
+    for name in state.optimizers:
+        trainer.set_learning_rate(0, name)
+    assert state.optimizers["critic"].param_groups[0]["lr"] == pytest.approx(3e-3)
+    assert state.optimizers["model"].param_groups[0]["lr"] == pytest.approx(1e-3)
+    again = agent.build(obs, "mlp")
+    agent.load_state_dict(again, agent.state_dict(state))
+    for optimizer in again.optimizers.values():
+        apply_optimizer_settings(optimizer, config)  # as --resume does
+    assert again.optimizers["critic"].param_groups[0]["lr"] == pytest.approx(3e-3)
+    assert again.optimizers["temperature"].param_groups[0]["lr"] == pytest.approx(1e-3)

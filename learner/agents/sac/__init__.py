@@ -142,7 +142,7 @@ class SACAgent:
             # Critics first: the actor's loss then reads the critics the batch just
             # improved, as the SAC papers step them.
             optimizers={
-                CRITIC: make_optimizer(critic, self.config),
+                CRITIC: make_optimizer(critic, self.config, self.config.critic_learning_rate_scale),
                 "model": make_optimizer(actor, self.config),
                 TEMPERATURE: make_optimizer(temperature, self.config),
             },

@@ -30,6 +30,9 @@ class SACOptions(AgentOptions):
     alpha stays at --initial-temperature."""
     target_entropy_scale: float = 1.0
     """The target entropy is -scale x |A| (the action dimensions)."""
+    critic_learning_rate_scale: float = 1.0
+    """The critics' Adam rate as a multiple of --learning-rate (the actor's and the
+    temperature's)."""
     replay_frames: int = 1_000_000
     """Replay capacity in stored frames (sequences x rows); the oldest go first."""
     replay_bytes: int = 8 * 1024**3
@@ -54,7 +57,9 @@ class SACOptions(AgentOptions):
     def check(self, config: LearnerConfig) -> None:
         require_range(self, ("n_step", "replay_frames", "replay_bytes"), low=1)
         require_range(self, ("replay_min_frames", "replay_ratio", "importance_exponent"), low=0)
-        require_range(self, ("initial_temperature",), low=0, low_open=True)
+        require_range(
+            self, ("initial_temperature", "critic_learning_rate_scale"), low=0, low_open=True
+        )
         require_range(self, ("target_smoothing",), low=0, high=1, low_open=True)
         require_range(self, ("priority_exponent", "priority_eta"), low=0, high=1)
         require_range(self, ("target_entropy_scale",), low=0)
