@@ -111,11 +111,11 @@ bench-quick: $(STAMP)
 	$(PY) -m learner bench --quick $(ARGS)
 
 ## Learning benchmark: `make bench-learning SUITE=classic|classic-r2d2|classic-long|minatar|minigrid|atari|mujoco|multiagent|selfplay|structured
-## [AGENT=vtrace|r2d2] [FRAMES=N] [SEEDS=2] [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env
+## [AGENT=vtrace|r2d2|sac] [FRAMES=N] [SEEDS=2] [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env
 ## x seed trained to FRAMES (0: the suite's budget); the finished runs are archived
 ## (thinned, no checkpoints) in BENCH_RESULTS to be committed, and docs/learning.md's table
-## is rebuilt from there. AGENT=r2d2 runs the suite's R2D2 twin (SUITE-r2d2: the same envs
-## on the r2d2 presets). Interrupted, it resumes.
+## is rebuilt from there. AGENT=r2d2 (or sac) runs the suite's twin (SUITE-AGENT: the same envs
+## on the AGENT presets; pendulum-sac is SAC's own). Interrupted, it resumes.
 SUITE ?= classic
 AGENT ?= vtrace
 BENCH_SUITE = $(if $(filter vtrace,$(AGENT)),$(SUITE),$(SUITE:%-$(AGENT)=%)-$(AGENT))

@@ -282,8 +282,9 @@ class LearnerConfig:
     # model
     agent: str = "vtrace"
     """The learning algorithm, one of learner/agents/registry.py's: vtrace (IMPALA's
-    V-trace actor-critic) or r2d2 (recurrent replay distributed DQN with Ape-X prioritized
-    replay and per-slot epsilon-greedy; discrete actions; its presets turn --lstm on). An
+    V-trace actor-critic), r2d2 (recurrent replay distributed DQN with Ape-X prioritized
+    replay and per-slot epsilon-greedy; discrete actions; its presets turn --lstm on) or
+    sac (soft actor-critic on a replay; bounded Box actions; feed-forward). An
     agent is its network head, action choice, what it keeps to train on and its loss
     (learner/agents/); its own knobs are a section of their own, listed by ``--agent NAME
     --help``."""

@@ -70,7 +70,7 @@ def test_an_old_flat_config_file_with_every_agents_knobs_still_loads(tmp_path):
         (["--epsilon", "0.3"], "--epsilon is a knob of --agent r2d2, not of --agent vtrace"),
         (["--agent", "r2d2", "--mirror"], "--mirror is a knob of --agent vtrace, not of --agent"),
         (["--preset", "atari-r2d2", "--no-normalize-advantages"], "--normalize-advantages is"),
-        (["--agent", "sarsa"], "--agent must be vtrace or r2d2, got 'sarsa'"),
+        (["--agent", "sarsa"], "--agent must be vtrace, r2d2 or sac, got 'sarsa'"),
     ],
 )
 def test_another_agents_knob_on_the_command_line_exits_2_naming_its_agent(argv, message, capsys):
@@ -152,5 +152,5 @@ def test_an_agent_without_continuous_actions_is_refused_a_box_by_its_capability(
     box = codec.space_to_spec(gym.spaces.Box(-1.0, 1.0, (2,)))
     with pytest.raises(UnsupportedSetup, match="--agent toy acts in discrete action spaces"):
         registry.make_agent(LearnerConfig(agent="toy"), box, torch.device("cpu"))
-    with pytest.raises(UnsupportedSetup, match="use --agent vtrace"):
+    with pytest.raises(UnsupportedSetup, match="use --agent sac or vtrace"):
         registry.make_agent(LearnerConfig(agent="r2d2"), box, torch.device("cpu"))

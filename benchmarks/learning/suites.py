@@ -519,6 +519,28 @@ SUITES["structured"] = Suite(
 """The spaces users bring, on the learner's defaults: dict and tuple
 observations, joint ``MultiDiscrete`` actions, an action mask, a reward 30 steps late;
 each against its scripted upper level and random level."""
+SUITES["pendulum-sac"] = Suite(
+    name="pendulum-sac",
+    curves_folder="pendulum-sac",
+    envs=(
+        EnvSpec(
+            "Pendulum-v1",
+            50_000,
+            Reference(-172.2, _ZOO, "100 k timesteps (= frames)", "Pendulum-v1", _ZOO_URL),
+            thresholds=(-500.0, -200.0),
+            preset="pendulum-sac",
+        ),
+    ),
+    num_actors=2,
+    envs_per_actor=8,
+    eval_episodes=20,
+    greedy=True,
+)
+"""SAC on Pendulum, the one continuous classic-control env (``make bench-learning
+SUITE=pendulum AGENT=sac``): the short check of the SAC agent on this host."""
+SUITES["mujoco-sac"] = with_agent(SUITES["mujoco"], "sac")
+"""SAC on the MuJoCo robots (``make bench-learning SUITE=mujoco AGENT=sac``), on the
+``mujoco-sac`` preset, held to the PPO suite's references and thresholds."""
 SUITES["minatar-r2d2"] = with_agent(SUITES["minatar"], "r2d2")
 SUITES["atari-r2d2"] = with_agent(SUITES["atari"], "r2d2")
 """R2D2 on the V-trace suites' envs (``make bench-learning SUITE=minatar AGENT=r2d2``);

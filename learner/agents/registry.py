@@ -13,8 +13,13 @@ from collections.abc import Callable, Mapping
 import torch
 
 from learner.agents.base import Agent, AgentState
+from learner.agents.models import ActionHead, ActorCritic, ModelSpec, action_head
 from learner.agents.r2d2 import R2D2Agent
 from learner.agents.r2d2.config import R2D2Options
+from learner.agents.r2d2.network import QNetwork
+from learner.agents.sac import SACAgent
+from learner.agents.sac import trained_network as sac_trained_network
+from learner.agents.sac.config import SACOptions
 from learner.agents.vtrace import VTraceAgent
 from learner.agents.vtrace.config import VTraceOptions
 from learner.common.spaces import UnsupportedSetup
@@ -23,22 +28,56 @@ from seedrl.config import AgentOptions, LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
 AgentFactory = Callable[[LearnerConfig, pb.SpaceSpec, torch.device, bool], Agent]
+TrainedNetwork = Callable[[ModelSpec, pb.SpaceSpec, bool], tuple[torch.nn.Module, ActionHead]]
+"""A checkpoint's model spec, the env's action space and whether the observation carries
+an action mask -> the agent's inference network (fresh weights) and action head: what
+``evaluate``, ``export`` and a served policy rebuild from a checkpoint, with no config."""
+
+
+def actor_critic_network(
+    spec: ModelSpec, action_space: pb.SpaceSpec, masked: bool
+) -> tuple[torch.nn.Module, ActionHead]:
+    """The shipped actor-critic and the space's own head (V-trace's, and the default)."""
+    return ActorCritic(spec), action_head(action_space, masked)
+
+
+def q_network(
+    spec: ModelSpec, action_space: pb.SpaceSpec, masked: bool
+) -> tuple[torch.nn.Module, ActionHead]:
+    """R2D2's dueling Q-network and the space's categorical head."""
+    return QNetwork(spec), action_head(action_space, masked)
 
 
 @dataclasses.dataclass(frozen=True)
 class Registered:
-    """One agent: what builds it and the section of knobs it reads."""
+    """One agent: what builds it, the section of knobs it reads and how its trained
+    network comes back from a checkpoint."""
 
     factory: AgentFactory
     options: type[AgentOptions]
+    trained_network: TrainedNetwork = actor_critic_network
 
 
 AGENTS: dict[str, Registered] = {
     VTraceAgent.name: Registered(VTraceAgent, VTraceOptions),
-    R2D2Agent.name: Registered(R2D2Agent, R2D2Options),
+    R2D2Agent.name: Registered(R2D2Agent, R2D2Options, q_network),
+    SACAgent.name: Registered(SACAgent, SACOptions, sac_trained_network),
 }
 """``--agent`` name -> the agent's factory (its config, the env's action space, the device)
 and its options."""
+
+
+def trained_network(
+    agent: str | None, spec: ModelSpec, action_space: pb.SpaceSpec, masked: bool
+) -> tuple[torch.nn.Module, ActionHead]:
+    """The inference network and head of a checkpoint of ``agent`` (None, a checkpoint
+    that names none: a dueling spec is R2D2's, any other V-trace's)."""
+    if agent is None:
+        agent = R2D2Agent.name if spec.dueling else VTraceAgent.name
+    entry = AGENTS.get(agent)
+    if entry is None:
+        raise ValueError(f"the checkpoint is of --agent {agent}, which this seedrl lacks")
+    return entry.trained_network(spec, action_space, masked)
 
 
 def agent_sections() -> Mapping[str, type[AgentOptions]]:

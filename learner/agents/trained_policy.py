@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from learner.agents.models import ActionHead, ActorCritic, CoreState, ModelSpec, action_head
-from learner.agents.r2d2.network import QNetwork
+from learner.agents import registry
+from learner.agents.models import ActionHead, CoreState, ModelSpec
 from learner.state import checkpoint
 from learner.state.normalize import Normalizer, make_normalizer
 from seedrl import codec, envs
@@ -32,9 +32,12 @@ def model_spec_from_dict(data: dict[str, Any]) -> ModelSpec:
     return ModelSpec(**kwargs)
 
 
-def network_from_spec(spec: ModelSpec) -> ActorCritic | QNetwork:
-    """The network a checkpoint's spec describes: a dueling one is R2D2's Q-network."""
-    return QNetwork(spec) if spec.dueling else ActorCritic(spec)
+def network_from_spec(
+    spec: ModelSpec, action_space: pb.SpaceSpec, masked: bool = False, agent: str | None = None
+) -> tuple[Any, ActionHead]:
+    """The inference network (fresh weights) and head a checkpoint's spec describes, as
+    its agent (``--agent`` of the run; None: told by the spec) rebuilds them."""
+    return registry.trained_network(agent, spec, action_space, masked)
 
 
 def _tuples(value: Any) -> Any:
@@ -52,7 +55,7 @@ class Policy:
 
     def __init__(
         self,
-        model: ActorCritic | QNetwork,
+        model: Any,
         head: ActionHead,
         env_spec: pb.EnvSpec,
         greedy: bool = True,
@@ -78,8 +81,8 @@ class Policy:
         env_spec = pb.EnvSpec.FromString(state["env_spec"])
         spec = model_spec_from_dict(state["model_spec"])
         mask_leaf = next((x[0] for x in spec.leaf_inputs if x[3] == "mask"), None)
-        head = action_head(env_spec.action_space, mask_leaf is not None)
-        model = network_from_spec(spec)
+        agent = (state.get("config") or {}).get("agent")
+        model, head = network_from_spec(spec, env_spec.action_space, mask_leaf is not None, agent)
         model.load_state_dict(state["model"])
         normalizer = None
         if "obs_normalizer" in state:

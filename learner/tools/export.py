@@ -27,7 +27,6 @@ from torch import nn
 
 from learner.agents.models import (
     ActionHead,
-    ActorCritic,
     BernoulliHead,
     GaussianHead,
     LeafEncoders,
@@ -36,7 +35,6 @@ from learner.agents.models import (
     ProductHead,
     mask_floats,
 )
-from learner.agents.r2d2.network import QNetwork
 from learner.agents.trained_policy import Policy
 from learner.state import checkpoint
 from learner.state.normalize import CLIP, EPSILON, LeafNormalizer, ObservationNormalizer
@@ -78,7 +76,8 @@ class ExportedPolicy(nn.Module):
 
     def __init__(self, policy: Policy) -> None:
         super().__init__()
-        self.model: ActorCritic | QNetwork = policy.model
+        self.model: Any = policy.model
+        """Any agent's inference network: ``torso``, ``core_step``, ``policy_params``."""
         self.head: ActionHead = policy.head
         obs_spec = policy.env_spec.observation_space
         self.leaves = input_leaves(obs_spec)
@@ -133,7 +132,11 @@ class ExportedPolicy(nn.Module):
 
 
 def params_layout(head: ActionHead) -> str:
-    """What the ``params`` output holds, in words a runner can act on."""
+    """What the ``params`` output holds, in words a runner can act on (a head of an
+    agent's own says it: ``params_layout()``)."""
+    own = getattr(head, "params_layout", None)
+    if callable(own):
+        return str(own())
     if isinstance(head, GaussianHead):
         return (
             f"mean ({head.action_size}) then log_std ({head.action_size}) of a diagonal "

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from learner.agents.base import INFERENCE_NETWORK, SAMPLE_PRIORITY, Agent, AgentState
+from learner.agents.optim import scaled_rate
 from learner.agents.registry import AgentRecipe
 from learner.common.schedules import StepClock, learning_rate_schedule
 from learner.state import checkpoint
@@ -377,7 +378,7 @@ class Trainer:
         lr = self.learning_rate(self.clock(step).frames)
         if self.config.effective_lr_schedule != "constant":
             for group in self.state.optimizers[optimizer].param_groups:
-                group["lr"] = lr
+                group["lr"] = scaled_rate(group, lr)
         return lr
 
     def _skip(self, what: str) -> None:

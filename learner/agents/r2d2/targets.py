@@ -52,13 +52,32 @@ def n_step_double_q_targets(
     All inputs cover the sequence's T + 1 rows; Q values are in the rescaled space.
     """
     with torch.no_grad():
-        t1 = reward_T1B.shape[0]
-        last = t1 - 1
-        done_T1B = terminated_T1B | truncated_T1B
         greedy_T1B = online_q_T1BA.argmax(dim=-1, keepdim=True)
         bootstrap_T1B = inverse_value_rescale(
             target_q_T1BA.gather(-1, greedy_T1B).squeeze(-1).float(), eps
         )
+        return value_rescale(
+            n_step_returns(reward_T1B, terminated_T1B, truncated_T1B, bootstrap_T1B, discount, n),
+            eps,
+        )
+
+
+def n_step_returns(
+    reward_T1B: torch.Tensor,
+    terminated_T1B: torch.Tensor,
+    truncated_T1B: torch.Tensor,
+    bootstrap_T1B: torch.Tensor,
+    discount: float,
+    n: int,
+) -> torch.Tensor:
+    """n-step returns ``[T, B]`` of every transition, without gradient:
+    sum_{k<m} gamma^k r_{t+1+k} + gamma^m bootstrap_{t+m}, with no bootstrap term when row
+    t+m terminated (the window's end as the module says). ``bootstrap_T1B``: each row's
+    value estimate of its observation."""
+    with torch.no_grad():
+        t1 = reward_T1B.shape[0]
+        last = t1 - 1
+        done_T1B = terminated_T1B | truncated_T1B
         rows_TB = torch.arange(last, device=reward_T1B.device).unsqueeze(1).expand(last, -1)
         rows_TB = rows_TB.expand(last, reward_T1B.shape[1])
         total_TB = torch.zeros(rows_TB.shape, dtype=torch.float32, device=reward_T1B.device)
@@ -80,8 +99,8 @@ def n_step_double_q_targets(
                 stop_TB, torch.where(terminal_TB, 0.0, scale_TB), boot_scale_TB
             )
             active_TB = active_TB & ~stop_TB
-        bootstrap_TB = bootstrap_T1B.gather(0, boot_row_TB)
-        return value_rescale(total_TB + boot_scale_TB * bootstrap_TB, eps)
+        bootstrap_TB = bootstrap_T1B.float().gather(0, boot_row_TB)
+        return total_TB + boot_scale_TB * bootstrap_TB
 
 
 def sequence_priorities(
