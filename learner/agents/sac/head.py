@@ -18,7 +18,7 @@ from learner.agents.models import GaussianHead
 
 TANH_EDGE = 1.0 - 1e-6
 """How close to +-1 a stored action's tanh may come before it is pulled back: atanh(+-1)
-is infinite, and an env-bound action at its bound is common (clipped, or a float32 round)."""
+is infinite, and an env-bound action at its bound is common (clipped, or float32 rounding)."""
 
 
 class SquashedGaussianHead(GaussianHead):
