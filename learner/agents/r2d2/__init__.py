@@ -10,7 +10,6 @@ B sequences, A actions.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 import torch
@@ -28,7 +27,7 @@ from learner.agents.optim import make_optimizer
 from learner.agents.policy import Policy
 from learner.agents.r2d2.network import QNetwork
 from learner.agents.r2d2.policy import EpsilonGreedyPolicy, EpsilonLadder, ape_x_epsilons
-from learner.agents.r2d2.replay import PrioritizedReplay
+from learner.agents.r2d2.replay import PrioritizedReplay, replay_for, replayed_frames_per_batch
 from learner.agents.r2d2.targets import (
     n_step_double_q_targets,
     sequence_priorities,
@@ -151,29 +150,11 @@ class R2D2Agent:
 
     def make_store(self) -> PrioritizedReplay:
         cfg = self.config
-        lead = None
-        if cfg.replay_hold_actors and cfg.replay_ratio > 0:
-            # Room for the fill and two batches' new frames, so the trainer never waits
-            # for an insert the limit holds back.
-            lead = cfg.replay_min_frames + math.ceil(2 * self.new_frames_per_batch())
-        self.store = PrioritizedReplay(
-            max_frames=cfg.replay_frames,
-            max_bytes=cfg.replay_bytes,
-            min_frames=cfg.replay_min_frames,
-            replay_ratio=cfg.replay_ratio,
-            new_frames_per_sequence=cfg.burn_in + cfg.unroll_length - cfg.sequence_overlap,
-            trained_frames_per_sequence=cfg.unroll_length,
-            priority_exponent=cfg.priority_exponent,
-            importance_exponent=cfg.importance_exponent,
-            seed=cfg.seed,
-            insert_lead_frames=lead,
-        )
+        self.store = replay_for(cfg, cfg.burn_in + cfg.unroll_length - cfg.sequence_overlap)
         return self.store
 
     def new_frames_per_batch(self) -> float:
-        # A batch trains on batch x unroll frames, a replay ratio r of them per new frame.
-        trained = float(self.config.batch_size * self.config.unroll_length)
-        return trained / self.config.replay_ratio if self.config.replay_ratio > 0 else trained
+        return replayed_frames_per_batch(self.config)
 
     def target_network(self, state: AgentState, step: int) -> QNetwork:
         """The target network for optimizer step ``step``, copied from the online one when

@@ -27,13 +27,16 @@ import math
 import threading
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from learner.agents.base import SavedStoreError
 from learner.state.files import Lease, atomic_file
 from learner.state.trajectories import Unrolls
+
+if TYPE_CHECKING:
+    from seedrl.config import LearnerConfig
 
 REPLAY_FORMAT = "seedrl-replay"
 REPLAY_VERSION = 1
@@ -328,6 +331,35 @@ class PrioritizedReplay:
 
 Saved = tuple[dict[str, Any], np.ndarray, np.ndarray, dict[str, np.ndarray]]
 """What a replay file holds: its meta, ids, priorities and ring fields by name."""
+
+
+def replayed_frames_per_batch(config: LearnerConfig) -> float:
+    """New frames one training batch stands for when batches are sampled from a replay: a
+    batch trains on batch x unroll frames, a replay ratio r of them per new frame."""
+    trained = float(config.batch_size * config.unroll_length)
+    return trained / config.replay_ratio if config.replay_ratio > 0 else trained
+
+
+def replay_for(config: LearnerConfig, new_frames_per_sequence: int) -> PrioritizedReplay:
+    """The replay an agent's ``--replay-*`` and priority knobs describe, for sequences
+    that each bring ``new_frames_per_sequence`` new frames and train ``--unroll-length``."""
+    lead = None
+    if config.replay_hold_actors and config.replay_ratio > 0:
+        # Room for the fill and two batches' new frames, so the trainer never waits for
+        # an insert the limit holds back.
+        lead = config.replay_min_frames + math.ceil(2 * replayed_frames_per_batch(config))
+    return PrioritizedReplay(
+        max_frames=config.replay_frames,
+        max_bytes=config.replay_bytes,
+        min_frames=config.replay_min_frames,
+        replay_ratio=config.replay_ratio,
+        new_frames_per_sequence=new_frames_per_sequence,
+        trained_frames_per_sequence=config.unroll_length,
+        priority_exponent=config.priority_exponent,
+        importance_exponent=config.importance_exponent,
+        seed=config.seed,
+        insert_lead_frames=lead,
+    )
 
 
 def _read_saved(path: Path, template: Unrolls) -> Saved:

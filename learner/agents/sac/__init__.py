@@ -14,7 +14,6 @@ parameters.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -35,7 +34,7 @@ from learner.agents.models import (
 )
 from learner.agents.optim import make_optimizer
 from learner.agents.policy import Policy, TorchPolicy
-from learner.agents.r2d2.replay import PrioritizedReplay
+from learner.agents.r2d2.replay import PrioritizedReplay, replay_for, replayed_frames_per_batch
 from learner.agents.r2d2.targets import sequence_priorities, valid_transitions
 from learner.agents.sac.head import SquashedGaussianHead
 from learner.agents.sac.losses import (
@@ -159,29 +158,11 @@ class SACAgent:
         return self.config.unroll_length, 0
 
     def make_store(self) -> PrioritizedReplay:
-        cfg = self.config
-        lead = None
-        if cfg.replay_hold_actors and cfg.replay_ratio > 0:
-            # Room for the fill and two batches' new frames, so the trainer never waits
-            # for an insert the limit holds back.
-            lead = cfg.replay_min_frames + math.ceil(2 * self.new_frames_per_batch())
-        self.store = PrioritizedReplay(
-            max_frames=cfg.replay_frames,
-            max_bytes=cfg.replay_bytes,
-            min_frames=cfg.replay_min_frames,
-            replay_ratio=cfg.replay_ratio,
-            new_frames_per_sequence=cfg.unroll_length,
-            trained_frames_per_sequence=cfg.unroll_length,
-            priority_exponent=cfg.priority_exponent,
-            importance_exponent=cfg.importance_exponent,
-            seed=cfg.seed,
-            insert_lead_frames=lead,
-        )
+        self.store = replay_for(self.config, self.config.unroll_length)
         return self.store
 
     def new_frames_per_batch(self) -> float:
-        trained = float(self.config.batch_size * self.config.unroll_length)
-        return trained / self.config.replay_ratio if self.config.replay_ratio > 0 else trained
+        return replayed_frames_per_batch(self.config)
 
     # ------------------------------------------------------------------ one update
 
