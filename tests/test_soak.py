@@ -114,6 +114,14 @@ def test_a_fault_is_within_bounds_only_when_recovered_in_time_and_losing_no_more
     assert not soak.record(
         "connection_flood", 0.0, recovery_s=5.0, frames_lost=0, health_ok=False, **base
     )["ok"]
+    # A frontend's kill: the same learner lives on and the frontend comes back.
+    killed = {"recovery_s": 5.0, "frames_lost": 0, **base}
+    assert soak.record("frontend_kill", 0.0, learner_survived=True, frontend_restarted=True,
+                       **killed)["ok"]  # fmt: skip
+    assert not soak.record("frontend_kill", 0.0, learner_survived=False,
+                           frontend_restarted=True, **killed)["ok"]  # fmt: skip
+    assert not soak.record("frontend_kill", 0.0, learner_survived=True,
+                           frontend_restarted=False, **killed)["ok"]  # fmt: skip
 
 
 def test_the_connection_flood_counts_what_the_server_closed_and_stays_on_this_host():
