@@ -303,7 +303,7 @@ class Soak:
             raise RuntimeError(f"the learner (pid {proc.pid}) has no frontend process")
         before = self.metrics.last()
         log_at = len(proc.text())
-        index = self.rng.choice(sorted(frontends))
+        index = self.busiest_frontend(proc.text(), sorted(frontends))
         victim = frontends[index]
         t0, wall = self.now(), time.time()
         os.kill(victim, signal.SIGKILL)
@@ -325,6 +325,20 @@ class Soak:
             learner_survived=proc.alive() and died is not None,
             frontend_restarted=restarted is not None,
         )  # fmt: skip
+
+    def busiest_frontend(self, log: str, indices: list[int]) -> int:
+        """The frontend serving the most streams by the learner's log (since it last
+        started), so that its kill cuts streams; ties go to the soak's random pick."""
+
+        def streams(i: int) -> int:
+            since = log[max(0, log.rfind(f"serving frontend {i} (pid")) :]
+            lines = [ln for ln in since.splitlines() if f" frontend {i} " in ln]
+            return sum("connected from" in ln for ln in lines) - sum(
+                "disconnected after" in ln for ln in lines
+            )
+
+        most = max(streams(i) for i in indices)
+        return self.rng.choice([i for i in indices if streams(i) == most])
 
     def fault_done(
         self, kind: str, t0: float, wall: float, before: dict[str, Any],
