@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 
@@ -33,7 +34,7 @@ from learner.agents.models import UnsupportedSetup
 from learner.serving.admission import Admission, SharedCounts
 from learner.serving.frontend_stats import FrontendCounters, FrontendStats
 from learner.serving.slots import RowSpans, SlotTable, TableSpec
-from learner.serving.tier import MAX_DEATHS, check_tier_supported
+from learner.serving.tier import MAX_DEATHS, PortLock, check_tier_supported
 from seedrl import codec
 from seedrl.config import LearnerConfig
 from seedrl.conformance.cases import LEARNER_CASES, Status
@@ -132,6 +133,20 @@ def test_a_dead_frontends_counts_stay_in_the_sums_after_its_restart():
         other.close()
         block.close()
     assert block.sums()["streams_rejected"] == 2  # the last read, once closed
+
+
+def test_the_port_probe_passes_lingering_connections_and_refuses_a_listener(tmp_path):
+    """A learner restarted on its port (after "trainer failed") finds the connections its
+    frontends closed in TIME_WAIT there; only a listening socket means someone holds it."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server's side closes first: TIME_WAIT on the port
+        client.close()
+        with pytest.raises(OSError, match=r"could not bind the learner to 127\.0\.0\.1"):
+            PortLock._probe("127.0.0.1", port)
+    assert PortLock._probe("127.0.0.1", port) == port
 
 
 # ---------------------------------------------------------------------- refusals

@@ -350,6 +350,9 @@ class PortLock:
     def _probe(bind: str, port: int) -> int:
         family = socket.AF_INET6 if ":" in bind.strip("[]") else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as probe:
+            # As gRPC binds: connections of a learner just stopped, lingering in TIME_WAIT,
+            # do not hold the port; a listener (without SO_REUSEPORT here) still does.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((bind.strip("[]"), port))
             except OSError:
