@@ -330,7 +330,7 @@ class SlotBatcher:
 class PortLock:
     """The learner's port, held for the run: frontends bind it with ``SO_REUSEPORT``, which
     would let a second learner join the group silently, so a lock file says whose it is
-    and a plain bind first proves nobody else listens there."""
+    and a bind of its own first proves nobody else listens there."""
 
     def __init__(self, bind: str, port: int) -> None:
         self.port = self._probe(bind, port)
