@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 
@@ -27,11 +28,13 @@ from support import (
     running,
     wait_until,
 )
-from wire_clients import act, frame, get_info, hello, lockstep
+from wire_clients import HeldStream, act, frame, get_info, hello, lockstep
 
 from learner.agents.models import UnsupportedSetup
+from learner.serving.admission import Admission, SharedCounts
+from learner.serving.frontend_stats import FrontendCounters, FrontendStats
 from learner.serving.slots import RowSpans, SlotTable, TableSpec
-from learner.serving.tier import MAX_DEATHS, check_tier_supported
+from learner.serving.tier import MAX_DEATHS, PortLock, check_tier_supported
 from seedrl import codec
 from seedrl.config import LearnerConfig
 from seedrl.conformance.cases import LEARNER_CASES, Status
@@ -79,6 +82,71 @@ def test_a_row_written_in_one_mapping_is_read_in_another():
     finally:
         other.close()
         owner.close()
+
+
+def test_shared_counts_make_every_holder_admit_against_the_same_limits(tmp_path):
+    config = LearnerConfig(max_actors=3, max_envs=8, max_envs_per_peer=5)
+    block = SharedCounts.create(2, config.max_actors, tmp_path)
+    views = [SharedCounts(block.spec, holder=i) for i in (0, 1)]
+    first, second = (Admission(config, v) for v in views)
+    try:
+        assert first.open_stream() is None and second.open_stream() is None
+        first.hello_ended()
+        second.hello_ended()
+        assert first.admit("ipv4:10.0.0.1", 4) is None
+        assert second.admit("ipv4:10.0.0.1", 2) is not None  # the peer's 5 span both holders
+        assert second.admit("ipv4:10.0.0.2", 3) is None
+        assert second.admit("ipv4:10.0.0.3", 2) == (
+            "learner is full: 7 envs in use + 2 asked exceeds --max-envs 8; retry later"
+        )
+        assert first.admit("ipv4:10.0.0.3", 1) is None
+        assert second.open_stream() == (
+            "learner is full: 3 actors connected and 0 streams awaiting their Hello, "
+            "--max-actors 3; retry later"
+        )
+        block.forget(0)  # holder 0 died: its two streams and five envs are free
+        assert block.totals() == (1, 0, 3) and block.peer_envs("ipv4:10.0.0.1") == 0
+        second.leave("ipv4:10.0.0.2", 3)
+        assert block.totals() == (0, 0, 0) and not block.peer_key_P.any()
+        assert second.admit("ipv4:10.0.0.1", 5) is None
+    finally:
+        for view in views:
+            view.close()
+        block.close()
+
+
+def test_a_dead_frontends_counts_stay_in_the_sums_after_its_restart():
+    block = FrontendCounters(2)
+    other = FrontendCounters(2, block.name)
+    try:
+        stats = FrontendStats(other.row(1))
+        stats.streams_rejected += 2
+        stats.streams_invalid += 1
+        assert block.sums() == {"streams_rejected": 2, "streams_timed_out": 0, "streams_invalid": 1}
+        block.retire(1)
+        restarted = FrontendStats(other.row(1))  # counts from zero
+        restarted.streams_timed_out += 1
+        assert block.sums() == {"streams_rejected": 2, "streams_timed_out": 1, "streams_invalid": 1}
+        assert restarted.snapshot()["streams_timed_out"] == 1
+        del stats, restarted  # their rows are views of the block
+    finally:
+        other.close()
+        block.close()
+    assert block.sums()["streams_rejected"] == 2  # the last read, once closed
+
+
+def test_the_port_probe_passes_lingering_connections_and_refuses_a_listener(tmp_path):
+    """A learner restarted on its port (after "trainer failed") finds the connections its
+    frontends closed in TIME_WAIT there; only a listening socket means someone holds it."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server's side closes first: TIME_WAIT on the port
+        client.close()
+        with pytest.raises(OSError, match=r"could not bind the learner to 127\.0\.0\.1"):
+            PortLock._probe("127.0.0.1", port)
+    assert PortLock._probe("127.0.0.1", port) == port
 
 
 # ---------------------------------------------------------------------- refusals
@@ -217,6 +285,78 @@ def test_a_frontend_that_keeps_dying_ends_the_run_in_one_line(tmp_path):
 
 def _pids_of(learner, index: int) -> list[int]:
     return [int(pid) for i, pid in STARTED.findall("\n".join(learner.lines)) if int(i) == index]
+
+
+# ------------------------------------------------------------ limits across frontends
+
+LIMITS = ["--max-actors", "4", "--max-envs", "8", "--max-envs-per-peer", "7"]
+TRIES = 8
+"""Streams tried per phase, each on its own connection: the kernel spreads them over both
+frontends (all on one: 2 in 2^8), so limits counted per frontend would admit more."""
+
+
+OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
+
+
+def _open_streams(port: int, spec, num_envs: int, tag: str):
+    """(held streams, channels, refusals as (code, details)) of TRIES tries."""
+    held, channels, refusals = [], [], []
+    for i in range(TRIES):
+        # Its own subchannel pool: its own TCP connection (gRPC shares them otherwise).
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}", OWN_CONNECTION)
+        channels.append(channel)
+        try:
+            held.append(HeldStream(channel, spec, num_envs, actor_id=f"{tag}-{i}"))
+        except grpc.RpcError as exc:
+            refusals.append((exc.code(), exc.details()))
+    return held, channels, refusals
+
+
+def _close(held, channels, logdir) -> None:
+    for stream in held:
+        stream.close()
+    for channel in channels:
+        channel.close()
+    wait_until(lambda: (r := read_records(logdir)) and r[-1]["actors_connected"] == 0, 60,
+               what="every stream's place given back")  # fmt: skip
+
+
+def test_limits_hold_across_frontends_and_their_counts_reach_the_learners_metrics(tmp_path):
+    """N frontends admit exactly what one learner would, refusing with its messages; what
+    they refuse and end shows in the model process's metrics under the usual names."""
+    env = {"SEEDRL_LOG_LEVEL": "INFO"}
+    extra = [*TIER, *LIMITS, "--no-train"]
+    with learner_process(tmp_path, *extra, env=env, timeout=START_TIMEOUT_S) as (learner, port):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            spec = get_info(channel).env
+        exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+        phases = [  # (K, admitted, the refusal's words)
+            (1, 4, "learner is full: 4 actors connected and 0 streams awaiting their Hello, "
+                   "--max-actors 4; retry later"),
+            (3, 2, "learner is full: 6 envs in use + 3 asked exceeds --max-envs 8; retry later"),
+            (2, 3, "peer ipv4:127.0.0.1 holds 6 envs + 2 asked exceeds --max-envs-per-peer 7; "
+                   "retry later"),
+        ]  # fmt: skip
+        refused = 0
+        for k, admitted, words in phases:
+            held, channels, refusals = _open_streams(port, spec, k, f"k{k}")
+            try:
+                served_by = {int(i) for i in re.findall(rf"frontend (\d) .*'k{k}-\d+' connected",
+                                                        "\n".join(learner.lines))}  # fmt: skip
+                assert len(held) == admitted, (k, refusals, served_by)
+                assert refusals == [(exhausted, words)] * (TRIES - admitted), refusals
+            finally:
+                _close(held, channels, tmp_path)
+            refused += len(refusals)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            bad = frame(K, reward=np.ones(K, np.float64))
+            assert act(channel, [hello(spec, K), bad]).code == INVALID
+        last = wait_until(
+            lambda: next((r for r in reversed(read_records(tmp_path)) if r["streams_invalid"]),
+                         None), 30, what="the invalid stream in the metrics",
+        )  # fmt: skip
+        assert (last["streams_rejected"], last["streams_invalid"]) == (refused, 1), last
+        assert last["serving_rss_mb/0"] > 0 and last["serving_rss_mb/1"] > 0, last
 
 
 # ---------------------------------------------------------------------- conformance

@@ -4,6 +4,7 @@ renders from the JSON alone. The soak itself runs as ``make soak-short`` in CI."
 
 from __future__ import annotations
 
+import random
 import socket
 
 import pytest
@@ -114,6 +115,14 @@ def test_a_fault_is_within_bounds_only_when_recovered_in_time_and_losing_no_more
     assert not soak.record(
         "connection_flood", 0.0, recovery_s=5.0, frames_lost=0, health_ok=False, **base
     )["ok"]
+    # A frontend's kill: the same learner lives on and the frontend comes back.
+    killed = {"recovery_s": 5.0, "frames_lost": 0, **base}
+    assert soak.record("frontend_kill", 0.0, learner_survived=True, frontend_restarted=True,
+                       **killed)["ok"]  # fmt: skip
+    assert not soak.record("frontend_kill", 0.0, learner_survived=False,
+                           frontend_restarted=True, **killed)["ok"]  # fmt: skip
+    assert not soak.record("frontend_kill", 0.0, learner_survived=True,
+                           frontend_restarted=False, **killed)["ok"]  # fmt: skip
 
 
 def test_the_connection_flood_counts_what_the_server_closed_and_stays_on_this_host():
@@ -135,3 +144,24 @@ def test_the_connection_flood_counts_what_the_server_closed_and_stays_on_this_ho
             flood.close()
     with pytest.raises(RuntimeError, match="stays on this host"):
         cluster.IdleFlood("192.0.2.1:8686", 1)  # TEST-NET-1: never this host's
+
+
+def test_the_frontend_kill_picks_the_frontend_serving_the_most_streams():
+    """Streams counted from the learner's log since each frontend's last start: a
+    restarted frontend's old streams are gone."""
+    soak = Soak.__new__(Soak)
+    soak.rng = random.Random(0)
+    served = "INFO frontend {} learner.serving.servicer: actor '{}' {}"
+    log = "\n".join([
+        "INFO learner.serving.tier: serving frontend 0 (pid 10) on port 1",
+        "INFO learner.serving.tier: serving frontend 1 (pid 11) on port 1",
+        *(served.format(0, f"a{i}", "connected from x") for i in range(3)),
+        served.format(1, "b", "connected from x"),
+        served.format(1, "c", "connected from x"),
+        "WARNING learner.serving.tier: serving frontend 0 died (exit code -9): its 3 streams ended",
+        "INFO learner.serving.tier: serving frontend 0 (pid 12) on port 1",
+        served.format(0, "a0", "connected from x"),
+        served.format(1, "b", "disconnected after 9 frames"),
+        served.format(1, "d", "connected from x"),
+    ])  # fmt: skip
+    assert soak.busiest_frontend(log, [0, 1]) == 1  # 2 streams against the restarted one's 1

@@ -28,9 +28,10 @@ from seedrl.cli import field_docs
 SCHEMA = "seedrl-soak/1"
 SHORT = {
     "minutes": 0.0, "once": True, "warmup_s": 45.0, "settle_s": 8.0, "quiet_end_s": 45.0,
-    "checkpoint_interval_s": 5.0, "partition_s": 20.0,
+    "checkpoint_interval_s": 5.0, "partition_s": 20.0, "serving_processes": 2,
 }  # fmt: skip
-"""``--short``: every fault kind once, back to back (a few minutes: CI's version)."""
+"""``--short``: every fault kind once, back to back (a few minutes: CI's version), the
+learners serving through two frontend processes (so a frontend's kill is among them)."""
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from learner.serving.slots import PROCESS_NAME as FRONTEND_NAME
+
 ROOT = Path(__file__).resolve().parents[2]
 CMD_TIMEOUT_S = 10.0
 
@@ -110,12 +112,33 @@ def cmdline(pid: int) -> str:
 
 def trainer_pid(learner_pid: int) -> int | None:
     """The trainer process a learner spawned (multiprocessing's spawn child, not its
-    resource tracker)."""
+    resource tracker nor a serving frontend)."""
     for pid in children(learner_pid):
         line = cmdline(pid)
-        if "multiprocessing" in line and "resource_tracker" not in line:
+        spawned = "multiprocessing" in line and "resource_tracker" not in line
+        if spawned and not comm(pid).startswith(FRONTEND_NAME):
             return pid
     return None
+
+
+def frontend_pids(learner_pid: int) -> dict[int, int]:
+    """The serving frontends a learner spawned (``--serving-processes``): index -> pid,
+    by the process name each gives itself."""
+    found = {}
+    for pid in children(learner_pid):
+        name = comm(pid)
+        if name.startswith(FRONTEND_NAME) and name[len(FRONTEND_NAME) :].isdigit():
+            found[int(name[len(FRONTEND_NAME) :])] = pid
+    return found
+
+
+def comm(pid: int) -> str:
+    """A process's name (``/proc/PID/comm``; empty when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 # ---------------------------------------------------------------- the actor host

@@ -25,8 +25,8 @@ from benchmarks.soak.cluster import ActorHost, MetricsTail, Proc, RssSampler
 from seedrl.transport import free_port
 
 KINDS = (
-    "actor_kill", "partition", "learner_restart", "corrupt_checkpoint", "trainer_crash",
-    "disk_full", "failover", "connection_flood",
+    "actor_kill", "frontend_kill", "partition", "learner_restart", "corrupt_checkpoint",
+    "trainer_crash", "disk_full", "failover", "connection_flood",
 )  # fmt: skip
 """The fault kinds, in the order a cycle injects them."""
 UNROLL = 20
@@ -77,7 +77,10 @@ class SoakConfig:
     once: bool = False
     """Inject each kind once, back to back, then end (the short CI version)."""
     seed: int = 0
-    """Which actor a kill picks."""
+    """Which actor (or frontend) a kill picks."""
+    serving_processes: int = 0
+    """The learners' --serving-processes: frontend processes serve the actors' streams
+    (0: the learner serves them itself); with some, the frontend_kill fault runs."""
 
 
 class Soak:
@@ -107,6 +110,8 @@ class Soak:
             self.remote = host
             if host.netem:
                 self.skipped["partition (netem)"] = f"only pulled links: {host.netem}"
+        if not config.serving_processes:
+            self.skipped["frontend_kill"] = "the learner serves its streams itself (no frontends)"
         bind = self.remote.host_address if self.remote else "127.0.0.1"
         self.places = [f"{bind}:{free_port()}", f"{bind}:{free_port()}"]
         self.leader = 0
@@ -133,7 +138,8 @@ class Soak:
             "--port", port, "--logdir", str(self.logdir), "--resume", "--progress", "off",
             "--no-tensorboard", "--log-interval-s", "1", "--standby-grace-s", "3",
             "--checkpoint-interval-s", str(self.config.checkpoint_interval_s),
-            "--checkpoint-history-frames", str(self.config.history_frames), *extra,
+            "--checkpoint-history-frames", str(self.config.history_frames),
+            "--serving-processes", str(self.config.serving_processes), *extra,
         ]  # fmt: skip
 
     def start_learner(self, place: int, *extra: str) -> Proc:
@@ -244,6 +250,8 @@ class Soak:
             and (lost is None or bound is None or lost <= bound)
             and fault.get("checkpoint_ok", True)
             and fault.get("health_ok", True)
+            and fault.get("learner_survived", True)
+            and fault.get("frontend_restarted", True)
         )  # fmt: skip
         self.faults.append(fault)
         self.say(
@@ -283,6 +291,54 @@ class Soak:
             time.sleep(0.1)
         back = self.wait_recovered(time.time(), 60)
         self.fault_done("actor_kill", t0, wall, before, back, self.stream_bound(1), 60.0)
+
+    def fault_frontend_kill(self, occurrence: int) -> None:
+        """SIGKILL one frontend process of the serving learner: only its streams end (their
+        partial unrolls lost), their actors reconnect, the learner restarts the frontend
+        and training goes on, in the same learner."""
+        proc = self.leader_proc
+        assert proc is not None
+        frontends = cluster.frontend_pids(proc.pid)
+        if not frontends:
+            raise RuntimeError(f"the learner (pid {proc.pid}) has no frontend process")
+        before = self.metrics.last()
+        log_at = len(proc.text())
+        index = self.busiest_frontend(proc.text(), sorted(frontends))
+        victim = frontends[index]
+        t0, wall = self.now(), time.time()
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        restarted = None
+        while time.monotonic() < deadline and proc.alive() and restarted is None:
+            pid = cluster.frontend_pids(proc.pid).get(index)
+            restarted = pid if pid not in (None, victim) else None
+            time.sleep(0.2)
+        died = re.search(
+            rf"serving frontend {index} died \(exit code -9\): its (\d+) streams ended",
+            proc.text()[log_at:],
+        )
+        streams = int(died.group(1)) if died else self.actors_total
+        back = self.wait_recovered(time.time(), 90)
+        self.fault_done(
+            "frontend_kill", t0, wall, before, back, self.stream_bound(streams), 90.0,
+            frontend=index, streams_cut=streams if died else None,
+            learner_survived=proc.alive() and died is not None,
+            frontend_restarted=restarted is not None,
+        )  # fmt: skip
+
+    def busiest_frontend(self, log: str, indices: list[int]) -> int:
+        """The frontend serving the most streams by the learner's log (since it last
+        started), so that its kill cuts streams; ties go to the soak's random pick."""
+
+        def streams(i: int) -> int:
+            since = log[max(0, log.rfind(f"serving frontend {i} (pid")) :]
+            lines = [ln for ln in since.splitlines() if f" frontend {i} " in ln]
+            return sum("connected from" in ln for ln in lines) - sum(
+                "disconnected after" in ln for ln in lines
+            )
+
+        most = max(streams(i) for i in indices)
+        return self.rng.choice([i for i in indices if streams(i) == most])
 
     def fault_done(
         self, kind: str, t0: float, wall: float, before: dict[str, Any],

@@ -26,10 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from learner.serving.admission import Admission
 from learner.serving.batcher import BatcherClosed
+from learner.serving.frontend_stats import StreamBlocks
 from learner.serving.inference import Connection, FramePayload
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
-from learner.serving.servicer import LearnerServicer
+from learner.serving.servicer import LearnerServicer, NoRoom
 from learner.serving.slots import OK, PROCESS_NAME, REJECTED, SlotTable, TableSpec, drain, ring
 from learner.state.stats import LearnerStats
 from seedrl import codec
@@ -46,7 +48,7 @@ PR_SET_NAME = 15
 LEASE_TIMEOUT_S = 30.0
 
 
-class TableFull(Exception):
+class TableFull(NoRoom):
     """The model process has no lane or rows left for another stream."""
 
 
@@ -204,6 +206,7 @@ def frontend_main(
     model_bell: int,
     own_bell: int,
     control: Any,
+    blocks: StreamBlocks,
 ) -> None:
     """The frontend process's entry (multiprocessing spawn): serve until the model says
     stop or goes away."""
@@ -221,7 +224,7 @@ def frontend_main(
     # The table outlives the loop: its block must not be unmapped under a view still alive.
     _table = run_event_loop(
         _serve(config, pb.EnvSpec.FromString(env_spec), learner_run_id, spec, table_name,
-               model_bell, own_bell, control, token),
+               model_bell, own_bell, control, token, blocks.open(config, index)),
         config.uvloop,
     )  # fmt: skip
     logging.shutdown()
@@ -240,15 +243,18 @@ async def _serve(
     own_bell: int,
     control: Any,
     token: str | None,
-) -> SlotTable:
-    """Serve until told to stop; the table, for the caller to keep until the process ends."""
+    shared: tuple[Admission, LearnerStats, Any],
+) -> tuple[SlotTable, Any]:
+    """Serve until told to stop; the table and ``shared`` (admission, stats and their
+    blocks), for the caller to keep until the process ends."""
     raise_open_file_limit()
     table = SlotTable(spec, table_name)
     submitter = SlotSubmitter(table, model_bell, own_bell, control)
-    stats = LearnerStats(time_phases=config.time_phases)
+    admission, stats, _blocks = shared  # the limits and counters every frontend shares
     # The submitter stands in for the batcher, the engine's release and the builder's slots.
     servicer = LearnerServicer(
-        config, env_spec, submitter, submitter, submitter, stats, learner_run_id
+        config, env_spec, submitter, submitter, submitter, stats, learner_run_id,
+        admission=admission,
     )  # fmt: skip
     server, port, health = build_server(config, servicer, token, reuse_port=True)
     loop = asyncio.get_running_loop()
@@ -279,4 +285,4 @@ async def _serve(
     with contextlib.suppress(Exception):
         loop.remove_reader(control.fileno())
         loop.remove_reader(own_bell)
-    return table
+    return table, shared

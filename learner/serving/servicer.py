@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Protocol
 import grpc
 import numpy as np
 
+from learner.serving.admission import Admission
 from learner.serving.batcher import BatcherClosed
 from learner.serving.inference import Connection, FramePayload
 from learner.serving.interceptors import Undecodable, undecodable_on_error
@@ -45,6 +46,10 @@ stream ends at most this long after its bound."""
 
 _parse_actor_message = undecodable_on_error(pb.ActorMessage.FromString)
 """``Act``'s own parse (it takes raw bytes): an ActorMessage, or :class:`Undecodable`."""
+
+
+class NoRoom(Exception):
+    """The slot pool has no room for a stream's rows: refused as the limits refuse."""
 
 
 class Batches(Protocol):
@@ -82,6 +87,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         learner_run_id: str | None = None,
         rank_addresses: Sequence[str] = (),
         local_address: str = "",
+        admission: Admission | None = None,
     ) -> None:
         self.config = config
         self.env_spec = env_spec
@@ -111,8 +117,9 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         self._shutdown: pb.Shutdown | None = None
         self._watches: dict[Connection, StreamWatch] = {}
         self._idle_check: asyncio.Task[None] | None = None
-        self._awaiting_hello = 0
-        """Streams opened whose Hello has not come: each holds a --max-actors place."""
+        self.admission = admission if admission is not None else Admission(config)
+        """The stream limits, counted in this process (or, in a serving-tier frontend,
+        across every frontend)."""
 
     # ------------------------------------------------------------------ GetInfo
 
@@ -142,12 +149,11 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """
         if self._shutdown is not None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "learner is shutting down")
-        await self._check_room(context)
-        self._awaiting_hello += 1  # a place held until the Hello says who it is
+        await self._check_room(context)  # a place held until the Hello says who it is
         try:
             first = await self._read_hello(context)
         finally:
-            self._awaiting_hello -= 1
+            self.admission.hello_ended()
         if first is grpc.aio.EOF:
             return
         conn = await self._admit(await self._parse(first, context), context)
@@ -180,7 +186,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
                         payload.observations = keep_newest(payload.observations)
                     actions = await submit(payload, k)
                 except codec.WireError as exc:  # from the layout check, or NaN found in the batch
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad frame: {exc}")
+                    await self._invalid(context, f"bad frame: {exc}")
                 except BatcherClosed:
                     shutdown = pb.LearnerMessage(shutdown=self._shutdown or _stopping())
                     await write(shutdown.SerializeToString())
@@ -198,15 +204,18 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """RESOURCE_EXHAUSTED when admitted streams and those awaiting their Hello already
         fill --max-actors: a stream that never says who it is still takes a place (until
         --hello-timeout-s), so such streams cannot pile up beside the admitted ones."""
-        waiting = self._awaiting_hello
-        if len(self.connections) + waiting >= self.config.max_actors:
-            self.stats.streams_rejected += 1
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"learner is full: {len(self.connections)} actors connected and {waiting} "
-                f"streams awaiting their Hello, --max-actors {self.config.max_actors}; "
-                "retry later",
-            )
+        refusal = self.admission.open_stream()
+        if refusal is not None:
+            await self._refuse(context, refusal)
+
+    async def _refuse(self, context: Any, refusal: str) -> None:
+        self.stats.streams_rejected += 1
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
+
+    async def _invalid(self, context: Any, details: str) -> None:
+        """End this stream with INVALID_ARGUMENT (a bad Hello or frame), counted."""
+        self.stats.streams_invalid += 1
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details)
 
     async def _read_hello(self, context: Any) -> Any:
         """The stream's first message, or DEADLINE_EXCEEDED after ``hello_timeout_s``."""
@@ -281,7 +290,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """Parse an ActorMessage, or end the stream with INVALID_ARGUMENT if it does not parse."""
         message = _parse_actor_message(raw)
         if type(message) is Undecodable:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message.describe(ACT_METHOD))
+            await self._invalid(context, message.describe(ACT_METHOD))
         return message
 
     async def _parse_frame(
@@ -290,9 +299,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         """The full path for bytes that missed the template: parse, then check every field."""
         message = await self._parse(raw, context)
         if message.WhichOneof("kind") != "frame":
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "only Frame messages may follow the Hello"
-            )
+            await self._invalid(context, "only Frame messages may follow the Hello")
         return self.frame_payload(conn, layout, message.frame)
 
     def reply_encoder(self, num_envs: int) -> Callable[[np.ndarray], bytes]:
@@ -327,48 +334,32 @@ class LearnerServicer(pb_grpc.LearnerServicer):
     async def _admit(self, message: pb.ActorMessage, context: Any) -> Connection:
         """Check the first message (it must be a Hello) and take a place."""
         if message.WhichOneof("kind") != "hello":
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a Hello"
-            )
+            await self._invalid(context, "the first message must be a Hello")
         hello = message.hello
         problem = self._check_hello(hello)
         if problem:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        if len(self.connections) >= self.config.max_actors:
-            self.stats.streams_rejected += 1
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"learner is full: {len(self.connections)} actors connected, --max-actors "
-                f"{self.config.max_actors}; retry later",
-            )
+            await self._invalid(context, problem)
         # A multi-agent env's agents are rows (and slots) of their own: they count here.
         rows = hello.num_envs * max(1, self.agents)
-        envs_in_use = sum(c.num_envs for c in self.connections)
-        if envs_in_use + rows > self.config.max_envs:
-            self.stats.streams_rejected += 1
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"learner is full: {envs_in_use} envs in use + {rows} asked exceeds "
-                f"--max-envs {self.config.max_envs}; retry later",
-            )
         peer = context.peer()
-        host, quota = peer_host(peer), self.config.envs_per_peer
-        peer_envs = sum(c.num_envs for c in self.connections if peer_host(c.peer) == host)
-        if peer_envs + rows > quota:
-            self.stats.streams_rejected += 1
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"peer {host} holds {peer_envs} envs + {rows} asked exceeds "
-                f"--max-envs-per-peer {quota}; retry later",
-            )
+        refusal = self.admission.admit(peer_host(peer), rows)
+        if refusal is not None:
+            await self._refuse(context, refusal)
+        try:
+            # A new stream (and so a new run_id) always gets freshly reset slots.
+            slot_ids = self.builder.allocate(rows)
+        except BaseException as exc:
+            self.admission.leave(peer_host(peer), rows)
+            if isinstance(exc, NoRoom):
+                await self._refuse(context, f"learner is full: {exc}; retry later")
+            raise
         conn = Connection(
             actor_id=hello.actor_id,
             run_id=hello.run_id,
             peer=peer,
             num_envs=rows,
             newest_frame_only=hello.frame_stack > 1,
-            # A new stream (and so a new run_id) always gets freshly reset slots.
-            slot_ids=self.builder.allocate(rows),
+            slot_ids=slot_ids,
         )
         self.connections.add(conn)
         self.batcher.set_open_streams(len(self.connections))
@@ -566,6 +557,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         if conn in self.connections:
             self.connections.discard(conn)
             self.engine.release_later(conn)
+            self.admission.leave(peer_host(conn.peer), conn.num_envs)
             self.batcher.set_open_streams(len(self.connections))
             self.stats.actors_connected = len(self.connections)
             log.info("actor %r disconnected after %d frames", conn.actor_id, conn.frames)

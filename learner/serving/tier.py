@@ -35,8 +35,10 @@ from typing import Any
 import numpy as np
 
 from learner.agents.models import UnsupportedSetup
+from learner.serving.admission import SharedCounts
 from learner.serving.batcher import QUORUM_NONE, PendingRequest
 from learner.serving.frontend import TOKEN_ENV, frontend_main
+from learner.serving.frontend_stats import FrontendCounters, StreamBlocks, frontend_metrics
 from learner.serving.inference import Connection, FramePayload, InferenceEngine
 from learner.serving.slots import (
     FAILED,
@@ -94,7 +96,9 @@ def table_spec(
     config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None
 ) -> TableSpec:
     """The table for this run: a row per env of ``--max-envs``, a lane per stream of
-    ``--max-actors`` on each frontend, rows as the engine reads its frames."""
+    ``--max-actors`` on each frontend (admission bounds them all together; the spare
+    lanes cover a lease asked for before another frontend's release has arrived), rows
+    as the engine reads its frames."""
     dtype = builder.obs_dtype if normalizer is None else normalizer.obs_dtype
     shape = builder.frame_shape if normalizer is None else normalizer.obs_shape
     return TableSpec(
@@ -326,7 +330,7 @@ class SlotBatcher:
 class PortLock:
     """The learner's port, held for the run: frontends bind it with ``SO_REUSEPORT``, which
     would let a second learner join the group silently, so a lock file says whose it is
-    and a plain bind first proves nobody else listens there."""
+    and a bind of its own first proves nobody else listens there."""
 
     def __init__(self, bind: str, port: int) -> None:
         self.port = self._probe(bind, port)
@@ -346,6 +350,9 @@ class PortLock:
     def _probe(bind: str, port: int) -> int:
         family = socket.AF_INET6 if ":" in bind.strip("[]") else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as probe:
+            # As gRPC binds: connections of a learner just stopped, lingering in TIME_WAIT,
+            # do not hold the port; a listener (without SO_REUSEPORT here) still does.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((bind.strip("[]"), port))
             except OSError:
@@ -373,6 +380,30 @@ class Frontend:
         self.control: Any = None
         self.bell = new_doorbell()
         self.deaths: collections.deque[float] = collections.deque()
+
+
+class TierBlocks:
+    """The blocks beside the slot table: the admission counts every frontend shares and
+    the frontends' own counters, with the metrics the model reads from them."""
+
+    def __init__(self, config: LearnerConfig, lock_dir: Path, frontends: list[Frontend]) -> None:
+        self.frontends = frontends
+        self.counts = SharedCounts.create(len(frontends), config.max_actors, lock_dir)
+        self.counters = FrontendCounters(len(frontends))
+        self.spec = StreamBlocks(self.counts.spec, self.counters.name, len(frontends))
+        self.metrics = frontend_metrics(self.counters, self._pids)
+
+    def _pids(self) -> list[int | None]:
+        return [f.process.pid if f.process is not None else None for f in self.frontends]
+
+    def forget(self, index: int) -> None:
+        """A dead frontend's streams no longer count against the limits; its counts stay."""
+        self.counts.forget(index)
+        self.counters.retire(index)
+
+    def close(self) -> None:
+        self.counts.close()
+        self.counters.close()
 
 
 class TierServing:
@@ -403,6 +434,8 @@ class TierServing:
         self.frontends = [Frontend(i) for i in range(config.serving_processes)]
         for frontend in self.frontends:
             self.batcher.bells[frontend.index] = frontend.bell
+        self.blocks = TierBlocks(config, self.lock.path.parent, self.frontends)
+        stats.sources.append(self.blocks.metrics)
         self._ctx = mp.get_context("spawn")  # gRPC starts fresh; the model may hold CUDA
         self._stopping = False
         self.failure: str | None = None
@@ -444,6 +477,7 @@ class TierServing:
                 os.close(fd)
         self.batcher.leases.clear()  # their row views go before the mapping
         self.table.close()
+        self.blocks.close()
         self.lock.release()
 
     # -- frontends
@@ -453,6 +487,7 @@ class TierServing:
         args = (
             f.index, self.config, self._env_spec, self._learner_run_id, self.table.spec,
             self.table.shm.name, InheritedFd(self.model_bell), InheritedFd(f.bell), child,
+            self.blocks.spec,
         )  # fmt: skip
         process = self._ctx.Process(
             target=frontend_main, args=args, name=f"seedrl-frontend-{f.index}", daemon=True
@@ -502,6 +537,7 @@ class TierServing:
         if self._stopping:
             return
         lost = self.batcher.reclaim(f.index)
+        self.blocks.forget(f.index)
         log.warning(
             "serving frontend %d died (exit code %s): its %d streams ended", f.index, code, lost
         )

@@ -79,6 +79,8 @@ class LearnerStats:
         self.actors_connected = 0
         self.streams_rejected = 0
         self.streams_timed_out = 0
+        self.streams_invalid = 0
+        """Streams ended with INVALID_ARGUMENT: a bad Hello or a bad frame."""
         self.learner_steps = 0
         self.nonfinite_skipped = 0
         self.returns: collections.deque[float] = collections.deque(maxlen=RETURN_WINDOW)
@@ -88,6 +90,9 @@ class LearnerStats:
         """The best mean return over a full window so far (checked once per record)."""
         self.lengths: collections.deque[int] = collections.deque(maxlen=RETURN_WINDOW)
         self.timer = PhaseTimer()
+        self.sources: list[Callable[[], dict[str, float]]] = []
+        """Counts kept in other processes (serving-tier frontends'), added to the record's
+        keys of the same name, so the metrics read alike with or without frontends."""
         self._lock = threading.Lock()
         self._train_sums: dict[str, float] = {}
         self._train_count = 0
@@ -224,9 +229,13 @@ class LearnerStats:
             "frames_dropped": self.frames_dropped,
             "streams_rejected": self.streams_rejected,
             "streams_timed_out": self.streams_timed_out,
+            "streams_invalid": self.streams_invalid,
             "nonfinite_skipped": self.nonfinite_skipped,
             "learner_rss_mb": process_rss_mb(),
         }
+        for source in self.sources:
+            for key, value in source().items():
+                record[key] = record.get(key, 0) + value
         record.update(train)
         if self.phases is not None:
             record.update({f"phase_s/{k}": v for k, v in self.phases.seconds.items()})
