@@ -13,7 +13,8 @@ from seedrl.config import LearnerConfig, require_range
 class SACOptions(ReplayOptions):
     """SAC (soft actor-critic): the squashed-Gaussian actor's temperature, the twin
     critics' targets and the replay they train from (uniform unless
-    --priority-exponent > 0); Box actions with finite bounds."""
+    --priority-exponent > 0); Box actions with finite bounds. Its gradients are not
+    clipped (--max-grad-norm does not apply), as in seed_rl's and CleanRL's SAC."""
 
     continuous_actions: ClassVar[bool] = True
 
