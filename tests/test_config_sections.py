@@ -208,3 +208,11 @@ def test_help_and_docs_show_the_replay_section_after_the_agents_own_knobs():
     assert (
         r2d2.index("`--epsilon-slots") < r2d2.index("#### Replay") < r2d2.index("`--replay-ratio")
     )
+
+
+def test_the_shared_replay_section_imports_no_torch():
+    code = "import sys, learner.agents.config; assert 'torch' not in sys.modules"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr

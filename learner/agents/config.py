@@ -1,7 +1,7 @@
 """Knob sections several agents share: an agent's options class builds on one and keeps
 its own defaults by redeclaring a knob with a new value (the knob keeps its docstring and
-its place in ``--help`` and docs/configuration.md). Torch-free, as every agent's
-``config.py`` is, so parsing flags loads no agent."""
+its place in ``--help`` and docs/configuration.md). It imports no torch: a config
+section is data."""
 
 from __future__ import annotations
 
