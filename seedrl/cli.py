@@ -45,9 +45,23 @@ from seedrl.security import check_ca_file, config_auth_token
 T = TypeVar("T")
 
 
+def _dataclass_line(cls: type) -> list[type]:
+    """``cls`` and the dataclasses it builds on, the deepest base first."""
+    return [k for k in reversed(cls.__mro__) if dataclasses.is_dataclass(k)]
+
+
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings of a dataclass (the string literal under each field)."""
+    """Attribute docstrings of a dataclass (the string literal under each field), its
+    bases' too: a knob a shared section declares keeps its docstring in every agent whose
+    options build on it, unless the agent gives the knob a new one."""
+    docs: dict[str, str] = {}
+    for klass in _dataclass_line(cls):
+        docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
@@ -71,15 +85,18 @@ FOREIGN = "foreign knob:"
 
 @functools.cache
 def field_sections(cls: type) -> dict[str, str]:
-    """Field name -> the title of the ``# comment`` above it in the class body ("" before any)."""
-    names = {f.name for f in dataclasses.fields(cls)}
+    """Field name -> the title of the ``# comment`` above it in the class body ("" before
+    any), in the body of the class that first declares it: a subclass that redeclares a
+    base's field, to change its default, leaves it in the base's section."""
     sections: dict[str, str] = {}
-    title = ""
-    for line in inspect.getsource(cls).splitlines():
-        if match := _SECTION.match(line):
-            title = match["title"]
-        elif (match := _FIELD.match(line)) and match["name"] in names:
-            sections.setdefault(match["name"], title)
+    for klass in _dataclass_line(cls):
+        names = set(inspect.get_annotations(klass))
+        title = ""
+        for line in inspect.getsource(klass).splitlines():
+            if match := _SECTION.match(line):
+                title = match["title"]
+            elif (match := _FIELD.match(line)) and match["name"] in names:
+                sections.setdefault(match["name"], title)
     return sections
 
 
@@ -160,6 +177,8 @@ class ConfigArgumentParser(argparse.ArgumentParser):
 
     def format_help(self) -> str:
         sections: dict[str, Any] = {}
+        follows: dict[int, list[Any]] = {}  # placed group's id -> sections split off it
+        placed = {id(group) for group, _ in self._placed}
         for cls, group, action in self._undocumented:
             # argparse expands %-formats in help; docstrings say "K % G" literally.
             doc = field_docs(cls).get(action.dest, "").replace("%", "%%")
@@ -169,6 +188,8 @@ class ConfigArgumentParser(argparse.ArgumentParser):
                 # parses the module's source, which parsing flags never needs.
                 if title not in sections:
                     sections[title] = self.add_argument_group(title)
+                    if id(group) in placed:  # an agent's shared section (its replay's)
+                        follows.setdefault(id(group), []).append(sections[title])
                 group._group_actions.remove(action)
                 sections[title]._group_actions.append(action)
         self._undocumented.clear()
@@ -177,9 +198,12 @@ class ConfigArgumentParser(argparse.ArgumentParser):
             holder = next(
                 (g for g in groups if any(a.dest == dest for a in g._group_actions)), None
             )
-            if holder is not None and group in groups and holder is not group:
-                groups.remove(group)
-                groups.insert(groups.index(holder) + 1, group)
+            moving = [g for g in (group, *follows.get(id(group), ())) if g in groups]
+            if holder is not None and holder not in moving:
+                for g in moving:
+                    groups.remove(g)
+                at = groups.index(holder) + 1
+                groups[at:at] = moving
         self._action_groups = groups
         return super().format_help()
 

@@ -338,7 +338,8 @@ class LearnerConfig:
     from --entropy-cost to this over the run, so a bonus large enough to explore early
     does not hold back the policy late (Pong: docs/learning.md); unset keeps it constant."""
     max_grad_norm: float = 0.5
-    """Global gradient-norm clip (losses are per-frame means, so PPO-sized clips fit)."""
+    """Global gradient-norm clip of each optimizer (losses are per-frame means, so PPO-sized
+    clips fit); an agent may leave its optimizers unclipped (--agent sac does)."""
     lr_schedule: str = "auto"
     """Learning rate over the run: constant; linear (from --learning-rate down to 0 at
     --total-frames frames trained on, a replayed frame counted once, as IMPALA and

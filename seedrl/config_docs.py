@@ -56,18 +56,24 @@ def _cell(text: str) -> str:
 
 
 def flag_table(
-    cls: type, leading_rows: tuple[str, ...] = (), after: Mapping[str, list[str]] | None = None
+    cls: type,
+    leading_rows: tuple[str, ...] = (),
+    after: Mapping[str, list[str]] | None = None,
+    heading: str = "###",
 ) -> list[str]:
-    """Markdown: one ``###`` section per field group, a flag | default | meaning table each;
-    ``leading_rows`` (flags that are not fields) open the first table; ``after``: lines
-    that follow the section holding a field (an agent's tables after ``--agent``'s)."""
+    """Markdown: one ``heading`` section per field group, a flag | default | meaning table
+    each; ``leading_rows`` (flags that are not fields) open the first table; ``after``:
+    lines that follow the section holding a field (an agent's tables after ``--agent``'s).
+    Fields in no group come first: an agent's own knobs before the shared sections its
+    options build on (whose fields a dataclass lists first)."""
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     sections = field_sections(cls)
     lines: list[str] = []
     pending: list[str] = []
     current: str | None = None
-    for field in dataclasses.fields(cls):
+    fields = sorted(dataclasses.fields(cls), key=lambda f: sections.get(f.name, "") != "")
+    for field in fields:
         if field.metadata.get(OPTIONS):
             continue
         title = sections.get(field.name, "")
@@ -76,7 +82,7 @@ def flag_table(
                 lines += ["", *pending]
                 pending = []
             if title:
-                lines += [f"### {title[:1].upper()}{title[1:]}", ""]
+                lines += [f"{heading} {title[:1].upper()}{title[1:]}", ""]
             lines += ["| flag | default | meaning |", "|---|---|---|"]
             if current is None:
                 lines += leading_rows
@@ -99,7 +105,7 @@ def agent_tables(agents: Mapping[str, type[AgentOptions]]) -> list[str]:
             "",
             _first_line(options),
             "",
-            *flag_table(options),
+            *flag_table(options, heading="####"),
             "",
         ]
     return lines

@@ -154,3 +154,65 @@ def test_an_agent_without_continuous_actions_is_refused_a_box_by_its_capability(
         registry.make_agent(LearnerConfig(agent="toy"), box, torch.device("cpu"))
     with pytest.raises(UnsupportedSetup, match="use --agent sac or vtrace"):
         registry.make_agent(LearnerConfig(agent="r2d2"), box, torch.device("cpu"))
+
+
+REPLAY_DEFAULTS = {
+    # replay_min_frames, replay_ratio, priority_exponent, importance_exponent
+    "r2d2": (20_000, 1.0, 0.9, 0.6),  # Ape-X's prioritized replay
+    "sac": (5_000, 32.0, 0.0, 0.0),  # CleanRL's uniform replay at its update ratio
+}
+
+
+@pytest.mark.parametrize("agent", sorted(REPLAY_DEFAULTS))
+def test_the_replay_knobs_are_one_section_each_agent_setting_its_defaults(agent):
+    """R2D2 and SAC build on one declaration of the replay's knobs (their docstrings, their
+    range checks) and keep their own defaults by redeclaring the values alone."""
+    from learner.agents.config import ReplayOptions
+    from seedrl.cli import field_docs, field_sections
+
+    options = registry.AGENTS[agent].options
+    assert issubclass(options, ReplayOptions) and options.replay
+    config = LearnerConfig(agent=agent)
+    differing = ("replay_min_frames", "replay_ratio", "priority_exponent", "importance_exponent")
+    assert tuple(getattr(config, k) for k in differing) == REPLAY_DEFAULTS[agent]
+    assert (config.replay_frames, config.replay_bytes, config.priority_eta) == (
+        1_000_000, 8 * 1024**3, 0.9,
+    )  # fmt: skip
+    shared_docs, shared_sections = field_docs(ReplayOptions), field_sections(ReplayOptions)
+    for f in dataclasses.fields(ReplayOptions):
+        assert field_docs(options)[f.name] == shared_docs[f.name], f.name
+        assert field_sections(options)[f.name] == shared_sections[f.name] != "", f.name
+    with pytest.raises(ValueError, match="--priority-eta must be in"):
+        LearnerConfig(agent=agent, priority_eta=1.5)
+
+
+def test_help_and_docs_show_the_replay_section_after_the_agents_own_knobs():
+    done = subprocess.run(
+        [sys.executable, "-m", "learner", "--agent", "sac", "--help"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    agent, own, replay, knob = (
+        out.index(t)
+        for t in (
+            "\nagent: sac (--agent sac):",
+            "  --target-smoothing",
+            "\nreplay",
+            "  --replay-ratio",
+        )
+    )
+    assert agent < own < replay < knob < out.index("\ntraining:"), "replay follows the agent"
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    r2d2 = page[page.index("### Agent: r2d2") : page.index("### Agent: sac")]
+    assert (
+        r2d2.index("`--epsilon-slots") < r2d2.index("#### Replay") < r2d2.index("`--replay-ratio")
+    )
+
+
+def test_the_shared_replay_section_imports_no_torch():
+    code = "import sys, learner.agents.config; assert 'torch' not in sys.modules"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr

@@ -734,3 +734,19 @@ def test_hosting_fields_are_learner_fields():
     renamed one would silently be compared again, or a typo never exempt anything)."""
     names = {field.name for field in dataclasses.fields(LearnerConfig)}
     assert names >= report.HOSTING_FIELDS, sorted(report.HOSTING_FIELDS - names)
+
+
+def test_the_sac_twin_of_mujoco_is_held_to_sacs_published_returns():
+    """CleanRL's sac_continuous_action at 1 M steps decides the verdict (the zoo's SAC
+    where CleanRL has no run, Ant); PPO's reference stays beside it and as a threshold."""
+    ppo, sac = SUITES["mujoco"], SUITES["mujoco-sac"]
+    cheetah, ant = find_env(sac, "HalfCheetah-v5"), find_env(sac, "Ant-v5")
+    assert cheetah.preset == "mujoco-sac" and cheetah.frames == 1_000_000
+    assert cheetah.reference is not None and cheetah.reference.value == 9634.89
+    assert cheetah.reference.url.endswith("cleanrl/blob/master/docs/benchmark/sac.md")
+    assert ant.reference is not None and ant.reference.value == 4615.791
+    for spec in sac.envs:
+        ppo_reference = find_env(ppo, spec.env).reference
+        assert ppo_reference in spec.others and ppo_reference is not None
+        assert spec.reference is not None and "SAC" in spec.reference.label
+        assert {ppo_reference.value, spec.reference.value} <= set(spec.thresholds)

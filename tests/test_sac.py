@@ -163,7 +163,7 @@ def sac_config(tmp_path, **overrides) -> LearnerConfig:
     fields = dict(
         env="Pendulum-v1", agent="sac", device="cpu", logdir=str(tmp_path / "run"),
         hidden_sizes=(64, 64), unroll_length=8, batch_size=16, learning_rate=3e-3, torch_threads=1,
-        max_grad_norm=1000.0, n_step=3, replay_min_frames=1000, replay_ratio=64.0, seed=0,
+        n_step=3, replay_min_frames=1000, replay_ratio=64.0, seed=0,
     )  # fmt: skip
     fields.update(overrides)
     return LearnerConfig(**fields)
@@ -204,7 +204,7 @@ def test_a_real_host_trains_and_resumes_with_replay_temperature_and_targets(tmp_
     result = learner.train(
         "Pendulum-v1", num_actors=1, envs_per_actor=4, logdir=tmp_path / "run", agent="sac",
         device="cpu", hidden_sizes=(32, 32), unroll_length=8, batch_size=8, seed=0,
-        max_grad_norm=1000.0, replay_ratio=16.0, max_seconds=8.0, **overrides,
+        replay_ratio=16.0, max_seconds=8.0, **overrides,
     )  # fmt: skip
     assert result.learner_steps > 0
     obs = result.policy.make_env().reset(seed=0)[0]
@@ -326,3 +326,40 @@ def test_the_critics_rate_scale_survives_the_schedule_and_a_resume() -> None:
         apply_optimizer_settings(optimizer, config)  # as --resume does
     assert again.optimizers["critic"].param_groups[0]["lr"] == pytest.approx(3e-3)
     assert again.optimizers["temperature"].param_groups[0]["lr"] == pytest.approx(1e-3)
+
+
+def test_sacs_optimizers_step_unclipped_where_the_trainer_clips_others() -> None:
+    """seed_rl's and CleanRL's SAC clip none of the critics', actor's and temperature's
+    gradients; --max-grad-norm (0.5 by default) still clips an optimizer that sets none."""
+    from learner.training.trainer import Trainer, TrainerParts
+
+    box = codec.space_to_spec(gym.spaces.Box(-2.0, 2.0, (1,)))
+    obs_spec = codec.space_to_spec(gym.spaces.Box(-1.0, 1.0, (3,)))
+    config = LearnerConfig(env="Pendulum-v1", agent="sac", hidden_sizes=(16,), seed=0)
+    assert config.max_grad_norm == 0.5
+    t1, b = 5, 4
+    generator = torch.Generator().manual_seed(0)
+    batch = {
+        "obs": torch.rand(t1, b, 3, generator=generator) * 2 - 1,
+        "first": torch.zeros(t1, b, dtype=torch.bool),
+        "action": torch.rand(t1, b, 1, generator=generator) * 4 - 2,
+        "reward": -100 * torch.rand(t1, b, generator=generator),  # Q errors far above 0.5
+        "terminated": torch.zeros(t1, b, dtype=torch.bool),
+        "truncated": torch.zeros(t1, b, dtype=torch.bool),
+    }
+
+    def gradient_norms(clip_all: bool) -> dict[str, float]:
+        agent = make_agent(config, box, torch.device("cpu"))
+        state = agent.build(obs_spec, "mlp")
+        if clip_all:
+            state.max_grad_norms.clear()
+        trainer = Trainer(TrainerParts.unshared(config, agent, state, torch.device("cpu")))
+        trainer.step_on(batch, (), None, 0)
+        return {name: float(g.flat.norm()) for name, g in trainer.gradients.items()}
+
+    unclipped, clipped = gradient_norms(False), gradient_norms(True)
+    assert set(unclipped) == {"critic", "model", "temperature"}
+    assert unclipped["critic"] > 10 * config.max_grad_norm, unclipped
+    for name, norm in clipped.items():
+        assert norm <= config.max_grad_norm * 1.001, (name, norm)
+    assert unclipped["critic"] > clipped["critic"]

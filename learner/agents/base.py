@@ -112,6 +112,10 @@ class AgentState:
     update_bounds: dict[str, float] = field(default_factory=dict)
     """Optimizer name -> the most a step of it may move the policy (KL), the trainer's
     ``--max-update-kl`` service; the agent passes the measure to :meth:`Optimize.minimize`."""
+    max_grad_norms: dict[str, float | None] = field(default_factory=dict)
+    """Optimizer name -> its gradient-norm clip in place of ``--max-grad-norm`` (None: not
+    clipped, for an algorithm whose recipe clips nothing); a non-finite gradient is
+    skipped either way."""
 
     @property
     def model(self) -> Any:

@@ -111,11 +111,12 @@ class GradientBuffer:
     def zero(self) -> None:
         self.flat.zero_()
 
-    def clip_norm(self, max_norm: float) -> torch.Tensor:
-        """Scale the gradients to a global L2 norm of at most ``max_norm``, as
-        ``torch.nn.utils.clip_grad_norm_`` does; returns the norm before clipping."""
+    def clip_norm(self, max_norm: float | None) -> torch.Tensor:
+        """Scale the gradients to a global L2 norm of at most ``max_norm`` (None: leave
+        them), as ``torch.nn.utils.clip_grad_norm_`` does; returns the norm before clipping."""
         total = torch.linalg.vector_norm(self.flat)
-        self.flat.mul_((max_norm / (total + 1e-6)).clamp(max=1.0))
+        if max_norm is not None:
+            self.flat.mul_((max_norm / (total + 1e-6)).clamp(max=1.0))
         return total
 
 
@@ -470,7 +471,8 @@ class _Update:
         exchange = trainer.exchange
         if exchange.combine(grads.flat, contributed) == 0:
             return False
-        grad_norm = grads.clip_norm(trainer.config.max_grad_norm)
+        limit = trainer.state.max_grad_norms.get(name, trainer.config.max_grad_norm)
+        grad_norm = grads.clip_norm(limit)
         if not torch.isfinite(grad_norm):  # the same combined gradient on every rank
             grads.zero()
             trainer._skip("gradient")

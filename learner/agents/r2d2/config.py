@@ -5,15 +5,15 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from seedrl.config import AgentOptions, LearnerConfig, require_range
+from learner.agents.config import ReplayOptions
+from seedrl.config import LearnerConfig, require_range
 
 
 @dataclasses.dataclass(frozen=True)
-class R2D2Options(AgentOptions):
+class R2D2Options(ReplayOptions):
     """R2D2 (recurrent replay distributed DQN): the sequences its prioritized replay keeps,
     its n-step double-Q target and the per-slot epsilon-greedy ladder; discrete actions."""
 
-    replay: ClassVar[bool] = True
     continuous_actions: ClassVar[bool] = False
 
     burn_in: int = 40
@@ -28,26 +28,6 @@ class R2D2Options(AgentOptions):
     """Optimizer steps between copies of the online network into the target one."""
     value_rescale_eps: float = 1e-3
     """Epsilon of the invertible value rescaling h(x) = sign(x)(sqrt(|x|+1)-1)+eps*x."""
-    replay_frames: int = 1_000_000
-    """Replay capacity in stored frames (sequences x rows); the oldest go first."""
-    replay_bytes: int = 8 * 1024**3
-    """Replay capacity in bytes of stored sequences (Atari frames stored once)."""
-    replay_min_frames: int = 20_000
-    """Stored frames before the first learner step."""
-    replay_ratio: float = 1.0
-    """Trained frames (sampled sequences x --unroll-length) per inserted frame; the
-    learner waits rather than exceed it (0: no limit)."""
-    replay_hold_actors: bool = True
-    """Hold inference, and so the actors, back while the trainer is behind
-    --replay-ratio by more than the minimum fill and two batches, so a run trains at the
-    asked ratio on a slow learner too; off: actors run free and a slow trainer trains on
-    fewer samples per frame."""
-    priority_exponent: float = 0.9
-    """Alpha, sequences are sampled in proportion to priority ** alpha."""
-    importance_exponent: float = 0.6
-    """Beta of the importance weights (N * P(i)) ** -beta, normalised by their max."""
-    priority_eta: float = 0.9
-    """A sequence's priority is eta * max|td| + (1 - eta) * mean|td|."""
     epsilon: float = 0.4
     """Ape-X base epsilon; slot i explores with epsilon ** (1 + alpha * i / (N - 1))."""
     epsilon_alpha: float = 7.0
@@ -56,18 +36,20 @@ class R2D2Options(AgentOptions):
     """N, rungs of a fixed epsilon ladder, trajectory slot s on rung s mod N; 0: the
     ladder spans the env slots handed out so far, however many actors connect (a fixed
     ladder longer than the slots leaves its near-greedy rungs unused)."""
+    replay_min_frames: int = 20_000
+    replay_ratio: float = 1.0
+    priority_exponent: float = 0.9  # Ape-X's prioritized sampling
+    importance_exponent: float = 0.6
 
     def check(self, config: LearnerConfig) -> None:
-        require_range(
-            self, ("n_step", "target_update_interval", "replay_frames", "replay_bytes"), low=1
-        )
+        super().check(config)
+        require_range(self, ("n_step", "target_update_interval"), low=1)
         require_range(
             self,
-            ("burn_in", "sequence_overlap", "replay_min_frames", "replay_ratio",
-             "epsilon_alpha", "value_rescale_eps", "importance_exponent", "epsilon_slots"),
+            ("burn_in", "sequence_overlap", "epsilon_alpha", "value_rescale_eps", "epsilon_slots"),
             low=0,
-        )  # fmt: skip
-        require_range(self, ("priority_exponent", "priority_eta", "epsilon"), low=0, high=1)
+        )
+        require_range(self, ("epsilon",), low=0, high=1)
         if self.sequence_overlap > self.burn_in + config.unroll_length - 1:
             raise ValueError(
                 f"--sequence-overlap ({self.sequence_overlap}) must leave a sequence at least one"

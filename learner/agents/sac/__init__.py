@@ -147,6 +147,10 @@ class SACAgent:
             },
             extras={TARGET_CRITIC: target},
             after_step={CRITIC: lambda: polyak_update(target, critic, tau)},
+            # Unclipped, as seed_rl's and CleanRL's SAC leave all three: the critics'
+            # gradients scale with the returns, the temperature's with the entropy gap,
+            # and no one --max-grad-norm fits them and the actor's together.
+            max_grad_norms=dict.fromkeys((CRITIC, "model", TEMPERATURE)),
         )
 
     def inference_policy(self, model: SquashedGaussianActor, seed: int | tuple[int, ...]) -> Policy:
