@@ -10,8 +10,11 @@ frontend once per pass. :class:`TierServing` holds the port (lock file and probe
 spawns the frontends, reclaims a dead one's leases and restarts it with backoff, and
 ends the run when one keeps dying.
 
-In this first slice the trajectory builder and the episode statistics stay here, in the
-engine; moving them to the frontends is the next step (docs/serving-tier.md).
+The trajectory builder and the episode statistics run in the frontends: here the
+engine's builder is :class:`~learner.serving.tier_unrolls.ModelRows` (first flags, frame
+stacks, recurrent state, and the reply rows the frontends' builders read), and an
+:class:`~learner.serving.tier_unrolls.UnrollDrain` thread moves the frontends' finished
+unrolls from their shared-memory rings into the learner's store.
 """
 
 from __future__ import annotations
@@ -50,6 +53,13 @@ from learner.serving.slots import (
     new_doorbell,
     ring,
 )
+from learner.serving.tier_unrolls import (
+    FrontendUnrolls,
+    ModelRows,
+    RingSpec,
+    UnrollDrain,
+    UnrollRing,
+)
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder
@@ -79,6 +89,8 @@ def check_tier_supported(config: LearnerConfig, env_spec: pb.EnvSpec) -> None:
         missing.append("--self-play")
     if env_spec.agents:
         missing.append(f"multi-agent envs ({config.env})")
+    if config.record_dataset:
+        missing.append("--record-dataset")
     if config.bind.startswith("unix:"):
         missing.append("a unix --bind")
     if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
@@ -158,7 +170,7 @@ class SlotBatcher:
         self,
         table: SlotTable,
         engine: InferenceEngine,
-        builder: TrajectoryBuilder,
+        builder: ModelRows,
         stats: LearnerStats,
         config: LearnerConfig,
     ) -> None:
@@ -200,7 +212,7 @@ class SlotBatcher:
         t.gen_L[lane] += 1  # a new stream: its rows start afresh
         conn = Connection(
             actor_id=f"frontend {owner} lane {lane}", run_id="", peer=f"frontend:{owner}",
-            num_envs=count, slot_ids=self.builder.allocate(count),
+            num_envs=count, slot_ids=self.builder.allocate_rows(begin, count),
         )  # fmt: skip
         # Views of the table's rows: bytes-like, which is all the engine's gather needs.
         payload = FramePayload(conn, *t.row_views(begin, count))  # type: ignore[arg-type]
@@ -323,6 +335,12 @@ class SlotBatcher:
         self._due.set()
 
 
+def unroll_ring_capacity(config: LearnerConfig) -> int:
+    """Unrolls one frontend's ring holds: two trainer batches, so a frontend writes the
+    next while the drain takes the last."""
+    return max(2 * config.batch_size, 16)
+
+
 class PortLock:
     """The learner's port, held for the run: frontends bind it with ``SO_REUSEPORT``, which
     would let a second learner join the group silently, so a lock file says whose it is
@@ -398,9 +416,18 @@ class TierServing:
         self._learner_run_id = learner_run_id
         spec = table_spec(config, builder, engine.normalizer)
         self.table = SlotTable(spec)
-        self.batcher = SlotBatcher(self.table, engine, builder, stats, config)
+        assert isinstance(engine.builder, ModelRows)  # the frontends build the unrolls
+        self.rows = engine.builder
+        self.batcher = SlotBatcher(self.table, engine, self.rows, stats, config)
         self.model_bell = new_doorbell()
         self.frontends = [Frontend(i) for i in range(config.serving_processes)]
+        self._builder_layout = builder.layout()
+        ring_spec = RingSpec.of(builder, unroll_ring_capacity(config))
+        self.rings = [UnrollRing(ring_spec) for _ in self.frontends]
+        self.drain_bell = new_doorbell()
+        self.drain = UnrollDrain(
+            self.rings, self.drain_bell, engine.queue, engine.keep_unrolls, stats
+        )  # fmt: skip
         for frontend in self.frontends:
             self.batcher.bells[frontend.index] = frontend.bell
         self._ctx = mp.get_context("spawn")  # gRPC starts fresh; the model may hold CUDA
@@ -416,6 +443,7 @@ class TierServing:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         loop.add_reader(self.model_bell, self._model_rung)
+        self.drain.start(loop)
         await asyncio.gather(*(self._spawn(f) for f in self.frontends))
 
     def start_batching(self) -> None:
@@ -439,11 +467,15 @@ class TierServing:
                 await self.batching
         with contextlib.suppress(Exception):
             loop.remove_reader(self.model_bell)
-        for fd in (self.model_bell, *(f.bell for f in self.frontends)):
+        await asyncio.to_thread(self.drain.stop)  # the frontends are gone: the rest is taken
+        for fd in (self.model_bell, self.drain_bell, *(f.bell for f in self.frontends)):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.batcher.leases.clear()  # their row views go before the mapping
         self.table.close()
+        for unroll_ring in self.rings:
+            unroll_ring.close()
+        self.rows.reply.close()
         self.lock.release()
 
     # -- frontends
@@ -453,6 +485,7 @@ class TierServing:
         args = (
             f.index, self.config, self._env_spec, self._learner_run_id, self.table.spec,
             self.table.shm.name, InheritedFd(self.model_bell), InheritedFd(f.bell), child,
+            self._frontend_unrolls(f),
         )  # fmt: skip
         process = self._ctx.Process(
             target=frontend_main, args=args, name=f"seedrl-frontend-{f.index}", daemon=True
@@ -478,6 +511,14 @@ class TierServing:
         loop.add_reader(parent.fileno(), self._on_control, f)
         loop.add_reader(process.sentinel, self._on_death, f)
         log.info("serving frontend %d (pid %d) on port %d", f.index, process.pid, self.port)
+
+    def _frontend_unrolls(self, f: Frontend) -> FrontendUnrolls:
+        """What frontend ``f`` builds its streams' unrolls with, and where it writes them."""
+        reply = self.rows.reply
+        return FrontendUnrolls(
+            self._builder_layout, reply.spec, reply.name, self.rings[f.index].spec,
+            self.rings[f.index].name, InheritedFd(self.drain_bell),
+        )  # fmt: skip
 
     def _on_control(self, f: Frontend) -> None:
         """A frontend's per-stream messages: a lease asked for, a lease given back."""
