@@ -19,6 +19,7 @@ import pytest
 
 from learner.serving.rows import FrameBatch, ServingCore
 from learner.serving.slots import SlotTable, TableSpec, new_doorbell
+from learner.serving.tier_batch import LaneRows
 from learner.serving.tier_unrolls import (
     FrontendTrajectories,
     ModelRows,
@@ -260,3 +261,26 @@ def test_a_full_ring_takes_what_fits_and_the_frontend_keeps_the_rest():
         assert taken is not None and taken.reward[:, 0].tolist() == [3.0, 4.0]
     finally:
         ring.close()
+
+
+# ------------------------------------------------------------ the model side's gather
+
+
+def test_a_batch_gathers_its_lanes_rows_by_index_lane_by_lane():
+
+    table = SlotTable(TableSpec(8, 4, 4 * FEATURES, "<i8", ()))
+    try:
+        lanes = LaneRows(table, np.dtype(np.float32), (FEATURES,))
+        for lane, (begin, count) in enumerate([(0, 2), (2, 1), (5, 3)]):
+            lanes.open(lane, begin, count, owner=lane % 2, slot_K=np.arange(count) + 10 * lane)
+        assert lanes.rows_of(np.array([2, 0])).tolist() == [5, 6, 7, 0, 1]
+        assert lanes.rows_of(np.array([1])).tolist() == [2]
+        lanes.obs_RO[:] = np.arange(8)[:, None]
+        lanes.reward_R[:] = np.arange(8) / 2
+        rows = lanes.gather(lanes.rows_of(np.array([2, 1])))
+        assert rows.slot_B.tolist() == [20, 21, 22, 10]
+        assert rows.obs_BO[:, 0].tolist() == [5, 6, 7, 2] and rows.obs_BO.flags.writeable
+        assert rows.reward_B.tolist() == [2.5, 3.0, 3.5, 1.0]
+        del rows
+    finally:
+        table.close()

@@ -3,10 +3,10 @@
 With ``--serving-processes N`` the learner process keeps the model and serves no gRPC:
 N frontend processes (:mod:`learner.serving.frontend`) share its port and write frames
 into the slot table (:mod:`learner.serving.slots`). Here :class:`SlotBatcher` closes a
-batch over the table by today's rule (size, quorum of open streams, deadline), hands it
-to the unchanged :meth:`InferenceEngine.process` as pending requests whose payloads are
-views of the table's rows and whose futures write the reply rows, and rings each owning
-frontend once per pass. :class:`TierServing` holds the port (lock file and probe bind),
+batch over the table by today's rule (size, quorum of open streams, deadline), gathers
+its rows by index and serves them with the engine's serving core
+(:mod:`learner.serving.tier_batch`), writes the reply rows, and rings each owning
+frontend once per batch. :class:`TierServing` holds the port (lock file and probe bind),
 spawns the frontends, reclaims a dead one's leases and restarts it with backoff, and
 ends the run when one keeps dying.
 
@@ -38,13 +38,11 @@ from typing import Any
 import numpy as np
 
 from learner.agents.models import UnsupportedSetup
-from learner.serving.batcher import QUORUM_NONE, PendingRequest
+from learner.serving.batcher import QUORUM_NONE
 from learner.serving.frontend import TOKEN_ENV, frontend_main
-from learner.serving.inference import Connection, FramePayload, InferenceEngine
+from learner.serving.inference import Connection, InferenceEngine
 from learner.serving.slots import (
     FAILED,
-    OK,
-    REJECTED,
     InheritedFd,
     RowSpans,
     SlotTable,
@@ -53,6 +51,7 @@ from learner.serving.slots import (
     new_doorbell,
     ring,
 )
+from learner.serving.tier_batch import LaneRows
 from learner.serving.tier_unrolls import (
     FrontendUnrolls,
     ModelRows,
@@ -63,7 +62,6 @@ from learner.serving.tier_unrolls import (
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder
-from seedrl import codec
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -79,7 +77,6 @@ the second."""
 START_TIMEOUT_S = 120.0
 """How long a spawned frontend may take to bind and report (it imports torch, gRPC)."""
 STOP_TIMEOUT_S = 10.0
-_REJECTED_BY_PROBLEM = {problem: status for status, problem in REJECTED.items()}
 
 
 def check_tier_supported(config: LearnerConfig, env_spec: pb.EnvSpec) -> None:
@@ -102,13 +99,22 @@ def check_tier_supported(config: LearnerConfig, env_spec: pb.EnvSpec) -> None:
         )
 
 
+def frame_layout(
+    builder: TrajectoryBuilder, normalizer: Normalizer | None
+) -> tuple[np.dtype, tuple[int, ...]]:
+    """One env's frame as a table row holds it: what the stream sends, which normalisation
+    may widen."""
+    if normalizer is None:
+        return builder.obs_dtype, tuple(builder.frame_shape)
+    return normalizer.obs_dtype, tuple(normalizer.obs_shape)
+
+
 def table_spec(
     config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None
 ) -> TableSpec:
     """The table for this run: a row per env of ``--max-envs``, a lane per stream of
     ``--max-actors`` on each frontend, rows as the engine reads its frames."""
-    dtype = builder.obs_dtype if normalizer is None else normalizer.obs_dtype
-    shape = builder.frame_shape if normalizer is None else normalizer.obs_shape
+    dtype, shape = frame_layout(builder, normalizer)
     return TableSpec(
         rows=config.max_envs,
         lanes=config.max_actors * config.serving_processes,
@@ -116,39 +122,6 @@ def table_spec(
         action_dtype=builder.action_dtype.str,
         action_shape=tuple(builder.action_shape),
     )
-
-
-class LaneReply:
-    """The future of one lane's request as the engine sees it: resolving it writes the
-    reply into the table and marks the owner to be rung."""
-
-    __slots__ = ("_answered", "batcher", "lease")
-
-    def __init__(self, batcher: SlotBatcher, lease: ModelLease) -> None:
-        self.batcher = batcher
-        self.lease = lease
-        self._answered = True
-
-    def open(self) -> None:
-        """Taken into a batch: unanswered until the engine resolves it."""
-        self._answered = False
-
-    def done(self) -> bool:
-        return self._answered
-
-    def cancelled(self) -> bool:
-        return False
-
-    def set_result(self, actions_KA: np.ndarray) -> None:
-        self.batcher.answer(self.lease, OK, actions_KA)
-        self._answered = True
-
-    def set_exception(self, exc: BaseException) -> None:
-        status = FAILED
-        if isinstance(exc, codec.WireError):
-            status = _REJECTED_BY_PROBLEM.get(str(exc), FAILED)
-        self.batcher.answer(self.lease, status, None)
-        self._answered = True
 
 
 @dataclass(eq=False)
@@ -160,7 +133,6 @@ class ModelLease:
     count: int
     owner: int
     conn: Connection
-    request: PendingRequest
 
 
 class SlotBatcher:
@@ -193,8 +165,7 @@ class SlotBatcher:
         self._due = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._answered: list[tuple[int, int, int]] = []
-        """(lane, status, owner) of the batch's answers, published together."""
+        self.lanes = LaneRows(table, *frame_layout(builder, engine.normalizer))
         self._closed = False
         self.batches = 0
         self.frames = 0
@@ -214,11 +185,8 @@ class SlotBatcher:
             actor_id=f"frontend {owner} lane {lane}", run_id="", peer=f"frontend:{owner}",
             num_envs=count, slot_ids=self.builder.allocate_rows(begin, count),
         )  # fmt: skip
-        # Views of the table's rows: bytes-like, which is all the engine's gather needs.
-        payload = FramePayload(conn, *t.row_views(begin, count))  # type: ignore[arg-type]
-        lease = ModelLease(lane, begin, count, owner, conn, None)  # type: ignore[arg-type]
-        lease.request = PendingRequest(payload, count, LaneReply(self, lease))  # type: ignore[arg-type]
-        self.leases[lane] = lease
+        self.lanes.open(lane, begin, count, owner, conn.slot_ids)
+        self.leases[lane] = ModelLease(lane, begin, count, owner, conn)
         self._live_L[lane] = True
         self._frames_L[lane] = count
         self._opened()
@@ -283,49 +251,29 @@ class SlotBatcher:
                 self._deadline = None
             ready_B = self._ready_lanes()
             if len(ready_B):
-                await self._process(ready_B)
+                self._process(ready_B)
             self.rung()  # what came in meanwhile starts the next batch's clock
 
-    async def _process(self, ready_B: np.ndarray) -> None:
+    def _process(self, ready_B: np.ndarray) -> None:
+        """Serve the ready lanes' rows in one batch and publish their replies."""
         self._taken_L[ready_B] = self.table.req_L[ready_B]  # before the rows: req moves last
-        batch = []
-        for lane in ready_B.tolist():
-            request = self.leases[lane].request
-            request.future.open()  # type: ignore[attr-defined]
-            batch.append(request)
         self.batches += 1
         self.frames += int(self._frames_L[ready_B].sum())
         try:
-            await self.engine.process(batch)
-        except Exception:  # keep serving; fail only this batch's requests
+            status_B = self.lanes.serve(self.engine, ready_B)
+        except Exception:  # keep serving; fail only this batch's lanes
             log.exception("inference batch failed")
-            for request in batch:
-                if not request.future.done():
-                    request.future.set_exception(RuntimeError("inference batch failed"))
-        self._publish()
+            status_B = np.full(len(ready_B), FAILED, np.int64)
+        self._publish(ready_B, status_B)
 
-    def answer(self, lease: ModelLease, status: int, actions_KA: np.ndarray | None) -> None:
-        """Write one lane's action rows; its status and counter are published with the
-        batch's others (:meth:`_publish`), after every row."""
-        if actions_KA is not None:
-            self.table.action_RA[lease.begin : lease.begin + lease.count] = actions_KA
-        if not self._answered:  # published once the engine has answered the batch
-            asyncio.get_running_loop().call_soon(self._publish)
-        self._answered.append((lease.lane, status, lease.owner))
-
-    def _publish(self) -> None:
-        """The answered lanes' status, step and ``rep`` (the counter last), then one ring
-        for each owning frontend."""
-        if not self._answered:
-            return
-        lanes, statuses, owners = zip(*self._answered, strict=True)
-        self._answered.clear()
-        lane_B = np.array(lanes)
+    def _publish(self, lane_B: np.ndarray, status_B: np.ndarray) -> None:
+        """The lanes' status, step and ``rep`` (the counter last, after every row), then
+        one ring for each owning frontend."""
         t = self.table
-        t.status_L[lane_B] = statuses
+        t.status_L[lane_B] = status_B
         t.step_L[lane_B] = self.engine.learner_step.value
         t.rep_L[lane_B] = self._taken_L[lane_B]
-        for owner in set(owners):
+        for owner in np.unique(self.lanes.owner_L[lane_B]).tolist():
             bell = self.bells.get(owner)
             if bell is not None:
                 ring(bell)
