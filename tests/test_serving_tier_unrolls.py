@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from learner.serving.rows import FrameBatch, ServingCore
-from learner.serving.slots import SlotTable, TableSpec, new_doorbell
+from learner.serving.slots import SlotTable, TableSpec
 from learner.serving.tier_batch import LaneRows
 from learner.serving.tier_unrolls import (
     FrontendTrajectories,
@@ -92,8 +92,7 @@ def test_unrolls_built_in_a_frontend_equal_the_one_process_builders(
     reply = ReplyRows(ReplySpec(rows, 2, states, seen))
     model = ModelRows(TrajectoryBuilder(**layout), reply)
     ring = UnrollRing(RingSpec.of(reference, 64))
-    bell = new_doorbell()
-    front = FrontendTrajectories(TrajectoryBuilder(**layout), table, reply, ring, bell)
+    front = FrontendTrajectories(TrajectoryBuilder(**layout), table, reply, ring)
     steps_ref, steps_tier = StepCounter(), StepCounter()
     core_ref = _core(reference, steps_ref, normalize)
     core_tier = _core(model, steps_tier, normalize)
@@ -146,7 +145,6 @@ def test_unrolls_built_in_a_frontend_equal_the_one_process_builders(
         _assert_same(Unrolls.concat(built), Unrolls.concat(expected))
         _assert_chained(built, overlap)
     finally:
-        os.close(bell)
         for block in (ring, reply, table):
             block.close()
 

@@ -372,10 +372,7 @@ class TierServing:
         self._builder_layout = builder.layout()
         ring_spec = RingSpec.of(builder, unroll_ring_capacity(config))
         self.rings = [UnrollRing(ring_spec) for _ in self.frontends]
-        self.drain_bell = new_doorbell()
-        self.drain = UnrollDrain(
-            self.rings, self.drain_bell, engine.queue, engine.keep_unrolls, stats
-        )  # fmt: skip
+        self.drain = UnrollDrain(self.rings, engine.queue, engine.keep_unrolls, stats)
         for frontend in self.frontends:
             self.batcher.bells[frontend.index] = frontend.bell
         self._ctx = mp.get_context("spawn")  # gRPC starts fresh; the model may hold CUDA
@@ -416,7 +413,7 @@ class TierServing:
         with contextlib.suppress(Exception):
             loop.remove_reader(self.model_bell)
         await asyncio.to_thread(self.drain.stop)  # the frontends are gone: the rest is taken
-        for fd in (self.model_bell, self.drain_bell, *(f.bell for f in self.frontends)):
+        for fd in (self.model_bell, *(f.bell for f in self.frontends)):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.batcher.leases.clear()  # their row views go before the mapping
@@ -465,7 +462,7 @@ class TierServing:
         reply = self.rows.reply
         return FrontendUnrolls(
             self._builder_layout, reply.spec, reply.name, self.rings[f.index].spec,
-            self.rings[f.index].name, InheritedFd(self.drain_bell),
+            self.rings[f.index].name,
         )  # fmt: skip
 
     def _on_control(self, f: Frontend) -> None:

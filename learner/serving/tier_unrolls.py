@@ -12,8 +12,10 @@ Each frontend records the rows of every lane answered in one doorbell pass into 
 :class:`~learner.state.trajectories.TrajectoryBuilder` (:class:`FrontendTrajectories`) and
 writes finished unrolls and ended episodes into its :class:`UnrollRing`: one writer, one
 reader, a committed count bumped after the rows, so a frontend that dies mid-write leaves
-no half unroll. :class:`UnrollDrain`, a thread of the model process, moves committed
-unrolls into the learner's store (waiting while it is full, which fills the rings and so
+no half unroll. :class:`UnrollDrain`, a thread of the model process, looks at every ring
+on a short period (no doorbell, so the model process wakes for unrolls a bounded number
+of times a second whatever the frame rate), moves each ring's committed unrolls, all at
+once, into the learner's store (waiting while it is full, which fills the rings and so
 pauses the frontends: back-pressure) and episodes into its stats; per frame the model
 process touches none of it.
 
@@ -27,7 +29,6 @@ import asyncio
 import contextlib
 import dataclasses
 import math
-import select
 import threading
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from learner.agents.base import Store
-from learner.serving.slots import InheritedFd, SlotTable, drain, ring
+from learner.serving.slots import SlotTable
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import FinishedEpisodes, TrajectoryBuilder, Unrolls
@@ -49,8 +50,9 @@ RING_EPISODES = 4096
 """Ended episodes a ring holds between two drains."""
 ROOM_POLL_S = 0.002
 """How often a frontend whose ring is full looks for room again (only while it is full)."""
-DRAIN_WAKE_S = 0.1
-"""The drain thread's longest sleep without a ring: it looks at its stop flag this often."""
+DRAIN_PERIOD_S = 0.01
+"""How often the drain thread takes what the rings committed: unrolls wait that long at
+most, and the model process wakes for them a hundred times a second, whatever the rate."""
 
 
 class SharedArrays:
@@ -354,16 +356,13 @@ class FrontendUnrolls:
     reply_name: str
     ring: RingSpec
     ring_name: str
-    drain_bell: InheritedFd | int
 
     def attach(self, table: SlotTable) -> FrontendTrajectories:
-        bell = self.drain_bell
         return FrontendTrajectories(
             TrajectoryBuilder(**self.layout),
             table,
             ReplyRows(self.reply, self.reply_name),
             UnrollRing(self.ring, self.ring_name),
-            bell.fd if isinstance(bell, InheritedFd) else bell,
         )
 
 
@@ -376,12 +375,10 @@ class FrontendTrajectories:
         table: SlotTable,
         reply: ReplyRows,
         ring: UnrollRing,
-        drain_bell: int,
     ) -> None:
         self.builder = builder
         self.reply = reply
         self.ring = ring
-        self.drain_bell = drain_bell
         rows = table.spec.rows
         self.obs_RO: np.ndarray | None = None
         if reply.seen_RO is None:  # the frames as written are what the policy saw
@@ -427,12 +424,10 @@ class FrontendTrajectories:
             self.flush()
 
     def flush(self) -> None:
-        """Into the ring what fits, oldest first; the drain is rung when something went."""
-        wrote = False
+        """Into the ring what fits, oldest first."""
         while self._unrolls:
             head = self._unrolls[0]
             n = self.ring.write(head)
-            wrote |= n > 0
             if n < len(head):
                 self._unrolls[0] = head.split(n)[1]
                 break
@@ -440,13 +435,10 @@ class FrontendTrajectories:
         while self._episodes:
             head_e = self._episodes[0]
             n = self.ring.write_episodes(head_e)
-            wrote |= n > 0
             if n < len(head_e.returns):
                 self._episodes[0] = FinishedEpisodes(head_e.returns[n:], head_e.lengths[n:])
                 break
             self._episodes.pop(0)
-        if wrote:
-            ring(self.drain_bell)
 
     @property
     def backlog(self) -> bool:
@@ -471,13 +463,11 @@ class UnrollDrain:
     def __init__(
         self,
         rings: list[UnrollRing],
-        bell: int,
         store: Store,
         keep_unrolls: bool,
         stats: LearnerStats,
     ) -> None:
         self.rings = rings
-        self.bell = bell
         self.store = store
         self.keep_unrolls = keep_unrolls
         """False with --no-train: nothing consumes unrolls; the rings are still emptied."""
@@ -493,16 +483,15 @@ class UnrollDrain:
 
     def stop(self) -> None:
         self._stop.set()
-        ring(self.bell)
         if self._thread is not None:
             self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            select.select([self.bell], [], [], DRAIN_WAKE_S)
-            drain(self.bell)
+        while not self._stop.wait(DRAIN_PERIOD_S):
             for unroll_ring in self.rings:
                 self.take(unroll_ring)
+        for unroll_ring in self.rings:  # what the stopped frontends committed last
+            self.take(unroll_ring)
 
     def take(self, unroll_ring: UnrollRing) -> None:
         """One ring's committed episodes and unrolls, waiting while the store is full."""
@@ -513,6 +502,6 @@ class UnrollDrain:
         unrolls = unroll_ring.read()
         if unrolls is None or not self.keep_unrolls:
             return
-        while not self.store.put(unrolls, timeout=DRAIN_WAKE_S):
+        while not self.store.put(unrolls, timeout=DRAIN_PERIOD_S):
             if self._stop.is_set() or self.store.has_room():  # stopping, or the store closed
                 return
