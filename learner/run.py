@@ -41,10 +41,12 @@ from learner.serving.inference import InferenceEngine
 from learner.serving.rows import ServedPolicy
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer
-from learner.serving.tier import ServingFailed, TierServing, build_tier
+from learner.serving.tier import ServingFailed, TierServing, build_tier, check_tier_supported
+from learner.serving.tier_unrolls import model_rows
 from learner.state import checkpoint
 from learner.state.dataset import learner_recorder
 from learner.state.stats import LearnerStats
+from learner.state.trajectories import TrajectoryBuilder
 from learner.training.device_host import DeviceHost
 from learner.training.hosts import POLICY_PREFIX, PolicyHosts, ThreadHost, TrainerHost, trainer_mode
 from learner.training.process_host import ProcessHost
@@ -139,9 +141,11 @@ def policy_host(learner: Learner, policy: str | None) -> TrainerHost:
     return ProcessHost(parts, store, learner.builder)
 
 
-def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:
+def make_engine(
+    learner: Learner, host: TrainerHost, builder: TrajectoryBuilder | None = None
+) -> InferenceEngine:
     """The inference engine over the weights ``host`` gives inference, and the learner's
-    builder and unroll store."""
+    builder (or ``builder``: the serving tier's model rows) and unroll store."""
     config = learner.config
 
     def acting(model: Any, seed: tuple[int, ...]) -> Policy:
@@ -166,8 +170,8 @@ def make_engine(learner: Learner, host: TrainerHost) -> InferenceEngine:
             policies.append((served, slot.queue))
         policy = policies[0][0].policy
     return InferenceEngine(
-        policy, learner.builder, learner.queue, learner.stats, host.inference_lock,
-        learner.step_counter,
+        policy, learner.builder if builder is None else builder, learner.queue, learner.stats,
+        host.inference_lock, learner.step_counter,
         keep_unrolls=config.train,  # --no-train: nothing drains the queue
         refresh_weights=host.refresh_weights,  # with several policies: each its own
         normalizer=learner.normalizer,
@@ -253,12 +257,17 @@ def build_serving(
     auth_token: str | None,
 ) -> Serving | TierServing:
     config = learner.config
-    engine = make_engine(learner, trainer)
-    if config.serving_processes:  # frontend processes serve; this one runs the model
+    if (
+        config.serving_processes
+    ):  # frontend processes serve and build unrolls; this one runs the model
+        check_tier_supported(config, learner.env_spec)
+        rows = model_rows(config, learner.builder, learner.normalizer)
+        engine = make_engine(learner, trainer, rows)
         return build_tier(
             config, learner.env_spec, learner.learner_run_id, engine, learner.builder,
             learner.stats, auth_token,
         )  # fmt: skip
+    engine = make_engine(learner, trainer)
     batcher = make_batcher(config, engine.process)
     servicer = LearnerServicer(
         config, learner.env_spec, batcher, engine, learner.builder, learner.stats,

@@ -194,12 +194,20 @@ def _frames(logdir) -> int:
     return int(records[-1]["frames"]) if records else 0
 
 
+def _dropped(logdir) -> int:
+    records = read_records(logdir)
+    return int(records[-1]["frames_dropped"]) if records else 0
+
+
 def test_two_frontends_train_cartpole_from_real_actors(tier):
     learner, port, logdir = tier
     wait_until(lambda: _frames(logdir) >= 2000, 180, what="2000 frames")
     wait_until(lambda: (logdir / "checkpoint.pt").exists(), 60, what="a checkpoint")
+    # Unrolls and episodes are built in the frontends and still train and reach the metrics.
+    wait_until(lambda: read_records(logdir)[-1]["episodes"] > 0, 60, what="an episode counted")
     records = read_records(logdir)
     assert records[-1]["learner_steps"] > 0, records[-1]
+    assert records[-1]["episode_length_mean"] > 0, records[-1]
     assert not any("Traceback" in line for line in learner.lines), learner.output()
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         spec = get_info(channel).env
@@ -242,6 +250,7 @@ def test_a_killed_frontend_costs_only_its_streams_and_is_restarted(tier):
     victim = int(np.argmax(streams))  # the one serving actors, so some streams are cut
     connected_before = sum(streams)
     frames_before = _frames(logdir)
+    dropped_before = _dropped(logdir)
     os.kill(pids[victim], signal.SIGKILL)
     learner.wait_for(f"serving frontend {victim} died", 30)
     wait_until(
@@ -255,6 +264,8 @@ def test_a_killed_frontend_costs_only_its_streams_and_is_restarted(tier):
     )  # fmt: skip
     wait_until(lambda: _frames(logdir) >= frames_before + 1000, 120, what="1000 more frames")
     assert learner.popen.poll() is None, learner.output()
+    # Its streams' partial unrolls (built in the dead frontend) are counted lost.
+    wait_until(lambda: _dropped(logdir) > dropped_before, 30, what="frames_dropped to grow")
 
 
 def test_a_second_learner_on_the_port_is_refused_before_it_spawns_anything(tier, tmp_path):

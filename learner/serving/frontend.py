@@ -33,6 +33,7 @@ from learner.serving.inference import Connection, FramePayload
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer, NoRoom
 from learner.serving.slots import OK, PROCESS_NAME, REJECTED, SlotTable, TableSpec, drain, ring
+from learner.serving.tier_unrolls import FrontendTrajectories, FrontendUnrolls
 from learner.state.stats import LearnerStats
 from seedrl import codec
 from seedrl.config import LearnerConfig
@@ -61,7 +62,9 @@ class Lease:
         "obs",
         "reward",
         "row_bytes",
+        "rows",
         "seq",
+        "slots",
         "terminated",
         "truncated",
     )
@@ -71,8 +74,11 @@ class Lease:
         self.obs, self.reward, self.terminated, self.truncated = table.row_views(begin, count)
         self.row_bytes = len(self.obs)
         self.action_KA = table.action_RA[begin : begin + count]
+        self.rows = np.arange(begin, begin + count, dtype=np.int64)
         self.seq = int(table.req_L[lane])
         """The lane's last request; the model answered it once ``rep_L[lane]`` equals it."""
+        self.slots: np.ndarray | None = None
+        """Its envs' slots in this frontend's trajectory builder."""
 
 
 class SlotSubmitter:
@@ -81,8 +87,17 @@ class SlotSubmitter:
     process, and reaches the model through the table (per frame) and the control pipe
     (per stream)."""
 
-    def __init__(self, table: SlotTable, model_bell: int, own_bell: int, control: Any) -> None:
+    def __init__(
+        self,
+        table: SlotTable,
+        model_bell: int,
+        own_bell: int,
+        control: Any,
+        trajectories: FrontendTrajectories | None = None,
+    ) -> None:
         self.table = table
+        self.trajectories = trajectories
+        """This frontend's builder of its streams' unrolls (None: the model builds them)."""
         self.model_bell = model_bell
         self.own_bell = own_bell
         self.control = control
@@ -113,6 +128,8 @@ class SlotSubmitter:
         if problem:
             raise TableFull(problem)
         lease = Lease(self.table, lane, begin, count)
+        if self.trajectories is not None:
+            lease.slots = self.trajectories.open(count)
         self._leases[begin] = lease
         return np.arange(begin, begin + count, dtype=np.int64)
 
@@ -124,6 +141,8 @@ class SlotSubmitter:
             return
         self._leases.pop(int(conn.slot_ids[0]), None)
         self._waiting.pop(lease.lane, None)
+        if self.trajectories is not None and lease.slots is not None:
+            self.trajectories.close(lease.slots)
         with contextlib.suppress(OSError):  # the model is gone: nothing to give back to
             self.control.send(("release", lease.lane))
 
@@ -135,6 +154,8 @@ class SlotSubmitter:
     async def submit(self, payload: FramePayload, num_frames: int) -> np.ndarray:
         if self._closed:
             raise BatcherClosed
+        if self.trajectories is not None and self.trajectories.backlog:
+            await self.trajectories.room()  # the trainer is behind: no new frames until it takes
         conn = payload.conn
         lease = self._by_conn.get(conn)
         if lease is None:
@@ -173,10 +194,22 @@ class SlotSubmitter:
         drain(self.own_bell)
         rep_L, status_L = self.table.rep_L, self.table.status_L
         done = [lane for lane, (lease, _) in self._waiting.items() if rep_L[lane] == lease.seq]
+        if self.trajectories is not None and done:
+            self._record([self._waiting[lane][0] for lane in done if status_L[lane] == OK])
         for lane in done:
             _, future = self._waiting.pop(lane)
             if not future.done():
                 future.set_result(int(status_L[lane]))
+
+    def _record(self, leases: list[Lease]) -> None:
+        """The answered rows of every lane of this pass into the builder, in one call,
+        before any stream can write its next frame over them."""
+        if not leases:
+            return
+        assert self.trajectories is not None
+        slot_B = np.concatenate([lease.slots for lease in leases])
+        row_B = np.concatenate([lease.rows for lease in leases])
+        self.trajectories.record(slot_B, row_B)
 
     def close(self) -> None:
         """No more frames: waiting and later submits raise BatcherClosed."""
@@ -207,6 +240,7 @@ def frontend_main(
     own_bell: int,
     control: Any,
     blocks: StreamBlocks,
+    unrolls: FrontendUnrolls | None = None,
 ) -> None:
     """The frontend process's entry (multiprocessing spawn): serve until the model says
     stop or goes away."""
@@ -221,10 +255,10 @@ def frontend_main(
     from seedrl.transport import run_event_loop
 
     token = os.environ.pop(TOKEN_ENV, "") or None
-    # The table outlives the loop: its block must not be unmapped under a view still alive.
-    _table = run_event_loop(
+    # The blocks outlive the loop: none must be unmapped under a view still alive.
+    _blocks = run_event_loop(
         _serve(config, pb.EnvSpec.FromString(env_spec), learner_run_id, spec, table_name,
-               model_bell, own_bell, control, token, blocks.open(config, index)),
+               model_bell, own_bell, control, token, blocks.open(config, index), unrolls),
         config.uvloop,
     )  # fmt: skip
     logging.shutdown()
@@ -244,12 +278,14 @@ async def _serve(
     control: Any,
     token: str | None,
     shared: tuple[Admission, LearnerStats, Any],
-) -> tuple[SlotTable, Any]:
-    """Serve until told to stop; the table and ``shared`` (admission, stats and their
-    blocks), for the caller to keep until the process ends."""
+    unrolls: FrontendUnrolls | None = None,
+) -> tuple[SlotTable, Any, FrontendTrajectories | None]:
+    """Serve until told to stop; the table, ``shared`` (admission, stats and their
+    blocks) and the unroll buffers, for the caller to keep until the process ends."""
     raise_open_file_limit()
     table = SlotTable(spec, table_name)
-    submitter = SlotSubmitter(table, model_bell, own_bell, control)
+    trajectories = None if unrolls is None else unrolls.attach(table)
+    submitter = SlotSubmitter(table, model_bell, own_bell, control, trajectories)
     admission, stats, _blocks = shared  # the limits and counters every frontend shares
     # The submitter stands in for the batcher, the engine's release and the builder's slots.
     servicer = LearnerServicer(
@@ -285,4 +321,4 @@ async def _serve(
     with contextlib.suppress(Exception):
         loop.remove_reader(control.fileno())
         loop.remove_reader(own_bell)
-    return table, shared
+    return table, shared, trajectories

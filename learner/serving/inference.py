@@ -173,6 +173,19 @@ class InferenceEngine(ServingCore):
             lost = self.builder.release(self._released.pop())
             self.stats.frames_dropped += lost
 
+    def begin_batch(self) -> None:
+        """A batch the caller gathers itself (the serving tier's slot table) begins: its
+        phases are timed from here, and closed streams' slots are freed first."""
+        begin, _ = self._phase_marks
+        begin()
+        self._release_closed()
+
+    def serve_rows(self, rows: FrameBatch) -> np.ndarray:
+        """Every row's action for a single-agent batch whose caller answers the rows and
+        whose unrolls are built elsewhere (the serving tier's frontends)."""
+        action_BA, _ = self.serve(rows)
+        return action_BA
+
     async def process(self, batch: list[PendingRequest]) -> None:
         begin, mark = self._phase_marks  # each mark ends a phase (--time-phases)
         begin()

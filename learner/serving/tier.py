@@ -3,15 +3,18 @@
 With ``--serving-processes N`` the learner process keeps the model and serves no gRPC:
 N frontend processes (:mod:`learner.serving.frontend`) share its port and write frames
 into the slot table (:mod:`learner.serving.slots`). Here :class:`SlotBatcher` closes a
-batch over the table by today's rule (size, quorum of open streams, deadline), hands it
-to the unchanged :meth:`InferenceEngine.process` as pending requests whose payloads are
-views of the table's rows and whose futures write the reply rows, and rings each owning
-frontend once per pass. :class:`TierServing` holds the port (lock file and probe bind),
+batch over the table by today's rule (size, quorum of open streams, deadline), gathers
+its rows by index and serves them with the engine's serving core
+(:mod:`learner.serving.tier_batch`), writes the reply rows, and rings each owning
+frontend once per batch. :class:`TierServing` holds the port (lock file and probe bind),
 spawns the frontends, reclaims a dead one's leases and restarts it with backoff, and
 ends the run when one keeps dying.
 
-In this first slice the trajectory builder and the episode statistics stay here, in the
-engine; moving them to the frontends is the next step (docs/serving-tier.md).
+The trajectory builder and the episode statistics run in the frontends: here the
+engine's builder is :class:`~learner.serving.tier_unrolls.ModelRows` (first flags, frame
+stacks, recurrent state, and the reply rows the frontends' builders read), and an
+:class:`~learner.serving.tier_unrolls.UnrollDrain` thread moves the frontends' finished
+unrolls from their shared-memory rings into the learner's store.
 """
 
 from __future__ import annotations
@@ -36,14 +39,12 @@ import numpy as np
 
 from learner.agents.models import UnsupportedSetup
 from learner.serving.admission import SharedCounts
-from learner.serving.batcher import QUORUM_NONE, PendingRequest
+from learner.serving.batcher import QUORUM_NONE
 from learner.serving.frontend import TOKEN_ENV, frontend_main
 from learner.serving.frontend_stats import FrontendCounters, StreamBlocks, frontend_metrics
-from learner.serving.inference import Connection, FramePayload, InferenceEngine
+from learner.serving.inference import Connection, InferenceEngine
 from learner.serving.slots import (
     FAILED,
-    OK,
-    REJECTED,
     InheritedFd,
     RowSpans,
     SlotTable,
@@ -52,10 +53,17 @@ from learner.serving.slots import (
     new_doorbell,
     ring,
 )
+from learner.serving.tier_batch import LaneRows
+from learner.serving.tier_unrolls import (
+    FrontendUnrolls,
+    ModelRows,
+    RingSpec,
+    UnrollDrain,
+    UnrollRing,
+)
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder
-from seedrl import codec
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -71,7 +79,6 @@ the second."""
 START_TIMEOUT_S = 120.0
 """How long a spawned frontend may take to bind and report (it imports torch, gRPC)."""
 STOP_TIMEOUT_S = 10.0
-_REJECTED_BY_PROBLEM = {problem: status for status, problem in REJECTED.items()}
 
 
 def check_tier_supported(config: LearnerConfig, env_spec: pb.EnvSpec) -> None:
@@ -81,6 +88,8 @@ def check_tier_supported(config: LearnerConfig, env_spec: pb.EnvSpec) -> None:
         missing.append("--self-play")
     if env_spec.agents:
         missing.append(f"multi-agent envs ({config.env})")
+    if config.record_dataset:
+        missing.append("--record-dataset")
     if config.bind.startswith("unix:"):
         missing.append("a unix --bind")
     if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
@@ -92,6 +101,16 @@ def check_tier_supported(config: LearnerConfig, env_spec: pb.EnvSpec) -> None:
         )
 
 
+def frame_layout(
+    builder: TrajectoryBuilder, normalizer: Normalizer | None
+) -> tuple[np.dtype, tuple[int, ...]]:
+    """One env's frame as a table row holds it: what the stream sends, which normalisation
+    may widen."""
+    if normalizer is None:
+        return builder.obs_dtype, tuple(builder.frame_shape)
+    return normalizer.obs_dtype, tuple(normalizer.obs_shape)
+
+
 def table_spec(
     config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None
 ) -> TableSpec:
@@ -99,8 +118,7 @@ def table_spec(
     ``--max-actors`` on each frontend (admission bounds them all together; the spare
     lanes cover a lease asked for before another frontend's release has arrived), rows
     as the engine reads its frames."""
-    dtype = builder.obs_dtype if normalizer is None else normalizer.obs_dtype
-    shape = builder.frame_shape if normalizer is None else normalizer.obs_shape
+    dtype, shape = frame_layout(builder, normalizer)
     return TableSpec(
         rows=config.max_envs,
         lanes=config.max_actors * config.serving_processes,
@@ -108,39 +126,6 @@ def table_spec(
         action_dtype=builder.action_dtype.str,
         action_shape=tuple(builder.action_shape),
     )
-
-
-class LaneReply:
-    """The future of one lane's request as the engine sees it: resolving it writes the
-    reply into the table and marks the owner to be rung."""
-
-    __slots__ = ("_answered", "batcher", "lease")
-
-    def __init__(self, batcher: SlotBatcher, lease: ModelLease) -> None:
-        self.batcher = batcher
-        self.lease = lease
-        self._answered = True
-
-    def open(self) -> None:
-        """Taken into a batch: unanswered until the engine resolves it."""
-        self._answered = False
-
-    def done(self) -> bool:
-        return self._answered
-
-    def cancelled(self) -> bool:
-        return False
-
-    def set_result(self, actions_KA: np.ndarray) -> None:
-        self.batcher.answer(self.lease, OK, actions_KA)
-        self._answered = True
-
-    def set_exception(self, exc: BaseException) -> None:
-        status = FAILED
-        if isinstance(exc, codec.WireError):
-            status = _REJECTED_BY_PROBLEM.get(str(exc), FAILED)
-        self.batcher.answer(self.lease, status, None)
-        self._answered = True
 
 
 @dataclass(eq=False)
@@ -152,7 +137,6 @@ class ModelLease:
     count: int
     owner: int
     conn: Connection
-    request: PendingRequest
 
 
 class SlotBatcher:
@@ -162,7 +146,7 @@ class SlotBatcher:
         self,
         table: SlotTable,
         engine: InferenceEngine,
-        builder: TrajectoryBuilder,
+        builder: ModelRows,
         stats: LearnerStats,
         config: LearnerConfig,
     ) -> None:
@@ -185,8 +169,7 @@ class SlotBatcher:
         self._due = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._answered: list[tuple[int, int, int]] = []
-        """(lane, status, owner) of the batch's answers, published together."""
+        self.lanes = LaneRows(table, *frame_layout(builder, engine.normalizer))
         self._closed = False
         self.batches = 0
         self.frames = 0
@@ -204,13 +187,10 @@ class SlotBatcher:
         t.gen_L[lane] += 1  # a new stream: its rows start afresh
         conn = Connection(
             actor_id=f"frontend {owner} lane {lane}", run_id="", peer=f"frontend:{owner}",
-            num_envs=count, slot_ids=self.builder.allocate(count),
+            num_envs=count, slot_ids=self.builder.allocate_rows(begin, count),
         )  # fmt: skip
-        # Views of the table's rows: bytes-like, which is all the engine's gather needs.
-        payload = FramePayload(conn, *t.row_views(begin, count))  # type: ignore[arg-type]
-        lease = ModelLease(lane, begin, count, owner, conn, None)  # type: ignore[arg-type]
-        lease.request = PendingRequest(payload, count, LaneReply(self, lease))  # type: ignore[arg-type]
-        self.leases[lane] = lease
+        self.lanes.open(lane, begin, count, owner, conn.slot_ids)
+        self.leases[lane] = ModelLease(lane, begin, count, owner, conn)
         self._live_L[lane] = True
         self._frames_L[lane] = count
         self._opened()
@@ -275,49 +255,29 @@ class SlotBatcher:
                 self._deadline = None
             ready_B = self._ready_lanes()
             if len(ready_B):
-                await self._process(ready_B)
+                self._process(ready_B)
             self.rung()  # what came in meanwhile starts the next batch's clock
 
-    async def _process(self, ready_B: np.ndarray) -> None:
+    def _process(self, ready_B: np.ndarray) -> None:
+        """Serve the ready lanes' rows in one batch and publish their replies."""
         self._taken_L[ready_B] = self.table.req_L[ready_B]  # before the rows: req moves last
-        batch = []
-        for lane in ready_B.tolist():
-            request = self.leases[lane].request
-            request.future.open()  # type: ignore[attr-defined]
-            batch.append(request)
         self.batches += 1
         self.frames += int(self._frames_L[ready_B].sum())
         try:
-            await self.engine.process(batch)
-        except Exception:  # keep serving; fail only this batch's requests
+            status_B = self.lanes.serve(self.engine, ready_B)
+        except Exception:  # keep serving; fail only this batch's lanes
             log.exception("inference batch failed")
-            for request in batch:
-                if not request.future.done():
-                    request.future.set_exception(RuntimeError("inference batch failed"))
-        self._publish()
+            status_B = np.full(len(ready_B), FAILED, np.int64)
+        self._publish(ready_B, status_B)
 
-    def answer(self, lease: ModelLease, status: int, actions_KA: np.ndarray | None) -> None:
-        """Write one lane's action rows; its status and counter are published with the
-        batch's others (:meth:`_publish`), after every row."""
-        if actions_KA is not None:
-            self.table.action_RA[lease.begin : lease.begin + lease.count] = actions_KA
-        if not self._answered:  # published once the engine has answered the batch
-            asyncio.get_running_loop().call_soon(self._publish)
-        self._answered.append((lease.lane, status, lease.owner))
-
-    def _publish(self) -> None:
-        """The answered lanes' status, step and ``rep`` (the counter last), then one ring
-        for each owning frontend."""
-        if not self._answered:
-            return
-        lanes, statuses, owners = zip(*self._answered, strict=True)
-        self._answered.clear()
-        lane_B = np.array(lanes)
+    def _publish(self, lane_B: np.ndarray, status_B: np.ndarray) -> None:
+        """The lanes' status, step and ``rep`` (the counter last, after every row), then
+        one ring for each owning frontend."""
         t = self.table
-        t.status_L[lane_B] = statuses
+        t.status_L[lane_B] = status_B
         t.step_L[lane_B] = self.engine.learner_step.value
         t.rep_L[lane_B] = self._taken_L[lane_B]
-        for owner in set(owners):
+        for owner in np.unique(self.lanes.owner_L[lane_B]).tolist():
             bell = self.bells.get(owner)
             if bell is not None:
                 ring(bell)
@@ -325,6 +285,12 @@ class SlotBatcher:
     def close(self) -> None:
         self._closed = True
         self._due.set()
+
+
+def unroll_ring_capacity(config: LearnerConfig) -> int:
+    """Unrolls one frontend's ring holds: two trainer batches, so a frontend writes the
+    next while the drain takes the last."""
+    return max(2 * config.batch_size, 16)
 
 
 class PortLock:
@@ -429,9 +395,15 @@ class TierServing:
         self._learner_run_id = learner_run_id
         spec = table_spec(config, builder, engine.normalizer)
         self.table = SlotTable(spec)
-        self.batcher = SlotBatcher(self.table, engine, builder, stats, config)
+        assert isinstance(engine.builder, ModelRows)  # the frontends build the unrolls
+        self.rows = engine.builder
+        self.batcher = SlotBatcher(self.table, engine, self.rows, stats, config)
         self.model_bell = new_doorbell()
         self.frontends = [Frontend(i) for i in range(config.serving_processes)]
+        self._builder_layout = builder.layout()
+        ring_spec = RingSpec.of(builder, unroll_ring_capacity(config))
+        self.rings = [UnrollRing(ring_spec) for _ in self.frontends]
+        self.drain = UnrollDrain(self.rings, engine.queue, engine.keep_unrolls, stats)
         for frontend in self.frontends:
             self.batcher.bells[frontend.index] = frontend.bell
         self.blocks = TierBlocks(config, self.lock.path.parent, self.frontends)
@@ -449,6 +421,7 @@ class TierServing:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         loop.add_reader(self.model_bell, self._model_rung)
+        self.drain.start(loop)
         await asyncio.gather(*(self._spawn(f) for f in self.frontends))
 
     def start_batching(self) -> None:
@@ -472,12 +445,16 @@ class TierServing:
                 await self.batching
         with contextlib.suppress(Exception):
             loop.remove_reader(self.model_bell)
+        await asyncio.to_thread(self.drain.stop)  # the frontends are gone: the rest is taken
         for fd in (self.model_bell, *(f.bell for f in self.frontends)):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.batcher.leases.clear()  # their row views go before the mapping
         self.table.close()
         self.blocks.close()
+        for unroll_ring in self.rings:
+            unroll_ring.close()
+        self.rows.reply.close()
         self.lock.release()
 
     # -- frontends
@@ -487,7 +464,7 @@ class TierServing:
         args = (
             f.index, self.config, self._env_spec, self._learner_run_id, self.table.spec,
             self.table.shm.name, InheritedFd(self.model_bell), InheritedFd(f.bell), child,
-            self.blocks.spec,
+            self.blocks.spec, self._frontend_unrolls(f),
         )  # fmt: skip
         process = self._ctx.Process(
             target=frontend_main, args=args, name=f"seedrl-frontend-{f.index}", daemon=True
@@ -513,6 +490,14 @@ class TierServing:
         loop.add_reader(parent.fileno(), self._on_control, f)
         loop.add_reader(process.sentinel, self._on_death, f)
         log.info("serving frontend %d (pid %d) on port %d", f.index, process.pid, self.port)
+
+    def _frontend_unrolls(self, f: Frontend) -> FrontendUnrolls:
+        """What frontend ``f`` builds its streams' unrolls with, and where it writes them."""
+        reply = self.rows.reply
+        return FrontendUnrolls(
+            self._builder_layout, reply.spec, reply.name, self.rings[f.index].spec,
+            self.rings[f.index].name,
+        )  # fmt: skip
 
     def _on_control(self, f: Frontend) -> None:
         """A frontend's per-stream messages: a lease asked for, a lease given back."""

@@ -116,12 +116,17 @@ class LearnerStats:
         self._interval_batches += 1
         self._interval_batch_frames += frames
         if episodes is not None:
-            self.episodes += len(episodes.returns)
-            self.returns.extend(episodes.returns.tolist())
-            self.lengths.extend(episodes.lengths.tolist())
-            if self._ended is not None:
-                elapsed = time.perf_counter() - self._start
-                self._ended.append((self.frames, elapsed, episodes.returns, episodes.lengths))
+            self.on_episodes(episodes)
+
+    def on_episodes(self, episodes: FinishedEpisodes) -> None:
+        """Episodes that ended (with the batch that ended them, or as a serving tier's
+        frontends report them)."""
+        self.episodes += len(episodes.returns)
+        self.returns.extend(episodes.returns.tolist())
+        self.lengths.extend(episodes.lengths.tolist())
+        if self._ended is not None:
+            elapsed = time.perf_counter() - self._start
+            self._ended.append((self.frames, elapsed, episodes.returns, episodes.lengths))
 
     def on_train_step(self, scalars: dict[str, float]) -> None:
         with self._lock:

@@ -30,7 +30,7 @@ import dataclasses
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -188,6 +188,21 @@ class TrajectoryBuilder:
         row 0 is a new frame): what a dataset recorder stitches episodes by."""
         self._free: list[int] = []
         self._grow(initial_capacity)
+
+    def layout(self) -> dict[str, Any]:
+        """The arguments that build an empty builder of these shapes (another process's)."""
+        return {
+            "unroll_length": self.unroll_length,
+            "obs_shape": self.obs_shape,
+            "obs_dtype": self.obs_dtype.str,
+            "action_shape": self._action_shape,
+            "action_dtype": self._action_dtype.str,
+            "param_size": self._param_size,
+            "core_state_sizes": self._state_sizes,
+            "frame_stack": self.frame_stack,
+            "overlap": self.overlap,
+            "return_discount": self.return_discount,
+        }
 
     # ------------------------------------------------------------- slot management
 
@@ -354,9 +369,12 @@ class TrajectoryBuilder:
         params_BP: np.ndarray,
         state_before_BH: tuple[np.ndarray, ...],
         state_after_BH: tuple[np.ndarray, ...],
-        learner_step: int,
+        learner_step: int | np.ndarray,
     ) -> tuple[Unrolls | None, FinishedEpisodes | None]:
-        """Write one frame per slot; return the unrolls that completed and episodes that ended."""
+        """Write one frame per slot; return the unrolls that completed and episodes that ended.
+
+        ``learner_step``: the step of the weights that acted, for all rows or per row
+        (rows answered by different batches, as a serving-tier frontend records them)."""
         pos_B = self.position_S[slot_B]
         self.obs_SRO[slot_B, pos_B + (self.frame_stack - 1)] = obs_BO
         self.first_SR[slot_B, pos_B] = first_B

@@ -1,0 +1,507 @@
+"""The serving tier's trajectories: built in the frontends, carried to the trainer in shared memory.
+
+With ``--serving-processes N`` the model process does per-batch work only. Besides the
+slot table's action rows it writes, per batch, what a frontend's trajectory builder needs
+of each row it answered (:class:`ReplyRows`): the ``first`` flag the policy saw, the
+behaviour parameters, the learner step of the weights that acted, the core state before
+the row (an unroll starting there keeps it) and, with --normalize-observations, the
+observation as the policy saw it. :class:`ModelRows` is the builder's per-batch half that
+stays in the model process: each slot's ``first`` flag, frame stack and recurrent state.
+
+Each frontend records the rows of every lane answered in one doorbell pass into its own
+:class:`~learner.state.trajectories.TrajectoryBuilder` (:class:`FrontendTrajectories`) and
+writes finished unrolls and ended episodes into its :class:`UnrollRing`: one writer, one
+reader, a committed count bumped after the rows, so a frontend that dies mid-write leaves
+no half unroll. :class:`UnrollDrain`, a thread of the model process, looks at every ring
+on a short period (no doorbell, so the model process wakes for unrolls a bounded number
+of times a second whatever the frame rate), moves each ring's committed unrolls, all at
+once, into the learner's store (waiting while it is full, which fills the rings and so
+pauses the frontends: back-pressure) and episodes into its stats; per frame the model
+process touches none of it.
+
+Shape suffixes: R table rows, S builder slots, B rows of one record, P policy parameters,
+H core state size, C ring capacity in unrolls, E ring capacity in episodes, O observation dims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import threading
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+from learner.agents.base import Store
+from learner.serving.slots import SlotTable
+from learner.state.normalize import Normalizer
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import FinishedEpisodes, TrajectoryBuilder, Unrolls
+from seedrl.config import LearnerConfig
+
+Layout = tuple[tuple[str, tuple[int, ...], str], ...]
+"""Named arrays of one shared block: (name, shape, dtype string)."""
+
+RING_EPISODES = 4096
+"""Ended episodes a ring holds between two drains."""
+ROOM_POLL_S = 0.002
+"""How often a frontend whose ring is full looks for room again (only while it is full)."""
+DRAIN_PERIOD_S = 0.01
+"""How often the drain thread takes what the rings committed: unrolls wait that long at
+most, and the model process wakes for them a hundred times a second, whatever the rate."""
+
+
+class SharedArrays:
+    """Numpy arrays of ``layout`` in one shared-memory block (created when ``name`` is None)."""
+
+    def __init__(self, layout: Layout, name: str | None = None) -> None:
+        sizes = [
+            -(-(math.prod(shape) * np.dtype(dtype).itemsize) // 64) * 64
+            for _, shape, dtype in layout
+        ]
+        self.owner = name is None
+        try:
+            self.shm = shared_memory.SharedMemory(
+                name=name, create=self.owner, size=max(64, sum(sizes))
+            )
+        except OSError as exc:
+            raise OSError(
+                f"could not create the serving tier's {sum(sizes) >> 20} MiB of unroll buffers "
+                f"in shared memory ({exc}); a container needs a larger /dev/shm (shm_size)"
+            ) from exc
+        self.arrays: dict[str, np.ndarray] = {}
+        offset = 0
+        for (key, shape, dtype), size in zip(layout, sizes, strict=True):
+            self.arrays[key] = np.ndarray(shape, dtype, buffer=self.shm.buf, offset=offset)
+            offset += size
+
+    @property
+    def name(self) -> str:
+        return self.shm.name
+
+    def close(self) -> None:
+        """Unmap the block (and remove it, for the creator); its arrays must not be used after."""
+        self.arrays.clear()
+        try:
+            self.shm.close()
+        except BufferError:  # a caller still holds a view: the mapping ends with the process
+            self.shm._mmap = None  # type: ignore[attr-defined]
+        if self.owner:
+            with contextlib.suppress(FileNotFoundError):
+                self.shm.unlink()
+
+
+# ---------------------------------------------------------------------- reply rows
+
+
+@dataclass(frozen=True)
+class ReplySpec:
+    """What the model writes per answered row for the frontends' builders."""
+
+    rows: int
+    param_size: int
+    state_sizes: tuple[int, ...]
+    seen_shape: tuple[int, ...] | None
+    """The normalized observation's shape with --normalize-observations (the frontend
+    stores what the policy saw), else None (it stores the frame it wrote)."""
+
+    def layout(self) -> Layout:
+        r = self.rows
+        parts = [
+            ("first", (r,), "|b1"),
+            ("step", (r,), "<i8"),
+            ("params", (r, self.param_size), "<f4"),
+        ]
+        parts += [(f"state{i}", (r, h), "<f4") for i, h in enumerate(self.state_sizes)]
+        if self.seen_shape is not None:
+            parts.append(("seen", (r, *self.seen_shape), "<f4"))
+        return tuple(parts)
+
+
+class ReplyRows(SharedArrays):
+    """Per table row: ``first``, learner step, behaviour parameters, core state before the
+    row, and the seen observation (with --normalize-observations)."""
+
+    def __init__(self, spec: ReplySpec, name: str | None = None) -> None:
+        super().__init__(spec.layout(), name)
+        self.spec = spec
+        a = self.arrays
+        self.first_R, self.step_R, self.params_RP = a["first"], a["step"], a["params"]
+        self.state_RH = tuple(a[f"state{i}"] for i in range(len(spec.state_sizes)))
+        self.seen_RO = a.get("seen")
+
+    def close(self) -> None:
+        del self.first_R, self.step_R, self.params_RP, self.state_RH, self.seen_RO
+        super().close()
+
+
+class ModelRows(TrajectoryBuilder):
+    """The trajectory builder's per-batch half in the model process: each slot's ``first``
+    flag, frame stack and recurrent state, and its row in the slot table. It keeps no
+    unroll: :meth:`record` writes what the frontend's builder needs into the reply rows."""
+
+    def __init__(self, builder: TrajectoryBuilder, reply: ReplyRows) -> None:
+        layout = builder.layout()
+        self.unroll_layout = (int(layout["unroll_length"]), int(layout["overlap"]))
+        """The frontends' unroll length and overlap, which say how many frames a closed
+        stream's partial unrolls held."""
+        # One-row unrolls: the base class's unroll arrays stay small; only its first
+        # flags, stacks and core state are used.
+        super().__init__(**{**layout, "unroll_length": 1, "overlap": 0, "return_discount": None})
+        self.reply = reply
+
+    row_S: np.ndarray
+    """Each slot's row in the slot table."""
+    recorded_S: np.ndarray
+    """Frames each slot recorded since it was allocated."""
+
+    def _grow(self, capacity: int) -> None:
+        previous = {name: self.__dict__.get(name) for name in ("row_S", "recorded_S")}
+        super()._grow(capacity)
+        for name, old in previous.items():
+            new = np.zeros(capacity, np.int64)
+            if old is not None:
+                new[: len(old)] = old
+            setattr(self, name, new)
+
+    def allocate_rows(self, begin: int, count: int) -> np.ndarray:
+        """Fresh slots for a stream whose ``count`` table rows start at ``begin``."""
+        ids = self.allocate(count)
+        self.row_S[ids] = np.arange(begin, begin + count)
+        self.recorded_S[ids] = 0
+        return ids
+
+    def release(self, ids: np.ndarray) -> int:
+        """Slots back to the pool; the frames their frontend's partial unrolls held, which
+        are lost (where its builder stood after recording every frame answered here)."""
+        length, overlap = self.unroll_layout
+        n_S = self.recorded_S[ids]
+        position_S = np.where(
+            n_S <= length, n_S, 1 + overlap + (n_S - length - 1) % (length - overlap)
+        )
+        self._free.extend(int(i) for i in ids)
+        return int(position_S.sum())
+
+    def record(
+        self,
+        slot_B: np.ndarray,
+        obs_BO: np.ndarray,
+        reward_B: np.ndarray,
+        terminated_B: np.ndarray,
+        truncated_B: np.ndarray,
+        first_B: np.ndarray,
+        action_BA: np.ndarray,
+        params_BP: np.ndarray,
+        state_before_BH: tuple[np.ndarray, ...],
+        state_after_BH: tuple[np.ndarray, ...],
+        learner_step: int | np.ndarray,
+    ) -> tuple[Unrolls | None, FinishedEpisodes | None]:
+        """The rows' reply for the frontends' builders, and the slots' next first flag and
+        core state; no unrolls or episodes here (the frontends build them)."""
+        reply, row_B = self.reply, self.row_S[slot_B]
+        reply.first_R[row_B] = first_B
+        reply.step_R[row_B] = learner_step
+        reply.params_RP[row_B] = params_BP
+        for rows, before in zip(reply.state_RH, state_before_BH, strict=True):
+            rows[row_B] = before
+        if reply.seen_RO is not None:
+            reply.seen_RO[row_B] = obs_BO
+        for store, after in zip(self.core_state_SH, state_after_BH, strict=True):
+            store[slot_B] = after
+        self.next_first_S[slot_B] = terminated_B | truncated_B
+        self.recorded_S[slot_B] += 1
+        return None, None
+
+
+def model_rows(
+    config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None
+) -> ModelRows:
+    """The model process's rows for this run, with their reply block created."""
+    layout = builder.layout()
+    spec = ReplySpec(
+        rows=config.max_envs,
+        param_size=int(layout["param_size"]),
+        state_sizes=tuple(layout["core_state_sizes"]),
+        seen_shape=None if normalizer is None else tuple(normalizer.obs_shape),
+    )
+    return ModelRows(builder, ReplyRows(spec))
+
+
+# ---------------------------------------------------------------------- the unroll ring
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """One frontend's ring: ``capacity`` unrolls of one builder's shapes, and episodes."""
+
+    capacity: int
+    fields: Layout
+    """One unroll's fields as the ring keeps them (core state parts as ``core_state<i>``)."""
+    episodes: int = RING_EPISODES
+
+    @staticmethod
+    def of(builder: TrajectoryBuilder, capacity: int) -> RingSpec:
+        template = builder.empty_unrolls(1)
+        fields: list[tuple[str, tuple[int, ...], str]] = []
+        for f in dataclasses.fields(template):
+            value = getattr(template, f.name)
+            if f.name == "core_state":
+                fields += [
+                    (f"core_state{i}", s.shape[1:], s.dtype.str) for i, s in enumerate(value)
+                ]
+            elif value is not None and f.name not in ("sample_id", "sample_weight"):
+                fields.append((f.name, value.shape[1:], value.dtype.str))
+        return RingSpec(capacity, tuple(fields))
+
+    def layout(self) -> Layout:
+        counters = [(name, (8,), "<i8") for name in ("head", "tail", "ep_head", "ep_tail")]
+        rows = [(name, (self.capacity, *shape), dtype) for name, shape, dtype in self.fields]
+        episodes = [("returns", (self.episodes,), "<f8"), ("lengths", (self.episodes,), "<i8")]
+        return (*counters, *rows, *episodes)
+
+
+class UnrollRing(SharedArrays):
+    """One frontend's finished unrolls and ended episodes on their way to the model's store.
+
+    One writer (the frontend) and one reader (the drain). ``head`` counts what was
+    committed, ``tail`` what was taken; a writer writes rows past ``head`` and moves it
+    after them, so a reader never sees a half-written unroll, and one that died mid-write
+    left only rows past ``head`` that the next writer overwrites.
+    """
+
+    def __init__(self, spec: RingSpec, name: str | None = None) -> None:
+        super().__init__(spec.layout(), name)
+        self.spec = spec
+        self._states = sum(1 for name, _, _ in spec.fields if name.startswith("core_state"))
+
+    def _counter(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def write(self, unrolls: Unrolls) -> int:
+        """Commit as many of ``unrolls`` as there is room for; how many."""
+        head_c, tail_c = self._counter("head"), self._counter("tail")
+        head = int(head_c[0])
+        n = min(len(unrolls), self.spec.capacity - (head - int(tail_c[0])))
+        if n <= 0:
+            return 0
+        at_N = (head + np.arange(n)) % self.spec.capacity
+        for name, _, _ in self.spec.fields:
+            self.arrays[name][at_N] = self._field(unrolls, name)[:n]
+        head_c[0] = head + n  # last: the rows are whole once it moves
+        return n
+
+    def read(self) -> Unrolls | None:
+        """Every committed unroll not taken yet (copies), now taken; None if none."""
+        head_c, tail_c = self._counter("head"), self._counter("tail")
+        head, tail = int(head_c[0]), int(tail_c[0])
+        if head == tail:
+            return None
+        at_N = (tail + np.arange(head - tail)) % self.spec.capacity
+        taken = {name: self.arrays[name][at_N] for name, _, _ in self.spec.fields}
+        tail_c[0] = head
+        return Unrolls(
+            obs=taken["obs"], first=taken["first"], reward=taken["reward"],
+            terminated=taken["terminated"], truncated=taken["truncated"],
+            action=taken["action"], policy_params=taken["policy_params"],
+            core_state=tuple(taken[f"core_state{i}"] for i in range(self._states)),
+            acted_step=taken["acted_step"], running_return=taken.get("running_return"),
+        )  # fmt: skip
+
+    def write_episodes(self, episodes: FinishedEpisodes) -> int:
+        """Commit as many ended episodes as there is room for; how many."""
+        head_c, tail_c = self._counter("ep_head"), self._counter("ep_tail")
+        head = int(head_c[0])
+        n = min(len(episodes.returns), self.spec.episodes - (head - int(tail_c[0])))
+        if n <= 0:
+            return 0
+        at_E = (head + np.arange(n)) % self.spec.episodes
+        self.arrays["returns"][at_E] = episodes.returns[:n]
+        self.arrays["lengths"][at_E] = episodes.lengths[:n]
+        head_c[0] = head + n
+        return n
+
+    def read_episodes(self) -> FinishedEpisodes | None:
+        head_c, tail_c = self._counter("ep_head"), self._counter("ep_tail")
+        head, tail = int(head_c[0]), int(tail_c[0])
+        if head == tail:
+            return None
+        at_E = (tail + np.arange(head - tail)) % self.spec.episodes
+        episodes = FinishedEpisodes(self.arrays["returns"][at_E], self.arrays["lengths"][at_E])
+        tail_c[0] = head
+        return episodes
+
+    @staticmethod
+    def _field(unrolls: Unrolls, name: str) -> np.ndarray:
+        if name.startswith("core_state"):
+            return unrolls.core_state[int(name.removeprefix("core_state"))]
+        value = getattr(unrolls, name)
+        assert value is not None
+        return value
+
+
+# ---------------------------------------------------------------------- frontend side
+
+
+@dataclass
+class FrontendUnrolls:
+    """What a spawned frontend needs to build its streams' unrolls (pickled with the spawn)."""
+
+    layout: dict[str, Any]
+    """The learner's builder's arguments (:meth:`TrajectoryBuilder.layout`)."""
+    reply: ReplySpec
+    reply_name: str
+    ring: RingSpec
+    ring_name: str
+
+    def attach(self, table: SlotTable) -> FrontendTrajectories:
+        return FrontendTrajectories(
+            TrajectoryBuilder(**self.layout),
+            table,
+            ReplyRows(self.reply, self.reply_name),
+            UnrollRing(self.ring, self.ring_name),
+        )
+
+
+class FrontendTrajectories:
+    """A frontend's trajectory builder over the rows the model answered, and its ring."""
+
+    def __init__(
+        self,
+        builder: TrajectoryBuilder,
+        table: SlotTable,
+        reply: ReplyRows,
+        ring: UnrollRing,
+    ) -> None:
+        self.builder = builder
+        self.reply = reply
+        self.ring = ring
+        rows = table.spec.rows
+        self.obs_RO: np.ndarray | None = None
+        if reply.seen_RO is None:  # the frames as written are what the policy saw
+            self.obs_RO = table.obs_bytes.view(builder.obs_dtype).reshape(
+                rows, *builder.frame_shape
+            )
+        self.reward_R = table.reward_bytes.view(np.float32)
+        self.terminated_R = table.terminated_bytes.view(np.bool_)
+        self.truncated_R = table.truncated_bytes.view(np.bool_)
+        self.action_RA = table.action_RA
+        self._unrolls: list[Unrolls] = []
+        self._episodes: list[FinishedEpisodes] = []
+        """What the ring had no room for yet, oldest first."""
+
+    def open(self, count: int) -> np.ndarray:
+        """Fresh builder slots for a new stream's ``count`` envs."""
+        return self.builder.allocate(count)
+
+    def close(self, slot_S: np.ndarray) -> None:
+        """A closed stream's slots back; their partial unrolls are dropped (the model
+        counts them in ``frames_dropped``)."""
+        self.builder.release(slot_S)
+
+    def record(self, slot_B: np.ndarray, row_B: np.ndarray) -> None:
+        """Append the answered rows ``row_B`` (of table rows) to builder slots ``slot_B``;
+        unrolls and episodes that ended go to the ring."""
+        builder, reply = self.builder, self.reply
+        obs_BO = reply.seen_RO[row_B] if self.obs_RO is None else self.obs_RO[row_B]  # type: ignore[index]
+        first_B = reply.first_R[row_B]
+        if builder.frame_stack > 1:  # its ring gives a full unroll's first stack
+            builder.stack_frames(slot_B, obs_BO, first_B)
+        before = tuple(s[row_B] for s in reply.state_RH)
+        unrolls, episodes = builder.record(
+            slot_B, obs_BO, self.reward_R[row_B], self.terminated_R[row_B],
+            self.truncated_R[row_B], first_B, self.action_RA[row_B], reply.params_RP[row_B],
+            before, before, reply.step_R[row_B],
+        )  # fmt: skip
+        if unrolls is not None:
+            self._unrolls.append(unrolls)
+        if episodes is not None:
+            self._episodes.append(episodes)
+        if unrolls is not None or episodes is not None:
+            self.flush()
+
+    def flush(self) -> None:
+        """Into the ring what fits, oldest first."""
+        while self._unrolls:
+            head = self._unrolls[0]
+            n = self.ring.write(head)
+            if n < len(head):
+                self._unrolls[0] = head.split(n)[1]
+                break
+            self._unrolls.pop(0)
+        while self._episodes:
+            head_e = self._episodes[0]
+            n = self.ring.write_episodes(head_e)
+            if n < len(head_e.returns):
+                self._episodes[0] = FinishedEpisodes(head_e.returns[n:], head_e.lengths[n:])
+                break
+            self._episodes.pop(0)
+
+    @property
+    def backlog(self) -> bool:
+        """Unrolls or episodes wait for room in the ring: the trainer is behind."""
+        return bool(self._unrolls or self._episodes)
+
+    async def room(self) -> None:
+        """Until the ring took the backlog (the frontend's streams wait: back-pressure)."""
+        while self.backlog:
+            self.flush()
+            if self.backlog:
+                await asyncio.sleep(ROOM_POLL_S)
+
+
+# ---------------------------------------------------------------------- model side
+
+
+class UnrollDrain:
+    """A thread of the model process: every ring's committed unrolls into the learner's
+    store, its ended episodes into the stats (on the event loop, which owns them)."""
+
+    def __init__(
+        self,
+        rings: list[UnrollRing],
+        store: Store,
+        keep_unrolls: bool,
+        stats: LearnerStats,
+    ) -> None:
+        self.rings = rings
+        self.store = store
+        self.keep_unrolls = keep_unrolls
+        """False with --no-train: nothing consumes unrolls; the rings are still emptied."""
+        self.stats = stats
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._thread = threading.Thread(target=self._run, name="unroll-drain", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(DRAIN_PERIOD_S):
+            for unroll_ring in self.rings:
+                self.take(unroll_ring)
+        for unroll_ring in self.rings:  # what the stopped frontends committed last
+            self.take(unroll_ring)
+
+    def take(self, unroll_ring: UnrollRing) -> None:
+        """One ring's committed episodes and unrolls, waiting while the store is full."""
+        episodes = unroll_ring.read_episodes()
+        if episodes is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the run is over
+                self._loop.call_soon_threadsafe(self.stats.on_episodes, episodes)
+        unrolls = unroll_ring.read()
+        if unrolls is None or not self.keep_unrolls:
+            return
+        while not self.store.put(unrolls, timeout=DRAIN_PERIOD_S):
+            if self._stop.is_set() or self.store.has_room():  # stopping, or the store closed
+                return

@@ -1,0 +1,284 @@
+"""The serving tier's trajectories: unrolls built in a frontend from the model's reply rows.
+
+The same frames through the one-process path (a serving core over a full trajectory
+builder) and through the tier's split (the model process's :class:`ModelRows` writing
+reply rows into shared memory, a frontend's builder recording them, its ring carrying
+the unrolls) give the same unrolls, field by field, episode statistics and dropped
+frames; and a frontend killed in the middle of writing an unroll leaves none half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from learner.serving.rows import FrameBatch, ServingCore
+from learner.serving.slots import SlotTable, TableSpec
+from learner.serving.tier_batch import LaneRows
+from learner.serving.tier_unrolls import (
+    FrontendTrajectories,
+    ModelRows,
+    ReplyRows,
+    ReplySpec,
+    RingSpec,
+    UnrollRing,
+)
+from learner.state.counters import StepCounter
+from learner.state.normalize import ObservationNormalizer
+from learner.state.stats import LearnerStats
+from learner.state.trajectories import TrajectoryBuilder, Unrolls
+
+ENVS = (2, 1, 3)
+"""Envs of each stream at the start."""
+FEATURES = 4
+
+
+def fake_policy(obs_BO, first_B, state, slot_B):
+    """Actions, parameters and a next core state that depend on the frame and on the state
+    before it (so a wrong start state shows)."""
+    flat_BX = obs_BO.reshape(len(obs_BO), -1).astype(np.float32)
+    action_B = (flat_BX.sum(1) > 0).astype(np.int64)
+    params_BP = np.stack([flat_BX.sum(1), flat_BX[:, -1]], 1).astype(np.float32)
+    after = tuple(np.where(first_B[:, None], 0, s) * 0.5 + flat_BX[:, :1] for s in state)
+    return action_B, params_BP, after
+
+
+def _builder(stack: int, states: tuple[int, ...], overlap: int) -> TrajectoryBuilder:
+    obs_shape = (stack, FEATURES) if stack > 1 else (FEATURES,)
+    return TrajectoryBuilder(
+        unroll_length=5, obs_shape=obs_shape, obs_dtype=np.float32, action_shape=(),
+        action_dtype=np.int64, param_size=2, core_state_sizes=states, frame_stack=stack,
+        overlap=overlap, return_discount=0.9 if overlap else None,
+    )  # fmt: skip
+
+
+def _core(builder, steps, normalize: bool) -> ServingCore:
+    normalizer = ObservationNormalizer(builder.obs_shape, np.float32) if normalize else None
+    return ServingCore(
+        fake_policy, builder, LearnerStats(), contextlib.nullcontext(), steps,
+        normalizer=normalizer,
+    )  # fmt: skip
+
+
+class Stream:
+    """One stream in both paths: its table rows, model slots, frontend slots, reference slots."""
+
+    def __init__(self, begin, count, model, front, reference) -> None:
+        self.rows = np.arange(begin, begin + count)
+        self.model = model.allocate_rows(begin, count)
+        self.front = front.open(count)
+        self.reference = reference.allocate(count)
+
+
+@pytest.mark.parametrize(
+    ("stack", "states", "overlap", "normalize"),
+    [(1, (3, 3), 0, False), (3, (), 0, False), (1, (2,), 2, False), (1, (3, 3), 0, True)],
+    ids=["recurrent", "frame stack", "overlap and running returns", "normalized"],
+)
+def test_unrolls_built_in_a_frontend_equal_the_one_process_builders(
+    stack, states, overlap, normalize
+):
+    rng = np.random.default_rng(0)
+    reference = _builder(stack, states, overlap)
+    layout = reference.layout()
+    rows = sum(ENVS) + 4
+    table = SlotTable(TableSpec(rows, 4, 4 * FEATURES, "<i8", ()))
+    seen = reference.obs_shape if normalize else None
+    reply = ReplyRows(ReplySpec(rows, 2, states, seen))
+    model = ModelRows(TrajectoryBuilder(**layout), reply)
+    ring = UnrollRing(RingSpec.of(reference, 64))
+    front = FrontendTrajectories(TrajectoryBuilder(**layout), table, reply, ring)
+    steps_ref, steps_tier = StepCounter(), StepCounter()
+    core_ref = _core(reference, steps_ref, normalize)
+    core_tier = _core(model, steps_tier, normalize)
+    obs_RF = table.obs_bytes.view(np.float32).reshape(rows, FEATURES)
+    reward_R = table.reward_bytes.view(np.float32)
+    terminated_R, truncated_R = (
+        b.view(np.bool_) for b in (table.terminated_bytes, table.truncated_bytes)
+    )
+    streams = [Stream(b, k, model, front, reference) for b, k in zip((0, 2, 3), ENVS, strict=True)]
+    built, expected, lost = [], [], []
+    try:
+        for step in range(60):
+            if step == 33:  # a stream closes mid-unroll; a new one takes rows elsewhere
+                gone = streams.pop(1)
+                lost.append((reference.release(gone.reference), model.release(gone.model)))
+                front.close(gone.front)
+                streams.append(Stream(6, 2, model, front, reference))
+            chosen = [s for s in streams if rng.random() < 0.8] or streams[:1]
+            row_B = np.concatenate([s.rows for s in chosen])
+            n = len(row_B)
+            obs_RF[row_B] = rng.normal(size=(n, FEATURES)).astype(np.float32)
+            reward_R[row_B] = rng.normal(size=n).astype(np.float32)
+            terminated_R[row_B] = rng.random(n) < 0.1
+            truncated_R[row_B] = rng.random(n) < 0.05
+            steps_ref.value = steps_tier.value = step // 3
+            frames = dict(
+                obs_BO=obs_RF[row_B].copy(), reward_B=reward_R[row_B].copy(),
+                terminated_B=terminated_R[row_B].copy(), truncated_B=truncated_R[row_B].copy(),
+            )  # fmt: skip
+            ref_slot_B = np.concatenate([s.reference for s in chosen])
+            action_ref, unrolls = core_ref.serve(FrameBatch(ref_slot_B, **frames))
+            model_slot_B = np.concatenate([s.model for s in chosen])
+            action_tier, none = core_tier.serve(FrameBatch(model_slot_B, **frames))
+            assert none is None  # the model process builds no unroll
+            table.action_RA[row_B] = action_tier  # the reply, as the slot batcher writes it
+            front.record(np.concatenate([s.front for s in chosen]), row_B)
+            np.testing.assert_array_equal(action_tier, action_ref)
+            if unrolls is not None:
+                expected.append(unrolls)
+            taken = ring.read()
+            if taken is not None:
+                built.append(taken)
+        episodes = ring.read_episodes()
+        assert episodes is not None
+        assert episodes.returns.tolist() == list(core_ref.stats.returns)
+        assert episodes.lengths.tolist() == list(core_ref.stats.lengths)
+        assert core_tier.stats.episodes == 0  # they reach the learner's stats by the drain
+        assert lost == [(a, a) for a, _ in lost] and lost[0][0] > 0, lost
+        assert len(built) == len(expected) and expected
+        _assert_same(Unrolls.concat(built), Unrolls.concat(expected))
+        _assert_chained(built, overlap)
+    finally:
+        for block in (ring, reply, table):
+            block.close()
+
+
+def _assert_same(got: Unrolls, want: Unrolls) -> None:
+    for name in ("obs", "first", "reward", "terminated", "truncated", "action",
+                 "policy_params", "acted_step", "running_return"):  # fmt: skip
+        a, b = getattr(got, name), getattr(want, name)
+        if b is None:
+            assert a is None, name
+            continue
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert len(got.core_state) == len(want.core_state)
+    for a, b in zip(got.core_state, want.core_state, strict=True):
+        np.testing.assert_array_equal(a, b, err_msg="core_state")
+
+
+def _assert_chained(built: list[Unrolls], overlap: int) -> None:
+    """Each slot's unroll starts with the last rows of the one before (its bootstrap frame)."""
+    merged = Unrolls.concat(built)
+    by_start: dict[bytes, int] = {}
+    chained = 0
+    for i in range(len(merged)):
+        head = (
+            merged.first[i, : overlap + 1].tobytes()
+            + merged.policy_params[i, : overlap + 1].tobytes()
+        )
+        by_start[head] = i
+    for i in range(len(merged)):
+        tail = (
+            merged.first[i, -overlap - 1 :].tobytes()
+            + merged.policy_params[i, -overlap - 1 :].tobytes()
+        )
+        j = by_start.get(tail)
+        if j is not None and j != i:
+            np.testing.assert_array_equal(
+                merged.acted_step[j, : overlap + 1], merged.acted_step[i, -overlap - 1 :]
+            )
+            np.testing.assert_array_equal(
+                merged.action[j, : overlap + 1], merged.action[i, -overlap - 1 :]
+            )
+            chained += 1
+    assert chained >= len(merged) // 2, (chained, len(merged))
+
+
+# ------------------------------------------------------------ a writer killed mid-write
+
+
+class _Killer:
+    """A field whose read, halfway through an unroll's write, kills the writing process."""
+
+    def __getitem__(self, index):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _write_then_die(spec: RingSpec, name: str, whole: Unrolls, half: Unrolls) -> None:
+    ring = UnrollRing(spec, name)
+    assert ring.write(whole) == 1
+    ring.write(half)  # dies in here, its rows partly written
+    os._exit(0)
+
+
+def _unroll(builder: TrajectoryBuilder, value: float) -> Unrolls:
+    unrolls = builder.empty_unrolls(1)
+    unrolls.sample_id = unrolls.sample_weight = None
+    for name in ("obs", "reward", "policy_params", "acted_step"):
+        getattr(unrolls, name)[:] = value
+    for state in unrolls.core_state:
+        state[:] = value
+    return unrolls
+
+
+def test_a_frontend_killed_while_writing_an_unroll_leaves_no_half_unroll():
+    builder = _builder(1, (3, 3), 0)
+    spec = RingSpec.of(builder, 4)
+    ring = UnrollRing(spec)
+    try:
+        whole, half = _unroll(builder, 1.0), _unroll(builder, 2.0)
+        half.acted_step = _Killer()  # written after obs, rewards, actions, parameters, state
+        child = mp.get_context("spawn").Process(
+            target=_write_then_die, args=(spec, ring.name, whole, half)
+        )
+        child.start()
+        child.join(60)
+        assert child.exitcode == -signal.SIGKILL
+        taken = ring.read()
+        assert taken is not None and len(taken) == 1  # the committed one, whole
+        _assert_same(taken, whole)
+        assert ring.read() is None
+        # The restarted frontend writes over the dead one's partial rows.
+        again = UnrollRing(spec, ring.name)
+        assert again.write(_unroll(builder, 3.0)) == 1
+        taken = ring.read()
+        assert taken is not None and len(taken) == 1
+        _assert_same(taken, _unroll(builder, 3.0))
+        again.close()
+    finally:
+        ring.close()
+
+
+def test_a_full_ring_takes_what_fits_and_the_frontend_keeps_the_rest():
+    builder = _builder(1, (), 0)
+    ring = UnrollRing(RingSpec.of(builder, 3))
+    try:
+        five = Unrolls.concat([_unroll(builder, float(v)) for v in range(5)])
+        assert ring.write(five) == 3
+        assert ring.write(five) == 0
+        taken = ring.read()
+        assert taken is not None and taken.reward[:, 0].tolist() == [0.0, 1.0, 2.0]
+        assert ring.write(five.split(3)[1]) == 2
+        taken = ring.read()
+        assert taken is not None and taken.reward[:, 0].tolist() == [3.0, 4.0]
+    finally:
+        ring.close()
+
+
+# ------------------------------------------------------------ the model side's gather
+
+
+def test_a_batch_gathers_its_lanes_rows_by_index_lane_by_lane():
+
+    table = SlotTable(TableSpec(8, 4, 4 * FEATURES, "<i8", ()))
+    try:
+        lanes = LaneRows(table, np.dtype(np.float32), (FEATURES,))
+        for lane, (begin, count) in enumerate([(0, 2), (2, 1), (5, 3)]):
+            lanes.open(lane, begin, count, owner=lane % 2, slot_K=np.arange(count) + 10 * lane)
+        assert lanes.rows_of(np.array([2, 0])).tolist() == [5, 6, 7, 0, 1]
+        assert lanes.rows_of(np.array([1])).tolist() == [2]
+        lanes.obs_RO[:] = np.arange(8)[:, None]
+        lanes.reward_R[:] = np.arange(8) / 2
+        rows = lanes.gather(lanes.rows_of(np.array([2, 1])))
+        assert rows.slot_B.tolist() == [20, 21, 22, 10]
+        assert rows.obs_BO[:, 0].tolist() == [5, 6, 7, 2] and rows.obs_BO.flags.writeable
+        assert rows.reward_B.tolist() == [2.5, 3.0, 3.5, 1.0]
+        del rows
+    finally:
+        table.close()
