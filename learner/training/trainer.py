@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from learner.agents.base import INFERENCE_NETWORK, SAMPLE_PRIORITY, Agent, AgentState
-from learner.agents.optim import scaled_rate
+from learner.agents.optim import apply_optimizer_settings, scaled_rate
 from learner.agents.registry import AgentRecipe
 from learner.common.schedules import StepClock, learning_rate_schedule
 from learner.state import checkpoint
@@ -380,6 +380,16 @@ class Trainer:
             for group in self.state.optimizers[optimizer].param_groups:
                 group["lr"] = scaled_rate(group, lr)
         return lr
+
+    def retune(self, agent: Agent, config: LearnerConfig) -> None:
+        """Train on with other hyperparameters (a population member's new values): the
+        agent built from ``config`` computes the losses, and ``config``'s learning rate is
+        set on every optimizer now and scheduled from here on. Call it under the update
+        guard, so no step runs half on the old values."""
+        self.agent, self.config = agent, config
+        self.learning_rate = learning_rate_schedule(config)
+        for optimizer in self.state.optimizers.values():
+            apply_optimizer_settings(optimizer, config)
 
     def _skip(self, what: str) -> None:
         """Count and log a skipped step (the weights stay as they were)."""
