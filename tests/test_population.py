@@ -354,14 +354,21 @@ def test_no_frame_of_one_member_reaches_anothers_store(tmp_path) -> None:
     assert isinstance(host, PolicyHosts)
     engine = make_engine(learner, host)
     assert engine.members is not None
-    make = [envs.make_vector_env("CartPole-v1", {}, k) for k in (4, 3, 2)]
+    make = [envs.make_vector_env("CartPole-v1", {}, k) for k in (1, 2, 1, 2, 3)]
     conns = [Connection(f"a{i}", "run", "peer", v.num_envs, learner.builder.allocate(v.num_envs))
              for i, v in enumerate(make)]  # fmt: skip
-    _serve(learner, conns[:2], engine, 60, make[:2])
+    for joined in range(1, 5):  # members 0; 1, 2; 0; 1, 2 as the streams join
+        _serve(learner, conns[:joined], engine, 10, make[:joined])
+    member_S = engine.members.member_S
+    assert [sorted(member_S[c.slot_ids].tolist()) for c in conns[:4]] == [[0], [1, 2], [0], [1, 2]]
     engine.release_later(conns[0])
-    _serve(learner, conns[1:2], engine, 120, make[1:2])
+    engine.release_later(conns[2])  # member 0 is left with none, the others two each
+    staying = [conns[1], conns[3]]
+    _serve(learner, staying, engine, 150, [make[1], make[3]])
     assert not engine.members.moving, "every promised slot moved at an episode's end"
-    _serve(learner, conns[1:], engine, 60, make[1:])
+    moved = np.concatenate([c.slot_ids for c in staying])
+    assert sorted(engine.members.member_S[moved].tolist()) in ([0, 1, 1, 2], [0, 1, 2, 2])
+    _serve(learner, [*staying, conns[4]], engine, 60, [make[1], make[3], make[4]])
     shares = engine.members.shares()
     assert shares.max() - shares.min() <= 1
     for index, (name, slot) in enumerate(learner.policies.items()):
