@@ -488,3 +488,36 @@ def test_a_population_trains_cartpole_with_actor_processes(tmp_path) -> None:
     assert (tmp_path / "lineage.png").stat().st_size > 0
     saved = checkpoint.load(tmp_path / "checkpoint.pt")
     assert saved[POPULATION_KEY]["history"] == events
+
+
+def test_the_pbt_suite_runs_each_population_beside_its_settings_alone() -> None:
+    """Each env of the ``pbt`` suite: one population row whose members start at exactly
+    the settings the other rows train alone, all at one budget, every config valid, and
+    the population's curve the key the learner writes."""
+    from benchmarks.learning.runner import run_overrides
+    from benchmarks.learning.suites import PBT_CURVE_METRIC, SUITES
+    from learner.population.pbt import BEST_RETURN_KEY
+    from seedrl.config import pbt_start_values
+    from seedrl.presets import build_config, load_preset
+
+    assert PBT_CURVE_METRIC == BEST_RETURN_KEY
+    suite = SUITES["pbt"]
+    by_env: dict[str, list[Any]] = {}
+    for spec in suite.envs:
+        by_env.setdefault(spec.env, []).append(spec)
+    assert set(by_env) == {"MinAtar/SpaceInvaders-v1", "CartPole-v1"}
+    for specs in by_env.values():
+        population, *alone = specs
+        assert population.variant == "population" and len(alone) == 4
+        assert len({spec.frames for spec in specs}) == 1
+        configs = [
+            build_config(
+                LearnerConfig, run_overrides(s, None), load_preset(s.preset) if s.preset else {}
+            )
+            for s in specs
+        ]
+        starts = pbt_start_values(configs[0])
+        assert configs[0].population == 4 and configs[0].pbt_interval > 0
+        settings = [(c.learning_rate, c.entropy_cost) for c in configs[1:]]
+        assert list(zip(starts["learning_rate"], starts["entropy_cost"], strict=True)) == settings
+        assert len(set(settings)) == 4, "spread, not one setting four times"

@@ -50,6 +50,8 @@ POPULATION_KEY = "population"
 MEMBER_PREFIX = "member"
 EVENT_KEY = "pbt_events"
 """Key of a metrics record's list of this interval's exploit events."""
+BEST_RETURN_KEY = "pbt/best_return"
+"""Metric key of the best member's ranking return: the population's learning curve."""
 PBT_PREFIX = "pbt/"
 """Metric keys of a member's hyperparameters and ranking return: ``pbt/NAME/KEY``."""
 
@@ -245,9 +247,13 @@ class Exploiter:
         return event
 
     def metrics(self) -> dict[str, Any]:
-        """Each member's values and ranking return, as ``pbt/NAME/KEY``."""
+        """Each member's values and ranking return, as ``pbt/NAME/KEY``, and the best
+        ranking return."""
         returns = self.population.returns()
-        record: dict[str, Any] = {"pbt/exploits": len(self.population.history)}
+        record: dict[str, Any] = {
+            "pbt/exploits": len(self.population.history),
+            BEST_RETURN_KEY: max(returns.values()) if returns else None,
+        }
         for index, name in enumerate(self.population.names):
             for key, value in self.population.values[index].items():
                 record[f"{PBT_PREFIX}{name}/{key}"] = value
