@@ -36,7 +36,7 @@ from learner.collapse import CollapseWatch
 from learner.metrics import MetricsWriter, PrometheusSink, one_line
 from learner.parts import Learner, build_learner, make_checkpointer
 from learner.population.assignment import MemberSlots
-from learner.population.pbt import EVENT_KEY, Exploiter, LiveMember
+from learner.population.pbt import EVENT_KEY, Exploiter, LiveMember, event_scalars
 from learner.progress import Progress
 from learner.serving.batcher import DynamicBatcher, ProcessFn
 from learner.serving.inference import InferenceEngine
@@ -473,6 +473,7 @@ async def _supervise(
             record.update(exploiter.metrics())
             if events:
                 record[EVENT_KEY] = events
+                record.update(event_scalars(events))
         if learner.several_policies:
             record.update(policy_metrics(learner))
         record.update(trainer.metrics())

@@ -476,6 +476,11 @@ def test_a_population_trains_cartpole_with_actor_processes(tmp_path) -> None:
     events = [event for record in records for event in record.get(EVENT_KEY, [])]
     assert events, "\n".join(learner.lines[-30:])
     assert any(" pbt member" in line and "<-member" in line for line in learner.lines)
+    copied = [r for r in records if EVENT_KEY in r]
+    for record in copied:  # the scalars TensorBoard gets: whom each member copied
+        for event in record[EVENT_KEY]:
+            source = float(event["copied"].removeprefix("member"))
+            assert record[f"pbt/{event['member']}/copied"] == source
     for event in events:
         assert event["member"] != event["copied"]
         assert event["return"] <= event["copied_return"]

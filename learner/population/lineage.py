@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from learner.population.pbt import EVENT_KEY, PBT_PREFIX
+from learner.population.pbt import COPIED_KEY, EVENT_KEY, PBT_PREFIX
 from seedrl.metrics import read_metrics
 
 PNG_NAME = "lineage.png"
@@ -26,7 +26,7 @@ class Lineage:
     @property
     def params(self) -> list[str]:
         keys = {key for member in self.series.values() for key in member}
-        return sorted(keys - {"return"})
+        return sorted(keys - {"return", COPIED_KEY})
 
 
 def lineage_of(records: list[dict[str, Any]]) -> Lineage:

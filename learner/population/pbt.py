@@ -53,6 +53,7 @@ EVENT_KEY = "pbt_events"
 BEST_RETURN_KEY = "pbt/best_return"
 """Metric key of the best member's ranking return: the population's learning curve."""
 PBT_PREFIX = "pbt/"
+COPIED_KEY = "copied"
 """Metric keys of a member's hyperparameters and ranking return: ``pbt/NAME/KEY``."""
 
 
@@ -259,6 +260,17 @@ class Exploiter:
                 record[f"{PBT_PREFIX}{name}/{key}"] = value
             record[f"{PBT_PREFIX}{name}/return"] = returns.get(index)
         return record
+
+
+def event_scalars(events: list[dict[str, Any]]) -> dict[str, float]:
+    """This interval's exploit events as scalars a TensorBoard takes: ``pbt/NAME/copied``,
+    the index of the member NAME copied (the values follow in ``pbt/NAME/<param>``)."""
+    return {
+        f"{PBT_PREFIX}{event['member']}/{COPIED_KEY}": float(
+            event["copied"].removeprefix(MEMBER_PREFIX)
+        )
+        for event in events
+    }
 
 
 def describe_values(values: dict[str, float]) -> str:
