@@ -191,7 +191,7 @@ def make_exploiter(learner: Learner, host: TrainerHost) -> Exploiter | None:
     for name, slot in learner.policies.items():
         own = host.hosts[name]
         assert isinstance(own, ThreadHost)
-        members.append(LiveMember(slot, own.trainer.retune))
+        members.append(LiveMember(slot, own.trainer.retune, own.trainer.between_updates))
     return Exploiter(learner.population, learner.agent, members, learner.member_agent)
 
 
@@ -466,7 +466,10 @@ async def _supervise(
             log.error("the learner at %s took over %s; stopping", other.address, config.logdir)
             stop.request(f"superseded by the learner at {other.address}", False)
             break
-        events = [] if exploiter is None else exploiter.tick(stats.frames)
+        events = []
+        if exploiter is not None and (plan := exploiter.due()):
+            # A copy waits for its member's update in flight: not on the event loop.
+            events = await asyncio.to_thread(exploiter.apply, plan, stats.frames)
         record = stats.snapshot(len(learner.queue))
         record.update(learner.queue.metrics())
         if exploiter is not None:

@@ -429,7 +429,7 @@ class LearnerConfig:
     own network, optimizer, trainer and hyperparameters, served in the same batched
     forward passes grouped by member, the env slots shared out evenly among them. 1: one
     policy, no population."""
-    pbt_interval: int = 500_000
+    pbt_interval: int = 100_000
     """Frames of a member's own between its exploit/explore checks: when its recent return
     ranks in the bottom --pbt-fraction, it copies a top member (weights, optimizer state,
     normalisers) and perturbs the copy's hyperparameters."""

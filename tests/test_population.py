@@ -6,6 +6,7 @@ checkpoint, and a population training CartPole with real actor processes."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import os
 import subprocess
@@ -208,7 +209,10 @@ def _trained(learner: Learner, steps: int = 2) -> dict[str, Trainer]:
 
 def _exploiter(learner: Learner, trainers: dict[str, Trainer]) -> Exploiter:
     assert learner.population is not None
-    members = [LiveMember(learner.policies[n], trainers[n].retune) for n in learner.policies]
+    members = [
+        LiveMember(learner.policies[n], trainers[n].retune, trainers[n].between_updates)
+        for n in learner.policies
+    ]
     return Exploiter(learner.population, learner.agent, members, learner.member_agent)
 
 
@@ -270,6 +274,34 @@ def test_exploit_copies_the_chosen_members_whole_state_and_retunes(tmp_path) -> 
     torch.testing.assert_close(after, moments, rtol=0, atol=0)  # its own copy, not shared
     assert learner.population.copied_episodes[1] == learner.policies["member1"].stats.episodes
     assert exploiter.tick(frames=124) == [], "no member is due again yet"
+
+
+def test_exploit_waits_for_the_members_update_in_flight(tmp_path) -> None:
+    """A member's weights are written only between its trainer's updates: a backward pass
+    under way still needs the weights it started from (torch fails it otherwise)."""
+    import threading
+
+    learner = build_learner(_config(tmp_path, population=2, pbt_fraction=0.5))
+    trainers = _trained(learner, steps=1)
+    _episodes(learner, "member0", [50.0])
+    _episodes(learner, "member1", [10.0])
+    exploiter = _exploiter(learner, trainers)
+    learner.policies["member1"].stats.frames = learner.config.pbt_interval
+    (planned,) = exploiter.due()
+    assert planned[:2] == (1, 0)
+    before = copy.deepcopy(learner.policies["member1"].state.model.state_dict())
+    with trainers["member1"].between_updates:  # its update in flight
+        copying = threading.Thread(target=exploiter.apply, args=([planned], 0))
+        copying.start()
+        copying.join(0.5)
+        assert copying.is_alive(), "the copy waits for the update to end"
+        _assert_same(learner.policies["member1"].state.model.state_dict(), before)
+    copying.join(10)
+    assert not copying.is_alive()
+    _assert_same(
+        learner.policies["member1"].state.model.state_dict(),
+        learner.policies["member0"].state.model.state_dict(),
+    )
 
 
 def test_hyperparameters_take_effect_in_the_members_update(tmp_path) -> None:

@@ -177,6 +177,9 @@ class LiveMember:
 
     slot: PolicySlot
     retune: Callable[[Agent, LearnerConfig], None]
+    between_updates: AbstractContextManager[Any]
+    """Held by its trainer over each whole update (``Trainer.between_updates``): the
+    copy and the retune are written under it."""
 
 
 class Exploiter:
@@ -196,11 +199,12 @@ class Exploiter:
         self.members = members
         self.agent_for = agent_for
 
-    def tick(self, frames: int) -> list[dict[str, Any]]:
-        """Check every member that trained --pbt-interval frames since its last check;
-        the exploit events (``frames``: the learner's total, for the record)."""
+    def due(self) -> list[tuple[int, int, dict[int, float]]]:
+        """Check every member that trained --pbt-interval frames since its last check:
+        (member, the member it copies, the returns ranked) for each that will copy. Reads
+        the members' episode statistics: run it where they are written (the event loop)."""
         population, config = self.population, self.population.base
-        events = []
+        plan = []
         for index, member in enumerate(self.members):
             if member.slot.stats.frames - population.checked_frames[index] < config.pbt_interval:
                 continue
@@ -208,8 +212,20 @@ class Exploiter:
             returns = population.returns()
             source = choose_source(returns, index, config.pbt_fraction, population.rng)
             if source is not None:
-                events.append(self.exploit(index, source, returns, frames))
-        return events
+                plan.append((index, source, returns))
+        return plan
+
+    def apply(
+        self, plan: list[tuple[int, int, dict[int, float]]], frames: int
+    ) -> list[dict[str, Any]]:
+        """The exploits :meth:`due` planned, each waiting for its member's update in
+        flight to end (run it off the event loop); their events (``frames``: the
+        learner's total, for the record)."""
+        return [self.exploit(index, source, returns, frames) for index, source, returns in plan]
+
+    def tick(self, frames: int) -> list[dict[str, Any]]:
+        """:meth:`due` and :meth:`apply` in one call (in one thread)."""
+        return self.apply(self.due(), frames)
 
     def exploit(
         self, index: int, source: int, returns: dict[int, float], frames: int
@@ -225,9 +241,10 @@ class Exploiter:
         )
         population.values[index] = new
         member_config = population.config_of(index)
-        with target.slot.weights_lock:
+        agent = self.agent_for(member_config)
+        with target.between_updates, target.slot.weights_lock:
             self.agent.load_state_dict(target.slot.state, copied)
-            target.retune(self.agent_for(member_config), member_config)
+            target.retune(agent, member_config)
         population.copied_episodes[index] = target.slot.stats.episodes
         event = {
             "frames": frames,
