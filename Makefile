@@ -110,7 +110,7 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m learner bench --quick $(ARGS)
 
-## Learning benchmark: `make bench-learning SUITE=classic|classic-r2d2|classic-long|minatar|minigrid|atari|mujoco|multiagent|selfplay|structured
+## Learning benchmark: `make bench-learning SUITE=classic|classic-r2d2|classic-long|minatar|minigrid|atari|mujoco|multiagent|selfplay|structured|pbt
 ## [AGENT=vtrace|r2d2|sac] [FRAMES=N] [SEEDS=2] [FIRST_SEED=0] [ENVS=Breakout,Pong]`: every env
 ## x seed trained to FRAMES (0: the suite's budget); the finished runs are archived
 ## (thinned, no checkpoints) in BENCH_RESULTS to be committed, and docs/learning.md's table

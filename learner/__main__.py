@@ -53,6 +53,13 @@ def train_main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if ranked and config.population > 1:
+        print(
+            "python -m learner: error: --population cannot run under torchrun: ranks "
+            "train one policy in lockstep (run one learner process)",
+            file=sys.stderr,
+        )
+        return 2
     if ranked and config.serving_processes:
         print(
             "python -m learner: error: --serving-processes cannot run under torchrun yet: "

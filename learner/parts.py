@@ -8,6 +8,7 @@ engine each take what they need from it, in one place each.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import uuid
@@ -31,6 +32,7 @@ from learner.agents.optim import apply_optimizer_settings
 from learner.agents.policy import set_compute_threads
 from learner.agents.registry import AgentRecipe
 from learner.checkpointing import BestKeeper, Capture, Checkpointer
+from learner.population.pbt import POPULATION_KEY, Population
 from learner.state import checkpoint
 from learner.state.counters import StepCounter
 from learner.state.files import Lease
@@ -105,6 +107,9 @@ class Learner:
     agent_policy: np.ndarray | None = None
     """``[A]``: the index into :attr:`policies` of each agent of a multi-agent env (None:
     one policy plays every agent)."""
+    population: Population | None = None
+    """With --population: the members' hyperparameters and history; :attr:`policies`
+    holds the members in its order."""
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -146,9 +151,13 @@ class Learner:
         """What a trainer of this learner's shared state is built from (every host's):
         of ``policy`` (default: the first)."""
         slot = self.policies[policy] if policy is not None else next(iter(self.policies.values()))
+        config, agent = self.config, self.agent
+        if self.population is not None:  # a member trains with its own values
+            config = self.population.config_of(list(self.policies).index(slot.name))
+            agent = self.member_agent(config)
         return TrainerParts(
-            config=self.config,
-            agent=self.agent,
+            config=config,
+            agent=agent,
             state=slot.state,
             device=self.device,
             stats=slot.stats,
@@ -156,6 +165,11 @@ class Learner:
             step_counter=slot.step_counter,
             recipe=self.recipe,
         )
+
+    def member_agent(self, config: LearnerConfig) -> Agent:
+        """The agent that computes a population member's losses with ``config``'s values
+        (built as the learner's, from its recipe)."""
+        return dataclasses.replace(self.recipe, config=config).agent(self.device)
 
 
 def describe_env(config: LearnerConfig) -> pb.EnvSpec:
@@ -193,8 +207,18 @@ def build_learner(config: LearnerConfig) -> Learner:
     names, agent_policy = assign_policies(config, env_spec)
     if len(names) == 1:  # a mapping of every agent to one policy: the learner's only one
         agent_policy = None
+    population = None
+    if config.population > 1:
+        population = Population(config)
+        names = population.names
+        for name in config.pbt_params:
+            if not hasattr(config, name):
+                raise UnsupportedSetup(
+                    f"--pbt-params {name}: --agent {config.agent} has no such knob"
+                )
     policies: dict[str, PolicySlot] = {}
-    if agent_policy is not None:  # each policy its own state, store, counters and stats
+    if agent_policy is not None or population is not None:
+        # each policy its own state, store, counters and stats
         for index, name in enumerate(names):
             first = index == 0
             policies[name] = PolicySlot(
@@ -202,6 +226,8 @@ def build_learner(config: LearnerConfig) -> Learner:
                 agent.make_store(), step_counter if first else StepCounter(),
                 threading.Lock(), LearnerStats(),
             )  # fmt: skip
+    if population is not None:
+        population.slots = list(policies.values())
     source = checkpoint.load_for_resume(config) if config.resume else None
     resumed = source is not None
     if source is not None:
@@ -220,6 +246,10 @@ def build_learner(config: LearnerConfig) -> Learner:
         )  # fmt: skip
         if league is not None and SELF_PLAY_KEY in saved:
             league.load_state_dict(saved[SELF_PLAY_KEY])
+        if population is not None:
+            if POPULATION_KEY not in saved:
+                raise checkpoint.CheckpointError(f"{path}: holds no population's values")
+            population.load_state_dict(saved[POPULATION_KEY])
         for slot in policies.values() or [None]:
             for optimizer in (agent_state if slot is None else slot.state).optimizers.values():
                 apply_optimizer_settings(optimizer, config)
@@ -233,6 +263,10 @@ def build_learner(config: LearnerConfig) -> Learner:
                     "the checkpoint's %s was %s; this run's flags say %s",
                     key.replace("_", " "), saved_state, state,
                 )  # fmt: skip
+    if population is not None:  # each member's optimizers at its own rate, from the start
+        for index, slot in enumerate(policies.values()):
+            for optimizer in slot.state.optimizers.values():
+                apply_optimizer_settings(optimizer, population.config_of(index))
     lstm_size = agent_state.model.spec.lstm_size
     unroll_length, overlap = agent.sequence_layout()
     builder = TrajectoryBuilder(
@@ -266,6 +300,7 @@ def build_learner(config: LearnerConfig) -> Learner:
         weights_lock=policies[names[0]].weights_lock if policies else threading.Lock(),
         policies=policies,
         agent_policy=agent_policy,
+        population=population,
     )
 
 
@@ -389,6 +424,8 @@ def make_checkpointer(
         extra_state["obs_normalizer"] = learner.normalizer.state_dict
     if learner.league is not None:
         extra_state[SELF_PLAY_KEY] = learner.league.state_dict
+    if learner.population is not None:
+        extra_state[POPULATION_KEY] = learner.population.state_dict
     return Checkpointer(
         learner.config,
         capture or (lambda: capture_training(learner)),

@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from learner.collapse import ENTROPY_FLAG, PREMATURE_FLAG, RETURN_FLAG
+from learner.population.pbt import EVENT_KEY, describe_event
 
 
 def _fmt(value: Any, spec: str = ".1f") -> str:
@@ -26,6 +27,8 @@ def progress_line(record: dict[str, Any]) -> str:
             f"  win/draw/loss {record['selfplay_win_rate']:.0%}/{record['selfplay_draw_rate']:.0%}"
             f"/{record['selfplay_loss_rate']:.0%}  elo {record['elo_learner']:.0f}"
         )
+    if EVENT_KEY in record:  # --population: who copied whom this interval, the new values
+        line += "  pbt " + "; ".join(describe_event(event) for event in record[EVENT_KEY])
     warnings = []
     if record.get(ENTROPY_FLAG):
         warnings.append(f"entropy {record.get('entropy_fraction', 0.0):.1%} of max")

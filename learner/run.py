@@ -35,6 +35,8 @@ from learner.checkpointing import BestKeeper, Checkpointer
 from learner.collapse import CollapseWatch
 from learner.metrics import MetricsWriter, PrometheusSink, one_line
 from learner.parts import Learner, build_learner, make_checkpointer
+from learner.population.assignment import MemberSlots
+from learner.population.pbt import EVENT_KEY, Exploiter, LiveMember, event_scalars
 from learner.progress import Progress
 from learner.serving.batcher import DynamicBatcher, ProcessFn
 from learner.serving.inference import InferenceEngine
@@ -179,7 +181,22 @@ def make_engine(
         recorder=learner.recorder,
         policies=policies,
         agent_policy=learner.agent_policy,
+        members=None if learner.population is None else MemberSlots(len(learner.policies)),
     )  # fmt: skip
+
+
+def make_exploiter(learner: Learner, host: TrainerHost) -> Exploiter | None:
+    """With --population: exploit and explore over the members' trainers (threads of
+    this process, :func:`~learner.training.hosts.trainer_mode`)."""
+    if learner.population is None:
+        return None
+    assert isinstance(host, PolicyHosts)
+    members = []
+    for name, slot in learner.policies.items():
+        own = host.hosts[name]
+        assert isinstance(own, ThreadHost)
+        members.append(LiveMember(slot, own.trainer.retune, own.trainer.between_updates))
+    return Exploiter(learner.population, learner.agent, members, learner.member_agent)
 
 
 def make_self_play(learner: Learner, host: TrainerHost) -> SelfPlay | None:
@@ -396,8 +413,9 @@ async def _serve(
     checkpoints = make_checkpoints(learner, trainer, rank, start)
     try:
         await _supervise(
-            learner, trainer, rank, stop, writer, progress, start, checkpoints, watch, fence
-        )
+            learner, trainer, rank, stop, writer, progress, start, checkpoints, watch, fence,
+            make_exploiter(learner, trainer),
+        )  # fmt: skip
     finally:
         await serving.stop(stop.reason or "learner stopping", stop.final)
         trainer.stop()
@@ -417,6 +435,8 @@ async def _serve(
         )
         writer.write(record, learner.stats.drain_episodes())
         failures += writer.close()  # what the sinks dropped or could not close, each logged
+        if learner.population is not None:
+            failures += write_lineage(logdir)
     result = _result(learner, stop.reason, time.perf_counter() - start)
     print(summary_line(result), flush=True)
     # "final": the run ended for good, so a standby has nothing to take over.
@@ -439,10 +459,13 @@ async def _supervise(
     checkpoints: Checkpointer,
     watch: CollapseWatch,
     fence: failover.Fence | None = None,
+    exploiter: Exploiter | None = None,
 ) -> None:
     """Every ``log_interval_s`` until stopped: a metrics record (with the collapse flags),
     progress, the stop conditions and, when due, the best checkpoint and the periodic one;
-    a learner another has taken over from (``fence``) stops and writes nothing more."""
+    a learner another has taken over from (``fence``) stops and writes nothing more;
+    with a population (``exploiter``), the members due are checked first, and the
+    record carries their values and this interval's exploit events."""
     config, stats = learner.config, learner.stats
     while not stop.event.is_set():
         with contextlib.suppress(TimeoutError):
@@ -452,8 +475,17 @@ async def _supervise(
             log.error("the learner at %s took over %s; stopping", other.address, config.logdir)
             stop.request(f"superseded by the learner at {other.address}", False)
             break
+        events = []
+        if exploiter is not None and (plan := exploiter.due()):
+            # A copy waits for its member's update in flight: not on the event loop.
+            events = await asyncio.to_thread(exploiter.apply, plan, stats.frames)
         record = stats.snapshot(len(learner.queue))
         record.update(learner.queue.metrics())
+        if exploiter is not None:
+            record.update(exploiter.metrics())
+            if events:
+                record[EVENT_KEY] = events
+                record.update(event_scalars(events))
         if learner.several_policies:
             record.update(policy_metrics(learner))
         record.update(trainer.metrics())
@@ -542,6 +574,18 @@ def write_result(logdir: Path, done: dict[str, Any], reserve: Path | None) -> No
             log.error("could not write %s into the room kept for it: %s", target, exc)
     with checkpoint.atomic_file(target) as f:
         f.write(text)
+
+
+def write_lineage(logdir: Path) -> list[str]:
+    """A population run's lineage plot beside its metrics; what could not be drawn."""
+    from learner.population.lineage import plot_lineage  # matplotlib: only at the end
+
+    try:
+        log.info("lineage plot: %s", plot_lineage(logdir))
+    except (OSError, ValueError) as exc:
+        log.error("could not plot the lineage of %s: %s", logdir, exc)
+        return [f"lineage plot: {one_line(exc)}"]
+    return []
 
 
 def _metrics_writer(config: LearnerConfig, logdir: Path) -> MetricsWriter:

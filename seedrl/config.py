@@ -42,6 +42,15 @@ LOG_STD_RANGE = (-5.0, 2.0)
 WANDB_MODES = ("online", "offline")
 OPPONENT_SAMPLING = ("latest", "uniform", "pfsp")
 """How self-play picks an episode's opponent from the pool of past selves."""
+PBT_BOUNDS: dict[str, tuple[float, float]] = {
+    "learning_rate": (1e-5, 3e-2),
+    "entropy_cost": (1e-5, 0.1),
+    "baseline_cost": (0.05, 2.0),
+    "max_grad_norm": (0.05, 100.0),
+}
+"""The hyperparameters population-based training may perturb, each kept within its
+(low, high): the ones an update reads afresh at every step (the trainer's rate and clip,
+the loss's coefficients), so a member's new value takes effect at its next step."""
 
 
 def flag_name(field: str) -> str:
@@ -415,6 +424,31 @@ class LearnerConfig:
     snapshots are drawn together by one rule. A floor keeps the scripted player whose
     tactic the learner still misses in its games once the snapshots outnumber it."""
 
+    # population (population-based training; docs/pbt.md)
+    population: int = 1
+    """Members trained side by side in this learner (population-based training): each its
+    own network, optimizer, trainer and hyperparameters, served in the same batched
+    forward passes grouped by member, the env slots shared out evenly among them. 1: one
+    policy, no population."""
+    pbt_interval: int = 100_000
+    """Frames of a member's own between its exploit/explore checks: when its recent return
+    ranks in the bottom --pbt-fraction, it copies a top member (weights, optimizer state,
+    normalisers) and perturbs the copy's hyperparameters."""
+    pbt_fraction: float = 0.25
+    """Truncation selection: the share of the population at the bottom that copies a
+    member of the same share at the top (at least one member each)."""
+    pbt_params: tuple[str, ...] = ("learning_rate", "entropy_cost")
+    """Hyperparameters an exploit perturbs and the members start spread over: any of
+    learning_rate, entropy_cost, baseline_cost, max_grad_norm (each within its bounds,
+    docs/pbt.md)."""
+    pbt_resample: float = 0.25
+    """Chance that a perturbed hyperparameter is drawn afresh within its bounds
+    (log-uniform) rather than multiplied by 0.8 or 1.2."""
+    pbt_start: tuple[str, ...] = ()
+    """Members' starting values, ``param=v0:v1:...`` (one value per member) for each param
+    listed; a --pbt-params param not listed starts at its flag's value in member 0 and
+    perturbed once in each other member."""
+
     # serving
     inference_batch_size: int = 64
     """Run a forward pass once this many frames are pending ..."""
@@ -695,6 +729,57 @@ def _check_policies(config: LearnerConfig) -> None:
         )
 
 
+def pbt_start_values(config: LearnerConfig) -> dict[str, tuple[float, ...]]:
+    """--pbt-start as param -> one starting value per member."""
+    starts: dict[str, tuple[float, ...]] = {}
+    for item in config.pbt_start:
+        name, _, values = item.partition("=")
+        starts[name] = tuple(float(v) for v in values.split(":"))
+    return starts
+
+
+def _check_population(config: LearnerConfig) -> None:
+    require_range(config, ("population", "pbt_interval"), low=1)
+    require_range(config, ("pbt_fraction",), low=0, high=0.5, low_open=True)
+    require_range(config, ("pbt_resample",), low=0, high=1)
+    unknown = [name for name in config.pbt_params if name not in PBT_BOUNDS]
+    if unknown:
+        raise ValueError(
+            f"--pbt-params: {unknown[0]!r} is not one population-based training perturbs; "
+            f"choose among {', '.join(PBT_BOUNDS)}"
+        )
+    try:
+        starts = pbt_start_values(config)
+    except ValueError:
+        raise ValueError(
+            f"--pbt-start takes param=v0:v1:... items of numbers, got {config.pbt_start}"
+        ) from None
+    for name, values in starts.items():
+        if name not in config.pbt_params:
+            raise ValueError(f"--pbt-start sets {name!r}, which --pbt-params does not list")
+        if len(values) != config.population:
+            raise ValueError(
+                f"--pbt-start gives {name!r} {len(values)} values for a --population of "
+                f"{config.population}"
+            )
+        low, high = PBT_BOUNDS[name]
+        if not all(low <= v <= high for v in values):
+            raise ValueError(f"--pbt-start: {name!r} values must lie in [{low:g}, {high:g}]")
+    if config.population == 1:
+        return
+    refused = (
+        ("--policy-mapping", bool(config.policy_mapping)),
+        ("--self-play", config.self_play),
+        ("--serving-processes", config.serving_processes > 0),
+        (f"--trainer {config.trainer}", config.trainer not in ("auto", "thread")),
+    )
+    for flag, given in refused:
+        if given:
+            raise ValueError(
+                f"--population trains its members in threads of one serving process: drop {flag}"
+            )
+
+
 def _check_model(config: LearnerConfig) -> None:
     require_range(config, ("lstm_size", "hidden_sizes", "cnn_channels"), low=1)
     if not config.hidden_sizes:
@@ -787,8 +872,8 @@ def _check_checkpointing(config: LearnerConfig) -> None:
 
 
 SECTION_CHECKS: tuple[Callable[[LearnerConfig], None], ...] = (
-    _check_run, _check_policies, _check_model, _check_training, _check_league, _check_serving,
-    _check_checkpointing,
+    _check_run, _check_policies, _check_population, _check_model, _check_training,
+    _check_league, _check_serving, _check_checkpointing,
 )  # fmt: skip
 """The learner's checks, one per section; the agent's own run after them."""
 

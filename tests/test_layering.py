@@ -29,6 +29,7 @@ FORBIDDEN = {
 ROOMS: tuple[tuple[str, ...], ...] = (
     ("learner.common",),
     ("learner.state",),
+    ("learner.population",),
     ("learner.agents",),
     ("learner.training",),
     ("learner.league",),
@@ -45,7 +46,8 @@ ROOMS: tuple[tuple[str, ...], ...] = (
     ("learner", "learner.api", "learner.__main__", "learner.tools"),
 )
 """The learner's rooms from the bottom up: the neutral base (schedules, the spaces no
-model fits, the best checkpoint's measures), what is kept, the agents, training, the
+model fits, the best checkpoint's measures), what is kept, a population's bookkeeping
+(slots to members, exploit and explore over any agent), the agents, training, the
 league, serving, the run's assembly, and the doors (commands, the Python API)."""
 
 

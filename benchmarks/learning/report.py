@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.learning.runner import RANDOM_FILE, RUN_FILE
-from benchmarks.learning.suites import RETURN_METRIC, SUITES, YARDSTICK_METRIC, EnvSpec, Suite
+from benchmarks.learning.suites import (
+    PBT_CURVE_METRIC,
+    RETURN_METRIC,
+    SUITES,
+    YARDSTICK_METRIC,
+    EnvSpec,
+    Suite,
+)
 from seedrl.metrics import METRICS_FILE, read_metrics
 
 SUMMARY_FILE = "summary.json"
@@ -32,6 +39,7 @@ it has another), and what explains its shape."""
 CURVE_LABELS = {
     RETURN_METRIC: "mean return of the last 100 episodes",
     YARDSTICK_METRIC: "lowest score over the last 100 games\nagainst a fixed opponent",
+    PBT_CURVE_METRIC: "the best member's mean return\n(last 100 episodes since it last copied)",
 }
 
 

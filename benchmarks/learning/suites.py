@@ -589,3 +589,65 @@ SUITES["minatar-r2d2"] = with_agent(SUITES["minatar"], "r2d2")
 SUITES["atari-r2d2"] = with_agent(SUITES["atari"], "r2d2")
 """R2D2 on the V-trace suites' envs (``make bench-learning SUITE=minatar AGENT=r2d2``);
 classic control's is ``classic-r2d2`` above (no Pendulum: continuous actions)."""
+
+PBT_PARAMS = ("learning_rate", "entropy_cost")
+"""What the ``pbt`` suite's populations perturb, and its rows spread."""
+PBT_CURVE_METRIC = "pbt/best_return"
+"""A population's curve: its best member's recent return (``learner.population.pbt``)."""
+PBT_CHECKS = 10
+"""Exploit/explore checks per member over a ``pbt`` run's budget."""
+
+
+def population_rows(
+    spec: EnvSpec, settings: tuple[tuple[float, float], ...]
+) -> tuple[EnvSpec, ...]:
+    """``spec`` trained as one population started from ``settings`` (learning rate,
+    entropy cost per member), then once per setting alone, all at ``spec.frames``: the
+    population's frames are its members' together, so it trains on no more than one run."""
+    members = len(settings)
+    population = replace(
+        spec,
+        variant="population",
+        curve_metric=PBT_CURVE_METRIC,
+        overrides={
+            **spec.overrides,
+            "population": members,
+            "pbt_params": PBT_PARAMS,
+            "pbt_start": tuple(
+                f"{name}={':'.join(f'{s[i]:g}' for s in settings)}"
+                for i, name in enumerate(PBT_PARAMS)
+            ),
+            "pbt_interval": spec.frames // (members * PBT_CHECKS),
+        },
+    )
+    alone = tuple(
+        replace(
+            spec,
+            variant=f"lr{rate:g}-ent{cost:g}",
+            overrides={**spec.overrides, "learning_rate": rate, "entropy_cost": cost},
+        )
+        for rate, cost in settings
+    )
+    return (population, *alone)
+
+
+SUITES["pbt"] = Suite(
+    name="pbt",
+    curves_folder="pbt",
+    envs=(
+        *population_rows(
+            _minatar("SpaceInvaders", 185.0),
+            ((5e-4, 0.003), (1e-3, 0.03), (2e-3, 0.01), (6e-3, 0.001)),
+        ),
+        *population_rows(_CARTPOLE, ((1e-3, 3e-4), (4e-3, 1e-3), (1e-2, 3e-3), (2e-3, 1e-2))),
+    ),
+    num_actors=2,
+    envs_per_actor=16,
+    eval_episodes=100,
+    greedy=False,
+)
+"""Population-based training (docs/pbt.md, ``make bench-learning SUITE=pbt``): on MinAtar
+SpaceInvaders (the game the ``minatar`` preset's 185 is missed on some seeds) and
+CartPole, a population of 4 started from spread learning rates and entropy costs (the
+presets' own among them), beside each of those settings run alone, every row at the
+env's budget; evaluate plays the population's best member."""

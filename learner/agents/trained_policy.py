@@ -73,10 +73,16 @@ class Policy:
         self._low, self._high = codec.action_bounds(env_spec.action_space)
         self._state: CoreState = ()
         self._first = True
+        self.member: str | None = None
+        """Of a population's checkpoint: which member this is."""
 
     @classmethod
-    def load(cls, path: str | Path, greedy: bool = True) -> Policy:
-        state = checkpoint.load(path)
+    def load(cls, path: str | Path, greedy: bool = True, member: int | None = None) -> Policy:
+        """The policy a checkpoint holds; of a population's, member ``member`` (None: the
+        best one by its recent return)."""
+        from learner.population.pbt import member_checkpoint
+
+        state = member_checkpoint(path, checkpoint.load(path), member)
         checkpoint.require_one_policy(path, state)
         env_spec = pb.EnvSpec.FromString(state["env_spec"])
         spec = model_spec_from_dict(state["model_spec"])
@@ -89,7 +95,9 @@ class Policy:
             normalizer = make_normalizer(env_spec.observation_space, mask_leaf or "")
             normalizer.load_state_dict(state["obs_normalizer"])
         info = checkpoint.CheckpointInfo.of(path, state)
-        return cls(model, head, env_spec, greedy, normalizer, info)
+        policy = cls(model, head, env_spec, greedy, normalizer, info)
+        policy.member = state.get("member")
+        return policy
 
     @property
     def env_id(self) -> str:

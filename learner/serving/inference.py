@@ -22,6 +22,7 @@ import numpy as np
 
 from learner.agents.base import Store
 from learner.agents.policy import Policy
+from learner.population.assignment import MemberSlots
 from learner.serving.batcher import PendingRequest
 from learner.serving.rows import FrameBatch, ServedPolicy, ServingCore
 from learner.state.counters import StepCounter
@@ -139,12 +140,14 @@ class InferenceEngine(ServingCore):
         recorder: EpisodeRecorder | None = None,
         policies: list[tuple[ServedPolicy, Store]] | None = None,
         agent_policy: np.ndarray | None = None,
+        members: MemberSlots | None = None,
     ) -> None:
         """``policy`` is the agent's action choice over the weights inference runs
         (``Agent.inference_policy``); ``weights_lock`` is held around each forward pass.
         ``policies``, ``agent_policy``: a multi-agent env's several trained policies, each
         with the store its unrolls go to (in place of ``policy`` and ``queue``), and each
-        agent's index among them."""
+        agent's index among them; ``members``: with a population (--population), each slot's
+        member, whose policy ``policies`` holds at its index."""
         super().__init__(
             policy, builder, stats, weights_lock, learner_step, refresh_weights, normalizer,
             self_play, [served for served, _ in policies] if policies else None,
@@ -152,6 +155,7 @@ class InferenceEngine(ServingCore):
         self.stores = [store for _, store in policies] if policies else [queue]
         """Each policy's store, by its index among the core's policies."""
         self.agent_policy = agent_policy
+        self.members = members
         self._obs_dtype = builder.obs_dtype if normalizer is None else normalizer.obs_dtype
         self._frame_shape = builder.frame_shape if normalizer is None else normalizer.obs_shape
         """What frames carry: the raw observation, which normalisation may widen (a float64
@@ -170,8 +174,11 @@ class InferenceEngine(ServingCore):
 
     def _release_closed(self) -> None:
         while self._released:
-            lost = self.builder.release(self._released.pop())
+            slots = self._released.pop()
+            lost = self.builder.release(slots)
             self.stats.frames_dropped += lost
+            if self.members is not None:
+                self.members.release(slots)
 
     def begin_batch(self) -> None:
         """A batch the caller gathers itself (the serving tier's slot table) begins: its
@@ -199,8 +206,14 @@ class InferenceEngine(ServingCore):
             if not live:
                 return
             rows = self._gather(live)
-        policy_B = policy_rows(live, self.agent_policy)
+        if self.members is None:
+            policy_B = policy_rows(live, self.agent_policy)
+        else:
+            policy_B = self.members.members_of(rows.slot_B)
         action_BA, handoffs = self.serve_policies(rows, self._fresh_slots(live), policy_B)
+        if self.members is not None:  # a slot promised to another member moves as its episode ends
+            moved = self.members.moves_due(rows.slot_B, rows.terminated_B | rows.truncated_B)
+            self.stats.frames_dropped += self.builder.restart(moved)
         self._reply(live, action_BA)
         mark("reply")
         for handoff in handoffs:  # each policy's unrolls to its own store only

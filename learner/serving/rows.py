@@ -86,6 +86,14 @@ EVERY_ROW = Turns()
 """A single-agent batch's turns (never changed: one for every batch)."""
 
 
+def every_row_of_several(rows: FrameBatch) -> Turns:
+    """A single-agent batch's turns spelled out row by row, so that :meth:`Turns.among`
+    can share its rows out among several policies (a population's members); a reset
+    frame's reward is 0 either way."""
+    every_B = np.ones(len(rows.slot_B), np.bool_)
+    return Turns(np.arange(len(every_B)), every_B, None, None, rows.reward_B, None)
+
+
 class Forward(NamedTuple):
     """One forward pass over the learning policy's rows, and the learner step of its weights."""
 
@@ -203,6 +211,8 @@ class ServingCore:
         forward pass per policy with rows, and each policy's completed unrolls apart."""
         _, mark = self._phase_marks
         turns = self._turns(rows, fresh_slots)
+        if turns.learner_L is None and policy_B is not None:  # a population's members
+            turns = every_row_of_several(rows)
         slot_L = turns.of_learner(rows.slot_B)
         first_L = self.builder.first_flags(slot_L)
         refreshes = [s.refresh_weights for s in self.served if s.refresh_weights is not None]
@@ -333,7 +343,7 @@ class ServingCore:
         (none before a multi-agent episode's start); a self-play game's result as it ends."""
         if forward is None:
             return None, None
-        stored_LO = rows.obs_BO if self.builder.frame_stack > 1 else turns.of_learner(seen_BO)
+        stored_LO = turns.of_learner(rows.obs_BO if self.builder.frame_stack > 1 else seen_BO)
         reward_L = rows.reward_B
         if turns.learner_L is not None:
             assert turns.reward_B is not None

@@ -282,6 +282,18 @@ class TrajectoryBuilder:
         while len(self._free) < count:
             self._grow(max(2 * self.capacity, self.capacity + count))
         ids = np.array([self._free.pop() for _ in range(count)], dtype=np.int64)
+        self._reset(ids)
+        return ids
+
+    def restart(self, ids: np.ndarray) -> int:
+        """Start slots in use afresh, as if just allocated (their envs start a new episode
+        with the next frame, so call it after one ended): the partial unrolls are dropped.
+        Returns frames lost."""
+        lost = int(self.position_S[ids].sum())
+        self._reset(ids)
+        return lost
+
+    def _reset(self, ids: np.ndarray) -> None:
         self.position_S[ids] = 0
         self.next_first_S[ids] = True
         self.episode_return_S[ids] = 0.0
@@ -292,7 +304,6 @@ class TrajectoryBuilder:
             self.running_return_S[ids] = 0.0
         for state in self.core_state_SH:
             state[ids] = 0.0
-        return ids
 
     def release(self, ids: np.ndarray) -> int:
         """Return slots to the pool; their partial unrolls are dropped. Returns frames lost."""

@@ -338,6 +338,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--best", action="store_true", help="with a logdir: load its checkpoint-best.pt"
     )
     parser.add_argument("--episodes", type=int, default=10, help="full episodes to run")
+    parser.add_argument(
+        "--member", type=int, default=None,
+        help="a population's checkpoint (--population): play member N (default: the member "
+        "with the best recent return when it was written)",
+    )  # fmt: skip
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--greedy", dest="greedy", action="store_true", default=True,
                       help="most likely action / Gaussian mean (default)")  # fmt: skip
@@ -383,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.exit(2, "error: --video records single-agent episodes, not --opponent games\n")
         return _match_main(parser, args, path)
     try:
-        policy = Policy.load(path, greedy=args.greedy)
+        policy = Policy.load(path, greedy=args.greedy, member=args.member)
         if args.env is not None:
             same = args.env == policy.env_id
             kwargs = args.env_kwargs
@@ -393,7 +398,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             envs.check_env_allowed(policy.env_id, args.allow_env_module, f"checkpoint {path}")
         assert policy.checkpoint_info is not None  # Policy.load always says where from
-        print(f"seedrl evaluate: loaded {loaded_line(policy.checkpoint_info)}", flush=True)
+        member = "" if policy.member is None else f" ({policy.member} of the population)"
+        print(f"seedrl evaluate: loaded {loaded_line(policy.checkpoint_info)}{member}", flush=True)
         torch.manual_seed(args.seed)
         result = evaluate(
             policy, args.episodes, args.seed, args.max_steps, args.video, args.record_dataset

@@ -150,4 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if league_plot.has_ratings(args.logdir):  # a self-play run: its Elo ratings too
         print(league_plot.plot_ratings(args.logdir))
+    from learner.population import lineage
+
+    if lineage.has_lineage(args.logdir):  # a population: each member's values and return
+        print(lineage.plot_lineage(args.logdir))
     return 0

@@ -204,9 +204,11 @@ def trainer_mode(config: LearnerConfig, device: torch.device, ranked: bool = Fal
     """The host ``--trainer`` asks for on ``device``: process, thread or device.
 
     Torchrun ranks (``ranked``) train in a thread that steps in lockstep; any other
-    explicit mode raises ValueError.
+    explicit mode raises ValueError. A population's members train in threads.
     """
     mode = config.trainer
+    if config.population > 1:  # exploit copies states between trainers in this process
+        return "thread"
     if ranked:
         if mode not in ("auto", "thread"):
             raise ValueError("torchrun ranks train in a thread: use --trainer auto or thread")

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from learner.agents.base import INFERENCE_NETWORK, SAMPLE_PRIORITY, Agent, AgentState
-from learner.agents.optim import scaled_rate
+from learner.agents.optim import apply_optimizer_settings, scaled_rate
 from learner.agents.registry import AgentRecipe
 from learner.common.schedules import StepClock, learning_rate_schedule
 from learner.state import checkpoint
@@ -266,6 +266,10 @@ class Trainer:
         self.step_counter = parts.step_counter
         self.exchange: GradientExchange = exchange or LocalGradients()
         self.update_guard = update_guard or (lambda: self.weights_lock)
+        self.between_updates = threading.Lock()
+        """Held over each whole update (forward, backward, step), so that whoever writes
+        the weights from outside (a population's exploit) does so between two updates,
+        never under a backward pass that still needs the weights it started from."""
         self.gradients = {
             name: GradientBuffer(_parameters(optimizer), self.device)
             for name, optimizer in self.state.optimizers.items()
@@ -353,9 +357,10 @@ class Trainer:
         own (no batch, or a loss or gradient that was not finite)."""
         update = _Update(self, step)
         terms = None
-        if batch is not None:
-            terms = self.agent.update(self.state, batch, core_state, self.clock(step), update)
-        update.finish()
+        with self.between_updates:
+            if batch is not None:
+                terms = self.agent.update(self.state, batch, core_state, self.clock(step), update)
+            update.finish()
         if terms is None or unrolls is None or update.own_skipped or not update.counted:
             return None
         priority = terms.pop(SAMPLE_PRIORITY, None)
@@ -381,6 +386,16 @@ class Trainer:
             for group in self.state.optimizers[optimizer].param_groups:
                 group["lr"] = scaled_rate(group, lr)
         return lr
+
+    def retune(self, agent: Agent, config: LearnerConfig) -> None:
+        """Train on with other hyperparameters (a population member's new values): the
+        agent built from ``config`` computes the losses, and ``config``'s learning rate is
+        set on every optimizer now and scheduled from here on. Call it holding
+        :attr:`between_updates`, so no update runs half on the old values."""
+        self.agent, self.config = agent, config
+        self.learning_rate = learning_rate_schedule(config)
+        for optimizer in self.state.optimizers.values():
+            apply_optimizer_settings(optimizer, config)
 
     def _skip(self, what: str) -> None:
         """Count and log a skipped step (the weights stay as they were)."""
