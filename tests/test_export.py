@@ -36,6 +36,7 @@ CASES = {
     "cnn": {"env": "MinAtar/Breakout-v1"},
     "lstm": {"env": "CartPole-v1", "lstm": True, "lstm_size": 16, "normalize_observations": True},
     "masked-dict": {"env": "spaces_envs:masked_choice", "normalize_observations": True},
+    "dict-trunk": {"env": "spaces_envs:masked_choice", "leaf_trunk": (16,)},
     "r2d2-lstm": {"env": "CartPole-v1", "agent": "r2d2", "lstm": True, "lstm_size": 16},
 }
 

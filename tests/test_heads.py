@@ -314,3 +314,47 @@ def test_models_with_leaves_round_trip_their_spec() -> None:
     assert spec == model.spec
     again = ActorCritic(spec)
     again.load_state_dict(model.state_dict())
+
+
+def test_sub_action_terms_are_each_heads_entropy_and_policy_gradient() -> None:
+    """Per sub-action: the entropy torch.distributions gives, and the RMS over the counted
+    transitions of autograd's gradient of -A * log p(a) with respect to that part's logits."""
+    from learner.agents.vtrace.loss import sub_action_terms
+
+    torch.manual_seed(3)
+    t, b, nvec = 5, 4, (3, 4)
+    head = MultiCategoricalHead(nvec, (2,), "int64", masked=False)
+    logits = torch.randn(t, b, sum(nvec)) * 2
+    reference = _reference(logits, None, nvec)
+    action = torch.stack([d.sample() for d in reference], -1)
+    adv = torch.randn(t, b)
+    weight = (torch.rand(t, b) < 0.7).float()
+    terms = sub_action_terms(head, logits, action, adv, weight)
+    assert sorted(terms) == ["entropy_head0", "entropy_head1", "pg_signal_head0", "pg_signal_head1"]
+    for g, (part, n) in enumerate(zip(logits.split(nvec, -1), nvec, strict=True)):
+        part = part.clone().requires_grad_(True)
+        policy_term = -(adv * Categorical(logits=part).log_prob(action[..., g])).sum()
+        (grad,) = torch.autograd.grad(policy_term, part)  # rows are independent: per row
+        counted = weight.bool()
+        rms = grad[counted].pow(2).sum(-1).mean().sqrt()
+        entropy = Categorical(logits=part.detach()).entropy()[counted].mean()
+        assert grad.shape[-1] == n
+        torch.testing.assert_close(terms[f"pg_signal_head{g}"], rms)
+        torch.testing.assert_close(terms[f"entropy_head{g}"], entropy)
+
+
+def test_the_loss_reports_sub_action_terms_only_for_several_sub_actions() -> None:
+    t, b = 3, 2
+    batch = {
+        "terminated": torch.zeros(t + 1, b, dtype=torch.bool),
+        "truncated": torch.zeros(t + 1, b, dtype=torch.bool),
+    }
+    costs = VTraceCosts(discount=0.9, baseline_cost=0.5, entropy_cost=0.01)
+    for nvec, expected in (((3, 4), 2), ((5,), 0)):
+        head = MultiCategoricalHead(nvec, (len(nvec),), "int64", masked=False)
+        params = torch.randn(t + 1, b, sum(nvec))
+        batch["behaviour_params"] = params.clone()
+        batch["action"] = head.sample(params)
+        loss = vtrace_loss(head, params, torch.zeros(t + 1, b), batch, torch.ones(t, b), costs)
+        assert sum(key.startswith("entropy_head") for key in loss.terms) == expected
+        assert sum(key.startswith("pg_signal_head") for key in loss.terms) == expected

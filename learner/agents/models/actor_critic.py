@@ -249,13 +249,14 @@ def build_model(
     separate_value: bool = True,
     mask_leaf: str = "",
     cnn_channels: tuple[int, ...] = (16,),
+    leaf_trunk: tuple[int, ...] = (),
 ) -> ActorCritic:
     """The ActorCritic for an env's spaces; ``mask_leaf`` names a dict observation's action
     mask (the head must then be a masked one)."""
     return ActorCritic(
         model_spec(
             obs_spec, head, torso, hidden_sizes, lstm_size, separate_value,
-            mask_leaf=mask_leaf, cnn_channels=cnn_channels,
+            mask_leaf=mask_leaf, cnn_channels=cnn_channels, leaf_trunk=leaf_trunk,
         )
     )  # fmt: skip
 
@@ -270,8 +271,10 @@ def model_spec(
     dueling: bool = False,
     mask_leaf: str = "",
     cnn_channels: tuple[int, ...] = (16,),
+    leaf_trunk: tuple[int, ...] = (),
 ) -> ModelSpec:
-    """The architecture of a network for an env's spaces and an action head."""
+    """The architecture of a network for an env's spaces and an action head; ``leaf_trunk``
+    counts only for a dict/tuple observation (torso "leaves")."""
     torso = choose_torso(obs_spec, torso)
     inputs = leaf_inputs(obs_spec, mask_leaf) if torso == "leaves" else ()
     has_mask = any(encoder == "mask" for *_, encoder, _ in inputs)
@@ -301,4 +304,5 @@ def model_spec(
         action_high=head.high if isinstance(head, GaussianHead) else (),
         dueling=dueling,
         cnn_channels=tuple(cnn_channels),
+        leaf_trunk=tuple(leaf_trunk) if inputs else (),
     )

@@ -229,6 +229,16 @@ class MultiCategoricalHead:
     def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return self.log_prob_and_entropy(params, actions)[0]
 
+    def part_log_probs(self, params: torch.Tensor) -> list[torch.Tensor]:
+        """Each sub-action's log-probabilities ``[..., n_g]``, one tensor per element of
+        nvec (masked choices at the masked logit's): what a diagnostic per sub-action reads."""
+        logits, _ = self._groups(params)
+        return [log_softmax_last(x) for x in logits]
+
+    def part_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """The actions ``[..., *action_shape]`` as ``[..., len(nvec)]`` sub-action indices."""
+        return actions.reshape(*actions.shape[: actions.dim() - len(self.action_shape)], -1).long()
+
     def entropy(self, params: torch.Tensor) -> torch.Tensor:
         logits, _ = self._groups(params)
         total = torch.zeros(params.shape[:-1], device=params.device)

@@ -31,6 +31,9 @@ class ModelSpec:
     # "mlp", "embed" (categories: the choices of each element) or "mask" (the action mask).
     leaf_inputs: tuple[tuple[str, str, tuple[int, ...], str, tuple[int, ...]], ...] = ()
     cnn_channels: tuple[int, ...] = (16,)  # the small-grid CNN's conv layers
+    # torso "leaves": widths of a tanh MLP over the leaves' joined features, so the heads
+    # can read what leaves mean together; (): the joined features reach the heads as they are.
+    leaf_trunk: tuple[int, ...] = ()
 
 
 MAX_EMBEDDED_CHOICES = 256

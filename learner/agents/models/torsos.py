@@ -55,6 +55,11 @@ class LeafEncoders(nn.Module):
             encoders[key] = module
             out_size += size
         self.encoders = nn.ModuleDict(encoders)
+        # Without it each leaf's features only add up in the heads' logits, which cannot
+        # express an answer that depends on two leaves at once.
+        self.trunk: nn.Module | None = None
+        if spec.leaf_trunk:
+            self.trunk, out_size = mlp(out_size, spec.leaf_trunk)
         self.out_size = out_size
 
     def leaf(self, rows_NR: torch.Tensor, index: int) -> torch.Tensor:
@@ -95,7 +100,8 @@ class LeafEncoders(nn.Module):
                 features.append(self.encoders[key](images))
             else:
                 features.append(self.encoders[key](x.flatten(1)))
-        return torch.cat(features, dim=-1)
+        joined = torch.cat(features, dim=-1)
+        return joined if self.trunk is None else self.trunk(joined)
 
 
 def mask_floats(mask_leaf: torch.Tensor) -> torch.Tensor:

@@ -58,7 +58,7 @@ class VTraceAgent:
         model = build_model(
             observation_space, self.head, torso, cfg.hidden_sizes, lstm_size,
             mask_leaf=cfg.action_mask if self.head.masked else "",
-            cnn_channels=cfg.cnn_channels,
+            cnn_channels=cfg.cnn_channels, leaf_trunk=cfg.leaf_trunk,
         )  # fmt: skip
         if cfg.mirror:
             Mirror(model.spec, self.head)  # refuses, at setup, what has no mirror image

@@ -46,6 +46,11 @@ class VTraceOptions(AgentOptions):
     leaves flipped along their width, the action mask and the Discrete action reversed),
     for games whose rules do not change under the flip, such as Connect Four: twice the
     experience per game at twice the training compute."""
+    leaf_trunk: tuple[int, ...] = ()
+    """Widths of a tanh MLP (64, or 64,64) that a dict/tuple observation's per-leaf
+    features pass through, joined, before the policy and value heads. Empty: the joined
+    features reach the heads directly, where each leaf's only adds to the logits, so no
+    choice can depend on two leaves at once (docs/learning.md, suite structured)."""
     log_std_init: float = 0.0
     """Starting log-std of a Gaussian policy (Box actions), on every action dimension: 0
     starts with unit noise; lower starts quieter, for robots whose random flailing ends
@@ -58,6 +63,7 @@ class VTraceOptions(AgentOptions):
             low=0, low_open=True,
         )  # fmt: skip
         require_range(self, ("lambda_",), low=0, high=1)
+        require_range(self, ("leaf_trunk",), low=1)
         require_range(self, ("log_std_init",), low=LOG_STD_RANGE[0], high=LOG_STD_RANGE[1])
 
     @property

@@ -8,7 +8,8 @@ leaves it untouched and cuts the trace there) and zero weight in every loss term
 Discount is 0 only into a *terminated* frame; a *truncated* frame keeps ``gamma`` so the
 episode bootstraps from the value of its final observation.
 
-Shape suffixes: T unroll length, B unrolls in the batch, P policy parameters.
+Shape suffixes: T unroll length, B unrolls in the batch, P policy parameters, G the
+sub-actions of a MultiDiscrete action, N one sub-action's choices.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from learner.agents.base import LossTerms
-from learner.agents.models import ActionHead
+from learner.agents.models import ActionHead, MultiCategoricalHead
 from learner.agents.vtrace import targets
 
 
@@ -113,6 +114,8 @@ def vtrace_loss(
 
     with torch.no_grad():
         rho_mean = (log_rhos_TB.clamp(min=-20).exp() * weight_TB).sum() / count
+    if isinstance(head, MultiCategoricalHead) and len(head.nvec) > 1:
+        clip_terms.update(sub_action_terms(head, params_T1BP[:t], action_TB, pg_adv_TB, weight_TB))
     terms = {
         "loss_total": total.detach(),
         "loss_policy": policy_loss.detach(),
@@ -125,6 +128,32 @@ def vtrace_loss(
         **clip_terms,
     }
     return VTraceLoss(total, terms, weight_TB, target_logp_TB.detach())
+
+
+@torch.no_grad()
+def sub_action_terms(
+    head: MultiCategoricalHead,
+    params_TBP: torch.Tensor,
+    action_TB: torch.Tensor,
+    pg_adv_TB: torch.Tensor,
+    weight_TB: torch.Tensor,
+) -> LossTerms:
+    """Per sub-action g of a MultiDiscrete action: its policy's entropy (``entropy_head{g}``)
+    and the RMS over transitions of the policy term's gradient with respect to its logits,
+    ``|A| * ||onehot(a_g) - p_g||`` (``pg_signal_head{g}``): which sub-action has turned
+    deterministic, and which one the advantages still move, where the summed entropy hides
+    both."""
+    count = weight_TB.sum().clamp(min=1.0)
+    parts_TBG = head.part_actions(action_TB)
+    terms: LossTerms = {}
+    for g, logp_TBN in enumerate(head.part_log_probs(params_TBP.detach())):
+        p_TBN = logp_TBN.exp()
+        entropy_TB = -(p_TBN * logp_TBN).sum(-1)
+        onehot_TBN = torch.nn.functional.one_hot(parts_TBG[..., g], p_TBN.shape[-1])
+        grad_sq_TB = pg_adv_TB.pow(2) * (onehot_TBN - p_TBN).pow(2).sum(-1)
+        terms[f"entropy_head{g}"] = (entropy_TB * weight_TB).sum() / count
+        terms[f"pg_signal_head{g}"] = ((grad_sq_TB * weight_TB).sum() / count).sqrt()
+    return terms
 
 
 def update_kl(
