@@ -199,3 +199,60 @@ def test_optimizers_minimised_out_of_their_order_are_refused() -> None:
     agent.order = ("model", "critic")
     with pytest.raises(ValueError, match="came too late"):
         _update(agent)
+
+
+class RepeatingAgent(TwoOptimizerAgent):
+    """The critic on every update, the actor twice on every second one (a delayed actor
+    that catches up), its state naming that order and its update following it."""
+
+    def build(self) -> AgentState:
+        state = super().build()
+        state.update_order = lambda step: ["critic"] + ["model"] * (2 if step % 2 == 0 else 0)
+        return state
+
+    def update(self, state, batch, core_state, clock, optimize) -> LossTerms:
+        obs = batch["obs"].reshape(-1, 4)
+        optimize.minimize(state.networks["critic"](obs).square().mean(), "critic")
+        for _ in range(self.actor_steps(clock.step)):
+            optimize.minimize(state.model(obs).square().mean(), "model")
+        return {}
+
+    def actor_steps(self, step: int) -> int:
+        return 2 if step % 2 == 0 else 0
+
+
+def _counting_steps(state: AgentState, log: list[tuple[int, str]], update: list[int]) -> None:
+    """Each optimizer's ``step`` also logs (the update it ran in, the optimizer's name)."""
+    for name, optimizer in state.optimizers.items():
+
+        def counted(*args: Any, _name: str = name, _step: Any = optimizer.step, **kw: Any) -> Any:
+            log.append((update[0], _name))
+            return _step(*args, **kw)
+
+        optimizer.step = counted  # type: ignore[method-assign]
+
+
+def test_an_update_order_may_step_an_optimizer_several_times() -> None:
+    agent = RepeatingAgent()
+    state = agent.build()
+    config = LearnerConfig(unroll_length=4, batch_size=2, max_queue_unrolls=2)
+    trainer = Trainer(TrainerParts.unshared(config, agent, state, CPU))  # type: ignore[arg-type]
+    unrolls = random_unrolls(2, 4, discount=None)
+    batch = to_time_major(unrolls, CPU)
+    log: list[tuple[int, str]] = []
+    update = [0]
+    _counting_steps(state, log, update)
+    for update[0] in range(4):
+        trainer.step_on(batch, (), unrolls, trainer.step_counter.value)
+    both = ["critic", "model", "model"]
+    assert log == [(u, name) for u, names in enumerate([both, ["critic"]] * 2) for name in names]
+    assert trainer.step_counter.value == 4  # an update is one step on the clock, however many
+
+
+def test_an_optimizer_minimised_more_often_than_the_order_names_is_refused() -> None:
+    """An update that stepped the actor a third time would meet its peers' next
+    collective (or none) with its gradient."""
+    agent = RepeatingAgent()
+    agent.actor_steps = lambda step: 3  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match="too often"):
+        _update(agent)

@@ -328,6 +328,20 @@ def test_the_critics_rate_scale_survives_the_schedule_and_a_resume() -> None:
     assert again.optimizers["temperature"].param_groups[0]["lr"] == pytest.approx(1e-3)
 
 
+def test_the_mujoco_preset_takes_cleanrls_rates_and_policy_frequency() -> None:
+    """CleanRL's sac_continuous_action: the critics and the temperature at q_lr 1e-3, the
+    actor at policy_lr 3e-4, the policy delayed to policy_frequency 2."""
+    from seedrl.presets import build_config, load_preset
+
+    config = build_config(LearnerConfig, {"device": "cpu"}, load_preset("mujoco-sac"))
+    assert config.policy_frequency == 2
+    box = codec.space_to_spec(gym.spaces.Box(-1.0, 1.0, (6,)))
+    obs = codec.space_to_spec(gym.spaces.Box(-1.0, 1.0, (17,)))
+    state = make_agent(config, box, torch.device("cpu")).build(obs, "mlp")
+    rates = {name: o.param_groups[0]["lr"] for name, o in state.optimizers.items()}
+    assert rates == pytest.approx({"critic": 1e-3, "model": 3e-4, "temperature": 1e-3}, rel=1e-3)
+
+
 def test_sacs_optimizers_step_unclipped_where_the_trainer_clips_others() -> None:
     """seed_rl's and CleanRL's SAC clip none of the critics', actor's and temperature's
     gradients; --max-grad-norm (0.5 by default) still clips an optimizer that sets none."""
@@ -363,3 +377,87 @@ def test_sacs_optimizers_step_unclipped_where_the_trainer_clips_others() -> None
     for name, norm in clipped.items():
         assert norm <= config.max_grad_norm * 1.001, (name, norm)
     assert unclipped["critic"] > clipped["critic"]
+
+
+def _pendulum_batch(t1: int = 5, b: int = 4) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return {
+        "obs": torch.rand(t1, b, 3, generator=generator) * 2 - 1,
+        "first": torch.zeros(t1, b, dtype=torch.bool),
+        "action": torch.rand(t1, b, 1, generator=generator) * 4 - 2,
+        "reward": -torch.rand(t1, b, generator=generator),
+        "terminated": torch.zeros(t1, b, dtype=torch.bool),
+        "truncated": torch.zeros(t1, b, dtype=torch.bool),
+    }
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_delayed_policy_updates_step_actor_and_temperature_k_times_every_kth_update(k) -> None:
+    """CleanRL's SAC delays the policy, compensated: with --policy-frequency k the critics
+    step on every update, the actor then the temperature, in turn, k times on updates
+    0, k, 2k, ... and not at all on the others. Over 4 updates with k = 2 that is 4 critic
+    steps, and 4 actor and 4 temperature steps in 2 bursts (updates 0 and 2)."""
+    from learner.training.trainer import Trainer, TrainerParts
+
+    box = codec.space_to_spec(gym.spaces.Box(-2.0, 2.0, (1,)))
+    obs_spec = codec.space_to_spec(gym.spaces.Box(-1.0, 1.0, (3,)))
+    config = LearnerConfig(
+        env="Pendulum-v1", agent="sac", hidden_sizes=(16,), seed=0, policy_frequency=k
+    )
+    agent = make_agent(config, box, torch.device("cpu"))
+    state = agent.build(obs_spec, "mlp")
+    trainer = Trainer(TrainerParts.unshared(config, agent, state, torch.device("cpu")))
+    steps: list[tuple[int, str]] = []
+    update = [0]
+    for name, optimizer in state.optimizers.items():
+
+        def counted(*args: Any, _name: str = name, _step: Any = optimizer.step, **kw: Any) -> Any:
+            steps.append((update[0], _name))
+            return _step(*args, **kw)
+
+        optimizer.step = counted  # type: ignore[method-assign]
+    batch = _pendulum_batch()
+    for update[0] in range(4):
+        trainer.step_on(batch, (), None, trainer.step_counter.value)
+    burst = ["critic"] + ["model", "temperature"] * k
+    if k == 1:
+        want = [(u, name) for u in range(4) for name in burst]
+    else:
+        plan = [burst, ["critic"], burst, ["critic"]]
+        want = [(u, name) for u, names in enumerate(plan) for name in names]
+    assert steps == want
+    counts = {name: sum(1 for _, n in steps if n == name) for name in state.optimizers}
+    assert counts == {"critic": 4, "model": 4, "temperature": 4}
+    assert trainer.step_counter.value == 4
+
+
+class _NoStep:
+    """An Optimize that applies nothing (for reading an update's terms)."""
+
+    def minimize(self, loss, optimizer="model", policy_change=None) -> bool:
+        return False
+
+
+def test_an_update_without_its_delayed_actor_step_reports_no_actor_loss() -> None:
+    """The metrics average a key over the updates that report it: an update whose actor
+    waits leaves the actor's and the temperature's losses out rather than a zero."""
+    from learner.common.schedules import StepClock
+    from learner.state.stats import LearnerStats
+
+    box = codec.space_to_spec(gym.spaces.Box(-2.0, 2.0, (1,)))
+    obs_spec = codec.space_to_spec(gym.spaces.Box(-1.0, 1.0, (3,)))
+    config = LearnerConfig(
+        env="Pendulum-v1", agent="sac", hidden_sizes=(16,), seed=0, policy_frequency=2
+    )
+    agent = make_agent(config, box, torch.device("cpu"))
+    state = agent.build(obs_spec, "mlp")
+    batch = _pendulum_batch()
+    on = agent.update(state, batch, (), StepClock(2, 0.0), _NoStep())
+    off = agent.update(state, batch, (), StepClock(3, 0.0), _NoStep())
+    assert {"loss_policy", "loss_temperature"} <= set(on)
+    assert not {"loss_policy", "loss_temperature"} & set(off)
+    stats = LearnerStats()
+    stats.on_train_step({"loss_critic": 1.0, "loss_policy": 4.0})
+    stats.on_train_step({"loss_critic": 3.0})
+    record = stats.snapshot()
+    assert record["loss_critic"] == 2.0 and record["loss_policy"] == 4.0

@@ -12,7 +12,7 @@ once for every agent and host.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -97,7 +97,8 @@ class AgentState:
     one learner may hold several (population-based training), all of one agent.
 
     Optimizers own disjoint parameters (each gets its own flat gradient buffer in the
-    trainer) and an update minimises them in the order given here.
+    trainer) and an update minimises them in the order given here, or in the one
+    :attr:`update_order` gives for its step.
     """
 
     networks: dict[str, torch.nn.Module]
@@ -116,6 +117,12 @@ class AgentState:
     """Optimizer name -> its gradient-norm clip in place of ``--max-grad-norm`` (None: not
     clipped, for an algorithm whose recipe clips nothing); a non-finite gradient is
     skipped either way."""
+    update_order: Callable[[int], Sequence[str]] | None = None
+    """Optimizer step -> the optimizers that update minimises, in order, each as often as
+    it is named (SAC's delayed actor: the critics every update, the actor and the
+    temperature k times every k-th); None: each of :attr:`optimizers` once. It may depend
+    on the step, never on the batch: torchrun ranks join every named step in the same
+    order, a rank with nothing to apply with zeros."""
 
     @property
     def model(self) -> Any:
@@ -126,6 +133,12 @@ class AgentState:
     def optimizer(self) -> torch.optim.Optimizer:
         """The inference network's optimizer."""
         return self.optimizers[INFERENCE_NETWORK]
+
+    def order_at(self, step: int) -> list[str]:
+        """The optimizers the update at optimizer step ``step`` minimises, in order."""
+        if self.update_order is None:
+            return list(self.optimizers)
+        return list(self.update_order(step))
 
     def networks_state_dict(self) -> dict[str, Any]:
         """The inference network and its optimizer by their checkpoint keys."""

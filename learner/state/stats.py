@@ -95,7 +95,9 @@ class LearnerStats:
         keys of the same name, so the metrics read alike with or without frontends."""
         self._lock = threading.Lock()
         self._train_sums: dict[str, float] = {}
-        self._train_count = 0
+        self._train_counts: dict[str, int] = {}
+        """Steps that reported each key: a key some steps leave out (SAC's actor loss, on
+        an update that delays the actor's step) is the mean of the steps that have it."""
         self._interval_batches = 0
         self._interval_batch_frames = 0
         self._last_time = time.perf_counter()
@@ -131,9 +133,9 @@ class LearnerStats:
     def on_train_step(self, scalars: dict[str, float]) -> None:
         with self._lock:
             self.learner_steps += 1
-            self._train_count += 1
             for key, value in scalars.items():
                 self._train_sums[key] = self._train_sums.get(key, 0.0) + value
+                self._train_counts[key] = self._train_counts.get(key, 0) + 1
 
     def restore(
         self,
@@ -204,8 +206,8 @@ class LearnerStats:
         now = time.perf_counter()
         dt = max(now - self._last_time, 1e-9)
         with self._lock:
-            train = {k: v / self._train_count for k, v in self._train_sums.items()}
-            self._train_sums, self._train_count = {}, 0
+            train = {k: v / self._train_counts[k] for k, v in self._train_sums.items()}
+            self._train_sums, self._train_counts = {}, {}
             steps = self.learner_steps
         phases = self.timer.drain()
         self._track_best()

@@ -431,9 +431,10 @@ class _Update:
     def __init__(self, trainer: Trainer, step: int) -> None:
         self.trainer = trainer
         self.step = step
-        self.order = list(trainer.state.optimizers)
+        self.order = trainer.state.order_at(step)
+        """The optimizer steps this update joins, in order (one may come several times)."""
         self.next = 0
-        """Index into ``order`` of the first optimizer this update has not come to."""
+        """Index into ``order`` of the first step this update has not come to."""
         self.counted = False
         """A step was applied (and counted) in this update."""
         self.own_skipped = False
@@ -464,13 +465,17 @@ class _Update:
         self._come_to(None)
 
     def _come_to(self, optimizer: str | None) -> None:
-        """Join, with nothing of this learner's, every optimizer before ``optimizer`` (None:
-        all that are left); an optimizer the update already passed is refused."""
-        stop = len(self.order) if optimizer is None else self.order.index(optimizer)
-        if stop < self.next:
+        """Join, with nothing of this learner's, every step before the next one of
+        ``optimizer`` (None: all that are left); an optimizer the order names no more of
+        is refused."""
+        if optimizer is None:
+            stop = len(self.order)
+        elif optimizer in self.order[self.next :]:
+            stop = self.order.index(optimizer, self.next)
+        else:
             raise ValueError(
-                f"an update minimises each optimizer once, in the state's order {self.order}:"
-                f" {optimizer!r} came too late"
+                f"this update minimises its optimizers in the state's order {self.order}:"
+                f" one more {optimizer!r} came too late or too often"
             )
         while self.next < stop:
             name = self.order[self.next]

@@ -16,12 +16,19 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, cast
 
 import torch
 from torch import nn
 
-from learner.agents.base import SAMPLE_PRIORITY, AgentState, LossTerms, Optimize
+from learner.agents.base import (
+    INFERENCE_NETWORK,
+    SAMPLE_PRIORITY,
+    AgentState,
+    LossTerms,
+    Optimize,
+)
 from learner.agents.models import (
     ActionHead,
     GaussianHead,
@@ -84,6 +91,19 @@ def trained_network(
     return SquashedGaussianActor(spec), squashed_head(action_space)
 
 
+def actor_steps(step: int, policy_frequency: int) -> int:
+    """Steps of the actor and of the temperature in the update at optimizer step
+    ``step``: ``policy_frequency`` on every ``policy_frequency``-th update (the first
+    included), none on the others, as CleanRL's SAC delays and compensates them."""
+    return policy_frequency if step % policy_frequency == 0 else 0
+
+
+def update_order(policy_frequency: int, step: int) -> list[str]:
+    """The optimizer steps of the update at ``step`` (:attr:`AgentState.update_order`):
+    the critics, then the actor and the temperature in turn, :func:`actor_steps` times."""
+    return [CRITIC] + [INFERENCE_NETWORK, TEMPERATURE] * actor_steps(step, policy_frequency)
+
+
 @contextmanager
 def frozen(module: nn.Module) -> Iterator[None]:
     """``module``'s parameters take no gradient inside: the actor's loss reads the critics
@@ -143,8 +163,11 @@ class SACAgent:
             optimizers={
                 CRITIC: make_optimizer(critic, self.config, self.config.critic_learning_rate_scale),
                 "model": make_optimizer(actor, self.config),
-                TEMPERATURE: make_optimizer(temperature, self.config),
+                TEMPERATURE: make_optimizer(
+                    temperature, self.config, self.config.temperature_learning_rate_scale
+                ),
             },
+            update_order=partial(update_order, self.config.policy_frequency),
             extras={TARGET_CRITIC: target},
             after_step={CRITIC: lambda: polyak_update(target, critic, tau)},
             # Unclipped, as seed_rl's and CleanRL's SAC leave all three: the critics'
@@ -219,34 +242,64 @@ class SACAgent:
         loss_critic = critic_loss(q1_TB, q2_TB, target_TB, weight_TB, count)
         optimize.minimize(loss_critic, CRITIC)
 
-        # The actor: maximise the soft value of its own (reparameterised) actions.
+        # The actor and the temperature, k times on every k-th update: the first step on
+        # the actions sampled above, each later one on a fresh sample of the moved actor.
         logp_TB = logp_T1B[:-1]
-        with frozen(critic), autocast(self.device, self.precision):
-            pi_q1_TB, pi_q2_TB = critic(obs_T1BO[:-1], action_T1BA[:-1])
-        pi_q_TB = torch.minimum(pi_q1_TB, pi_q2_TB).float()
-        loss_policy = ((alpha * logp_TB - pi_q_TB) * weight_TB).sum() / count
-        optimize.minimize(loss_policy, "model")
-
-        # The temperature: towards the target entropy.
-        loss_temperature = temperature_loss(
-            temperature.log_alpha, logp_TB.detach(), self.target_entropy, weight_TB, count
-        )
-        if cfg.learn_temperature:
-            optimize.minimize(loss_temperature, TEMPERATURE)
+        action_TBA = action_T1BA[:-1]
+        policy_terms: LossTerms = {}
+        for burst in range(actor_steps(clock.step, cfg.policy_frequency)):
+            if burst:
+                with autocast(self.device, self.precision):
+                    params_TBP, _ = actor.act(obs_T1BO[:-1], first_T1B[:-1])
+                action_TBA, logp_TB = self.squashed.rsample_with_log_prob(params_TBP.float())
+            policy_terms = self._actor_and_temperature(
+                state, obs_T1BO[:-1], action_TBA, logp_TB, weight_TB, count, optimize
+            )
 
         abs_td_TB = 0.5 * ((target_TB - q1_TB).abs() + (target_TB - q2_TB).abs()).detach()
+        loss_policy = policy_terms.get("loss_policy", torch.zeros(()))
         return {
             "loss_total": (loss_critic + loss_policy).detach(),
             "loss_critic": loss_critic.detach(),
-            "loss_policy": loss_policy.detach(),
-            "loss_temperature": loss_temperature.detach(),
+            **policy_terms,
             "temperature": alpha,
-            "entropy": -(logp_TB.detach() * valid_TB).sum() / count,
+            "entropy": -(logp_T1B[:-1].detach() * valid_TB).sum() / count,
             "q_mean": (q1_TB.detach() * valid_TB).sum() / count,
             "td_error": (abs_td_TB * valid_TB).sum() / count,
             "importance_weight_mean": weight_B.mean(),
             SAMPLE_PRIORITY: sequence_priorities(abs_td_TB, valid_TB, cfg.priority_eta),
         }
+
+    def _actor_and_temperature(
+        self,
+        state: AgentState,
+        obs_TBO: torch.Tensor,
+        action_TBA: torch.Tensor,
+        logp_TB: torch.Tensor,
+        weight_TB: torch.Tensor,
+        count: torch.Tensor,
+        optimize: Optimize,
+    ) -> LossTerms:
+        """One step of the actor, then one of the temperature, on the policy's own
+        (reparameterised) actions ``action_TBA``; their losses as metrics."""
+        critic = cast(TwinQ, state.networks[CRITIC])
+        temperature = cast(Temperature, state.networks[TEMPERATURE])
+        alpha = temperature.alpha.detach()  # as the burst's last temperature step left it
+        # The actor: maximise the soft value of its own actions.
+        with frozen(critic), autocast(self.device, self.precision):
+            pi_q1_TB, pi_q2_TB = critic(obs_TBO, action_TBA)
+        pi_q_TB = torch.minimum(pi_q1_TB, pi_q2_TB).float()
+        loss_policy = ((alpha * logp_TB - pi_q_TB) * weight_TB).sum() / count
+        optimize.minimize(loss_policy, INFERENCE_NETWORK)
+
+        # The temperature: towards the target entropy, on the sample the actor stepped on
+        # (CleanRL samples the moved actor again; this spares that forward pass).
+        loss_temperature = temperature_loss(
+            temperature.log_alpha, logp_TB.detach(), self.target_entropy, weight_TB, count
+        )
+        if self.config.learn_temperature:
+            optimize.minimize(loss_temperature, TEMPERATURE)
+        return {"loss_policy": loss_policy.detach(), "loss_temperature": loss_temperature.detach()}
 
     # ------------------------------------------------------------------ checkpoints
 

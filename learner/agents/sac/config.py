@@ -32,8 +32,13 @@ class SACOptions(ReplayOptions):
     target_entropy_scale: float = 1.0
     """The target entropy is -scale x |A| (the action dimensions)."""
     critic_learning_rate_scale: float = 1.0
-    """The critics' Adam rate as a multiple of --learning-rate (the actor's and the
-    temperature's)."""
+    """The critics' Adam rate as a multiple of --learning-rate (the actor's)."""
+    temperature_learning_rate_scale: float = 1.0
+    """The temperature's Adam rate as a multiple of --learning-rate (the actor's)."""
+    policy_frequency: int = 1
+    """Delayed policy updates: the actor and the temperature step k times on every k-th
+    update, the critics on every one, so both take one step per update on average and the
+    actor follows critics that have had k steps since its last."""
     replay_min_frames: int = 5_000
     replay_ratio: float = 32.0
     priority_exponent: float = 0.0  # uniform sampling, as CleanRL's SAC
@@ -41,10 +46,9 @@ class SACOptions(ReplayOptions):
 
     def check(self, config: LearnerConfig) -> None:
         super().check(config)
-        require_range(self, ("n_step",), low=1)
-        require_range(
-            self, ("initial_temperature", "critic_learning_rate_scale"), low=0, low_open=True
-        )
+        require_range(self, ("n_step", "policy_frequency"), low=1)
+        rates = ("critic_learning_rate_scale", "temperature_learning_rate_scale")
+        require_range(self, ("initial_temperature", *rates), low=0, low_open=True)
         require_range(self, ("target_smoothing",), low=0, high=1, low_open=True)
         require_range(self, ("target_entropy_scale",), low=0)
         if config.lstm:
