@@ -12,7 +12,7 @@ import torch
 from support import random_unrolls, small_learner
 
 from learner.agents.base import AgentState, LossTerms, Optimize
-from learner.agents.r2d2 import TARGET_KEY, R2D2Agent
+from learner.agents.r2d2.agent import TARGET_KEY, R2D2Agent
 from learner.agents.r2d2.network import QNetwork
 from learner.agents.trained_policy import Policy
 from learner.common.schedules import StepClock

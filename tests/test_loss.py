@@ -28,8 +28,8 @@ from torch import nn
 
 from learner.agents.base import UPDATE_LOGP
 from learner.agents.models import action_head, build_model
-from learner.agents.vtrace import VTraceAgent
 from learner.agents.vtrace import targets as vtrace
+from learner.agents.vtrace.agent import VTraceAgent
 from learner.agents.vtrace.loss import update_kl
 from learner.state.trajectories import Unrolls
 from learner.training.trainer import Trainer, TrainerParts, to_time_major

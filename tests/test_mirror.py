@@ -130,7 +130,7 @@ def test_a_mirror_run_trains_on_the_game_and_its_mirrored_replay():
     """V-trace's loss with --mirror on one game is its loss without it on the game beside
     the game replayed with every move mirrored, boards and masks from the env itself (and
     the behaviour logits reversed: the mirror-image policy played the replay)."""
-    from learner.agents.vtrace import VTraceAgent
+    from learner.agents.vtrace.agent import VTraceAgent
     from learner.common.schedules import StepClock
 
     played, spec = _played(MOVES)

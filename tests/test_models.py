@@ -739,7 +739,7 @@ def test_a_grid_too_small_for_its_layers_is_refused():
 def test_log_std_init_starts_every_action_dimension_at_that_noise_and_needs_a_gaussian():
     """--log-std-init: the sampled actions of a fresh model have std exp(x) on each action
     dimension; an action space without a Gaussian refuses the flag at start-up."""
-    from learner.agents.vtrace import VTraceAgent
+    from learner.agents.vtrace.agent import VTraceAgent
     from seedrl.config import LearnerConfig
 
     config = LearnerConfig(log_std_init=-1.5)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from learner.agents.base import SAMPLE_PRIORITY
-from learner.agents.r2d2 import TARGET_KEY, R2D2Agent
+from learner.agents.r2d2.agent import TARGET_KEY, R2D2Agent
 from learner.agents.r2d2.policy import EpsilonGreedyPolicy, ape_x_epsilons
 from learner.agents.r2d2.replay import PrioritizedReplay, ReplayCounters, SumTree
 from learner.agents.r2d2.targets import (

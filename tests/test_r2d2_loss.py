@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from learner.agents.base import SAMPLE_PRIORITY
-from learner.agents.r2d2 import TARGET_KEY, R2D2Agent
+from learner.agents.r2d2.agent import TARGET_KEY, R2D2Agent
 from learner.common.schedules import StepClock
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb

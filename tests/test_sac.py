@@ -19,7 +19,7 @@ from torch.distributions import AffineTransform, Normal, TanhTransform, Transfor
 import learner
 from learner.agents.models import UnsupportedSetup
 from learner.agents.registry import make_agent
-from learner.agents.sac import TARGET_CRITIC, TEMPERATURE
+from learner.agents.sac.agent import TARGET_CRITIC, TEMPERATURE
 from learner.agents.sac.head import SquashedGaussianHead
 from learner.agents.sac.losses import (
     critic_loss,

@@ -16,8 +16,8 @@ from support import engine_for, random_unrolls, wait_until
 
 from learner.agents.base import UPDATE_LOGP
 from learner.agents.models import LOG_STD_MAX, LOG_STD_MIN, action_head, build_model
-from learner.agents.vtrace import RETURN_NORMALIZER_KEY, VTraceAgent
 from learner.agents.vtrace import targets as vtrace
+from learner.agents.vtrace.agent import RETURN_NORMALIZER_KEY, VTraceAgent
 from learner.common.schedules import entropy_cost_schedule, learning_rate_schedule
 from learner.parts import build_learner, make_trainer, save_checkpoint
 from learner.serving.batcher import PendingRequest

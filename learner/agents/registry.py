@@ -3,65 +3,79 @@
 An entry is the agent's factory and its options class (its own knobs, declared in its
 package's ``config.py``); the learner's config learns the knobs from here
 (:func:`seedrl.config.set_agent_catalog`), so a new agent is its package and one line.
+
+It imports no torch: a shipped agent's factory is :class:`Lazy`, a name its module is
+imported by on first use, so parsing a config (every command line, the serving tier's
+frontend processes) reads the options classes only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from learner.agents.base import Agent, AgentState
-from learner.agents.models import ActionHead, ActorCritic, ModelSpec, action_head
-from learner.agents.r2d2 import R2D2Agent
 from learner.agents.r2d2.config import R2D2Options
-from learner.agents.r2d2.network import QNetwork
-from learner.agents.sac import SACAgent
-from learner.agents.sac import trained_network as sac_trained_network
 from learner.agents.sac.config import SACOptions
-from learner.agents.vtrace import VTraceAgent
 from learner.agents.vtrace.config import VTraceOptions
 from learner.common.spaces import UnsupportedSetup
 from seedrl import codec
 from seedrl.config import AgentOptions, LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
-AgentFactory = Callable[[LearnerConfig, pb.SpaceSpec, torch.device, bool], Agent]
-TrainedNetwork = Callable[[ModelSpec, pb.SpaceSpec, bool], tuple[torch.nn.Module, ActionHead]]
-"""A checkpoint's model spec, the env's action space and whether the observation carries
-an action mask -> the agent's inference network (fresh weights) and action head: what
-``evaluate``, ``export`` and a served policy rebuild from a checkpoint, with no config."""
+if TYPE_CHECKING:
+    import torch
+
+    from learner.agents.base import Agent, AgentState
+    from learner.agents.models import ActionHead, ModelSpec
+
+    AgentFactory = Callable[[LearnerConfig, pb.SpaceSpec, torch.device, bool], Agent]
+    TrainedNetwork = Callable[[ModelSpec, pb.SpaceSpec, bool], tuple[torch.nn.Module, ActionHead]]
+    """A checkpoint's model spec, the env's action space and whether the observation
+    carries an action mask -> the agent's inference network (fresh weights) and action
+    head: what ``evaluate``, ``export`` and a served policy rebuild from a checkpoint, with
+    no config."""
 
 
-def actor_critic_network(
-    spec: ModelSpec, action_space: pb.SpaceSpec, masked: bool
-) -> tuple[torch.nn.Module, ActionHead]:
-    """The shipped actor-critic and the space's own head (V-trace's, and the default)."""
-    return ActorCritic(spec), action_head(action_space, masked)
+@dataclasses.dataclass(frozen=True)
+class Lazy:
+    """A callable named ``module:attribute``, imported when first called: what keeps the
+    agents' torch classes out of a process that only parses a config. Picklable (the
+    name travels), so an :class:`AgentRecipe` reaches a trainer process as before."""
 
+    target: str
 
-def q_network(
-    spec: ModelSpec, action_space: pb.SpaceSpec, masked: bool
-) -> tuple[torch.nn.Module, ActionHead]:
-    """R2D2's dueling Q-network and the space's categorical head."""
-    return QNetwork(spec), action_head(action_space, masked)
+    def resolve(self) -> Callable[..., Any]:
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
 class Registered:
     """One agent: what builds it, the section of knobs it reads and how its trained
-    network comes back from a checkpoint."""
+    network comes back from a checkpoint (default: the shipped actor-critic)."""
 
     factory: AgentFactory
     options: type[AgentOptions]
-    trained_network: TrainedNetwork = actor_critic_network
+    trained_network: TrainedNetwork = Lazy("learner.agents.vtrace.agent:actor_critic_network")
 
 
 AGENTS: dict[str, Registered] = {
-    VTraceAgent.name: Registered(VTraceAgent, VTraceOptions),
-    R2D2Agent.name: Registered(R2D2Agent, R2D2Options, q_network),
-    SACAgent.name: Registered(SACAgent, SACOptions, sac_trained_network),
+    "vtrace": Registered(Lazy("learner.agents.vtrace.agent:VTraceAgent"), VTraceOptions),
+    "r2d2": Registered(
+        Lazy("learner.agents.r2d2.agent:R2D2Agent"),
+        R2D2Options,
+        Lazy("learner.agents.r2d2.agent:q_network"),
+    ),
+    "sac": Registered(
+        Lazy("learner.agents.sac.agent:SACAgent"),
+        SACOptions,
+        Lazy("learner.agents.sac.agent:trained_network"),
+    ),
 }
 """``--agent`` name -> the agent's factory (its config, the env's action space, the device)
 and its options."""
@@ -73,7 +87,7 @@ def trained_network(
     """The inference network and head of a checkpoint of ``agent`` (None, a checkpoint
     that names none: a dueling spec is R2D2's, any other V-trace's)."""
     if agent is None:
-        agent = R2D2Agent.name if spec.dueling else VTraceAgent.name
+        agent = "r2d2" if spec.dueling else "vtrace"
     entry = AGENTS.get(agent)
     if entry is None:
         raise ValueError(f"the checkpoint is of --agent {agent}, which this seedrl lacks")
