@@ -3,7 +3,8 @@
 The end-to-end test kills a primary learner with SIGKILL on loopback and checks that
 the standby (``--standby``) takes over from the shared checkpoint and the actors
 (``--fallback-learner``) follow it; then the old primary, restarted in place with
-``--resume``, waits as the new leader's standby instead of training beside it.
+``--resume``, waits as the new leader's standby instead of training beside it. A primary
+training a population hands the standby every member, its values and the exploit history.
 """
 
 from __future__ import annotations
