@@ -5,7 +5,8 @@ fold in, writes the checkpoint with the learner's own writer, exports it, and ru
 file (onnxruntime for ONNX, ``torch.jit.load`` for TorchScript) against the learner's own
 inference (:func:`learner.agents.policy.inference_policy` after its normaliser) on
 observations recorded from the env: the same greedy actions, parameters within 1e-5,
-and for the LSTM the same core state carried step after step.
+and for the LSTM the same core state carried step after step. A population's checkpoint
+exports its best member, ``--member N`` another.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from population_support import BEST, observations, population_checkpoint
 
 from learner.__main__ import main as learner_main
 from learner.agents.policy import inference_policy
@@ -197,6 +199,40 @@ def test_export_refuses_a_missing_checkpoint(
     )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "no checkpoint file" in err
+
+
+@pytest.mark.parametrize(("flags", "member"), [([], BEST), (["--member", "1"], 1)])
+def test_a_population_exports_its_best_member_or_the_one_asked_for(
+    tmp_path: Path, flags: list[str], member: int
+) -> None:
+    """Member k of the checkpoint always chooses action k: the file chooses the chosen
+    member's action for every observation, and its sidecar names the member."""
+    path = population_checkpoint(tmp_path / "run")
+    out = tmp_path / "policy.pt"
+    args = ["export", "--checkpoint", str(path), "--format", "torchscript", "--out", str(out)]
+    assert learner_main([*args, *flags]) == 0
+    action = torch.jit.load(str(out))(torch.from_numpy(observations(16)))[0]
+    assert action.tolist() == [member] * 16
+    assert json.loads(out.with_name("policy.pt.json").read_text())["member"] == f"member{member}"
+
+
+def test_a_bad_member_is_refused_in_one_line_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    population = population_checkpoint(tmp_path / "population")
+    alone, _ = _checkpoint(tmp_path, env="CartPole-v1")
+    for path, member, words in (
+        (population, "3", "--member 3: the population has members 0 to 2"),
+        (population, "-1", "--member -1: the population has members 0 to 2"),
+        (alone, "0", "--member 0 picks a member of a population"),
+    ):
+        out = tmp_path / "p.pt"
+        code = learner_main(
+            ["export", "--checkpoint", str(path), "--member", member, "--out", str(out)]
+        )
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and words in err, err
+        assert not out.exists()
 
 
 def _doc_runner() -> str:

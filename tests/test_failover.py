@@ -3,7 +3,8 @@
 The end-to-end test kills a primary learner with SIGKILL on loopback and checks that
 the standby (``--standby``) takes over from the shared checkpoint and the actors
 (``--fallback-learner``) follow it; then the old primary, restarted in place with
-``--resume``, waits as the new leader's standby instead of training beside it.
+``--resume``, waits as the new leader's standby instead of training beside it. A primary
+training a population hands the standby every member, its values and the exploit history.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from support import free_port, learner_args, read_records, running, wait_until
 from actors.actor import Actor
 from learner import failover
 from learner.parts import build_learner, make_checkpointer, make_trainer, save_checkpoint
+from learner.population.pbt import EVENT_KEY, POPULATION_KEY
 from learner.state import checkpoint, files
 from learner.training.hosts import ThreadHost
 from seedrl.commands import actors_command
@@ -244,3 +246,91 @@ def test_standby_takes_over_when_the_primary_is_killed_and_actors_follow(tmp_pat
     assert "failing over to 127.0.0.1:" in actors.output() or any(
         "failing over" in line for line in actors.lines
     ), actors.output()
+
+
+def _member_steps(record: dict, members: list[str]) -> list[int]:
+    return [int(record.get(f"policy/{name}/learner_steps", 0)) for name in members]
+
+
+# Beside the fail-over above, with the slow tests: two learner starts and a population
+# trained to its first exploits take longer than the quick suite allows.
+@pytest.mark.slow
+def test_a_population_fails_over_with_its_members_values_and_history(tmp_path):
+    """SIGKILL a primary training ``--population 2`` after an exploit reached its
+    checkpoint: the standby resumes both members (each at the values and own step count
+    the checkpoint holds) and the exploit history, the actors follow it, both members
+    train on, and the standby's history goes on from the checkpoint's."""
+    members = ["member0", "member1"]
+    primary_port, standby_port = free_port(), free_port()
+    common = (
+        "--checkpoint-interval-s", "1", "--standby-grace-s", "2", "--population", "2",
+        "--pbt-interval", "500", "--pbt-fraction", "0.5", "--unroll-length", "8",
+        "--batch-size", "8", "--seed", "3",
+    )  # fmt: skip
+    primary = learner_args(primary_port, tmp_path, *common)
+    standby = learner_args(
+        standby_port, tmp_path, *common, "--standby", f"127.0.0.1:{primary_port}"
+    )
+    actor_config = ActorConfig(
+        learner=f"127.0.0.1:{primary_port}", fallback_learner=f"127.0.0.1:{standby_port}",
+        num_actors=2, envs_per_actor=4, max_backoff_s=0.5,
+    )  # fmt: skip
+    path = tmp_path / "checkpoint.pt"
+
+    def exploited() -> bool:  # an exploit the primary has checkpointed
+        try:
+            return bool(checkpoint.load(path)[POPULATION_KEY]["history"])
+        except (checkpoint.CheckpointError, KeyError):
+            return False
+
+    with running(primary, env=INFO) as first, running(standby, env=INFO) as second:
+        first.wait_for("listening on", 60)
+        second.wait_for(f"the leader at 127.0.0.1:{primary_port} serves", 60)
+        with running(actors_command(actor_config), env=INFO) as actors:
+            wait_until(exploited, 120, what="an exploit in the primary's checkpoint")
+            first.popen.send_signal(signal.SIGKILL)
+            first.popen.wait(10)
+            # Nothing writes the checkpoint now until the standby has taken over.
+            saved = checkpoint.load(path)
+            before = len(read_records(tmp_path))
+            second.wait_for("stopped answering", 30)
+            second.wait_for("listening on", 60)
+            steps = [int(saved[checkpoint.POLICIES][name]["learner_steps"]) for name in members]
+            wait_until(
+                lambda: (
+                    len(r := read_records(tmp_path)) > before
+                    and r[-1]["actors_connected"] == 2
+                    and all(
+                        now > then
+                        for now, then in zip(_member_steps(r[-1], members), steps, strict=True)
+                    )
+                ),
+                90, what="the actors on the standby and both members training on",
+            )  # fmt: skip
+            assert failover.read_leader(tmp_path).address == f"127.0.0.1:{standby_port}"
+        assert second.stop() is not None  # SIGTERM: the standby writes its last checkpoint
+    assert "failing over to 127.0.0.1:" in actors.output(), actors.output()
+    assert f"resumed from {path} at frame {saved['frames']}" in second.output()
+    records = read_records(tmp_path)[before:]
+    population = saved[POPULATION_KEY]
+    # Each member's values as the standby first logged them are the checkpoint's (or, for a
+    # member that copied in that interval, the values its first exploit replaced).
+    first_record = records[0]
+    assert first_record["frames"] >= saved["frames"], "the standby started over"
+    resumed_steps = _member_steps(first_record, members)
+    assert all(now >= then for now, then in zip(resumed_steps, steps, strict=True)), (
+        resumed_steps, steps,
+    )  # fmt: skip
+    exploited_first = {e["member"]: e for e in first_record.get(EVENT_KEY, [])}
+    for name, values in zip(members, population["values"], strict=True):
+        if name in exploited_first:
+            assert exploited_first[name]["old_values"] == values
+        else:
+            shown = {k: first_record[f"pbt/{name}/{k}"] for k in values}
+            assert shown == values
+    assert first_record["pbt/exploits"] >= len(population["history"])
+    # The standby's history: the checkpoint's, then the exploits it logged itself.
+    final = checkpoint.load(path)[POPULATION_KEY]
+    events = [event for record in records for event in record.get(EVENT_KEY, [])]
+    assert final["history"] == population["history"] + events
+    assert final["names"] == members

@@ -460,6 +460,20 @@ def test_a_population_survives_a_checkpoint_round_trip(tmp_path) -> None:
         build_learner(config.with_changes(resume=True, population=2))
 
 
+def test_evaluate_refuses_a_member_the_population_lacks_in_one_line(tmp_path, capsys) -> None:
+    from population_support import population_checkpoint
+
+    from learner.tools import evaluate
+
+    path = population_checkpoint(tmp_path)
+    for flags in (["--member", "3"], ["--member", "3", "--opponent", "random"]):
+        with pytest.raises(SystemExit) as exited:
+            evaluate.main(["--checkpoint", str(path), *flags])
+        err = capsys.readouterr().err.strip()
+        assert exited.value.code == 2 and len(err.splitlines()) == 1, err
+        assert "--member 3: the population has members 0 to 2" in err
+
+
 @pytest.mark.parametrize(
     ("changes", "words"),
     [

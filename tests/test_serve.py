@@ -2,7 +2,8 @@
 
 Served greedy actions are ``evaluate``'s for the same observations (normalised by the
 checkpoint's frozen statistics), the checkpoint and its folder are left byte for byte as
-they were, and a checkpoint cannot be served as another env.
+they were, a checkpoint cannot be served as another env, and a population's checkpoint
+serves its best member (``--member N`` another).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from seedrl import codec
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.transport import free_port
+from tests.population_support import BEST, population_checkpoint
 from tests.support import ROOT, running
 from tests.wire_clients import act, frame, get_info, hello
 
@@ -123,3 +125,49 @@ def test_greedy_actions_are_for_serving_not_training():
     with pytest.raises(ValueError, match="--no-train"):
         LearnerConfig(greedy=True)
     assert LearnerConfig(greedy=True, train=False).greedy
+
+
+@pytest.fixture(scope="module")
+def population(tmp_path_factory):
+    return population_checkpoint(tmp_path_factory.mktemp("population"))
+
+
+@pytest.mark.parametrize(("flags", "member"), [([], BEST), (["--member", "1"], 1)])
+def test_a_population_serves_its_best_member_or_the_one_asked_for(
+    population, tmp_path, flags, member
+):
+    """Member k of the checkpoint always chooses action k: every served action is the
+    chosen member's, and the line serve prints names it."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "learner", "serve", "--checkpoint", str(population), *flags,
+        "--port", str(port), "--logdir", str(tmp_path / "serving"), "--progress", "plain",
+        "--no-local-socket", "--inference-batch-size", str(K), "--greedy",
+    ]  # fmt: skip
+    rng = np.random.default_rng(3)
+    observations = [rng.uniform(-1, 1, (K, 6)).astype(np.float32) for _ in range(FRAMES)]
+    with running(command) as proc:
+        proc.wait_for("listening on", 60)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            info = get_info(channel)
+            messages = [hello(info.env, K)] + [frame(K, obs=obs) for obs in observations]
+            outcome = act(channel, messages, timeout=60)
+        assert outcome.code is grpc.StatusCode.OK, outcome.details
+        assert proc.stop() is not None
+    served = [
+        codec.decode_tensor(reply.actions.actions, "actions", np.int64, (K,)).tolist()
+        for reply in outcome.replies
+        if reply.WhichOneof("kind") == "actions"
+    ]
+    assert served == [[member] * K] * FRAMES
+    assert any(f"(member{member} of the population)" in line for line in proc.lines), proc.lines
+
+
+def test_a_bad_member_is_refused_in_one_line_with_exit_2(population, trained, tmp_path, capsys):
+    # Bounded should the refusal break: a serve that goes on stops within a second.
+    logdir = ["--logdir", str(tmp_path / "s"), "--port", "0", "--max-seconds", "1"]
+    code, err = _serve_exit(["--checkpoint", str(population), "--member", "3", *logdir], capsys)
+    assert code == 2 and "--member 3: the population has members 0 to 2" in err
+    code, err = _serve_exit(["--checkpoint", str(trained), "--member", "0", *logdir], capsys)
+    assert code == 2 and "--member 0 picks a member of a population" in err
+    assert not (tmp_path / "s").exists()

@@ -299,24 +299,45 @@ def describe_event(event: dict[str, Any]) -> str:
     return f"{event['member']}<-{event['copied']} {describe_values(event['values'])}"
 
 
+MEMBER_HELP = (
+    "a population's checkpoint (--population): play member N (default: the member with the "
+    "best recent return when it was written)"
+)
+"""``--member``'s help, one text for every tool that loads a policy from a checkpoint."""
+
+
+def add_member_argument(parser: Any) -> None:
+    """``--member N`` on a tool that loads one policy from a checkpoint (evaluate, serve,
+    export): the index :func:`member_checkpoint` takes."""
+    parser.add_argument("--member", type=int, default=None, metavar="N", help=MEMBER_HELP)
+
+
 def member_checkpoint(path: Any, state: dict[str, Any], member: int | None) -> dict[str, Any]:
     """A population checkpoint read as one member's (``member``: its index; None: the best
-    one, :func:`best_member`), with ``member`` naming it; any other checkpoint as it is,
-    where a ``member`` is a CheckpointError."""
+    one, :func:`best_member`), with ``member`` naming it and ``config`` the member's own, a
+    one-policy run with its values (as a tool rebuilding a learner from it must read it);
+    any other checkpoint as it is, where a ``member`` is a CheckpointError. The one place
+    evaluate, serve and export choose a member."""
     if POPULATION_KEY not in state:
         if member is not None:
             raise checkpoint.CheckpointError(
-                f"{path}: --member picks a member of a population; this run trained none"
+                f"{path}: --member {member} picks a member of a population; this run trained none"
             )
         return state
-    names = list(state[POPULATION_KEY]["names"])
-    index = best_member(state[POPULATION_KEY]) if member is None else member
+    saved = state[POPULATION_KEY]
+    names = list(saved["names"])
+    index = best_member(saved) if member is None else member
     if not 0 <= index < len(names):
         raise checkpoint.CheckpointError(
             f"{path}: --member {index}: the population has members 0 to {len(names) - 1}"
         )
     rest = {k: v for k, v in state.items() if k != checkpoint.POLICIES}
-    return {**rest, **state[checkpoint.POLICIES][names[index]], "member": names[index]}
+    one = {**rest, **state[checkpoint.POLICIES][names[index]], "member": names[index]}
+    if "config" in state:
+        one["config"] = {
+            **state["config"], **saved["values"][index], "population": 1, "pbt_start": [],
+        }  # fmt: skip
+    return one
 
 
 def best_member(saved: dict[str, Any]) -> int:

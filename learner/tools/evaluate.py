@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from learner.agents.trained_policy import Policy
+from learner.population.pbt import add_member_argument
 from learner.state import checkpoint, dataset
 from seedrl import codec, envs
 from seedrl.envs.agents import AgentEnvs, AgentsEnv, play_episode
@@ -338,11 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--best", action="store_true", help="with a logdir: load its checkpoint-best.pt"
     )
     parser.add_argument("--episodes", type=int, default=10, help="full episodes to run")
-    parser.add_argument(
-        "--member", type=int, default=None,
-        help="a population's checkpoint (--population): play member N (default: the member "
-        "with the best recent return when it was written)",
-    )  # fmt: skip
+    add_member_argument(parser)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--greedy", dest="greedy", action="store_true", default=True,
                       help="most likely action / Gaussian mean (default)")  # fmt: skip
@@ -427,7 +424,7 @@ def _match_main(parser: argparse.ArgumentParser, args: argparse.Namespace, path:
     try:
         if args.games < 1:
             raise ValueError(f"--games must be >= 1, got {args.games}")
-        policy = Policy.load(path, greedy=args.greedy)
+        policy = Policy.load(path, greedy=args.greedy, member=args.member)
         env_id = args.env if args.env is not None else policy.env_id
         if args.env is None:
             arena.check_aec_env_allowed(env_id, args.allow_env_module, f"checkpoint {path}")

@@ -36,6 +36,7 @@ from learner.agents.models import (
     mask_floats,
 )
 from learner.agents.trained_policy import Policy
+from learner.population.pbt import add_member_argument
 from learner.state import checkpoint
 from learner.state.normalize import CLIP, EPSILON, LeafNormalizer, ObservationNormalizer
 from seedrl import codec
@@ -213,6 +214,7 @@ def describe(wrapper: ExportedPolicy, policy: Policy, fmt: str) -> dict[str, Any
         "observation_space": space_json(policy.env_spec.observation_space),
         "action_space": space_json(policy.env_spec.action_space),
         "checkpoint": str(policy.checkpoint_info.path) if policy.checkpoint_info else None,
+        "member": policy.member,
     }
 
 
@@ -258,9 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True, help="checkpoint.pt to export")
     parser.add_argument("--format", choices=FORMATS, default="onnx", help="file format")
     parser.add_argument("--out", required=True, help="file to write (FILE.json beside it)")
+    add_member_argument(parser)
     args = parser.parse_args(argv)
     try:
-        policy = Policy.load(args.checkpoint)
+        policy = Policy.load(args.checkpoint, member=args.member)
     except checkpoint.CheckpointError as exc:
         print(f"python -m learner export: error: {exc}", file=sys.stderr)
         return 2
@@ -269,5 +272,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ExportError, ImportError) as exc:
         print(f"python -m learner export: error: {checkpoint.one_line(exc)}", file=sys.stderr)
         return 2
-    print(f"wrote {args.out} and {sidecar}")
+    member = "" if policy.member is None else f" ({policy.member} of the population)"
+    print(f"wrote {args.out} and {sidecar}{member}")
     return 0

@@ -7,8 +7,10 @@ written to the checkpoint or beside it (the metrics go to their own ``--logdir``
 are unchanged: they learn the checkpoint's env from ``GetInfo``, so a checkpoint serves
 only the env (and spaces) it was trained on.
 
-A self-play checkpoint serves the learning policy in every seat unless ``--opponent
-pool`` serves its opponent pool as training did (the frozen snapshots and fixed opponents).
+A population's checkpoint (``--population``) serves its best member, ``--member N``
+another, chosen as ``evaluate`` chooses. A self-play checkpoint serves the learning policy
+in every seat unless ``--opponent pool`` serves its opponent pool as training did (the
+frozen snapshots and fixed opponents).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from learner.parts import SELF_PLAY_KEY, Learner
+from learner.population.pbt import add_member_argument, member_checkpoint
 from learner.state import checkpoint
 from learner.training.hosts import TrainerHost
 from seedrl import codec, envs
@@ -182,6 +185,7 @@ def parser() -> ConfigArgumentParser:
         help="a self-play checkpoint: serve its opponent pool (snapshots and fixed opponents) "
         "in the other seat, as training did (default: the learning policy in every seat)",
     )  # fmt: skip
+    add_member_argument(p)
     envs.add_allow_env_module_argument(p)
     add_config_arguments(p, LearnerConfig, only=SERVING_FIELDS | {"env"})
     return p
@@ -195,19 +199,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = vars(p.parse_args(argv))
     path = Path(ns.pop("checkpoint"))
     best, opponent, allowed = ns.pop("best"), ns.pop("opponent"), ns.pop("allow_env_module")
+    member = ns.pop("member")
     if path.is_dir():
         path = path / (checkpoint.BEST_FILE if best else "checkpoint.pt")
     elif best:
         p.exit(2, f"{PROG}: error: --best picks checkpoint-best.pt in a logdir, not {path}\n")
     try:
-        state = checkpoint.load(path)
+        state = member_checkpoint(path, checkpoint.load(path), member)
         checkpoint.require_one_policy(path, state)
         config = serving_config(path, state, ns, opponent)
         if "env" not in ns:  # named by the checkpoint, not by this command's user
             envs.check_env_allowed(config.env, allowed, f"checkpoint {path}")
     except (checkpoint.CheckpointError, ValueError) as exc:  # ServeError and EnvError too
         p.exit(2, f"{PROG}: error: {exc}\n")
-    print(f"seedrl serve: {checkpoint.CheckpointInfo.of(path, state).describe()}", flush=True)
+    one = "" if "member" not in state else f" ({state['member']} of the population)"
+    print(f"seedrl serve: {checkpoint.CheckpointInfo.of(path, state).describe()}{one}", flush=True)
     rank = CheckpointRank(path, state)
     return run_learner(PROG, lambda: serve(config, rank=rank), config.uvloop)
 
