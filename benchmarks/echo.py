@@ -24,9 +24,9 @@ import numpy as np
 from learner.metrics import JsonlSink, MetricsWriter
 from learner.run import Serving, StopRequest, make_batcher
 from learner.serving.batcher import DynamicBatcher, PendingRequest
-from learner.serving.inference import Connection
 from learner.serving.server import build_server
 from learner.serving.servicer import LearnerServicer
+from learner.serving.streams import Connection
 from learner.state.stats import LearnerStats
 from seedrl import codec, envs
 from seedrl.cli import parse_config

@@ -1,8 +1,8 @@
-"""Parsing the learner's config, and ``python -m learner --help``, import no torch: the
-serving tier's frontend processes and every command line parse it, and torch costs them
-seconds and a couple of hundred MB. The agent packages keep their torch classes in
-``<name>/agent.py`` and the registry names them lazily. Each check runs in a fresh
-interpreter, since this one has torch loaded already."""
+"""Parsing the learner's config, ``python -m learner --help`` and the serving tier's
+frontend module import no torch: the frontend processes and every command line parse the
+config, and torch costs them seconds and a couple of hundred MB. The agent packages keep
+their torch classes in ``<name>/agent.py`` and the registry names them lazily. Each check
+runs in a fresh interpreter, since this one has torch loaded already."""
 
 from __future__ import annotations
 
@@ -51,6 +51,14 @@ def test_learner_help_imports_no_torch() -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     assert "learner.agents.registry" in imported
     assert "torch" not in imported, sorted(m for m in imported if m.startswith("learner"))
+
+
+def test_the_serving_tiers_frontend_imports_no_torch() -> None:
+    """Each ``--serving-processes`` frontend imports this module and nothing of torch: only
+    the model process runs the policy."""
+    done = run_python("-c", "import sys, learner.serving.frontend; print('torch' in sys.modules)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False", "torch loaded (-X importtime names the chain)"
 
 
 def test_each_lazy_factory_names_the_agent_registered_under_its_name() -> None:

@@ -46,7 +46,7 @@ K = 2
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 STARTED = re.compile(r"serving frontend (\d+) \(pid (\d+)\)")
 TIER = ["--serving-processes", "2"]
-START_TIMEOUT_S = 240.0  # two spawned frontends import torch and gRPC on a shared host
+START_TIMEOUT_S = 240.0  # two spawned frontends import gRPC and numpy on a shared host
 
 
 # ---------------------------------------------------------------------- the table
@@ -217,6 +217,19 @@ def test_two_frontends_train_cartpole_from_real_actors(tier):
     for reply in outcome.replies[1:]:
         actions = codec.decode_tensor(reply.actions.actions, "actions")
         assert actions.shape == (K,) and set(actions.tolist()) <= {0, 1}, actions
+
+
+def test_the_frontends_serve_and_build_unrolls_without_torch(tier):
+    """Only the model process runs the policy: a frontend that has served frames and built
+    unrolls has mapped no torch library, whatever it imported or unpickled after spawn."""
+    learner, _port, logdir = tier
+    wait_until(lambda: _frames(logdir) >= 1000, 180, what="1000 frames")
+    pids = {int(i): int(pid) for i, pid in STARTED.findall("\n".join(learner.lines))}
+    assert sorted(pids) == [0, 1], learner.output()
+    for index, pid in pids.items():
+        with open(f"/proc/{pid}/maps") as maps:
+            torch_maps = [line.split()[-1] for line in maps if "/torch/" in line]
+        assert not torch_maps, f"frontend {index} mapped {torch_maps[:3]}"
 
 
 @pytest.mark.parametrize(

@@ -29,10 +29,10 @@ import numpy as np
 from learner.serving.admission import Admission
 from learner.serving.batcher import BatcherClosed
 from learner.serving.frontend_stats import StreamBlocks
-from learner.serving.inference import Connection, FramePayload
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer, NoRoom
 from learner.serving.slots import OK, PROCESS_NAME, REJECTED, SlotTable, TableSpec, drain, ring
+from learner.serving.streams import Connection, FramePayload
 from learner.serving.tier_unrolls import FrontendTrajectories, FrontendUnrolls
 from learner.state.stats import LearnerStats
 from seedrl import codec

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +24,7 @@ from learner.agents.policy import Policy
 from learner.population.assignment import MemberSlots
 from learner.serving.batcher import PendingRequest
 from learner.serving.rows import FrameBatch, ServedPolicy, ServingCore
+from learner.serving.streams import Connection, FramePayload
 from learner.state.counters import StepCounter
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
@@ -34,53 +34,6 @@ from seedrl.codec import WireError, all_finite
 if TYPE_CHECKING:  # the league's modules load only for --self-play
     from learner.serving.selfplay import SelfPlay
     from learner.state.dataset import EpisodeRecorder
-
-
-@dataclass(eq=False)
-class Connection:
-    """One admitted actor stream and the trajectory slots of its K envs."""
-
-    actor_id: str
-    run_id: str
-    peer: str
-    num_envs: int
-    slot_ids: np.ndarray
-    newest_frame_only: bool = False
-    """The stream sends only the newest frame of each stacked observation."""
-    frames: int = 0
-    closed: bool = False
-    slot_bytes: bytes = field(init=False, repr=False)
-    """``slot_ids`` as int64 bytes: a batch joins them (many tiny arrays concatenate slowly)."""
-
-    def __post_init__(self) -> None:
-        self.slot_bytes = np.ascontiguousarray(self.slot_ids, np.int64).tobytes()
-
-
-class FramePayload:
-    """One stream's frame as the raw bytes of its four tensors, already checked for layout.
-
-    Arrays are built once per batch (one ``frombuffer`` per field for all streams), not
-    per frame: at K = 1 that was most of the learner's Python per message.
-    """
-
-    __slots__ = ("acting", "conn", "observations", "rewards", "terminated", "truncated")
-
-    def __init__(
-        self,
-        conn: Connection,
-        observations: bytes,
-        rewards: bytes,
-        terminated: bytes,
-        truncated: bytes,
-        acting: bytes | None = None,
-    ) -> None:
-        self.conn = conn
-        self.observations = observations
-        self.rewards = rewards
-        self.terminated = terminated
-        self.truncated = truncated
-        self.acting = acting
-        """A multi-agent env's acting rows (bool bytes); None for a single-agent env."""
 
 
 def gather_frames(

@@ -25,8 +25,8 @@ import numpy as np
 
 from learner.serving.admission import Admission
 from learner.serving.batcher import BatcherClosed
-from learner.serving.inference import Connection, FramePayload
 from learner.serving.interceptors import Undecodable, undecodable_on_error
+from learner.serving.streams import Connection, FramePayload
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import stored_frame_stack
 from seedrl import PROTOCOL_VERSION, codec

@@ -42,7 +42,7 @@ from learner.serving.admission import SharedCounts
 from learner.serving.batcher import QUORUM_NONE
 from learner.serving.frontend import TOKEN_ENV, frontend_main
 from learner.serving.frontend_stats import FrontendCounters, StreamBlocks, frontend_metrics
-from learner.serving.inference import Connection, InferenceEngine
+from learner.serving.inference import InferenceEngine
 from learner.serving.slots import (
     FAILED,
     InheritedFd,
@@ -53,6 +53,7 @@ from learner.serving.slots import (
     new_doorbell,
     ring,
 )
+from learner.serving.streams import Connection
 from learner.serving.tier_batch import LaneRows
 from learner.serving.tier_unrolls import (
     FrontendUnrolls,

@@ -32,16 +32,18 @@ import math
 import threading
 from dataclasses import dataclass
 from multiprocessing import shared_memory
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from learner.agents.base import Store
 from learner.serving.slots import SlotTable
-from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import FinishedEpisodes, TrajectoryBuilder, Unrolls
 from seedrl.config import LearnerConfig
+
+if TYPE_CHECKING:  # both import torch, which the frontends (importing this module) never load
+    from learner.agents.base import Store
+    from learner.state.normalize import Normalizer
 
 Layout = tuple[tuple[str, tuple[int, ...], str], ...]
 """Named arrays of one shared block: (name, shape, dtype string)."""
