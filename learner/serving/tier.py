@@ -88,8 +88,6 @@ def check_tier_supported(config: LearnerConfig, env_spec: pb.EnvSpec) -> None:
         missing.append("--self-play")
     if env_spec.agents:
         missing.append(f"multi-agent envs ({config.env})")
-    if config.record_dataset:
-        missing.append("--record-dataset")
     if config.bind.startswith("unix:"):
         missing.append("a unix --bind")
     if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
@@ -403,7 +401,9 @@ class TierServing:
         self._builder_layout = builder.layout()
         ring_spec = RingSpec.of(builder, unroll_ring_capacity(config))
         self.rings = [UnrollRing(ring_spec) for _ in self.frontends]
-        self.drain = UnrollDrain(self.rings, engine.queue, engine.keep_unrolls, stats)
+        self.drain = UnrollDrain(
+            self.rings, engine.queue, engine.keep_unrolls, stats, engine.recorder
+        )
         for frontend in self.frontends:
             self.batcher.bells[frontend.index] = frontend.bell
         self.blocks = TierBlocks(config, self.lock.path.parent, self.frontends)
