@@ -39,6 +39,7 @@ import numpy as np
 
 from learner.agents.models import UnsupportedSetup
 from learner.serving.admission import SharedCounts
+from learner.serving.auto import FLAG, frontends, tier_gaps
 from learner.serving.batcher import QUORUM_NONE
 from learner.serving.frontend import TOKEN_ENV, frontend_main
 from learner.serving.frontend_stats import FrontendCounters, StreamBlocks, frontend_metrics
@@ -69,7 +70,6 @@ from seedrl.proto import seedrl_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-FLAG = "--serving-processes"
 DEATHS_WINDOW_S = 60.0
 MAX_DEATHS = 3
 """More deaths of one frontend than this within the window end the run."""
@@ -82,16 +82,9 @@ STOP_TIMEOUT_S = 10.0
 
 
 def check_tier_supported(config: LearnerConfig, env_spec: pb.EnvSpec) -> None:
-    """Refuse, in one line, what the serving tier does not carry yet."""
-    missing = []
-    if config.self_play:
-        missing.append("--self-play")
-    if env_spec.agents:
-        missing.append(f"multi-agent envs ({config.env})")
-    if config.bind.startswith("unix:"):
-        missing.append("a unix --bind")
-    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
-        missing.append("torchrun ranks")
+    """Refuse, in one line, what the serving tier does not carry yet (auto never asks
+    the tier for it: :func:`~learner.serving.auto.resolve_serving`)."""
+    missing = tier_gaps(config, env_spec)
     if missing:
         raise UnsupportedSetup(
             f"{FLAG} {config.serving_processes} does not serve {', '.join(missing)} yet; "
@@ -119,7 +112,7 @@ def table_spec(
     dtype, shape = frame_layout(builder, normalizer)
     return TableSpec(
         rows=config.max_envs,
-        lanes=config.max_actors * config.serving_processes,
+        lanes=config.max_actors * frontends(config),
         obs_row_bytes=math.prod(shape) * np.dtype(dtype).itemsize,
         action_dtype=builder.action_dtype.str,
         action_shape=tuple(builder.action_shape),
@@ -397,7 +390,7 @@ class TierServing:
         self.rows = engine.builder
         self.batcher = SlotBatcher(self.table, engine, self.rows, stats, config)
         self.model_bell = new_doorbell()
-        self.frontends = [Frontend(i) for i in range(config.serving_processes)]
+        self.frontends = [Frontend(i) for i in range(frontends(config))]
         self._builder_layout = builder.layout()
         ring_spec = RingSpec.of(builder, unroll_ring_capacity(config))
         self.rings = [UnrollRing(ring_spec) for _ in self.frontends]
