@@ -44,7 +44,13 @@ from learner.serving.inference import InferenceEngine
 from learner.serving.rows import ServedPolicy
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer
-from learner.serving.tier import ServingFailed, TierServing, build_tier, check_tier_supported
+from learner.serving.tier import (
+    ServingFailed,
+    TierServing,
+    build_tier,
+    check_tier_supported,
+    shared_bytes,
+)
 from learner.serving.tier_unrolls import model_rows
 from learner.state import checkpoint
 from learner.state.dataset import learner_recorder
@@ -371,8 +377,12 @@ async def _serve(
 ) -> RunResult:
     learner = build_learner(config)
     # --serving-processes auto becomes a number here, so config.json says what ran.
-    serving_auto = config.serving_frontends is None
-    config = learner.config = resolve_serving(config, learner.env_spec)
+    asked = config
+    config = learner.config = resolve_serving(
+        asked, learner.env_spec,
+        shared_bytes=lambda n: shared_bytes(asked, learner.builder, learner.normalizer, n),
+    )  # fmt: skip
+    serving_auto = asked.serving_frontends is None
     rank.attach(learner)
     learner.recorder = learner_recorder(config, learner.env_spec, learner.builder.overlap)
     logdir = Path(config.logdir)

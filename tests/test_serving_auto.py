@@ -118,3 +118,39 @@ def test_a_learner_left_at_auto_on_four_cores_serves_by_one_frontend_and_records
     asyncio.run(serve(config))
     assert "serving in this process [auto])" in capsys.readouterr().out
     assert json.loads((tmp_path / "two" / "config.json").read_text())["serving_processes"] == "0"
+
+
+def test_auto_serves_in_one_process_where_the_tiers_shared_memory_does_not_fit() -> None:
+    def needed(count: int) -> int:
+        return 100 * count
+
+    fits = auto.resolve_serving(LearnerConfig(), CARTPOLE, cores=8, shared_bytes=needed, room=300)
+    assert fits.serving_processes == "3"
+    short = auto.resolve_serving(LearnerConfig(), CARTPOLE, cores=8, shared_bytes=needed, room=299)
+    assert short.serving_processes == "0"
+    asked = LearnerConfig(serving_processes="3")  # fails at its block, in one line
+    assert auto.resolve_serving(asked, CARTPOLE, cores=8, shared_bytes=needed, room=0) is asked
+
+
+def test_the_tiers_shared_memory_is_what_its_blocks_take(tmp_path: Path) -> None:
+    from support import small_learner
+
+    from learner.serving.slots import SlotTable
+    from learner.serving.tier import shared_bytes, table_spec, unroll_ring_capacity
+    from learner.serving.tier_unrolls import ReplyRows, RingSpec, UnrollRing, reply_spec
+
+    learner = small_learner(tmp_path, 8, 4, max_envs=64, max_actors=16, lstm=True)
+    config, builder = learner.config, learner.builder
+    two = config.with_changes(serving_processes="2")
+    blocks = [
+        SlotTable(table_spec(two, builder, None)),
+        ReplyRows(reply_spec(config, builder, None)),
+        *(UnrollRing(RingSpec.of(builder, unroll_ring_capacity(config))) for _ in range(2)),
+    ]
+    try:
+        taken = sum(block.shm.size for block in blocks)
+        assert shared_bytes(config, builder, None, 2) == taken
+        assert shared_bytes(config, builder, None, 3) > taken  # another ring, more lanes
+    finally:
+        for block in blocks:
+            block.close()

@@ -6,7 +6,9 @@ spread gives (docs/serving-tier.md), so auto serves in one process there. Elsewh
 leaves two cores to the model process and the trainer and gives a frontend to every two
 of the rest, up to :data:`MAX_FRONTENDS`. Auto never turns the tier on for a run the
 tier would refuse: such a run serves in one process, while an explicit N keeps its
-one-line refusal (:func:`learner.serving.tier.check_tier_supported`).
+one-line refusal (:func:`learner.serving.tier.check_tier_supported`); nor for a run whose
+slot table, reply rows and rings would not fit the free shared memory (a container's
+default /dev/shm is small), where an explicit N says so in one line.
 
 Light on purpose (no torch, no gRPC): the learner resolves its config with it before it
 builds the serving side.
@@ -14,12 +16,17 @@ builds the serving side.
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
 
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
+log = logging.getLogger(__name__)
+
 FLAG = "--serving-processes"
+SHM_DIR = "/dev/shm"
 MIN_CORES = 4
 """Below this many usable cores auto serves in one process."""
 RESERVED_CORES = 2
@@ -43,6 +50,15 @@ def frontends_for_cores(cores: int) -> int:
     return min((cores - RESERVED_CORES) // CORES_PER_FRONTEND, MAX_FRONTENDS)
 
 
+def shm_room(path: str = SHM_DIR) -> int | None:
+    """Free bytes of the shared-memory filesystem; None where there is none to ask."""
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
 def tier_gaps(config: LearnerConfig, env_spec: pb.EnvSpec) -> list[str]:
     """What this run asks for that the serving tier does not carry yet (empty: none)."""
     missing = []
@@ -58,16 +74,31 @@ def tier_gaps(config: LearnerConfig, env_spec: pb.EnvSpec) -> list[str]:
 
 
 def resolve_serving(
-    config: LearnerConfig, env_spec: pb.EnvSpec, cores: int | None = None
+    config: LearnerConfig,
+    env_spec: pb.EnvSpec,
+    cores: int | None = None,
+    shared_bytes: Callable[[int], int] | None = None,
+    room: int | None = None,
 ) -> LearnerConfig:
     """``config`` with ``--serving-processes`` a number: an explicit one as given, auto
-    from ``cores`` (default: this process's usable cores) and what the run needs."""
+    from ``cores`` (default: this process's usable cores) and what the run needs.
+
+    ``shared_bytes(n)``: the shared memory n frontends would take, checked against
+    ``room`` (default: what /dev/shm has free)."""
     if config.serving_frontends is not None:
         return config
     if tier_gaps(config, env_spec) or config.population > 1:
         count = 0
     else:
         count = frontends_for_cores(usable_cores() if cores is None else cores)
+    if count and shared_bytes is not None:
+        needed, free = shared_bytes(count), shm_room() if room is None else room
+        if free is not None and needed > free:
+            log.warning(
+                "%s auto serves in this process: %d frontends' %d MiB of shared memory exceed "
+                "the %d MiB free in %s", FLAG, count, needed >> 20, free >> 20, SHM_DIR,
+            )  # fmt: skip
+            count = 0
     return config.with_changes(serving_processes=str(count))
 
 

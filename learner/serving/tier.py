@@ -61,6 +61,8 @@ from learner.serving.tier_unrolls import (
     RingSpec,
     UnrollDrain,
     UnrollRing,
+    layout_sizes,
+    reply_spec,
 )
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
@@ -116,6 +118,20 @@ def table_spec(
         obs_row_bytes=math.prod(shape) * np.dtype(dtype).itemsize,
         action_dtype=builder.action_dtype.str,
         action_shape=tuple(builder.action_shape),
+    )
+
+
+def shared_bytes(
+    config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None, count: int
+) -> int:
+    """Shared memory the tier of ``count`` frontends takes for this run: the slot table,
+    the reply rows and a ring per frontend (the small admission and counter blocks aside)."""
+    table = replace(config, serving_processes=str(count))
+    ring = RingSpec.of(builder, unroll_ring_capacity(config)).layout()
+    return (
+        sum(table_spec(table, builder, normalizer).sizes())
+        + sum(layout_sizes(reply_spec(config, builder, normalizer).layout()))
+        + count * sum(layout_sizes(ring))
     )
 
 

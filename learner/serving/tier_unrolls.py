@@ -63,14 +63,18 @@ DRAIN_PERIOD_S = 0.01
 most, and the model process wakes for them a hundred times a second, whatever the rate."""
 
 
+def layout_sizes(layout: Layout) -> list[int]:
+    """Byte sizes of ``layout``'s arrays in one block, each on its own cache lines."""
+    return [
+        -(-(math.prod(shape) * np.dtype(dtype).itemsize) // 64) * 64 for _, shape, dtype in layout
+    ]
+
+
 class SharedArrays:
     """Numpy arrays of ``layout`` in one shared-memory block (created when ``name`` is None)."""
 
     def __init__(self, layout: Layout, name: str | None = None) -> None:
-        sizes = [
-            -(-(math.prod(shape) * np.dtype(dtype).itemsize) // 64) * 64
-            for _, shape, dtype in layout
-        ]
+        sizes = layout_sizes(layout)
         self.owner = name is None
         try:
             self.shm = shared_memory.SharedMemory(
@@ -225,18 +229,24 @@ class ModelRows(TrajectoryBuilder):
         return None, None
 
 
-def model_rows(
+def reply_spec(
     config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None
-) -> ModelRows:
-    """The model process's rows for this run, with their reply block created."""
+) -> ReplySpec:
+    """The reply rows of this run: one per env of ``--max-envs``."""
     layout = builder.layout()
-    spec = ReplySpec(
+    return ReplySpec(
         rows=config.max_envs,
         param_size=int(layout["param_size"]),
         state_sizes=tuple(layout["core_state_sizes"]),
         seen_shape=None if normalizer is None else tuple(normalizer.obs_shape),
     )
-    return ModelRows(builder, ReplyRows(spec))
+
+
+def model_rows(
+    config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None
+) -> ModelRows:
+    """The model process's rows for this run, with their reply block created."""
+    return ModelRows(builder, ReplyRows(reply_spec(config, builder, normalizer)))
 
 
 # ---------------------------------------------------------------------- the unroll ring
