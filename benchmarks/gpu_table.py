@@ -61,7 +61,7 @@ PRESET_TORSO = {"cartpole": "mlp", "atari": "cnn"}
 """The torso a preset's own model resolves to: rows written before they named it."""
 LISTENING = re.compile(
     r"\(env (?P<env>\S+), device (?P<device>[^,]+), trainer (?P<trainer>[^,]+), "
-    r"(?P<precision>\w+)\)"
+    r"(?P<precision>\w+)(?:, [^)]*)?\)"  # then how it serves (older lines lack it)
 )
 TRAIN_COLUMNS = (
     "env",

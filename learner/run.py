@@ -38,12 +38,19 @@ from learner.parts import Learner, build_learner, make_checkpointer
 from learner.population.assignment import MemberSlots
 from learner.population.pbt import EVENT_KEY, Exploiter, LiveMember, event_scalars
 from learner.progress import Progress
+from learner.serving.auto import frontends, resolve_serving
 from learner.serving.batcher import DynamicBatcher, ProcessFn
 from learner.serving.inference import InferenceEngine
 from learner.serving.rows import ServedPolicy
 from learner.serving.server import build_server, raise_open_file_limit, set_serving
 from learner.serving.servicer import LearnerServicer
-from learner.serving.tier import ServingFailed, TierServing, build_tier, check_tier_supported
+from learner.serving.tier import (
+    ServingFailed,
+    TierServing,
+    build_tier,
+    check_tier_supported,
+    shared_bytes,
+)
 from learner.serving.tier_unrolls import model_rows
 from learner.state import checkpoint
 from learner.state.dataset import learner_recorder
@@ -256,6 +263,12 @@ class Serving:
             self.batching.cancel()
 
 
+def serving_mode(count: int, auto: bool) -> str:
+    """How this learner serves, as its startup line says it."""
+    mode = f"serving by {count} frontend{'s' * (count > 1)}" if count else "serving in this process"
+    return f"{mode} [auto]" if auto else mode
+
+
 def make_batcher(config: LearnerConfig, process: ProcessFn) -> DynamicBatcher:
     """The dynamic batcher in front of ``process``, sized and timed by ``config``."""
     return DynamicBatcher(
@@ -274,9 +287,7 @@ def build_serving(
     auth_token: str | None,
 ) -> Serving | TierServing:
     config = learner.config
-    if (
-        config.serving_processes
-    ):  # frontend processes serve and build unrolls; this one runs the model
+    if frontends(config):  # frontend processes serve and build unrolls; this one runs the model
         check_tier_supported(config, learner.env_spec)
         rows = model_rows(config, learner.builder, learner.normalizer)
         engine = make_engine(learner, trainer, rows)
@@ -365,6 +376,13 @@ async def _serve(
     local_address: str | None,
 ) -> RunResult:
     learner = build_learner(config)
+    # --serving-processes auto becomes a number here, so config.json says what ran.
+    asked = config
+    config = learner.config = resolve_serving(
+        asked, learner.env_spec,
+        shared_bytes=lambda n: shared_bytes(asked, learner.builder, learner.normalizer, n),
+    )  # fmt: skip
+    serving_auto = asked.serving_frontends is None
     rank.attach(learner)
     learner.recorder = learner_recorder(config, learner.env_spec, learner.builder.overlap)
     logdir = Path(config.logdir)
@@ -397,7 +415,8 @@ async def _serve(
     precision = resolve_precision(config.precision, learner.device)
     print(
         f"seedrl learner listening on {config.bind}:{serving.port} (env {config.env}, "
-        f"device {learner.device}, trainer {trainer.mode}, {precision})",
+        f"device {learner.device}, trainer {trainer.mode}, {precision}, "
+        f"{serving_mode(frontends(config), serving_auto)})",
         flush=True,
     )
     if ready is not None and not ready.done():

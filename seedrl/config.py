@@ -36,6 +36,24 @@ TRAINER_MODES = ("auto", "process", "thread", "device")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
+SERVING_AUTO = "auto"
+"""--serving-processes that the learner resolves from its host (learner/serving/auto.py)."""
+
+
+def serving_count(value: object) -> int | None:
+    """--serving-processes as a number of frontends, None for auto; ValueError for
+    anything else. A number (a config file's, the Python API's) counts as its text."""
+    if value == SERVING_AUTO:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():  # no sign, no space
+        return int(value)
+    raise ValueError(
+        f"--serving-processes must be {SERVING_AUTO} or a whole number >= 0, got {value!r}"
+    )
+
+
 LR_SCHEDULES = ("auto", "constant", "linear", "inverse_sqrt")
 LOG_STD_RANGE = (-5.0, 2.0)
 """Where a Gaussian policy's log-std is kept (the learner projects it back after each step)."""
@@ -479,11 +497,15 @@ class LearnerConfig:
     """Serve on uvloop's event loop (libuv, in Cython) rather than asyncio's own: with one
     env per message most serving work is loop machinery, which uvloop runs cheaper. Off,
     or where uvloop is not installed: asyncio's loop."""
-    serving_processes: int = 0
+    serving_processes: str = SERVING_AUTO
     """Frontend processes that serve the actors' gRPC streams (one port, SO_REUSEPORT),
     handing frames to this process through a shared-memory slot table so the process
     that owns the model pays no per-message work (docs/serving-tier.md). 0: one process
-    serves and runs the model, as before."""
+    serves and runs the model. auto: from the host's usable cores, none below 4 (there
+    the extra hop costs more than the spread gives), else a frontend per two cores beyond
+    two, at most 8; and none for a run the frontends do not serve yet (self-play,
+    multi-agent envs, --population, a unix --bind, torchrun ranks), which an explicit
+    number refuses, or whose slot table and rings would not fit the free /dev/shm."""
     max_actors: int = 1024
     """Actor streams served at once, those still awaiting their Hello included; more get
     RESOURCE_EXHAUSTED and retry."""
@@ -657,6 +679,12 @@ class LearnerConfig:
         return dataclasses.replace(self, **changes)
 
     @property
+    def serving_frontends(self) -> int | None:
+        """--serving-processes as a number; None while it reads auto (the learner
+        resolves that from its host before it serves: learner/serving/auto.py)."""
+        return serving_count(self.serving_processes)
+
+    @property
     def effective_lr_schedule(self) -> str:
         """``lr_schedule`` with ``auto`` resolved: linear when a frame budget is the plan,
         else inverse_sqrt (a run of unknown length)."""
@@ -770,7 +798,7 @@ def _check_population(config: LearnerConfig) -> None:
     refused = (
         ("--policy-mapping", bool(config.policy_mapping)),
         ("--self-play", config.self_play),
-        ("--serving-processes", config.serving_processes > 0),
+        ("--serving-processes", bool(serving_count(config.serving_processes))),
         (f"--trainer {config.trainer}", config.trainer not in ("auto", "thread")),
     )
     for flag, given in refused:
@@ -834,10 +862,12 @@ def _check_serving(config: LearnerConfig) -> None:
     require_range(
         config,
         ("inference_timeout_ms", "hello_timeout_s", "stream_idle_timeout_s",
-         "connection_idle_timeout_s", "max_envs_per_peer", "actor_envs_per_actor",
-         "serving_processes"),
+         "connection_idle_timeout_s", "max_envs_per_peer", "actor_envs_per_actor"),
         low=0,
     )  # fmt: skip
+    count = serving_count(config.serving_processes)
+    if count is not None:  # one spelling, so config.json and the refusals read "2"
+        object.__setattr__(config, "serving_processes", str(count))
     require_range(config, ("handshake_timeout_s",), low=0, low_open=True)
     require_range(config, ("inference_quorum",), low=0, high=1, low_open=True)
     require_choice(config, "inference_backend", INFERENCE_BACKENDS)

@@ -124,9 +124,12 @@ class Proc:
 
 
 def learner_args(port: int, logdir: Path, *extra: str) -> list[str]:
+    """A learner's command line; it serves in one process (``--serving-processes auto``
+    would depend on the test host's cores) unless ``extra`` gives its own count."""
     return [
         sys.executable, "-m", "learner", "--port", str(port), "--logdir", str(logdir),
-        "--progress", "plain", "--log-interval-s", "1", "--no-tensorboard", *extra,
+        "--progress", "plain", "--log-interval-s", "1", "--no-tensorboard",
+        "--serving-processes", "0", *extra,
     ]  # fmt: skip
 
 

@@ -185,16 +185,20 @@ def test_multi_agent_episodes_are_refused(
     assert not target.exists()
 
 
+@pytest.mark.parametrize("serving_processes", [0, 2], ids=["one process", "two frontends"])
 def test_the_learner_records_the_training_stream(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serving_processes: int
 ) -> None:
+    """With frontends the unrolls reach the recorder through their rings, each frontend's
+    builder slots numbered apart from the other's."""
     import learner
 
     target = tmp_path / "datasets" / "stream-v0"
-    envs_per_actor = 4
+    num_actors, envs_per_actor = 2, 2
     learner.train(
-        "CartPole-v1", total_frames=3000, num_actors=1, envs_per_actor=envs_per_actor,
+        "CartPole-v1", total_frames=3000, num_actors=num_actors, envs_per_actor=envs_per_actor,
         logdir=tmp_path / "run", unroll_length=10, batch_size=8, record_dataset=str(target),
+        serving_processes=serving_processes,
     )  # fmt: skip
     logged = [
         json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()
@@ -205,7 +209,7 @@ def test_the_learner_records_the_training_stream(
     assert sum(got.values()) >= 20
     assert not got - want  # every recorded episode is one the learner logged
     # Only the episodes still in a partial unroll at the end are missing: one per env.
-    assert sum(want.values()) - sum(got.values()) <= envs_per_actor
+    assert sum(want.values()) - sum(got.values()) <= num_actors * envs_per_actor
 
 
 def test_an_episode_cut_at_max_steps_is_stored_truncated(

@@ -44,7 +44,8 @@ def learner_in(hosts: TwoHosts, logdir, *extra: str) -> list[str]:
         [
             sys.executable, "-m", "learner", "--bind", hosts.left.address,
             "--port", str(LEARNER_PORT), "--logdir", str(logdir), "--progress", "off",
-            "--log-interval-s", "0.5", "--no-tensorboard", "--max-seconds", "150", *extra,
+            "--log-interval-s", "0.5", "--no-tensorboard", "--max-seconds", "150",
+            "--serving-processes", "0", *extra,
         ]
     )  # fmt: skip
 

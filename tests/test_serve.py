@@ -53,17 +53,23 @@ def _observations(rng):
     return [rng.normal(0.5, 2.0, (K, 4)).astype(np.float32) for _ in range(FRAMES)]
 
 
-def test_served_greedy_actions_are_evaluates_and_the_checkpoint_is_untouched(trained, tmp_path):
+@pytest.mark.parametrize("serving", ["0", "2"], ids=["one process", "two frontends"])
+def test_served_greedy_actions_are_evaluates_and_the_checkpoint_is_untouched(
+    trained, tmp_path, serving
+):
+    """Served as this command's --serving-processes says, not as the training host
+    resolved it (the checkpoint's config keeps that host's count)."""
     before = _folder_state(trained.parent)
     port = free_port()
     command = [
         sys.executable, "-m", "learner", "serve", "--checkpoint", str(trained), "--greedy",
         "--port", str(port), "--logdir", str(tmp_path / "serving"), "--progress", "plain",
-        "--no-local-socket", "--inference-batch-size", str(K),
+        "--no-local-socket", "--inference-batch-size", str(K), "--serving-processes", serving,
     ]  # fmt: skip
     observations = _observations(np.random.default_rng(2))
     with running(command) as proc:
-        proc.wait_for("listening on", 60)
+        line = proc.wait_for("listening on", 240)  # frontends import torch and gRPC
+        assert line.rstrip().endswith("by 2 frontends)" if serving == "2" else "process)"), line
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             info = get_info(channel)
             messages = [hello(info.env, K)] + [frame(K, obs=obs) for obs in observations]

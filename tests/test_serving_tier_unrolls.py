@@ -21,21 +21,31 @@ from learner.serving.rows import FrameBatch, ServingCore
 from learner.serving.slots import SlotTable, TableSpec
 from learner.serving.tier_batch import LaneRows
 from learner.serving.tier_unrolls import (
+    FRONTEND_SLOTS,
     FrontendTrajectories,
     ModelRows,
     ReplyRows,
     ReplySpec,
     RingSpec,
+    UnrollDrain,
     UnrollRing,
 )
 from learner.state.counters import StepCounter
+from learner.state.dataset import EpisodeStitcher, RowConverter
 from learner.state.normalize import ObservationNormalizer
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder, Unrolls
+from seedrl.proto import seedrl_pb2 as pb
 
+FEATURES = 4
+_SPEC = pb.EnvSpec(
+    env_id="synthetic",
+    observation_space=pb.SpaceSpec(kind="box", shape=[FEATURES], dtype="float32"),
+    action_space=pb.SpaceSpec(kind="discrete", dtype="int64", n=2),
+)
+"""The env the dataset recorder is told of (its frames only unpack by it)."""
 ENVS = (2, 1, 3)
 """Envs of each stream at the start."""
-FEATURES = 4
 
 
 def fake_policy(obs_BO, first_B, state, slot_B):
@@ -102,11 +112,15 @@ def test_unrolls_built_in_a_frontend_equal_the_one_process_builders(
         b.view(np.bool_) for b in (table.terminated_bytes, table.truncated_bytes)
     )
     streams = [Stream(b, k, model, front, reference) for b, k in zip((0, 2, 3), ENVS, strict=True)]
+    closed: list[Stream] = []
     built, expected, lost = [], [], []
+    origins_ref: list[tuple[np.ndarray, np.ndarray]] = []
+    origins_tier: list[tuple[np.ndarray, np.ndarray]] = []
     try:
         for step in range(60):
             if step == 33:  # a stream closes mid-unroll; a new one takes rows elsewhere
                 gone = streams.pop(1)
+                closed.append(gone)
                 lost.append((reference.release(gone.reference), model.release(gone.model)))
                 front.close(gone.front)
                 streams.append(Stream(6, 2, model, front, reference))
@@ -124,6 +138,7 @@ def test_unrolls_built_in_a_frontend_equal_the_one_process_builders(
             )  # fmt: skip
             ref_slot_B = np.concatenate([s.reference for s in chosen])
             action_ref, unrolls = core_ref.serve(FrameBatch(ref_slot_B, **frames))
+            ref_origin = reference.last_origin
             model_slot_B = np.concatenate([s.model for s in chosen])
             action_tier, none = core_tier.serve(FrameBatch(model_slot_B, **frames))
             assert none is None  # the model process builds no unroll
@@ -132,9 +147,11 @@ def test_unrolls_built_in_a_frontend_equal_the_one_process_builders(
             np.testing.assert_array_equal(action_tier, action_ref)
             if unrolls is not None:
                 expected.append(unrolls)
+                origins_ref.append(ref_origin)
             taken = ring.read()
             if taken is not None:
                 built.append(taken)
+                origins_tier.append(ring.last_origin)
         episodes = ring.read_episodes()
         assert episodes is not None
         assert episodes.returns.tolist() == list(core_ref.stats.returns)
@@ -144,9 +161,43 @@ def test_unrolls_built_in_a_frontend_equal_the_one_process_builders(
         assert len(built) == len(expected) and expected
         _assert_same(Unrolls.concat(built), Unrolls.concat(expected))
         _assert_chained(built, overlap)
+        # Each unroll's slot (the frontend's, standing for the reference's) and number
+        # among its slot's unrolls, which the dataset recorder stitches episodes by.
+        to_reference = {
+            int(f): int(r)
+            for s in [*streams, *closed]
+            for f, r in zip(s.front, s.reference, strict=True)
+        }
+        slot_ref, count_ref = (np.concatenate(part) for part in zip(*origins_ref, strict=True))
+        slot_tier, count_tier = (np.concatenate(part) for part in zip(*origins_tier, strict=True))
+        assert [to_reference[int(f)] for f in slot_tier] == slot_ref.tolist()
+        assert count_tier.tolist() == count_ref.tolist() and count_ref.max() > 1
+        if not normalize:  # (--record-dataset keeps raw frames only)
+            assert _dataset(built, origins_tier, overlap) == _dataset(
+                expected, origins_ref, overlap
+            )
     finally:
         for block in (ring, reply, table):
             block.close()
+
+
+def _dataset(parts: list[Unrolls], origins, overlap: int) -> list[tuple]:
+    """The episodes the dataset recorder stitches from ``parts`` and their origins, as
+    comparable values (observations, actions, rewards, flags)."""
+    stitcher = EpisodeStitcher(RowConverter(_SPEC), overlap)
+    episodes = []
+    for unrolls, (slot_N, count_N) in zip(parts, origins, strict=True):
+        episodes += stitcher.add(unrolls, slot_N, count_N)
+    assert episodes, "no episode completed"
+    return [
+        (e.observations.tobytes(), e.actions.tolist(), e.rewards.tolist(),
+         e.terminations.tolist(), e.truncations.tolist())
+        for e in episodes
+    ]  # fmt: skip
+
+
+def _origin(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.arange(n, dtype=np.int64), np.zeros(n, np.int64)
 
 
 def _assert_same(got: Unrolls, want: Unrolls) -> None:
@@ -202,8 +253,8 @@ class _Killer:
 
 def _write_then_die(spec: RingSpec, name: str, whole: Unrolls, half: Unrolls) -> None:
     ring = UnrollRing(spec, name)
-    assert ring.write(whole) == 1
-    ring.write(half)  # dies in here, its rows partly written
+    assert ring.write(whole, _origin(1)) == 1
+    ring.write(half, _origin(1))  # dies in here, its rows partly written
     os._exit(0)
 
 
@@ -236,7 +287,7 @@ def test_a_frontend_killed_while_writing_an_unroll_leaves_no_half_unroll():
         assert ring.read() is None
         # The restarted frontend writes over the dead one's partial rows.
         again = UnrollRing(spec, ring.name)
-        assert again.write(_unroll(builder, 3.0)) == 1
+        assert again.write(_unroll(builder, 3.0), _origin(1)) == 1
         taken = ring.read()
         assert taken is not None and len(taken) == 1
         _assert_same(taken, _unroll(builder, 3.0))
@@ -250,11 +301,11 @@ def test_a_full_ring_takes_what_fits_and_the_frontend_keeps_the_rest():
     ring = UnrollRing(RingSpec.of(builder, 3))
     try:
         five = Unrolls.concat([_unroll(builder, float(v)) for v in range(5)])
-        assert ring.write(five) == 3
-        assert ring.write(five) == 0
+        assert ring.write(five, _origin(5)) == 3
+        assert ring.write(five, _origin(5)) == 0
         taken = ring.read()
         assert taken is not None and taken.reward[:, 0].tolist() == [0.0, 1.0, 2.0]
-        assert ring.write(five.split(3)[1]) == 2
+        assert ring.write(five.split(3)[1], _origin(2)) == 2
         taken = ring.read()
         assert taken is not None and taken.reward[:, 0].tolist() == [3.0, 4.0]
     finally:
@@ -282,3 +333,51 @@ def test_a_batch_gathers_its_lanes_rows_by_index_lane_by_lane():
         del rows
     finally:
         table.close()
+
+
+# ------------------------------------------------------------ the drain's dataset offers
+
+
+class _Stitching:
+    """The dataset recorder's side of the drain's offers, stitched at once (no thread)."""
+
+    def __init__(self) -> None:
+        self.stitcher = EpisodeStitcher(RowConverter(_SPEC), 0)
+        self.slots: set[int] = set()
+        self.episodes = 0
+
+    def offer(self, unrolls: Unrolls, slot_N: np.ndarray, index_N: np.ndarray) -> None:
+        self.slots.update(slot_N.tolist())
+        self.episodes += len(self.stitcher.add(unrolls, slot_N, index_N))
+
+
+def test_the_drain_offers_each_frontends_unrolls_under_slots_of_its_own():
+    """Two frontends' builders both hand out slot 0; the recorder must see two slots, or
+    it would stitch one frontend's unrolls onto the other's episodes and cut them."""
+    builders = [_builder(1, (), 0) for _ in range(2)]
+    rings = [UnrollRing(RingSpec.of(builders[0], 16)) for _ in builders]
+    recorder = _Stitching()
+    drain = UnrollDrain(rings, None, False, LearnerStats(), recorder)  # type: ignore[arg-type]
+    played = 0
+    try:
+        slot_B = [b.allocate(1) for b in builders]
+        assert slot_B[0].tolist() == slot_B[1].tolist() == [0]
+        for step in range(36):  # unrolls of 5 steps end at frames 5, 10, ..., 35
+            done = step % 7 == 6  # episodes of 6 steps: every one ends inside an unroll
+            played += 2 * done
+            for index, (builder, ring) in enumerate(zip(builders, rings, strict=True)):
+                unrolls, _ = builder.record(
+                    slot_B[index], np.full((1, FEATURES), 100.0 * index + step, np.float32),
+                    np.ones(1, np.float32), np.array([done]), np.zeros(1, bool),
+                    builder.first_flags(slot_B[index]), np.zeros(1, np.int64),
+                    np.zeros((1, 2), np.float32), (), (), 0,
+                )  # fmt: skip
+                if unrolls is not None:
+                    assert ring.write(unrolls, builder.last_origin) == len(unrolls)
+                drain.take(index)
+        assert recorder.slots == {0, FRONTEND_SLOTS}
+        assert recorder.stitcher.cut == 0
+        assert recorder.episodes == played == 10
+    finally:
+        for ring in rings:
+            ring.close()

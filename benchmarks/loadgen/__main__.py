@@ -149,7 +149,7 @@ def _measure_all(
                 if tier and mode == "echo":  # the echo server has no model to serve for
                     continue
                 run = settings
-                if tier:
+                if mode != "echo":  # 0 said too: the learner's default depends on the host
                     extra = ("--serving-processes", str(tier))
                     run = replace(settings, learner_args=(*settings.learner_args, *extra))
                 label = f"{mode}@{tier}" if tier else mode

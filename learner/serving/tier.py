@@ -39,6 +39,7 @@ import numpy as np
 
 from learner.agents.models import UnsupportedSetup
 from learner.serving.admission import SharedCounts
+from learner.serving.auto import FLAG, frontends, tier_gaps
 from learner.serving.batcher import QUORUM_NONE
 from learner.serving.frontend import TOKEN_ENV, frontend_main
 from learner.serving.frontend_stats import FrontendCounters, StreamBlocks, frontend_metrics
@@ -61,6 +62,8 @@ from learner.serving.tier_unrolls import (
     RingSpec,
     UnrollDrain,
     UnrollRing,
+    layout_sizes,
+    reply_spec,
 )
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
@@ -70,7 +73,6 @@ from seedrl.proto import seedrl_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-FLAG = "--serving-processes"
 DEATHS_WINDOW_S = 60.0
 MAX_DEATHS = 3
 """More deaths of one frontend than this within the window end the run."""
@@ -78,23 +80,14 @@ RESTART_BACKOFF_S = (0.5, 8.0)
 """A dead frontend's first restart waits the first; each next one twice as long, up to
 the second."""
 START_TIMEOUT_S = 120.0
-"""How long a spawned frontend may take to bind and report (it imports torch, gRPC)."""
+"""How long a spawned frontend may take to bind and report (it imports gRPC and numpy, no torch)."""
 STOP_TIMEOUT_S = 10.0
 
 
 def check_tier_supported(config: LearnerConfig, env_spec: pb.EnvSpec) -> None:
-    """Refuse, in one line, what the serving tier does not carry yet."""
-    missing = []
-    if config.self_play:
-        missing.append("--self-play")
-    if env_spec.agents:
-        missing.append(f"multi-agent envs ({config.env})")
-    if config.record_dataset:
-        missing.append("--record-dataset")
-    if config.bind.startswith("unix:"):
-        missing.append("a unix --bind")
-    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
-        missing.append("torchrun ranks")
+    """Refuse, in one line, what the serving tier does not carry yet (auto never asks
+    the tier for it: :func:`~learner.serving.auto.resolve_serving`)."""
+    missing = tier_gaps(config, env_spec)
     if missing:
         raise UnsupportedSetup(
             f"{FLAG} {config.serving_processes} does not serve {', '.join(missing)} yet; "
@@ -122,10 +115,24 @@ def table_spec(
     dtype, shape = frame_layout(builder, normalizer)
     return TableSpec(
         rows=config.max_envs,
-        lanes=config.max_actors * config.serving_processes,
+        lanes=config.max_actors * frontends(config),
         obs_row_bytes=math.prod(shape) * np.dtype(dtype).itemsize,
         action_dtype=builder.action_dtype.str,
         action_shape=tuple(builder.action_shape),
+    )
+
+
+def shared_bytes(
+    config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None, count: int
+) -> int:
+    """Shared memory the tier of ``count`` frontends takes for this run: the slot table,
+    the reply rows and a ring per frontend (the small admission and counter blocks aside)."""
+    table = replace(config, serving_processes=str(count))
+    ring = RingSpec.of(builder, unroll_ring_capacity(config)).layout()
+    return (
+        sum(table_spec(table, builder, normalizer).sizes())
+        + sum(layout_sizes(reply_spec(config, builder, normalizer).layout()))
+        + count * sum(layout_sizes(ring))
     )
 
 
@@ -400,11 +407,13 @@ class TierServing:
         self.rows = engine.builder
         self.batcher = SlotBatcher(self.table, engine, self.rows, stats, config)
         self.model_bell = new_doorbell()
-        self.frontends = [Frontend(i) for i in range(config.serving_processes)]
+        self.frontends = [Frontend(i) for i in range(frontends(config))]
         self._builder_layout = builder.layout()
         ring_spec = RingSpec.of(builder, unroll_ring_capacity(config))
         self.rings = [UnrollRing(ring_spec) for _ in self.frontends]
-        self.drain = UnrollDrain(self.rings, engine.queue, engine.keep_unrolls, stats)
+        self.drain = UnrollDrain(
+            self.rings, engine.queue, engine.keep_unrolls, stats, engine.recorder
+        )
         for frontend in self.frontends:
             self.batcher.bells[frontend.index] = frontend.bell
         self.blocks = TierBlocks(config, self.lock.path.parent, self.frontends)

@@ -41,13 +41,21 @@ from learner.state.stats import LearnerStats
 from learner.state.trajectories import FinishedEpisodes, TrajectoryBuilder, Unrolls
 from seedrl.config import LearnerConfig
 
-if TYPE_CHECKING:  # both import torch, which the frontends (importing this module) never load
+if TYPE_CHECKING:  # these import torch or heavier modules, which the frontends (importing this module) never load
     from learner.agents.base import Store
+    from learner.state.dataset import EpisodeRecorder
     from learner.state.normalize import Normalizer
 
 Layout = tuple[tuple[str, tuple[int, ...], str], ...]
 """Named arrays of one shared block: (name, shape, dtype string)."""
 
+ORIGIN_FIELDS = ("origin_slot", "origin_index")
+"""Per unroll in a ring: the frontend's builder slot it came from and its number among
+that slot's unrolls (the builder's ``last_origin``), which ``--record-dataset`` stitches
+episodes by."""
+FRONTEND_SLOTS = 2**32
+"""A frontend's builder slots, numbered apart from every other's: frontend i's slot s is
+``i * FRONTEND_SLOTS + s`` wherever slots of several frontends meet (the dataset recorder)."""
 RING_EPISODES = 4096
 """Ended episodes a ring holds between two drains."""
 ROOM_POLL_S = 0.002
@@ -57,14 +65,18 @@ DRAIN_PERIOD_S = 0.01
 most, and the model process wakes for them a hundred times a second, whatever the rate."""
 
 
+def layout_sizes(layout: Layout) -> list[int]:
+    """Byte sizes of ``layout``'s arrays in one block, each on its own cache lines."""
+    return [
+        -(-(math.prod(shape) * np.dtype(dtype).itemsize) // 64) * 64 for _, shape, dtype in layout
+    ]
+
+
 class SharedArrays:
     """Numpy arrays of ``layout`` in one shared-memory block (created when ``name`` is None)."""
 
     def __init__(self, layout: Layout, name: str | None = None) -> None:
-        sizes = [
-            -(-(math.prod(shape) * np.dtype(dtype).itemsize) // 64) * 64
-            for _, shape, dtype in layout
-        ]
+        sizes = layout_sizes(layout)
         self.owner = name is None
         try:
             self.shm = shared_memory.SharedMemory(
@@ -219,18 +231,24 @@ class ModelRows(TrajectoryBuilder):
         return None, None
 
 
-def model_rows(
+def reply_spec(
     config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None
-) -> ModelRows:
-    """The model process's rows for this run, with their reply block created."""
+) -> ReplySpec:
+    """The reply rows of this run: one per env of ``--max-envs``."""
     layout = builder.layout()
-    spec = ReplySpec(
+    return ReplySpec(
         rows=config.max_envs,
         param_size=int(layout["param_size"]),
         state_sizes=tuple(layout["core_state_sizes"]),
         seen_shape=None if normalizer is None else tuple(normalizer.obs_shape),
     )
-    return ModelRows(builder, ReplyRows(spec))
+
+
+def model_rows(
+    config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None
+) -> ModelRows:
+    """The model process's rows for this run, with their reply block created."""
+    return ModelRows(builder, ReplyRows(reply_spec(config, builder, normalizer)))
 
 
 # ---------------------------------------------------------------------- the unroll ring
@@ -262,8 +280,9 @@ class RingSpec:
     def layout(self) -> Layout:
         counters = [(name, (8,), "<i8") for name in ("head", "tail", "ep_head", "ep_tail")]
         rows = [(name, (self.capacity, *shape), dtype) for name, shape, dtype in self.fields]
+        origin = [(name, (self.capacity,), "<i8") for name in ORIGIN_FIELDS]
         episodes = [("returns", (self.episodes,), "<f8"), ("lengths", (self.episodes,), "<i8")]
-        return (*counters, *rows, *episodes)
+        return (*counters, *rows, *origin, *episodes)
 
 
 class UnrollRing(SharedArrays):
@@ -279,12 +298,16 @@ class UnrollRing(SharedArrays):
         super().__init__(spec.layout(), name)
         self.spec = spec
         self._states = sum(1 for name, _, _ in spec.fields if name.startswith("core_state"))
+        self.last_origin: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64),) * 2
+        """The writer's builder slot and slot-unroll number of each unroll the last
+        :meth:`read` returned."""
 
     def _counter(self, name: str) -> np.ndarray:
         return self.arrays[name]
 
-    def write(self, unrolls: Unrolls) -> int:
-        """Commit as many of ``unrolls`` as there is room for; how many."""
+    def write(self, unrolls: Unrolls, origin: tuple[np.ndarray, np.ndarray]) -> int:
+        """Commit as many of ``unrolls`` as there is room for, with their ``origin`` (the
+        builder's ``last_origin`` when it returned them); how many."""
         head_c, tail_c = self._counter("head"), self._counter("tail")
         head = int(head_c[0])
         n = min(len(unrolls), self.spec.capacity - (head - int(tail_c[0])))
@@ -293,17 +316,21 @@ class UnrollRing(SharedArrays):
         at_N = (head + np.arange(n)) % self.spec.capacity
         for name, _, _ in self.spec.fields:
             self.arrays[name][at_N] = self._field(unrolls, name)[:n]
+        for name, values_N in zip(ORIGIN_FIELDS, origin, strict=True):
+            self.arrays[name][at_N] = values_N[:n]
         head_c[0] = head + n  # last: the rows are whole once it moves
         return n
 
     def read(self) -> Unrolls | None:
-        """Every committed unroll not taken yet (copies), now taken; None if none."""
+        """Every committed unroll not taken yet (copies), now taken, their origins in
+        :attr:`last_origin`; None if none."""
         head_c, tail_c = self._counter("head"), self._counter("tail")
         head, tail = int(head_c[0]), int(tail_c[0])
         if head == tail:
             return None
         at_N = (tail + np.arange(head - tail)) % self.spec.capacity
         taken = {name: self.arrays[name][at_N] for name, _, _ in self.spec.fields}
+        self.last_origin = (self.arrays["origin_slot"][at_N], self.arrays["origin_index"][at_N])
         tail_c[0] = head
         return Unrolls(
             obs=taken["obs"], first=taken["first"], reward=taken["reward"],
@@ -391,9 +418,10 @@ class FrontendTrajectories:
         self.terminated_R = table.terminated_bytes.view(np.bool_)
         self.truncated_R = table.truncated_bytes.view(np.bool_)
         self.action_RA = table.action_RA
-        self._unrolls: list[Unrolls] = []
+        self._unrolls: list[tuple[Unrolls, tuple[np.ndarray, np.ndarray]]] = []
+        """Unrolls (with their origin) the ring had no room for yet, oldest first."""
         self._episodes: list[FinishedEpisodes] = []
-        """What the ring had no room for yet, oldest first."""
+        """Episodes the ring had no room for yet, oldest first."""
 
     def open(self, count: int) -> np.ndarray:
         """Fresh builder slots for a new stream's ``count`` envs."""
@@ -419,7 +447,7 @@ class FrontendTrajectories:
             before, before, reply.step_R[row_B],
         )  # fmt: skip
         if unrolls is not None:
-            self._unrolls.append(unrolls)
+            self._unrolls.append((unrolls, builder.last_origin))
         if episodes is not None:
             self._episodes.append(episodes)
         if unrolls is not None or episodes is not None:
@@ -428,10 +456,10 @@ class FrontendTrajectories:
     def flush(self) -> None:
         """Into the ring what fits, oldest first."""
         while self._unrolls:
-            head = self._unrolls[0]
-            n = self.ring.write(head)
+            head, (slot_N, index_N) = self._unrolls[0]
+            n = self.ring.write(head, (slot_N, index_N))
             if n < len(head):
-                self._unrolls[0] = head.split(n)[1]
+                self._unrolls[0] = (head.split(n)[1], (slot_N[n:], index_N[n:]))
                 break
             self._unrolls.pop(0)
         while self._episodes:
@@ -460,7 +488,8 @@ class FrontendTrajectories:
 
 class UnrollDrain:
     """A thread of the model process: every ring's committed unrolls into the learner's
-    store, its ended episodes into the stats (on the event loop, which owns them)."""
+    store (and offered to the dataset recorder), its ended episodes into the stats (on
+    the event loop, which owns them). ``rings[i]`` is frontend i's."""
 
     def __init__(
         self,
@@ -468,12 +497,16 @@ class UnrollDrain:
         store: Store,
         keep_unrolls: bool,
         stats: LearnerStats,
+        recorder: EpisodeRecorder | None = None,
     ) -> None:
         self.rings = rings
         self.store = store
         self.keep_unrolls = keep_unrolls
         """False with --no-train: nothing consumes unrolls; the rings are still emptied."""
         self.stats = stats
+        self.recorder = recorder
+        """With --record-dataset: offered every unroll with its slot numbered apart from
+        other frontends' (it never waits)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -490,18 +523,23 @@ class UnrollDrain:
 
     def _run(self) -> None:
         while not self._stop.wait(DRAIN_PERIOD_S):
-            for unroll_ring in self.rings:
-                self.take(unroll_ring)
-        for unroll_ring in self.rings:  # what the stopped frontends committed last
-            self.take(unroll_ring)
+            for index in range(len(self.rings)):
+                self.take(index)
+        for index in range(len(self.rings)):  # what the stopped frontends committed last
+            self.take(index)
 
-    def take(self, unroll_ring: UnrollRing) -> None:
-        """One ring's committed episodes and unrolls, waiting while the store is full."""
+    def take(self, index: int) -> None:
+        """Frontend ``index``'s committed episodes and unrolls, waiting while the store is
+        full."""
+        unroll_ring = self.rings[index]
         episodes = unroll_ring.read_episodes()
         if episodes is not None and self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed: the run is over
                 self._loop.call_soon_threadsafe(self.stats.on_episodes, episodes)
         unrolls = unroll_ring.read()
+        if unrolls is not None and self.recorder is not None:
+            slot_N, count_N = unroll_ring.last_origin
+            self.recorder.offer(unrolls, index * FRONTEND_SLOTS + slot_N, count_N)
         if unrolls is None or not self.keep_unrolls:
             return
         while not self.store.put(unrolls, timeout=DRAIN_PERIOD_S):

@@ -39,11 +39,12 @@ SERVING_FIELDS = frozenset(
         "bind", "port", "advertise_host", "local_socket", "logdir", "device", "seed",
         "torch_threads", "precision", "greedy", "inference_batch_size",
         "inference_timeout_ms", "inference_quorum", "inference_backend", "time_phases",
-        "uvloop", "max_actors", "max_envs", "max_message_bytes", "hello_timeout_s",
-        "stream_idle_timeout_s", "actor_envs_per_actor", "auth_token", "auth_token_file",
-        "tls_cert", "tls_key", "tls_client_ca", "insecure", "total_frames", "max_seconds",
-        "log_interval_s", "progress", "tensorboard", "metrics_port", "log_episodes", "wandb",
-        "wandb_project", "wandb_entity", "wandb_mode",
+        "uvloop", "serving_processes", "max_actors", "max_envs", "max_message_bytes",
+        "hello_timeout_s", "stream_idle_timeout_s", "actor_envs_per_actor", "auth_token",
+        "auth_token_file", "tls_cert", "tls_key", "tls_client_ca", "insecure",
+        "total_frames", "max_seconds", "log_interval_s", "progress", "tensorboard",
+        "metrics_port", "log_episodes", "wandb", "wandb_project", "wandb_entity",
+        "wandb_mode",
     }
 )  # fmt: skip
 """LearnerConfig fields this command takes from its own flags; every other one (env,
