@@ -191,3 +191,14 @@ def test_a_tiny_tier_run_from_two_generators_reports_every_role(tmp_path):
     assert row["generator_cpu_us_per_frame"] > 0
     assert len(row["frontend_rss_mb_each"]) == 1 and row["model_rss_mb"] > 0
     assert row["host_rss_mb"] > row["model_rss_mb"] + row["frontends_rss_mb"] - 1e-9
+
+
+@pytest.mark.parametrize("generators", ["0", "3"])
+def test_more_generators_than_streams_is_a_bad_flag(generators):
+    cmd = [sys.executable, "-m", "benchmarks.loadgen", "--streams", "2", "--generators", generators]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "python -m benchmarks.loadgen: error: --generators must be between 1 and --streams "
+        f"(2), not {generators}"
+    ]
