@@ -293,7 +293,7 @@ loadgen: $(STAMP)
 ## forward pass), and 4096 x 1 from LOADGEN_GENERATORS generator processes at 0 and 2;
 ## writes LOADGEN_RESULTS/loadgen-scale-*.json and the loadgen block.
 LOADGEN_GENERATORS ?= 4
-LOADGEN_SCALE_ARGS = --repeats 1 --transport tcp
+LOADGEN_SCALE_ARGS = --repeats 1 --transport tcp --connect-timeout-s 300
 loadgen-scale: $(STAMP)
 	$(PY) -m benchmarks.loadgen --env CartPole-v1 --streams 64 --envs 1 --modes echo,system \
 		--serving-processes 0,1,2 $(LOADGEN_SCALE_ARGS) \
@@ -305,7 +305,7 @@ loadgen-scale: $(STAMP)
 		--modes phases,system --serving-processes 0,2 $(LOADGEN_SCALE_ARGS) \
 		--out $(LOADGEN_RESULTS)/loadgen-scale-atari-16.json $(ARGS)
 	$(PY) -m benchmarks.loadgen --env CartPole-v1 --streams 4096 --envs 1 --modes system \
-		--serving-processes 0,2 --generators $(LOADGEN_GENERATORS) --connect-timeout-s 300 \
+		--serving-processes 0,2 --generators $(LOADGEN_GENERATORS) \
 		$(LOADGEN_SCALE_ARGS) --out $(LOADGEN_RESULTS)/loadgen-scale-cartpole-4096.json $(ARGS)
 	$(MAKE) --no-print-directory loadgen-table
 
