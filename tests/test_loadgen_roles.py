@@ -204,3 +204,25 @@ def test_more_generators_than_streams_is_a_bad_flag(generators):
         "python -m benchmarks.loadgen: error: --generators must be between 1 and --streams "
         f"(2), not {generators}"
     ]
+
+
+def test_the_tiers_atari_target_is_beyond_its_own_timed_forward_pass():
+    """With a phases@N row the model's cost beyond its forward pass is read off that row
+    (same process, same run), not the one-process row's forward pass."""
+    timed = _row("phases@2", 2, 700.0, [100.0, 100.0])
+    timed["phases_us_per_frame"] = {"forward": 600.0, "batch_assembly": 20.0}
+    one = _row("phases", 0, 1000.0, None)
+    one["phases_us_per_frame"] = {"forward": 900.0, "batch_assembly": 30.0}
+    result = {
+        "date": "d", "wall_time_s": 60.0, "machine": {"cpus": 2},
+        "settings": {
+            "env": "ALE/Pong-v5", "streams": 16, "envs": 1, "repeats": 1,
+            "modes": ["phases", "system"], "measure_s": 4.0, "connections": 8,
+            "transport": "tcp", "serving_processes": "0,2",
+        },
+        "results": [one, timed, _row("system@2", 2, 650.0, [100.0, 100.0])],
+    }  # fmt: skip
+    text = render([result])
+    assert "with `--serving-processes 2`, ALE/Pong-v5 16 × 1" in text
+    assert "beyond the forward pass 100.0." in text
+    assert "(phases@2; µs): **100.0**, wanted <= 15: not met" in text

@@ -124,13 +124,21 @@ def summarize(rows: list[dict[str, Any]], env: str, envs_per_stream: int) -> dic
                 )
             )  # fmt: skip
         if family_of(env).name == "atari":
+            # Beyond the forward pass as the same process timed it in the same run
+            # (phases@N); else the system row less the one-process phases row's forward.
+            timed = summary.get(f"phases@{tier}", {})
+            own_forward = timed.get("phases_us_per_frame", {}).get("forward")
+            if own_forward is not None:
+                value, source = timed["learner_cpu_us_per_frame"] - own_forward, f"phases@{tier}"
+            else:
+                value = None if model is None or forward is None else model - forward
+                source = f"{mode} less the phases row's forward pass"
             targets.append(
                 _target(
                     f"tier_atari_non_model_us_per_frame@{tier}",
-                    f"model process CPU per single Atari frame beyond the forward pass "
-                    f"(the one-process phases row's) with {tier} frontend(s), training on (µs)",
-                    None if model is None or forward is None else model - forward,
-                    ATARI_NON_MODEL_TARGET_US,
+                    f"model process CPU per single Atari frame beyond its forward pass with "
+                    f"{tier} frontend(s), training on ({source}; µs)",
+                    value, ATARI_NON_MODEL_TARGET_US,
                 )
             )  # fmt: skip
     return {

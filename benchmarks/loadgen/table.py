@@ -187,22 +187,36 @@ def _role_rows(result: dict[str, Any]) -> list[str]:
 def _phases(result: dict[str, Any]) -> list[str]:
     s = result["settings"]
     summary = summarize(result["results"], s["env"], s["envs"])
-    phases = summary["summary"].get("phases", {}).get("phases_us_per_frame")
-    if not phases:
-        return []
-    parts = ", ".join(f"{PHASE_NAMES.get(k, k)} {v:.1f}" for k, v in phases.items())
-    total = summary["summary"]["phases"]["learner_cpu_us_per_frame"]
-    non_model = summary["non_model_us_per_frame"]
-    own = summary.get("non_model_beyond_echo_us_per_frame", {})
-    return [
-        "",
-        f"Where the learner's CPU per frame goes, {s['env']} {s['streams']} × {s['envs']} "
-        f"(µs/frame, training on, medians): {parts}; total {total:.1f}, timing included. "
-        f"Beyond the forward pass: {_num(non_model.get('inference'), '{:.1f}')} with "
-        f"`--no-train`, {_num(non_model.get('system'), '{:.1f}')} training; beyond the "
-        f"forward pass and the echo server's cost: {_num(own.get('inference'), '{:.1f}')} "
-        f"and {_num(own.get('system'), '{:.1f}')}.",
-    ]
+    out = []
+    for mode in _ordered(summary["summary"]):
+        if base_mode(mode)[0] != "phases":
+            continue
+        phases = summary["summary"][mode].get("phases_us_per_frame")
+        if not phases:
+            continue
+        parts = ", ".join(f"{PHASE_NAMES.get(k, k)} {v:.1f}" for k, v in phases.items())
+        total = summary["summary"][mode]["learner_cpu_us_per_frame"]
+        if mode != "phases":  # the model process of the tier: its split alone
+            out += [
+                "",
+                f"Where the model process's CPU per frame goes with `--serving-processes "
+                f"{base_mode(mode)[1]}`, {s['env']} {s['streams']} × {s['envs']} (µs/frame, "
+                f"training on): {parts}; total {total:.1f}, timing included; beyond the "
+                f"forward pass {total - phases['forward']:.1f}.",
+            ]
+            continue
+        non_model = summary["non_model_us_per_frame"]
+        own = summary.get("non_model_beyond_echo_us_per_frame", {})
+        out += [
+            "",
+            f"Where the learner's CPU per frame goes, {s['env']} {s['streams']} × {s['envs']} "
+            f"(µs/frame, training on, medians): {parts}; total {total:.1f}, timing included. "
+            f"Beyond the forward pass: {_num(non_model.get('inference'), '{:.1f}')} with "
+            f"`--no-train`, {_num(non_model.get('system'), '{:.1f}')} training; beyond the "
+            f"forward pass and the echo server's cost: {_num(own.get('inference'), '{:.1f}')} "
+            f"and {_num(own.get('system'), '{:.1f}')}.",
+        ]
+    return out
 
 
 def _targets(result: dict[str, Any]) -> list[str]:
