@@ -277,13 +277,36 @@ gpu-table: $(STAMP)
 ## interleaved (rows MODE@2; their frontends' CPU in the JSON).
 LOADGEN_RESULTS ?= benchmarks/results
 SERVING_PROCESSES ?= 0
-LOADGEN_JSONS = $(LOADGEN_RESULTS)/loadgen-cartpole.json $(LOADGEN_RESULTS)/loadgen-atari.json
-.PHONY: loadgen loadgen-table
+LOADGEN_SCALE = cartpole-64 cartpole-1024 atari-16 cartpole-4096
+LOADGEN_JSONS = $(LOADGEN_RESULTS)/loadgen-cartpole.json $(LOADGEN_RESULTS)/loadgen-atari.json \
+	$(foreach s,$(LOADGEN_SCALE),$(LOADGEN_RESULTS)/loadgen-scale-$(s).json)
+.PHONY: loadgen loadgen-table loadgen-scale
 loadgen: $(STAMP)
 	$(PY) -m benchmarks.loadgen --env CartPole-v1 --streams 64 --envs 1 \
 		--serving-processes $(SERVING_PROCESSES) --out $(LOADGEN_RESULTS)/loadgen-cartpole.json $(ARGS)
 	$(PY) -m benchmarks.loadgen --env ALE/Pong-v5 --preset atari --streams 16 --envs 1 \
 		--serving-processes $(SERVING_PROCESSES) --out $(LOADGEN_RESULTS)/loadgen-atari.json $(ARGS)
+	$(MAKE) --no-print-directory loadgen-table
+
+## The serving tier's rows (issue 86), one repeat each: CartPole-v1 64 x 1 and 1024 x 1 at
+## --serving-processes 0, 1, 2 (echo beside them), Pong 16 x 1 at 0 and 2 (phases at 0 for the
+## forward pass), and 4096 x 1 from LOADGEN_GENERATORS generator processes at 0 and 2;
+## writes LOADGEN_RESULTS/loadgen-scale-*.json and the loadgen block.
+LOADGEN_GENERATORS ?= 4
+LOADGEN_SCALE_ARGS = --repeats 1 --transport tcp --connect-timeout-s 300
+loadgen-scale: $(STAMP)
+	$(PY) -m benchmarks.loadgen --env CartPole-v1 --streams 64 --envs 1 --modes echo,system \
+		--serving-processes 0,1,2 $(LOADGEN_SCALE_ARGS) \
+		--out $(LOADGEN_RESULTS)/loadgen-scale-cartpole-64.json $(ARGS)
+	$(PY) -m benchmarks.loadgen --env CartPole-v1 --streams 1024 --envs 1 --modes echo,system \
+		--serving-processes 0,1,2 $(LOADGEN_SCALE_ARGS) \
+		--out $(LOADGEN_RESULTS)/loadgen-scale-cartpole-1024.json $(ARGS)
+	$(PY) -m benchmarks.loadgen --env ALE/Pong-v5 --preset atari --streams 16 --envs 1 \
+		--modes phases,system --serving-processes 0,2 $(LOADGEN_SCALE_ARGS) \
+		--out $(LOADGEN_RESULTS)/loadgen-scale-atari-16.json $(ARGS)
+	$(PY) -m benchmarks.loadgen --env CartPole-v1 --streams 4096 --envs 1 --modes system \
+		--serving-processes 0,2 --generators $(LOADGEN_GENERATORS) \
+		$(LOADGEN_SCALE_ARGS) --out $(LOADGEN_RESULTS)/loadgen-scale-cartpole-4096.json $(ARGS)
 	$(MAKE) --no-print-directory loadgen-table
 
 loadgen-table: $(STAMP)

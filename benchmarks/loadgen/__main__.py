@@ -48,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
         help="gRPC connections the streams share (0: as many as the actor launcher would "
         "start processes for S actors on this host)",
     )  # fmt: skip
+    p.add_argument(
+        "--generators", type=int, default=1,
+        help="generator processes the streams are split over (1: this process)",
+    )  # fmt: skip
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated of {MODES}")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds of all modes")
     p.add_argument("--warmup-s", type=float, default=2.0)
@@ -82,6 +86,13 @@ def run(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if not 1 <= args.generators <= args.streams:
+        print(
+            "python -m benchmarks.loadgen: error: --generators must be between 1 and "
+            f"--streams ({args.streams}), not {args.generators}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         tiers = [int(n) for n in args.serving_processes.split(",") if n]
     except ValueError:
@@ -104,6 +115,7 @@ def run(argv: Sequence[str]) -> int:
             connect_timeout_s=args.connect_timeout_s, transport=args.transport,
             learner_args=tuple(shlex.split(args.learner_args)), tape_steps=args.tape_steps,
             workdir=Path(workdir), preset=args.preset, device=args.device,
+            generators=args.generators,
         )  # fmt: skip
         rows = _measure_all(settings, modes, args.repeats, tiers)
     result: dict[str, Any] = {
@@ -134,6 +146,7 @@ def _settings_record(
         "warmup_s": args.warmup_s, "measure_s": args.measure_s, "transport": args.transport,
         "learner_args": args.learner_args, "tape_steps": args.tape_steps,
         "device": args.device, "serving_processes": args.serving_processes,
+        "generators": args.generators,
     }  # fmt: skip
 
 

@@ -3,10 +3,13 @@
 The server is the learner (``inference``: ``--no-train``; ``system``: training;
 ``phases``: training with ``--time-phases``) or the echo server (``echo``: the learner's
 own handler with zero actions, the transport floor). The synthetic actors run in this
-process, one thread per connection. Over a window that opens after a warm-up, it reads the server's
-CPU from ``/proc`` (its own threads and its children: the trainer process), the main
-thread's (the event loop) apart, the frames the server counted and the steps it trained
-from its ``metrics.jsonl``, and the replies and round trips from the streams.
+process, one thread per connection, or in ``--generators`` processes. Every stream is
+admitted before any sends a frame. Over a window that opens after a warm-up, it reads
+the CPU of the server's processes by role from ``/proc`` (:mod:`benchmarks.loadgen.roles`:
+the model process, its main thread apart, each serving-tier frontend, the trainer and
+other children) and their memory at the window's end, the frames the server counted and
+the steps it trained from its ``metrics.jsonl``, and the replies and round trips from
+the streams.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from typing import Any
 import grpc
 
 from benchmarks.bench.fleet import stop_process
-from benchmarks.bench.procfs import child_pids, cpu_seconds, split_cpu_seconds, task_cpu_seconds
+from benchmarks.loadgen.generators import GeneratorProcesses
+from benchmarks.loadgen.roles import read_tree, role_cpu, role_memory
 from benchmarks.loadgen.synthetic import SyntheticActors, Tape, record_tape
-from learner.serving.slots import PROCESS_NAME as FRONTEND_PROCESS_NAME
 from learner.state.stats import SERVING_PHASES
 from seedrl.metrics import read_metrics
 from seedrl.proto import seedrl_pb2 as pb
@@ -56,6 +59,8 @@ class Settings:
     workdir: Path
     preset: str | None = None
     device: str = "cpu"
+    generators: int = 1
+    """Processes the streams are split over (1: this process)."""
 
 
 def server_command(mode: str, port: int, logdir: Path, s: Settings) -> list[str]:
@@ -100,7 +105,7 @@ def measure(mode: str, s: Settings, tapes: dict[str, Tape]) -> dict[str, Any]:
         proc = subprocess.Popen(
             server_command(mode, port, logdir, s), stdout=log_file, stderr=subprocess.STDOUT
         )
-        actors: SyntheticActors | None = None
+        actors: SyntheticActors | GeneratorProcesses | None = None
         try:
             dialled = f"127.0.0.1:{port}"
             info = learner_info(dialled, s.connect_timeout_s, proc)
@@ -108,9 +113,15 @@ def measure(mode: str, s: Settings, tapes: dict[str, Tape]) -> dict[str, Any]:
             tape_key = f"{info.env.env_id}/{info.frame_stack}"
             if tape_key not in tapes:  # recorded once per env and frame layout
                 tapes[tape_key] = record_tape(info, s.tape_steps)
-            actors = SyntheticActors(
-                target or dialled, info, tapes[tape_key], s.streams, s.envs, s.connections
-            )
+            if s.generators > 1:
+                actors = GeneratorProcesses(
+                    target or dialled, info, tapes[tape_key], s.streams, s.envs,
+                    s.connections, s.generators,
+                )  # fmt: skip
+            else:
+                actors = SyntheticActors(
+                    target or dialled, info, tapes[tape_key], s.streams, s.envs, s.connections
+                )
             actors.start()
             _until_steady(actors, mode, logdir, s, proc)
             time.sleep(s.warmup_s)
@@ -125,41 +136,53 @@ def measure(mode: str, s: Settings, tapes: dict[str, Tape]) -> dict[str, Any]:
 
 
 def _until_steady(
-    actors: SyntheticActors, mode: str, logdir: Path, s: Settings, proc: subprocess.Popen[Any]
+    actors: SyntheticActors | GeneratorProcesses,
+    mode: str,
+    logdir: Path,
+    s: Settings,
+    proc: subprocess.Popen[Any],
 ) -> None:
-    """Every stream admitted and, when training, the trainer stepping."""
+    """Every stream admitted (then released to send frames) and, when training, the
+    trainer stepping."""
     deadline = time.monotonic() + s.connect_timeout_s
+    released = False
     while time.monotonic() < deadline:
         if actors.errors:
             raise RuntimeError(actors.errors[0])
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited with {proc.returncode}")
+        connected = actors.connected
+        if not released and connected == s.streams:
+            actors.release()
+            released = True
         records = read_metrics(logdir)
         trains = mode in ("system", "phases")
         stepping = not trains or (records and records[-1].get("learner_steps", 0) > 0)
-        if actors.connected == s.streams and records and stepping:
+        if released and records and stepping:
             return
         time.sleep(0.2)
     raise RuntimeError(f"not steady within {s.connect_timeout_s} s ({actors.connected} streams in)")
 
 
 def _window(
-    actors: SyntheticActors, mode: str, logdir: Path, s: Settings, proc: subprocess.Popen[Any]
+    actors: SyntheticActors | GeneratorProcesses,
+    mode: str,
+    logdir: Path,
+    s: Settings,
+    proc: subprocess.Popen[Any],
 ) -> dict[str, Any]:
     pid = proc.pid
-    frontends = frontend_pids(pid)
     actors.open_window()
-    t0, cpu0, main0, gen0 = time.time(), split_cpu_seconds(pid), _main_thread(pid), _own_cpu()
-    fe0 = [cpu_seconds(f) for f in frontends]
+    t0, tree0, gen0 = time.time(), read_tree(pid), actors.cpu_seconds()
     time.sleep(s.measure_s)
     wanted = MIN_ROUND_TRIPS * s.streams
     stretch_until = time.monotonic() + s.measure_s * (MAX_STRETCH - 1)
     while actors.replies < wanted and time.monotonic() < stretch_until:
         time.sleep(0.1)
-    t1, cpu1, main1, gen1 = time.time(), split_cpu_seconds(pid), _main_thread(pid), _own_cpu()
-    fe1 = [cpu_seconds(f) for f in frontends]
+    t1, tree1, gen1 = time.time(), read_tree(pid), actors.cpu_seconds()
     replies = actors.replies
     p50, p99 = actors.rtt_percentiles_ms()
+    memory = role_memory(tree1)
     time.sleep(METRICS_INTERVAL_S + 0.2)  # a metrics record past the window's end
     if actors.errors:
         raise RuntimeError(actors.errors[0])
@@ -168,9 +191,8 @@ def _window(
     if answered == 0:
         raise RuntimeError("no frame was answered in the window")
     per_frame = 1e6 / answered
-    frontend_cpu = [b - a for a, b in zip(fe0, fe1, strict=True)]
-    # The frontends are the learner's children too: what is left of the children is training.
-    serving_cpu, training_cpu = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1] - sum(frontend_cpu)
+    cpu = role_cpu(tree0, tree1)
+    serving_cpu, main_cpu = cpu.model, cpu.model_main_thread
     row: dict[str, Any] = {
         # Wall-clock bounds, so that samples taken beside the run (a GPU's utilisation)
         # can be matched to this window.
@@ -184,14 +206,23 @@ def _window(
         "learner_cpu_cores": serving_cpu / wall,
         # The headline: CPU per frame holds up on a shared machine far better than frames/s.
         "learner_cpu_us_per_frame": serving_cpu * per_frame,
-        "learner_loop_thread_us_per_frame": (main1 - main0) * per_frame,
-        "learner_other_threads_us_per_frame": (serving_cpu - (main1 - main0)) * per_frame,
-        "trainer_cpu_us_per_frame": training_cpu * per_frame,
+        "learner_loop_thread_us_per_frame": main_cpu * per_frame,
+        "learner_other_threads_us_per_frame": (serving_cpu - main_cpu) * per_frame,
+        # The model's other children: the trainer process (and the resource tracker).
+        "trainer_cpu_us_per_frame": cpu.others * per_frame,
+        # The whole learner: every process of it, the generators not among them.
+        "host_cpu_us_per_frame": cpu.host * per_frame,
+        "host_cpu_cores": cpu.host / wall,
         "generator_cpu_us_per_frame": (gen1 - gen0) * per_frame,
+        "generators": s.generators,
+        **memory,
     }
-    if frontends:  # --serving-processes: the learner process runs the model, these serve
-        row["frontend_cpu_us_per_frame"] = sum(frontend_cpu) * per_frame
-        row["frontend_cpu_us_per_frame_each"] = [c * per_frame for c in frontend_cpu]
+    if cpu.frontends:  # --serving-processes: the learner process runs the model, these serve
+        fe_cpu = sum(cpu.frontends)
+        row["frontend_cpu_us_per_frame"] = fe_cpu * per_frame
+        row["frontend_cpu_us_per_frame_each"] = [c * per_frame for c in cpu.frontends]
+        # What one core of frontends carries: frames answered per frontend CPU second.
+        row["fps_per_frontend_core"] = answered / fe_cpu if fe_cpu > 0 else None
     row.update(_learner_window(logdir, t0, t1))
     if mode == "phases" and row.get("phase_s"):
         taken = max(row["frames_taken"], 1)
@@ -239,23 +270,3 @@ def _config(logdir: Path) -> dict[str, Any]:
 def _mean(records: Sequence[dict[str, Any]], key: str) -> float | None:
     values = [r[key] for r in records if r.get(key) is not None]
     return sum(values) / len(values) if values else None
-
-
-def frontend_pids(pid: int) -> list[int]:
-    """The serving-tier frontends among a learner's children, by their process name."""
-    found = []
-    for child in child_pids(pid):
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{child}/comm").read_text().startswith(FRONTEND_PROCESS_NAME):
-                found.append(child)
-    return sorted(found)
-
-
-def _main_thread(pid: int) -> float:
-    """CPU seconds of a process's main thread (the learner's event loop)."""
-    return task_cpu_seconds(pid, pid)
-
-
-def _own_cpu() -> float:
-    """This process's CPU seconds: the synthetic actors' cost."""
-    return time.process_time()

@@ -10,6 +10,12 @@ like an actor's, then the lockstep loop of one frame (joined from the tape by th
 learner's own templates) and one reply, timing each round trip. Env k of a stream
 replays the tape from its own offset, so the K envs of a frame and the streams differ.
 Stepping no env and waking once per reply, one process holds many streams cheaply.
+
+Streams open a window at a time and, once accepted, send no frame until :meth:`release`:
+grpc core keeps at most about a thousand calls its server has not yet taken up (more
+are refused, and one left waiting 30 s is cancelled), and a server busy answering the
+streams already running takes new ones up slowly, so thousands of streams opened at
+once against a loaded learner end CANCELLED before their Hello is read.
 """
 
 from __future__ import annotations
@@ -38,6 +44,12 @@ _RECEIVE_STATUS = cygrpc.OperationType.receive_status_on_client
 _OPERATION_COMPLETE = cygrpc.CompletionType.operation_complete
 OPENING_BATCHES = 4
 """Operation batches a stream starts with: metadata out, metadata in, status, Hello."""
+WAKER_METHOD = b"/grpc.health.v1.Health/Watch"
+"""A call each driver keeps open until :meth:`SyntheticActors.release`, which cancels it:
+its ending is what wakes a driver whose streams all wait after their Accept."""
+OPENING_WINDOW = 512
+"""Streams, over all drivers, opened and not yet accepted at once: under grpc core's
+backlog of calls its server has not taken up (1000 before it refuses some)."""
 
 
 @dataclass
@@ -157,6 +169,8 @@ class StreamDriver:
         num_envs: int,
         connection: int,
         metadata: tuple[tuple[str, str], ...] = (),
+        opening_window: int = OPENING_WINDOW,
+        released: threading.Event | None = None,
     ) -> None:
         options = channel_options(info.max_message_bytes or 16 * 1024 * 1024)
         # Distinct channel arguments give distinct connections (equal ones share one).
@@ -177,6 +191,11 @@ class StreamDriver:
         self.errors: list[str] = []
         self.rtt_s = np.zeros(RTT_CAPACITY, np.float64)
         self.rtt_count = 0
+        self._opening_window = max(1, opening_window)
+        self._released = released if released is not None else threading.Event()
+        """Set: accepted streams send frames (until then each waits after its Accept)."""
+        self._parked: list[_Stream] = []
+        self._waker: Any = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="loadgen-driver", daemon=True)
 
@@ -189,12 +208,38 @@ class StreamDriver:
     def stop(self) -> None:
         """Cancel every stream (which wakes the driver) and wait for their ends."""
         self._stop.set()
+        self.wake()
         for stream in self.streams:
             if stream.call is not None:
                 stream.call.cancel(cygrpc.StatusCode.cancelled, "load generator stopping")
         self._thread.join(timeout=30)
         if not self._thread.is_alive():  # else closing would wait for its completions
             self._channel.close()
+
+    def wake(self) -> None:
+        """End the waker call, so the driver looks at its parked streams (and its stop)."""
+        waker = self._waker
+        if waker is not None:
+            waker.cancel(cygrpc.StatusCode.cancelled, "load generator released its streams")
+
+    def _open_waker(self) -> int:
+        """Open the waker call (a health watch that streams nothing we read): its
+        completions to come."""
+        operations = (
+            (
+                (
+                    cygrpc.SendInitialMetadataOperation(self.metadata, _NO_FLAGS),
+                    cygrpc.SendMessageOperation(b"", _NO_FLAGS),
+                    cygrpc.SendCloseFromClientOperation(_NO_FLAGS),
+                ),
+                None,
+            ),
+            ((cygrpc.ReceiveStatusOnClientOperation(_NO_FLAGS),), ("waker", None)),
+        )
+        self._waker = self._core.integrated_call(
+            0, WAKER_METHOD, None, None, self.metadata, None, operations, None, None
+        )
+        return len(operations)
 
     def _open(self, stream: _Stream) -> None:
         hello = pb.ActorMessage(
@@ -221,16 +266,26 @@ class StreamDriver:
         )
 
     def _run(self) -> None:
-        for stream in self.streams:
-            self._open(stream)
+        unopened = list(reversed(self.streams))
+        opening = 0  # opened, neither accepted nor ended
         # Every operation batch started must be taken off the queue before the channel
         # can close: gRPC frees a call only once all of its completions were consumed.
-        pending = OPENING_BATCHES * len(self.streams)
+        pending = 0 if self._released.is_set() else self._open_waker()
+        if self._stop.is_set() or self._released.is_set():  # before the waker existed
+            self.wake()
         next_event, clock = self._core.next_call_event, time.perf_counter
         rtt, mask, reply_size = self.rtt_s, RTT_CAPACITY - 1, self._reply_size
         cancelled = False
-        while pending:
+        while pending or (unopened and not cancelled):
             cancelled = cancelled or self._stop.is_set()
+            while unopened and opening < self._opening_window and not cancelled:
+                self._open(unopened.pop())
+                opening += 1
+                pending += OPENING_BATCHES
+            if self._parked and self._released.is_set() and not cancelled:
+                for parked in self._parked:
+                    pending += self._send(parked, clock)
+                self._parked.clear()
             event = next_event()
             if event.completion_type != _OPERATION_COMPLETE:
                 continue  # the queue's periodic timeout
@@ -238,7 +293,10 @@ class StreamDriver:
             tag = event.tag
             if tag is None:  # metadata sent or received
                 continue
-            if type(tag) is tuple:  # a stream's status: it has ended
+            if type(tag) is tuple:  # a stream's status: it has ended (or the waker's)
+                if tag[1] is None:
+                    continue
+                opening -= not tag[1].accepted
                 if not cancelled:
                     self.errors.append(_status_line(tag[1], event))
                 continue
@@ -257,17 +315,26 @@ class StreamDriver:
             elif pb.LearnerMessage.FromString(message).WhichOneof("kind") == "accept":
                 tag.accepted = True
                 self.connected += 1
+                opening -= 1
+                if not self._released.is_set():
+                    self._parked.append(tag)
+                    continue
             else:
                 continue
-            tag.sent_at = clock()
-            started = tag.call.operate(
-                (
-                    cygrpc.SendMessageOperation(tag.source.next(), _NO_FLAGS),
-                    cygrpc.ReceiveMessageOperation(_NO_FLAGS),
-                ),
-                tag,
-            )
-            pending += bool(started)  # False: the call has ended, no completion comes
+            pending += self._send(tag, clock)
+
+    @staticmethod
+    def _send(stream: _Stream, clock: Any) -> int:
+        """Send the stream's next frame and ask for its reply: the completions to come."""
+        stream.sent_at = clock()
+        started = stream.call.operate(
+            (
+                cygrpc.SendMessageOperation(stream.source.next(), _NO_FLAGS),
+                cygrpc.ReceiveMessageOperation(_NO_FLAGS),
+            ),
+            stream,
+        )
+        return int(bool(started))  # False: the call has ended, no completion comes
 
 
 def _status_line(stream: _Stream, event: Any) -> str:
@@ -281,7 +348,11 @@ def _status_line(stream: _Stream, event: Any) -> str:
 
 
 class SyntheticActors:
-    """S streams of K envs over ``connections`` connections, one driver thread each."""
+    """S streams of K envs over ``connections`` connections, one driver thread each.
+
+    ``indices`` numbers the streams (their actor ids and tape offsets) where several
+    generator processes split one run's streams; ``opening_window`` is this process's
+    share of :data:`OPENING_WINDOW`."""
 
     def __init__(
         self,
@@ -292,17 +363,40 @@ class SyntheticActors:
         num_envs: int,
         connections: int,
         metadata: tuple[tuple[str, str], ...] = (),
+        indices: Sequence[int] | None = None,
+        opening_window: int = OPENING_WINDOW,
     ) -> None:
-        connections = max(1, min(connections, streams))
+        numbers = list(range(streams)) if indices is None else list(indices)
+        connections = max(1, min(connections, len(numbers)))
         self.num_envs = num_envs
+        self.released = threading.Event()
+        window = max(1, opening_window // connections)
         self.drivers = [
-            StreamDriver(target, info, tape, range(c, streams, connections), num_envs, c, metadata)
+            StreamDriver(
+                target, info, tape, numbers[c::connections], num_envs, c, metadata, window,
+                self.released,
+            )
             for c in range(connections)
-        ]
+        ]  # fmt: skip
 
     def start(self) -> None:
         for driver in self.drivers:
             driver.start()
+
+    def release(self) -> None:
+        """Accepted streams start sending frames (those accepted later, at once)."""
+        self.released.set()
+        for driver in self.drivers:
+            driver.wake()
+
+    def cpu_seconds(self) -> float:
+        """The generator's CPU seconds so far (this process's)."""
+        return time.process_time()
+
+    def rtt_samples_s(self) -> np.ndarray:
+        """Round trips (s) since the window opened, every driver's."""
+        samples = [d.rtt_s[: min(d.rtt_count, RTT_CAPACITY)] for d in self.drivers]
+        return np.concatenate(samples) if samples else np.zeros(0)
 
     @property
     def connected(self) -> int:
@@ -323,13 +417,16 @@ class SyntheticActors:
 
     def rtt_percentiles_ms(self) -> tuple[float | None, float | None]:
         """Round-trip p50 and p99 (ms) since the window opened."""
-        samples = [d.rtt_s[: min(d.rtt_count, RTT_CAPACITY)] for d in self.drivers]
-        joined = np.concatenate(samples) if samples else np.zeros(0)
-        if joined.size == 0:
-            return None, None
-        p50, p99 = np.percentile(joined, (50, 99)) * 1e3
-        return float(p50), float(p99)
+        return percentiles_ms(self.rtt_samples_s())
 
     def stop(self) -> None:
         for driver in self.drivers:
             driver.stop()
+
+
+def percentiles_ms(samples_s: np.ndarray) -> tuple[float | None, float | None]:
+    """p50 and p99 (ms) of round trips in seconds; None for none."""
+    if samples_s.size == 0:
+        return None, None
+    p50, p99 = np.percentile(samples_s, (50, 99)) * 1e3
+    return float(p50), float(p99)
