@@ -496,7 +496,7 @@ class TierServing:
         reply = self.rows.reply
         return FrontendUnrolls(
             self._builder_layout, reply.spec, reply.name, self.rings[f.index].spec,
-            self.rings[f.index].name,
+            self.rings[f.index].name, InheritedFd(self.drain.bell),
         )  # fmt: skip
 
     def _on_control(self, f: Frontend) -> None:
