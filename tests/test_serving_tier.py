@@ -9,12 +9,14 @@ learner side against two frontends; and what the tier does not carry yet is refu
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import grpc
 import numpy as np
@@ -34,7 +36,9 @@ from learner.agents.models import UnsupportedSetup
 from learner.serving.admission import Admission, SharedCounts
 from learner.serving.frontend_stats import FrontendCounters, FrontendStats
 from learner.serving.slots import RowSpans, SlotTable, TableSpec
-from learner.serving.tier import MAX_DEATHS, PortLock, check_tier_supported
+from learner.serving.tier import MAX_DEATHS, PortLock, SlotBatcher, check_tier_supported
+from learner.state.counters import StepCounter
+from learner.state.stats import LearnerStats
 from seedrl import codec
 from seedrl.config import LearnerConfig
 from seedrl.conformance.cases import LEARNER_CASES, Status
@@ -82,6 +86,95 @@ def test_a_row_written_in_one_mapping_is_read_in_another():
     finally:
         other.close()
         owner.close()
+
+
+class _Engine:
+    """The engine's part the slot batcher calls: every row's action is 7."""
+
+    normalizer = None
+
+    def __init__(self) -> None:
+        self.learner_step = StepCounter()
+
+    def begin_batch(self) -> None:
+        pass
+
+    def serve_rows(self, rows) -> np.ndarray:
+        return np.full(len(rows.slot_B), 7, np.int64)
+
+    def release_later(self, conn) -> None:
+        pass
+
+
+def _batcher(batch: int, quorum: float, timeout_ms: float) -> tuple[SlotBatcher, SlotTable]:
+    table = SlotTable(TableSpec(8, 4, 4 * 4, "<i8", ()))
+    rows = SimpleNamespace(
+        obs_dtype=np.dtype(np.float32), frame_shape=(4,),
+        allocate_rows=lambda begin, count: np.arange(begin, begin + count),
+    )  # fmt: skip
+    config = LearnerConfig(
+        inference_batch_size=batch, inference_quorum=quorum, inference_timeout_ms=timeout_ms
+    )
+    return SlotBatcher(table, _Engine(), rows, LearnerStats(), config), table  # type: ignore[arg-type]
+
+
+def _answered(batcher: SlotBatcher, table: SlotTable, lanes: list[int]) -> list[int]:
+    """The lanes of ``lanes`` answered, once every one of them is (a bounded wait)."""
+
+    async def scenario() -> list[int]:
+        task = asyncio.create_task(batcher.run())
+        try:
+            for _ in range(3000):
+                if (table.rep_L[lanes] == table.req_L[lanes]).all():
+                    break
+                await asyncio.sleep(0.01)
+            # Read before the close, which serves what is waiting.
+            return [lane for lane in range(table.spec.lanes) if table.rep_L[lane] > 0]
+        finally:
+            batcher.close()
+            await task
+
+    return asyncio.run(scenario())
+
+
+def test_a_batch_waits_for_quorum_and_a_closed_streams_frame_never_counts():
+    batcher, table = _batcher(batch=64, quorum=0.5, timeout_ms=12.0)
+    try:
+        lanes = [batcher.lease(0, 1)[0] for _ in range(4)]  # quorum: 2 of 4 streams
+        table.req_L[lanes[0]] += 1
+        batcher.rung()
+        assert not batcher._due.is_set()
+        table.req_L[lanes[1]] += 1
+        batcher.release(lanes[1])  # closed with its frame unanswered: 2 of 3 now
+        batcher.rung()
+        assert not batcher._due.is_set()
+        table.req_L[lanes[2]] += 1
+        batcher.rung()
+        assert batcher._due.is_set()
+        assert batcher._ready_lanes().tolist() == [lanes[0], lanes[2]]
+    finally:
+        table.close()
+
+
+def test_a_batch_is_due_once_its_lanes_rows_reach_the_batch_size():
+    batcher, table = _batcher(batch=4, quorum=1.0, timeout_ms=3.6e6)  # no deadline here
+    try:
+        wide, narrow, _idle = (batcher.lease(0, k)[0] for k in (3, 1, 1))
+        table.req_L[[wide, narrow]] += 1  # 4 rows from 2 of 3 streams
+        assert _answered(batcher, table, [wide, narrow]) == [wide, narrow]
+        assert table.action_RA[:4].tolist() == [7, 7, 7, 7]
+    finally:
+        table.close()
+
+
+def test_a_frame_short_of_the_batch_rule_is_answered_at_the_deadline():
+    batcher, table = _batcher(batch=64, quorum=1.0, timeout_ms=1.0)
+    try:
+        lanes = [batcher.lease(0, 1)[0] for _ in range(3)]
+        table.req_L[lanes[1]] += 1  # one of 3 streams, one row of 64
+        assert _answered(batcher, table, [lanes[1]]) == [lanes[1]]
+    finally:
+        table.close()
 
 
 def test_shared_counts_make_every_holder_admit_against_the_same_limits(tmp_path):

@@ -17,8 +17,9 @@ import signal
 import numpy as np
 import pytest
 
+from learner.serving import tier_unrolls
 from learner.serving.rows import FrameBatch, ServingCore
-from learner.serving.slots import SlotTable, TableSpec
+from learner.serving.slots import SlotTable, TableSpec, new_doorbell
 from learner.serving.tier_batch import LaneRows
 from learner.serving.tier_unrolls import (
     FRONTEND_SLOTS,
@@ -34,7 +35,7 @@ from learner.state.counters import StepCounter
 from learner.state.dataset import EpisodeStitcher, RowConverter
 from learner.state.normalize import ObservationNormalizer
 from learner.state.stats import LearnerStats
-from learner.state.trajectories import TrajectoryBuilder, Unrolls
+from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
 from seedrl.proto import seedrl_pb2 as pb
 
 FEATURES = 4
@@ -309,6 +310,57 @@ def test_a_full_ring_takes_what_fits_and_the_frontend_keeps_the_rest():
         taken = ring.read()
         assert taken is not None and taken.reward[:, 0].tolist() == [3.0, 4.0]
     finally:
+        ring.close()
+
+
+def _rung(bell: int) -> bool:
+    """Whether the doorbell was rung since it was last read (and read it)."""
+    try:
+        os.read(bell, 8)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def test_a_frontend_rings_the_drain_once_half_its_ring_waits():
+    builder = _builder(1, (), 0)
+    table = SlotTable(TableSpec(4, 1, 4 * FEATURES, "<i8", ()))
+    reply = ReplyRows(ReplySpec(4, 2, (), None))
+    ring = UnrollRing(RingSpec.of(builder, 4))
+    bell = new_doorbell()
+    front = FrontendTrajectories(TrajectoryBuilder(**builder.layout()), table, reply, ring, bell)
+    try:
+        front._unrolls.append(_unroll(builder, 0.0))
+        front.flush()
+        assert not _rung(bell)  # a quarter of the ring: the drain's period takes it
+        front._unrolls.append(_unroll(builder, 1.0))
+        front.flush()
+        assert _rung(bell)  # half: a trainer batch waits
+        assert ring.read() is not None
+        front._unrolls.append(_unroll(builder, 2.0))
+        front.flush()
+        assert not _rung(bell)  # taken: the count starts again
+    finally:
+        os.close(bell)
+        table.close()
+        reply.close()
+        ring.close()
+
+
+def test_the_drain_takes_a_ring_when_rung_without_waiting_for_its_period(monkeypatch):
+    monkeypatch.setattr(tier_unrolls, "DRAIN_PERIOD_S", 3600.0)
+    builder = _builder(1, (), 0)
+    ring = UnrollRing(RingSpec.of(builder, 4))
+    queue = UnrollQueue(8)
+    drainer = UnrollDrain([ring], queue, True, LearnerStats())
+    try:
+        drainer.start(None)  # type: ignore[arg-type]  # no episodes: no loop needed
+        assert ring.write(Unrolls.concat([_unroll(builder, v) for v in (1.0, 2.0)])) == 2
+        os.write(drainer.bell, (1).to_bytes(8, "little"))
+        taken = queue.get(2, timeout=60)
+        assert taken is not None and taken.reward[:, 0].tolist() == [1.0, 2.0]
+    finally:
+        assert drainer.stop(timeout_s=60)  # the stop rings it too
         ring.close()
 
 

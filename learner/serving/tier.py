@@ -170,9 +170,12 @@ class SlotBatcher:
         self._free_lanes = list(range(table.spec.lanes - 1, -1, -1))
         self._rows = RowSpans(table.spec.rows)
         self.leases: dict[int, ModelLease] = {}
-        self._live_L = np.zeros(table.spec.lanes, bool)
         self._taken_L = np.zeros(table.spec.lanes, np.int64)
+        """Each lane's last request taken; a lane without a lease keeps it at its ``req``,
+        so a lane waits exactly while ``req_L != _taken_L``."""
         self._frames_L = np.zeros(table.spec.lanes, np.int64)
+        self._wide_leases = 0
+        """Leases of more than one row: while none is open, ready frames are ready lanes."""
         self._quorum_lanes = QUORUM_NONE
         self._due = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
@@ -199,8 +202,8 @@ class SlotBatcher:
         )  # fmt: skip
         self.lanes.open(lane, begin, count, owner, conn.slot_ids)
         self.leases[lane] = ModelLease(lane, begin, count, owner, conn)
-        self._live_L[lane] = True
         self._frames_L[lane] = count
+        self._wide_leases += count > 1
         self._opened()
         return lane, begin, ""
 
@@ -209,7 +212,8 @@ class SlotBatcher:
         lease = self.leases.pop(lane, None)
         if lease is None:
             return
-        self._live_L[lane] = False
+        self._taken_L[lane] = self.table.req_L[lane]  # a frame it left unanswered never counts
+        self._wide_leases -= lease.count > 1
         self.engine.release_later(lease.conn)
         self._rows.give_back(lease.begin, lease.count)
         self._free_lanes.append(lane)
@@ -234,22 +238,25 @@ class SlotBatcher:
         """Frames arrived (the doorbell's reader, a lease come or gone): wake the loop when
         a batch is due, else make sure the deadline of the batch now forming is set. Looked
         at here, in the reader's callback, the rings of a forming batch cost a vector
-        compare each, not a wake of the loop's task."""
-        ready_B = self._ready_lanes()
-        if not len(ready_B):
+        compare and a count each, not a wake of the loop's task."""
+        waiting_L = self.table.req_L != self._taken_L
+        lanes = int(np.count_nonzero(waiting_L))
+        if not lanes:
             return
-        if self._batch_ready(ready_B):
+        if self._batch_due(waiting_L, lanes):
             self._due.set()
         elif self._deadline is None and self._loop is not None:
             self._deadline = self._loop.call_later(self.timeout_s, self._due.set)
 
     def _ready_lanes(self) -> np.ndarray:
-        return np.flatnonzero((self.table.req_L != self._taken_L) & self._live_L)
+        return np.flatnonzero(self.table.req_L != self._taken_L)
 
-    def _batch_ready(self, ready_B: np.ndarray) -> bool:
-        return (
-            len(ready_B) >= self._quorum_lanes or self._frames_L[ready_B].sum() >= self.max_frames
-        )
+    def _batch_due(self, waiting_L: np.ndarray, lanes: int) -> bool:
+        """Size or quorum: ``lanes`` lanes wait (mask ``waiting_L``)."""
+        if lanes >= self._quorum_lanes:
+            return True
+        frames = lanes if not self._wide_leases else int(self._frames_L[waiting_L].sum())
+        return frames >= self.max_frames
 
     async def run(self) -> None:
         """Until closed: when a batch is due (size, quorum or deadline), run it."""
@@ -506,7 +513,7 @@ class TierServing:
         reply = self.rows.reply
         return FrontendUnrolls(
             self._builder_layout, reply.spec, reply.name, self.rings[f.index].spec,
-            self.rings[f.index].name,
+            self.rings[f.index].name, InheritedFd(self.drain.bell),
         )  # fmt: skip
 
     def _on_control(self, f: Frontend) -> None:

@@ -13,7 +13,8 @@ Each frontend records the rows of every lane answered in one doorbell pass into 
 writes finished unrolls and ended episodes into its :class:`UnrollRing`: one writer, one
 reader, a committed count bumped after the rows, so a frontend that dies mid-write leaves
 no half unroll. :class:`UnrollDrain`, a thread of the model process, looks at every ring
-on a short period (no doorbell, so the model process wakes for unrolls a bounded number
+when a frontend rings it (a write that leaves half a ring committed, a trainer batch's
+worth) and otherwise on a period (so the model process wakes for unrolls a bounded number
 of times a second whatever the frame rate), moves each ring's committed unrolls, all at
 once, into the learner's store (waiting while it is full, which fills the rings and so
 pauses the frontends: back-pressure) and episodes into its stats; per frame the model
@@ -29,6 +30,8 @@ import asyncio
 import contextlib
 import dataclasses
 import math
+import os
+import select
 import threading
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -36,12 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from learner.serving.slots import SlotTable
+from learner.serving.slots import InheritedFd, SlotTable, drain, new_doorbell, ring
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import FinishedEpisodes, TrajectoryBuilder, Unrolls
 from seedrl.config import LearnerConfig
 
-if TYPE_CHECKING:  # these import torch or heavier modules, which the frontends (importing this module) never load
+if TYPE_CHECKING:  # torch and heavier: the frontends (importing this module) never load them
     from learner.agents.base import Store
     from learner.state.dataset import EpisodeRecorder
     from learner.state.normalize import Normalizer
@@ -60,9 +63,11 @@ RING_EPISODES = 4096
 """Ended episodes a ring holds between two drains."""
 ROOM_POLL_S = 0.002
 """How often a frontend whose ring is full looks for room again (only while it is full)."""
-DRAIN_PERIOD_S = 0.01
-"""How often the drain thread takes what the rings committed: unrolls wait that long at
-most, and the model process wakes for them a hundred times a second, whatever the rate."""
+DRAIN_PERIOD_S = 0.05
+"""How often the drain thread takes what the rings committed when no frontend rang it:
+unrolls short of half a ring wait that long at most. Half a ring is a trainer batch, so
+the trainer waits on the period only for the last unrolls of a batch spread over several
+frontends; each wake of the drain costs the model process more than its copy."""
 
 
 def layout_sizes(layout: Layout) -> list[int]:
@@ -321,6 +326,10 @@ class UnrollRing(SharedArrays):
         head_c[0] = head + n  # last: the rows are whole once it moves
         return n
 
+    def committed(self) -> int:
+        """Unrolls committed and not taken yet."""
+        return int(self._counter("head")[0]) - int(self._counter("tail")[0])
+
     def read(self) -> Unrolls | None:
         """Every committed unroll not taken yet (copies), now taken, their origins in
         :attr:`last_origin`; None if none."""
@@ -385,13 +394,17 @@ class FrontendUnrolls:
     reply_name: str
     ring: RingSpec
     ring_name: str
+    drain_bell: InheritedFd | int | None = None
+    """The model's drain thread's doorbell (an int descriptor once in the frontend)."""
 
     def attach(self, table: SlotTable) -> FrontendTrajectories:
+        assert not isinstance(self.drain_bell, InheritedFd)  # unpickled in the frontend
         return FrontendTrajectories(
             TrajectoryBuilder(**self.layout),
             table,
             ReplyRows(self.reply, self.reply_name),
             UnrollRing(self.ring, self.ring_name),
+            self.drain_bell,
         )
 
 
@@ -404,10 +417,13 @@ class FrontendTrajectories:
         table: SlotTable,
         reply: ReplyRows,
         ring: UnrollRing,
+        drain_bell: int | None = None,
     ) -> None:
         self.builder = builder
         self.reply = reply
         self.ring = ring
+        self.drain_bell = drain_bell
+        """Rung when a write leaves half the ring committed (None: the drain's period only)."""
         rows = table.spec.rows
         self.obs_RO: np.ndarray | None = None
         if reply.seen_RO is None:  # the frames as written are what the policy saw
@@ -454,14 +470,19 @@ class FrontendTrajectories:
             self.flush()
 
     def flush(self) -> None:
-        """Into the ring what fits, oldest first."""
+        """Into the ring what fits, oldest first; the drain rung once half the ring waits."""
+        wrote = 0
         while self._unrolls:
             head, (slot_N, index_N) = self._unrolls[0]
             n = self.ring.write(head, (slot_N, index_N))
+            wrote += n
             if n < len(head):
                 self._unrolls[0] = (head.split(n)[1], (slot_N[n:], index_N[n:]))
                 break
             self._unrolls.pop(0)
+        half = 2 * self.ring.committed() >= self.ring.spec.capacity
+        if wrote and half and self.drain_bell is not None:
+            ring(self.drain_bell)
         while self._episodes:
             head_e = self._episodes[0]
             n = self.ring.write_episodes(head_e)
@@ -507,6 +528,8 @@ class UnrollDrain:
         self.recorder = recorder
         """With --record-dataset: offered every unroll with its slot numbered apart from
         other frontends' (it never waits)."""
+        self.bell = new_doorbell()
+        """Frontends ring it when half their ring waits; the drain reads it or its period ends."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -516,13 +539,26 @@ class UnrollDrain:
         self._thread = threading.Thread(target=self._run, name="unroll-drain", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Take what is left and end the thread; whether it ended within ``timeout_s``."""
         self._stop.set()
+        ring(self.bell)
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                return False
+        with contextlib.suppress(OSError):
+            os.close(self.bell)
+        return True
 
     def _run(self) -> None:
-        while not self._stop.wait(DRAIN_PERIOD_S):
+        poller = select.poll()
+        poller.register(self.bell, select.POLLIN)
+        while True:
+            poller.poll(DRAIN_PERIOD_S * 1000)
+            drain(self.bell)
+            if self._stop.is_set():
+                break
             for index in range(len(self.rings)):
                 self.take(index)
         for index in range(len(self.rings)):  # what the stopped frontends committed last
