@@ -322,6 +322,10 @@ def _rung(bell: int) -> bool:
     return True
 
 
+_ORIGIN_ONE = (np.zeros(1, np.int64), np.zeros(1, np.int64))
+"""One unroll's builder slot and number, as a builder's ``last_origin`` gives them."""
+
+
 def test_a_frontend_rings_the_drain_once_half_its_ring_waits():
     builder = _builder(1, (), 0)
     table = SlotTable(TableSpec(4, 1, 4 * FEATURES, "<i8", ()))
@@ -330,14 +334,14 @@ def test_a_frontend_rings_the_drain_once_half_its_ring_waits():
     bell = new_doorbell()
     front = FrontendTrajectories(TrajectoryBuilder(**builder.layout()), table, reply, ring, bell)
     try:
-        front._unrolls.append(_unroll(builder, 0.0))
+        front._unrolls.append((_unroll(builder, 0.0), _ORIGIN_ONE))
         front.flush()
         assert not _rung(bell)  # a quarter of the ring: the drain's period takes it
-        front._unrolls.append(_unroll(builder, 1.0))
+        front._unrolls.append((_unroll(builder, 1.0), _ORIGIN_ONE))
         front.flush()
         assert _rung(bell)  # half: a trainer batch waits
         assert ring.read() is not None
-        front._unrolls.append(_unroll(builder, 2.0))
+        front._unrolls.append((_unroll(builder, 2.0), _ORIGIN_ONE))
         front.flush()
         assert not _rung(bell)  # taken: the count starts again
     finally:
@@ -355,7 +359,8 @@ def test_the_drain_takes_a_ring_when_rung_without_waiting_for_its_period(monkeyp
     drainer = UnrollDrain([ring], queue, True, LearnerStats())
     try:
         drainer.start(None)  # type: ignore[arg-type]  # no episodes: no loop needed
-        assert ring.write(Unrolls.concat([_unroll(builder, v) for v in (1.0, 2.0)])) == 2
+        two = Unrolls.concat([_unroll(builder, v) for v in (1.0, 2.0)])
+        assert ring.write(two, (np.zeros(2, np.int64), np.arange(2, dtype=np.int64))) == 2
         os.write(drainer.bell, (1).to_bytes(8, "little"))
         taken = queue.get(2, timeout=60)
         assert taken is not None and taken.reward[:, 0].tolist() == [1.0, 2.0]
