@@ -12,8 +12,8 @@ replays the tape from its own offset, so the K envs of a frame and the streams d
 Stepping no env and waking once per reply, one process holds many streams cheaply.
 
 Streams open a window at a time and, once accepted, send no frame until :meth:`release`:
-grpc core keeps at most about a thousand calls its server has not yet taken up (more
-are refused, and one left waiting 30 s is cancelled), and a server busy answering the
+grpc core keeps a bounded backlog of calls its server has not yet taken up (past it
+calls are refused, and one left waiting too long is cancelled), and a server busy answering the
 streams already running takes new ones up slowly, so thousands of streams opened at
 once against a loaded learner end CANCELLED before their Hello is read.
 """
@@ -49,7 +49,7 @@ WAKER_METHOD = b"/grpc.health.v1.Health/Watch"
 its ending is what wakes a driver whose streams all wait after their Accept."""
 OPENING_WINDOW = 512
 """Streams, over all drivers, opened and not yet accepted at once: under grpc core's
-backlog of calls its server has not taken up (1000 before it refuses some)."""
+backlog of calls its server has not taken up, past which it refuses some."""
 
 
 @dataclass
