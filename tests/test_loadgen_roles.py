@@ -12,14 +12,9 @@ from pathlib import Path
 import pytest
 from support import ROOT
 
+from benchmarks.bench.procfs import CLK_TCK, stat_cpu_seconds
 from benchmarks.loadgen.generators import split_streams
-from benchmarks.loadgen.roles import (
-    CLK_TCK,
-    read_tree,
-    role_cpu,
-    role_memory,
-    stat_cpu_seconds,
-)
+from benchmarks.loadgen.roles import read_tree, role_cpu, role_memory
 from benchmarks.loadgen.table import render
 from learner.serving.slots import PROCESS_NAME
 

@@ -7,28 +7,35 @@ measuring code: a process's CPU time and memory come from the kernel's accountin
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+PROC = Path("/proc")
+
+
+def stat_cpu_seconds(stat: str) -> float:
+    """User + system CPU seconds from the text of a ``/proc/<pid>/stat`` (or a task's):
+    the fields after the parenthesised name, which may itself hold spaces and ``)``."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a live process (0 when it is gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+            return stat_cpu_seconds(f.read())
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def task_cpu_seconds(pid: int, tid: int) -> float:
     """User + system CPU seconds of one thread of a live process (0 when it is gone)."""
     try:
         with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+            return stat_cpu_seconds(f.read())
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -42,16 +49,19 @@ def split_cpu_seconds(pid: int) -> tuple[float, float]:
     return cpu_seconds(pid), sum(cpu_seconds(child) for child in child_pids(pid))
 
 
-def child_pids(pid: int) -> list[int]:
+def child_pids(pid: int, proc: Path = PROC) -> list[int]:
+    """A live process's children, its threads' in thread order (``proc``: where ``/proc``
+    is, so tests can read a tree made on disk)."""
     try:
-        tasks = os.listdir(f"/proc/{pid}/task")
+        tasks = sorted(os.listdir(proc / str(pid) / "task"), key=int)
     except OSError:
         return []
     children: list[int] = []
     for task in tasks:
         try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                children.extend(int(c) for c in f.read().split())
+            children.extend(
+                int(c) for c in (proc / str(pid) / "task" / task / "children").read_text().split()
+            )
         except OSError:
             continue
     return children

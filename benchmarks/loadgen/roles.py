@@ -11,15 +11,12 @@ they never count here. ``proc`` is a parameter so the tests read a tree made on 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench.procfs import PROC, child_pids, stat_cpu_seconds
 from learner.serving.slots import PROCESS_NAME as FRONTEND_PROCESS_NAME
-
-PROC = Path("/proc")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -41,13 +38,6 @@ class TreeReading:
     children: tuple[ProcReading, ...]
 
 
-def stat_cpu_seconds(stat: str) -> float:
-    """User + system CPU seconds from the text of a ``/proc/<pid>/stat`` (or a task's):
-    the fields after the parenthesised name, which may itself hold spaces and ``)``."""
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
 def _read(path: Path) -> str | None:
     try:
         return path.read_text()
@@ -63,25 +53,13 @@ def _reading(pid: int, proc: Path) -> ProcReading | None:
     return ProcReading(pid, name, stat_cpu_seconds(stat))
 
 
-def _children(pid: int, proc: Path) -> list[int]:
-    try:
-        tasks = sorted(os.listdir(proc / str(pid) / "task"))
-    except OSError:
-        return []
-    found: list[int] = []
-    for task in tasks:
-        text = _read(proc / str(pid) / "task" / task / "children") or ""
-        found.extend(int(c) for c in text.split())
-    return found
-
-
 def read_tree(pid: int, proc: Path = PROC) -> TreeReading:
     """The model process and its live children now (a child gone is not read)."""
     model = _reading(pid, proc)
     if model is None:
         raise RuntimeError(f"the learner (pid {pid}) is gone")
     main = _read(proc / str(pid) / "task" / str(pid) / "stat")
-    children = [r for c in _children(pid, proc) if (r := _reading(c, proc)) is not None]
+    children = [r for c in child_pids(pid, proc) if (r := _reading(c, proc)) is not None]
     return TreeReading(model, stat_cpu_seconds(main) if main else 0.0, tuple(children))
 
 
