@@ -13,7 +13,8 @@
 # the same RESULTS_DIR (its output lines prefixed with [E]), so that one host's cores and
 # GPU serve several small runs at once. Unpack the parts over RESULTS_DIR here
 # (cat relay.tar.* | tar -xzf - -C RESULTS_DIR) and carry it into the next lease.
-# Exit status: 0 once every run finished, 130 to go on, another for a run that failed.
+# Exit status: 0 once every run finished, 130 to go on (also for a run the hard limit
+# killed: it resumes from its last checkpoint), another for a run that failed.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 if [ $# -lt 2 ]; then
@@ -31,6 +32,14 @@ grace=${LEG_GRACE_S:-150}
 leg() {
     timeout -k 5 "$(( ${seconds%.*} + ${grace%.*} ))" \
         "$PY" -m benchmarks.learning run --out "$results" --stop-after "$seconds" "$@"
+    local code=$?
+    # A run the hard limit ended (timeout's 124, or 137 once it needed KILL) lost only what
+    # it trained since its last checkpoint; the next leg resumes from that one.
+    if [ "$code" -eq 124 ] || [ "$code" -eq 137 ]; then
+        echo "$0: a run outlived its grace and was killed; the next leg goes on from its last checkpoint"
+        return 130
+    fi
+    return "$code"
 }
 if [ -n "${PARALLEL_ENVS:-}" ]; then
     pids=()

@@ -518,6 +518,28 @@ def test_a_run_goes_on_over_several_leases_of_a_host(tmp_path):
     assert json.loads((seed0 / RUN_FILE).read_text())["frames"] >= budget
 
 
+def test_a_run_the_hard_limit_kills_is_a_leg_to_go_on_and_its_relay_is_packed(tmp_path):
+    """A run that outlives its grace (here one that ignores Ctrl-C and TERM) is killed at
+    the leg's hard limit; the leg still packs the relay and says "go on" (130), since the
+    next leg resumes from the run's last checkpoint, not "failed"."""
+    stubborn = tmp_path / "python"
+    stubborn.write_text(
+        "#!/usr/bin/env bash\ntrap '' INT TERM\nmkdir -p \"$5\"/MinAtar-Breakout-v1\n"
+        'echo kept > "$5"/MinAtar-Breakout-v1/metrics.jsonl\nwhile :; do sleep 0.2; done\n'
+    )  # arguments: -m benchmarks.learning run --out RESULTS ...
+    stubborn.chmod(0o755)
+    results, out = tmp_path / "results", tmp_path / "out"
+    (out / "no-wheels").mkdir(parents=True)
+    env = {**os.environ, "PYTHON": str(stubborn), "OUT": str(out),
+           "WHEELS": str(out / "no-wheels"), "LEG_GRACE_S": "1"}  # fmt: skip
+    done = run_in_own_session(["bash", "benchmarks/gpu_leg.sh", str(results), "1"], 60, env)
+    assert done.returncode == 130, done.stdout
+    assert "was killed; the next leg goes on from its last checkpoint" in done.stdout
+    unpack_relay(out, tmp_path / "carried")
+    kept = tmp_path / "carried" / "MinAtar-Breakout-v1" / "metrics.jsonl"
+    assert kept.read_text() == "kept\n"
+
+
 class FirePolicy:
     """Stands in for a trained Policy: presses FIRE then moves at random, seeded."""
 
