@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # (dev already brings every env family's package, MuJoCo's included, for the tests)
 EXTRAS ?=
 
-.PHONY: install proto proto-check learner actors actors-cpp demo evaluate serve test test-slow test-cluster lint \
+.PHONY: install proto proto-check learner actors actors-cpp demo evaluate serve test test-long test-slow test-cluster lint \
         bench bench-quick bench-pixels bench-learning bench-learning-table plot tensorboard \
         wheelhouse base-image images cluster cluster-down cluster-logs k8s-secret clean
 
@@ -95,6 +95,11 @@ lint: $(STAMP)
 PYTEST_WORKERS ?= 2
 test: lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=15 $(PYTEST_ARGS)
+
+## The end-to-end runs that keep make test short: real process trees under faults, the
+## benchmark harnesses end to end, short learning bars (CI runs them after make test).
+test-long: $(STAMP)
+	$(PY) -m pytest -q -m long -n $(PYTEST_WORKERS) --dist worksteal --durations=15 $(PYTEST_ARGS)
 
 ## The long learning runs CI skips (e.g. CartPole all the way to 475).
 test-slow: $(STAMP)

@@ -111,6 +111,7 @@ def test_stop_ends_a_running_actor_and_a_pending_restart():
     assert len(crashed) == 1  # stopped during its wait: no fresh actor
 
 
+@pytest.mark.long
 def test_two_actors_of_two_env_groups_share_one_process(tmp_path):
     """--actors-per-process 2 --env-groups 2: one process, four streams (actor i's group g
     is index 2i + g) of K / G envs each, and the run finishes cleanly."""

@@ -18,6 +18,7 @@ from seedrl import codec, envs
 from seedrl.proto import seedrl_pb2 as pb
 
 
+@pytest.mark.long
 def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [

@@ -185,6 +185,7 @@ def test_multi_agent_episodes_are_refused(
     assert not target.exists()
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("serving_processes", [0, 2], ids=["one process", "two frontends"])
 def test_the_learner_records_the_training_stream(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serving_processes: int

@@ -171,6 +171,7 @@ def test_actor_picks_rank_by_index():
     assert learner_targets("a:1, b:2,") == ["a:1", "b:2"]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("bound", [[], ["--max-update-kl", "1e-7"]], ids=["free", "bounded"])
 def test_two_ranks_train_in_lockstep(tmp_path, bound):
     """2 gloo ranks, 3 actors (2 find their rank via GetInfo, 1 is given a list). With a

@@ -188,6 +188,7 @@ def test_renders_become_video_frames():
         minatar.close()
 
 
+@pytest.mark.long
 def test_atari_smallest_setting_trains_the_nature_cnn(tmp_path):
     pytest.importorskip("ale_py")
     extra = [
@@ -201,6 +202,7 @@ def test_atari_smallest_setting_trains_the_nature_cnn(tmp_path):
     assert config["env"] == "ALE/Pong-v5" and config["reward_clip"] == 1
 
 
+@pytest.mark.long
 def test_minatar_cnn_with_lstm_trains(tmp_path):
     pytest.importorskip("minatar")
     extra = [
@@ -211,6 +213,7 @@ def test_minatar_cnn_with_lstm_trains(tmp_path):
     assert records[-1]["episodes"] > 0
 
 
+@pytest.mark.long
 def test_pendulum_continuous_actions_train_and_evaluate(tmp_path):
     """The Gaussian path end to end: trains, checkpoints, acts inside the Box bounds."""
     extra = ["--preset", "pendulum", "--total-frames", "3000", "--unroll-length", "10"]
@@ -242,6 +245,7 @@ def scrape(port: int) -> dict[str, float]:
     return values
 
 
+@pytest.mark.long
 def test_lstm_run_is_watched_and_evaluated(tmp_path):
     """CartPole + LSTM: Prometheus scrapes, TensorBoard tags, plot PNG, evaluate + GIF."""
     metrics_port = free_port()
@@ -357,6 +361,7 @@ def test_python_api_from_a_running_event_loop(tmp_path, uvloop):
     assert result.frames >= 2000 and result.learner_steps > 0
 
 
+@pytest.mark.long
 def test_python_api_from_a_script_without_a_main_guard(tmp_path):
     """The trainer process is spawned; it must not re-run a script that trains at top level."""
     script = tmp_path / "train_cartpole.py"

@@ -48,6 +48,7 @@ def no_errors(output: str) -> bool:
 # ------------------------------------------------------------------ actor churn
 
 
+@pytest.mark.long
 def test_actor_churn_sigkill(tmp_path):
     """Kill a random actor about every second for 12 s; the launcher restarts them."""
     actors_n, envs = 4, 4
@@ -118,6 +119,7 @@ def _health_watch(port: int, statuses: list[int]) -> threading.Thread:
     return thread
 
 
+@pytest.mark.long
 def test_learner_sigkill_resume_same_actors_then_sigint(tmp_path):
     """SIGKILL the learner; --resume on the same logdir/port; the same actors come back."""
     port = free_port()
@@ -183,6 +185,7 @@ def test_learner_sigkill_resume_same_actors_then_sigint(tmp_path):
 # ------------------------------------------------------------------ stuck, slow, overload
 
 
+@pytest.mark.long
 def test_stuck_slow_hung_actors_and_overload(tmp_path):
     """A silent stream, a slow one and a SIGSTOPped one never stall the others; overload is
     refused with RESOURCE_EXHAUSTED until a place frees."""

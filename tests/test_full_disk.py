@@ -107,6 +107,7 @@ def stop(proc: Proc) -> int:
     return proc.wait(60)
 
 
+@pytest.mark.long
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 def test_a_learner_on_a_full_disk_trains_on_and_resumed_on_it_serves(tmp_path):
     with tmpfs(tmp_path / "disk", "8m") as disk:

@@ -89,6 +89,7 @@ def block(text: str, begin: str, end: str) -> str:
     return text[text.index(begin) : text.index(end)]
 
 
+@pytest.mark.long
 def test_the_dry_run_goes_through_every_step_and_says_what_each_did(tmp_path: Path) -> None:
     """Load generator rows with the learner's CPU per frame, a leg of R2D2 MinAtar whose
     relay parts hold its run, and both docs tables regenerated in copies, the checkout's

@@ -406,6 +406,7 @@ def _breakout_bench(tmp_path: Path, frames: int, episodes: int) -> tuple[list[st
     return args, breakout
 
 
+@pytest.mark.long
 def test_the_benchmark_runs_keeps_and_tables_a_minatar_run(tmp_path):
     """A tiny Breakout run through the harness: trained, evaluated, plotted, kept on a
     second call, and rendered into the docs table."""
@@ -423,6 +424,7 @@ def test_the_benchmark_runs_keeps_and_tables_a_minatar_run(tmp_path):
     assert (doc.parent / "learning" / "MinAtar-Breakout-v1.png").exists()
 
 
+@pytest.mark.long
 def test_the_benchmark_trains_and_tables_a_self_play_run(tmp_path):
     """A tiny Connect Four run through the harness: the preset's self-play trained, the
     final policy's games against both scripted players in both seats, the table and the
@@ -483,6 +485,7 @@ def unpack_relay(out: Path, results: Path) -> None:
     subprocess.run(["tar", "-xzf", "-", "-C", str(results)], input=data, check=True)
 
 
+@pytest.mark.long
 def test_a_run_goes_on_over_several_leases_of_a_host(tmp_path):
     """A run longer than a lease: ``--stop-after`` checkpoints it and exits 130, the
     results directory travels out and back in, and the next leg resumes where it stopped.
@@ -491,9 +494,9 @@ def test_a_run_goes_on_over_several_leases_of_a_host(tmp_path):
     flags = ["--suite", "minatar", "--envs", "Breakout", "--seeds", "1", "--eval-episodes", "3",
              "--set", "checkpoint_interval_s=600"]  # fmt: skip
     # The lease has room for start-up on a loaded 2-core host (at 25 s a leg beside a long
-    # benchmark run stopped before its first frame, and at 45 s two legs beside a soak and a
-    # test worker did).
-    first = run_leg(tmp_path / "lease1", 70, tmp_path / "out1", [*flags, "--frames", "50000000"],
+    # benchmark run stopped before its first frame, at 45 s two legs beside a soak and a
+    # test worker did, and at 70 s two legs beside the other test worker's long runs did).
+    first = run_leg(tmp_path / "lease1", 100, tmp_path / "out1", [*flags, "--frames", "50000000"],
                     parallel_envs="Breakout,Freeway")  # fmt: skip
     assert first.returncode == 130, first.stdout
     for game in ("Breakout", "Freeway"):

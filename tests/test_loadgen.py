@@ -66,6 +66,7 @@ def test_synthetic_frames_are_an_actors_frames(env_id):
     assert ends.tolist() == [tape.episodes] * k
 
 
+@pytest.mark.long
 def test_a_tiny_loadgen_run_reports_answered_frames_and_phases(tmp_path):
     out = tmp_path / "loadgen.json"
     cmd = [

@@ -160,6 +160,7 @@ def test_the_table_lists_the_tier_rows_by_role_and_its_target():
     assert "**4.0**, wanted <= 5: met" in text
 
 
+@pytest.mark.long
 def test_a_tiny_tier_run_from_two_generators_reports_every_role(tmp_path):
     """Streams split over two generator processes, all admitted before any frame, served
     by one frontend: the frontend's CPU and memory are apart from the model's, and the

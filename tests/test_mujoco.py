@@ -44,6 +44,7 @@ def test_a_robot_is_served_as_gymnasium_builds_it_and_actors_step_it():
         vec.close()
 
 
+@pytest.mark.long
 def test_the_mujoco_preset_trains_a_robot_and_acts_within_its_bounds(tmp_path):
     _needs_mujoco()
     extra = [

@@ -66,6 +66,7 @@ def actors_that_lost_the_learner(lines: list[str]) -> set[str]:
     }
 
 
+@pytest.mark.long
 def test_actors_train_across_the_link_and_survive_cuts(hosts, tmp_path):
     """Train over the link; a short cut is ridden out, a long one forces a real reconnect."""
     # A learner on a routable address refuses to serve without a token (or --insecure).

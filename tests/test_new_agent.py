@@ -45,6 +45,7 @@ def random_return_mean() -> float:
     return float(np.mean(returns))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("trainer", ["thread", "process"])
 def test_a_registered_reinforce_agent_learns_cartpole_on_a_real_host(
     tmp_path, reinforce_registered, trainer

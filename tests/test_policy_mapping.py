@@ -266,6 +266,7 @@ def test_the_learner_stops_with_one_line(tmp_path, extra, environ, words) -> Non
     assert len(lines) == 1 and words in lines[0], result.stderr
 
 
+@pytest.mark.long
 def test_two_policies_train_from_the_commands(tmp_path) -> None:
     """Learner (each policy's trainer a child process) and actor processes: each policy's
     metrics under policy/NAME/, both trained, the checkpoint holds both, and evaluate

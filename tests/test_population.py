@@ -504,6 +504,7 @@ def test_the_learner_refuses_it_in_one_line(tmp_path) -> None:
 # ------------------------------------------------------------------ end to end
 
 
+@pytest.mark.long
 def test_a_population_trains_cartpole_with_actor_processes(tmp_path) -> None:
     """Learner and two actor processes for a few seconds: every member trains on frames of
     its own, at least one exploit is logged (metrics.jsonl, the progress line) within

@@ -169,6 +169,7 @@ def sac_config(tmp_path, **overrides) -> LearnerConfig:
     return LearnerConfig(**fields)
 
 
+@pytest.mark.long
 def test_sac_learns_pendulum_past_a_random_policy_synchronously(tmp_path) -> None:
     rng = np.random.default_rng(0)
     random_return = episode_returns(lambda _: rng.uniform(-2, 2, (1,)), RANDOM_EPISODES, 100)

@@ -383,6 +383,7 @@ def test_a_second_learner_on_the_port_is_refused_before_it_spawns_anything(tier,
     assert f"could not bind the learner to 127.0.0.1:{port}" in done.stderr, done.stderr
 
 
+@pytest.mark.long
 def test_a_frontend_that_keeps_dying_ends_the_run_in_one_line(tmp_path):
     with learner_process(tmp_path, *TIER, env={"SEEDRL_LOG_LEVEL": "INFO"},
                          timeout=START_TIMEOUT_S) as (learner, _port):  # fmt: skip

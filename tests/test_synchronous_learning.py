@@ -67,6 +67,7 @@ def test_r2d2_learns_cartpole_well_above_random(tmp_path):
 R2D2_MINATAR_FRAMES = 80_000
 
 
+@pytest.mark.long
 def test_r2d2_learns_minatar_breakout_well_above_random(tmp_path):
     """R2D2 on pixels: the minatar-r2d2 preset's CNN, n-step double Q and prioritized
     replay, without its LSTM core and burn-in and at four times its replay ratio (and a
@@ -100,6 +101,7 @@ CARTPOLE_FLOOR = 248.5
 """Half way from a random policy's mean return to solved (475)."""
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)  # a minute on an idle 2-core machine; more when shared
 def test_cartpole_defaults_keep_a_solved_policy(tmp_path):
     """The defaults with no preset (docs/stability.md) solve CartPole and then never fall
@@ -128,6 +130,7 @@ ACROBOT_FLOOR = -293.25
 """Half way from a random policy's mean return (-486.5) to solved (-100)."""
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)  # half a minute on an idle 2-core machine; more when shared
 def test_acrobot_defaults_keep_their_return_scale_and_a_solved_policy(tmp_path):
     """The defaults solve Acrobot (64 envs, seed 3) and stay above half way from random
