@@ -432,3 +432,120 @@ def test_the_seedrl_curve_is_in_seconds_from_launch() -> None:
     records = [{"time": 1000.0, "frames": 0}, {"time": 1005.0, "frames": 5000,
                "episode_return_mean": 0.25}, {"time": 1006.0}]  # fmt: skip
     assert return_curve(records, -998.0) == [[2.0, 0, None], [7.0, 5000, 0.25]]
+
+
+def test_sac_rates_leave_out_the_warmup_for_steps_and_updates_alike() -> None:
+    from benchmarks.peers.measure import update_rates
+
+    # (seconds, env steps, updates): 100 steps/s and 400 updates/s after the warm-up
+    samples = [(0.0, 5000.0, 0.0), (10.0, 5500.0, 2000.0), (20.0, 6500.0, 6000.0)]
+    assert update_rates(samples, 10.0) == {
+        "env_steps_per_s": pytest.approx(100.0),
+        "updates_per_s": pytest.approx(400.0),
+        "measured_s": 10.0,
+    }
+    short = update_rates(samples[:1], 10.0)
+    assert short["updates_per_s"] is None and short["measured_s"] == 0.0
+
+
+def test_seedrl_sac_samples_start_at_the_record_before_its_first_update() -> None:
+    from benchmarks.peers.seedrl_driver import update_samples
+
+    records = [
+        {"elapsed_s": 1.0, "frames": 0, "learner_steps": 0},
+        {"elapsed_s": 3.0, "frames": 2000, "learner_steps": 0},
+        {"elapsed_s": 5.0, "frames": 5200, "learner_steps": 0},
+        {"elapsed_s": 7.0, "frames": 5600, "learner_steps": 300},
+        {"status": "stopped"},
+    ]
+    assert update_samples(records) == [(5.0, 5200.0, 0.0), (7.0, 5600.0, 300.0)]
+    assert update_samples(records[:3]) == []
+
+
+def test_the_sac_rows_pair_seedrl_and_the_loop_on_one_robot_with_one_window() -> None:
+    caps = peers.Caps(sac_warmup_s=7.0, sac_measure_s=11.0)
+    sac = [t for t in peers.TASKS if t.task == "sac"]
+    assert [t.peer for t in sac] == ["seedrl", "sac-loop"]
+    assert {t.venv for t in sac} == {None} and {t.env for t in sac} == {peers.SAC_ENV}
+    for task in sac:
+        args = peers.driver_args(task, caps, Path("w"), 1.5)
+        assert args[0] == "sac" and "--logdir=w" in args and f"--env={peers.SAC_ENV}" in args
+        assert "--warmup-s=7.0" in args and "--measure-s=11.0" in args
+        assert f"--wall-cap-s={7.0 + 11.0 + caps.grace_s}" in args
+    row = {"status": "ok", "task": "sac", "updates_per_s": 80.0, "env_steps_per_s": 320.0}
+    assert peers.summary(row) == "80 updates/s, 320 env steps/s"
+
+
+def test_the_sac_table_shows_both_rates_and_updates_per_env_step() -> None:
+    doc = _fixture()
+    doc["settings"]["sac_warmup_s"] = 20.0
+    doc["results"] = [
+        {"peer": "seedrl", "system": "seedrl SAC", "task": "sac", "status": "ok",
+         "env": "HalfCheetah-v5", "updates_per_s": 150.0, "env_steps_per_s": 600.0,
+         "transitions_per_update": 256, "measured_s": 60.4, "startup_s": 9.0},
+        {"peer": "sac-loop", "system": "single-process SAC loop", "task": "sac",
+         "status": "ok", "env": "HalfCheetah-v5", "updates_per_s": None,
+         "env_steps_per_s": None, "startup_s": 4.0},
+    ]  # fmt: skip
+    block = report.render(doc)
+    assert "after 20 s of warm-up from the first update" in block
+    rows = [line for line in block.splitlines() if line.startswith("| HalfCheetah-v5 |")]
+    ours, loop = ([c.strip() for c in r.strip("|").split(" | ")] for r in rows)
+    assert ours[1:] == ["seedrl SAC", "—", "measured", "150", "600", "0.25", "256", "60", "9"]
+    assert loop[3:] == ["too short to measure", "—", "—", "—", "—", "—", "4"]
+
+
+def test_the_sac_loops_squashed_log_probability_is_torch_distributions() -> None:
+    """The peer's actor samples a tanh-squashed Gaussian scaled to the bounds; its
+    log-probability is that of torch's transformed distribution at the same sample."""
+    import numpy as np
+    import torch
+    from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
+
+    from benchmarks.peers.sac_loop_driver import LoopSettings, _build
+
+    low, high = np.array([-2.0, 0.0], np.float32), np.array([2.0, 3.0], np.float32)
+    s = LoopSettings(hidden=8)
+    actor, _, _ = _build(3, 2, low, high, s)
+    obs = torch.randn(5, 3)
+    torch.manual_seed(1)
+    action, log_prob = actor(obs)
+    mean, raw = actor.body(obs).chunk(2, dim=-1)
+    log_std = s.log_std_min + 0.5 * (s.log_std_max - s.log_std_min) * (torch.tanh(raw) + 1)
+    scale, bias = torch.tensor([2.0, 1.5]), torch.tensor([0.0, 1.5])
+    dist = TransformedDistribution(
+        Normal(mean, log_std.exp()), [TanhTransform(), AffineTransform(bias, scale)]
+    )
+    expected = dist.log_prob(action).sum(-1)  # small init: no sample near a bound
+    assert torch.all(action >= torch.tensor(low)) and torch.all(action <= torch.tensor(high))
+    assert torch.allclose(log_prob, expected, atol=1e-4)
+
+
+def test_the_sac_loop_updates_once_per_step_after_it_starts_and_the_actor_on_its_cadence() -> None:
+    """A short real run on Pendulum: one critic update for every step past
+    ``learning_starts``, and the actor's optimizer ``policy_frequency`` steps on every
+    ``policy_frequency``-th update (CleanRL's delayed policy updates)."""
+    import time
+
+    from benchmarks.peers import sac_loop_driver as loop_driver
+
+    steps_taken: list[int] = []
+    original = loop_driver.SACLoop.update
+
+    def counted(self: loop_driver.SACLoop) -> None:
+        before = float(self.pi_opt.state_dict()["state"].get(0, {}).get("step", 0))
+        original(self)
+        after = float(self.pi_opt.state_dict()["state"][0]["step"])  # a tensor Adam updates
+        steps_taken.append(int(after - before))
+
+    settings = loop_driver.LoopSettings(buffer_size=500, batch_size=16, learning_starts=40,
+                                        hidden=16, policy_frequency=3)  # fmt: skip
+    loop_driver.SACLoop.update = counted  # type: ignore[method-assign]
+    try:
+        out = loop_driver.run("Pendulum-v1", settings, time.monotonic(), 60.0, 0.0, 1.0, 0, "cpu")
+    finally:
+        loop_driver.SACLoop.update = original  # type: ignore[method-assign]
+    assert out["stopped_by"] == "measured"
+    assert out["updates"] == out["frames"] - 40 == len(steps_taken) > 3
+    assert steps_taken == [3 if i % 3 == 0 else 0 for i in range(len(steps_taken))]
+    assert out["transitions_per_update"] == 16 and out["updates_per_s"] is not None

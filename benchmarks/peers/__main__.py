@@ -1,5 +1,6 @@
 """``python -m benchmarks.peers``: seedrl beside stable-baselines3 PPO and Sample Factory
-APPO, on the same machine in the same run, one system at a time.
+APPO, and seedrl's SAC beside a single-process SAC loop, on the same machine in the same
+run, one system at a time.
 
     python -m benchmarks.peers run [--out benchmarks/results/peers.json] [--only sb3,...]
         [--suite default|structured]
@@ -72,6 +73,10 @@ class Caps:
     """Atari start-up allowance, and how long past its cap a driver may take to stop."""
     structured_wall_cap_s: float = 300.0
     """Structured suite: each system trains this long from launching its process."""
+    sac_warmup_s: float = 20.0
+    """SAC: seconds after the first update that are left out of the rates."""
+    sac_measure_s: float = 60.0
+    """SAC: seconds over which the update and env-step rates are measured."""
     seed: int = 0
 
 
@@ -93,6 +98,8 @@ class Task:
         return f"{self.peer}-{self.task}" + (f"-{short}" if self.env else "")
 
 
+SAC_ENV = "HalfCheetah-v5"
+"""The robot SAC's throughput is measured on (the ``mujoco-sac`` preset's own env)."""
 TASKS = (
     Task("seedrl", "seedrl V-trace", "cartpole", None, "benchmarks.peers.seedrl_driver"),
     Task("sb3", "stable-baselines3 PPO", "cartpole", "sb3", "benchmarks.peers.sb3_driver"),
@@ -103,6 +110,9 @@ TASKS = (
          "benchmarks.peers.sf_driver"),
     Task("pufferlib", "PufferLib PPO", "cartpole", "pufferlib", "benchmarks.peers.puffer_driver"),
     Task("pufferlib", "PufferLib PPO", "atari", "pufferlib", "benchmarks.peers.puffer_driver"),
+    Task("seedrl", "seedrl SAC", "sac", None, "benchmarks.peers.seedrl_driver", SAC_ENV),
+    Task("sac-loop", "single-process SAC loop", "sac", None, "benchmarks.peers.sac_loop_driver",
+         SAC_ENV),
 )  # fmt: skip
 
 
@@ -153,7 +163,7 @@ def structured_levels(env: str) -> dict[str, float]:
 def driver_args(task: Task, caps: Caps, workdir: Path, launched_at: float) -> list[str]:
     """The driver's command-line arguments for this task under these caps."""
     args = [f"--launched-at={launched_at!r}", f"--seed={caps.seed}"]
-    if task.peer == "seedrl":
+    if task.peer in ("seedrl", "sac-loop"):
         args.append(f"--logdir={workdir}")
     elif task.peer == "sample-factory":
         args.append(f"--train-dir={workdir}")
@@ -165,6 +175,11 @@ def driver_args(task: Task, caps: Caps, workdir: Path, launched_at: float) -> li
         if task.peer == "sb3":
             return [*args, f"--num-envs={actors * each}"]
         return [task.task, *args, f"--num-actors={actors}", f"--envs-per-actor={each}"]
+    if task.task == "sac":
+        args += [f"--env={task.env}", f"--warmup-s={caps.sac_warmup_s}",
+                 f"--measure-s={caps.sac_measure_s}",
+                 f"--wall-cap-s={wall_cap(task, caps)}"]  # fmt: skip
+        return [task.task, *args]
     if task.task == "cartpole":
         args += [f"--target={caps.target}", f"--wall-cap-s={caps.cartpole_wall_cap_s}"]
         if task.peer != "sb3":
@@ -176,12 +191,14 @@ def driver_args(task: Task, caps: Caps, workdir: Path, launched_at: float) -> li
 
 
 def wall_cap(task: Task, caps: Caps) -> float:
-    """Seconds from launch after which the driver ends training itself (Atari: the
-    measured span plus ``grace_s`` for its start-up)."""
+    """Seconds from launch after which the driver ends training itself (Atari and SAC:
+    the measured span plus ``grace_s`` for its start-up)."""
     if task.task == "cartpole":
         return caps.cartpole_wall_cap_s
     if task.task == "structured":
         return caps.structured_wall_cap_s
+    if task.task == "sac":
+        return caps.sac_warmup_s + caps.sac_measure_s + caps.grace_s
     return caps.atari_warmup_s + caps.atari_measure_s + caps.grace_s
 
 
@@ -355,6 +372,8 @@ def run(args: argparse.Namespace) -> int:
         atari_measure_s=args.atari_measure_s,
         grace_s=args.grace_s,
         structured_wall_cap_s=args.structured_wall_cap_s,
+        sac_warmup_s=args.sac_warmup_s,
+        sac_measure_s=args.sac_measure_s,
         seed=args.seed,
     )
     only = {p for p in args.only.split(",") if p}
@@ -410,6 +429,11 @@ def summary(row: dict[str, Any]) -> str:
     if row["task"] == "atari":
         rate = row.get("agent_steps_per_s")
         return "too short to measure" if rate is None else f"{rate:,.0f} agent steps/s"
+    if row["task"] == "sac":
+        rates = (row.get("updates_per_s"), row.get("env_steps_per_s"))
+        if None in rates:
+            return "too short to measure"
+        return f"{rates[0]:,.0f} updates/s, {rates[1]:,.0f} env steps/s"
     if row["task"] == "structured":
         mean = row.get("return_mean100")
         return (f"mean-100 return {'-' if mean is None else f'{mean:.2f}'} after "
@@ -444,13 +468,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--out", default=str(DEFAULT_OUT))
     r.add_argument("--workdir", default="runs/peers", help="logs and run directories")
     r.add_argument("--venv-root", default=str(venvs.DEFAULT_ROOT))
-    r.add_argument("--only", default="", help="peers to run: seedrl,sb3,sample-factory,pufferlib")
+    r.add_argument("--only", default="",
+                   help="peers to run: seedrl,sb3,sample-factory,pufferlib,sac-loop")  # fmt: skip
     r.add_argument("--merge", action="store_true",
                    help="keep --out's rows of the systems and tasks not run now")  # fmt: skip
     r.add_argument("--suite", choices=PEER_SUITES, default="default",
                    help="default: CartPole and Atari; structured: the structured learning "
                    "suite's envs, seedrl's and SB3 PPO's defaults")  # fmt: skip
-    r.add_argument("--tasks", default="", help="cartpole,atari (default both)")
+    r.add_argument("--tasks", default="", help="cartpole,atari,sac (default all)")
     r.add_argument("--cartpole-wall-cap-s", type=_positive, default=Caps.cartpole_wall_cap_s)
     r.add_argument("--atari-warmup-s", type=_positive, default=Caps.atari_warmup_s)
     r.add_argument("--atari-measure-s", type=_positive, default=Caps.atari_measure_s)
@@ -462,6 +487,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     r.add_argument("--structured-wall-cap-s", type=_positive, default=Caps.structured_wall_cap_s,
                    help="structured suite: seconds each system trains from launch")  # fmt: skip
+    r.add_argument("--sac-warmup-s", type=_positive, default=Caps.sac_warmup_s)
+    r.add_argument("--sac-measure-s", type=_positive, default=Caps.sac_measure_s)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--note", default="", help="a line printed above the tables")
     t = sub.add_parser("table", help="render the JSON as docs/performance.md's peers block")

@@ -63,6 +63,15 @@ def steady_rate(samples: Sequence[tuple[float, float]], warmup_s: float) -> floa
     return (f1 - f0) / (t1 - t0)
 
 
+def update_rates(samples: Sequence[tuple[float, float, float]], warmup_s: float) -> dict[str, Any]:
+    """Env steps and updates per second over ``(seconds, steps, updates)`` samples taken
+    from the first update on, leaving the first ``warmup_s`` out (None: too short)."""
+    steps = steady_rate([(t, n) for t, n, _ in samples], warmup_s)
+    updates = steady_rate([(t, u) for t, _, u in samples], warmup_s)
+    measured = samples[-1][0] - samples[0][0] - warmup_s if samples else 0.0
+    return {"env_steps_per_s": steps, "updates_per_s": updates, "measured_s": max(0.0, measured)}
+
+
 def task_outcome(
     task: str,
     found: dict[str, Any],

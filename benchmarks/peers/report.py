@@ -1,9 +1,9 @@
 """Render a peers run (``peers.json``, schema ``seedrl-peers/1``) as the Markdown block of
 ``docs/performance.md`` between ``<!-- peers-results:begin -->`` and
 ``<!-- peers-results:end -->``: the machine and date, CartPole time to the target,
-Atari steady throughput and the structured suite's mean-100 returns after the same wall
-time, one row per system, failures with their reason. It reads only
-the JSON, so an old run renders with today's code.
+Atari steady throughput, the structured suite's mean-100 returns after the same wall
+time and SAC's update and env-step rates, one row per system, failures with their
+reason. It reads only the JSON, so an old run renders with today's code.
 """
 
 from __future__ import annotations
@@ -51,6 +51,20 @@ STRUCTURED_COLUMNS = (
 )
 
 
+SAC_COLUMNS = (
+    "env",
+    "system",
+    "settings",
+    "result",
+    "updates/s",
+    "env steps/s",
+    "updates per env step",
+    "transitions per update",
+    "window s",
+    "start-up s",
+)
+
+
 def _table(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
     return [
         "| " + " | ".join(columns) + " |",
@@ -69,6 +83,8 @@ def _outcome(row: dict[str, Any], target: float) -> str:
         return _cell(f"failed: {row.get('reason') or 'no reason recorded'}")
     if row.get("task") == "structured":
         return "trained"
+    if row.get("task") == "sac":
+        return "measured" if row.get("updates_per_s") is not None else "too short to measure"
     if row.get("task") == "atari":
         return "measured" if row.get("agent_steps_per_s") is not None else "too short to measure"
     if row.get("reached"):
@@ -126,6 +142,23 @@ def structured_row(row: dict[str, Any]) -> list[str]:
     ]
 
 
+def sac_row(row: dict[str, Any]) -> list[str]:
+    updates, steps = row.get("updates_per_s"), row.get("env_steps_per_s")
+    measured = updates is not None and steps is not None
+    return [
+        _cell(row.get("env", "?")),
+        _cell(row.get("system", row.get("peer", "?"))),
+        _cell(row.get("summary", "—")),
+        _outcome(row, 0.0),
+        _num(updates),
+        _num(steps),
+        _num(updates / steps if measured and steps else None, "{:.2f}"),
+        _num(row.get("transitions_per_update")),
+        _num(row.get("measured_s") if measured else None, "{:.0f}"),
+        _num(row.get("startup_s"), "{:.0f}"),
+    ]
+
+
 def _machine_line(report: dict[str, Any]) -> str:
     m = report.get("machine", {})
     usable = m.get("cpus_usable")
@@ -159,6 +192,7 @@ def render(report: dict[str, Any]) -> str:
     cartpole = [cartpole_row(r, target) for r in rows if r.get("task") == "cartpole"]
     atari = [atari_row(r) for r in rows if r.get("task") == "atari"]
     structured = [structured_row(r) for r in rows if r.get("task") == "structured"]
+    sac = [sac_row(r) for r in rows if r.get("task") == "sac"]
     lines = [_machine_line(report)]
     earlier = sorted(
         {
@@ -199,6 +233,16 @@ def render(report: dict[str, Any]) -> str:
             "expected return over the allowed actions; upper: the best, a scripted policy's):",
             "",
             *_table(STRUCTURED_COLUMNS, structured),
+        ]
+    if sac:
+        lines += [
+            "",
+            f"SAC on a robot: the rates over the window after "
+            f"{_num(s.get('sac_warmup_s'), '{:.0f}')} s of warm-up from the first update "
+            "(an update: one critic step on a batch of that many transitions; the actor's "
+            "steps come on its own cadence in both):",
+            "",
+            *_table(SAC_COLUMNS, sac),
         ]
     lines += [
         "",

@@ -1,7 +1,8 @@
 """seedrl itself, measured like the peers: CartPole-v1 with ``make demo``'s settings until
 the mean of the last 100 training episodes reaches the target, Atari Pong with
-``--preset atari`` for a fixed wall time, and a structured-suite env with the learner's
-defaults (no preset) for a fixed wall time.
+``--preset atari`` for a fixed wall time, a structured-suite env with the learner's
+defaults (no preset) for a fixed wall time, and SAC on a robot (``--preset mujoco-sac``)
+for a fixed window after its first update.
 
 Runs in seedrl's own environment as ``python -m benchmarks.peers.seedrl_driver
 cartpole|atari`` through ``learner.train`` (the learner in this process, the actor
@@ -18,7 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from benchmarks.peers.measure import (
     WINDOW,
@@ -27,15 +28,19 @@ from benchmarks.peers.measure import (
     say,
     steady_rate,
     task_driver_parser,
+    update_rates,
 )
 
 DEMO = {"preset": "cartpole", "num_actors": 2, "envs_per_actor": 32}
 """What ``python -m learner demo`` starts."""
 ATARI = {"env": "ALE/Pong-v5", "preset": "atari", "num_actors": 2, "envs_per_actor": 16}
+SAC: dict[str, Any] = {"preset": "mujoco-sac", "num_actors": 2, "envs_per_actor": 8}
+"""``make learner ARGS="--preset mujoco-sac"`` + ``make actors N=2`` (the preset's envs each)."""
 SUMMARY = {
     "cartpole": f"{DEMO['num_actors']} actors × {DEMO['envs_per_actor']} envs, make demo",
     "atari": f"{ATARI['num_actors']} actors × {ATARI['envs_per_actor']} envs, --preset atari",
     "structured": "{num_actors} actors × {envs_per_actor} envs, the learner's defaults",
+    "sac": "{num_actors} actors × {envs_per_actor} envs, --preset mujoco-sac",
 }
 REPORT_EVERY_S = 5.0
 POLL_S = 1.0
@@ -52,9 +57,10 @@ def first_solved(records: Sequence[dict[str, Any]], target: float) -> dict[str, 
     return None
 
 
-def measured_span(
-    samples: list[tuple[float, float]], stop_at: float | None
-) -> list[tuple[float, float]]:
+Sample = TypeVar("Sample", bound=tuple[float, ...])
+
+
+def measured_span(samples: list[Sample], stop_at: float | None) -> list[Sample]:
     """The samples taken while the learner ran: up to the one the stop was asked at, or,
     when it stopped by itself, all but the record it writes once stopped."""
     if stop_at is None:
@@ -80,6 +86,16 @@ def frame_samples(records: Sequence[dict[str, Any]]) -> list[tuple[float, float]
     actors' first frames is start-up, as a peer's time before its first training step."""
     samples = [(float(r["elapsed_s"]), float(r["frames"])) for r in records if "frames" in r]
     first = next((i for i, (_, frames) in enumerate(samples) if frames > 0), len(samples))
+    return samples[max(0, first - 1) :] if first < len(samples) else []
+
+
+def update_samples(records: Sequence[dict[str, Any]]) -> list[tuple[float, float, float]]:
+    """``(elapsed s, frames, learner steps)`` from the record before the first update on:
+    filling the replay before it is start-up, as the single-process loop's first
+    ``learning_starts`` steps are."""
+    samples = [(float(r["elapsed_s"]), float(r["frames"]), float(r["learner_steps"]))
+               for r in records if "frames" in r and "learner_steps" in r]  # fmt: skip
+    first = next((i for i, s in enumerate(samples) if s[2] > 0), len(samples))
     return samples[max(0, first - 1) :] if first < len(samples) else []
 
 
@@ -114,7 +130,7 @@ def _watch(
         if not records:
             continue
         last = records[-1]
-        samples = frame_samples(records)
+        samples = (update_samples if label == "sac" else frame_samples)(records)
         if measure_s and len(samples) > 1 and samples[-1][0] - samples[0][0] >= measure_s:
             stop.append(samples[-1][0])
             os.kill(os.getpid(), signal.SIGINT)
@@ -126,19 +142,27 @@ def _watch(
             next_report = time.monotonic() + REPORT_EVERY_S
 
 
+def sac_batch_transitions() -> int:
+    """Transitions in one SAC update of the preset: its batch of sequences times their length."""
+    from seedrl.presets import load_preset
+
+    preset = load_preset(SAC["preset"])
+    return int(preset["batch_size"]) * int(preset["unroll_length"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = task_driver_parser(
         "python -m benchmarks.peers.seedrl_driver",
         "--logdir",
         frame_cap=20_000_000,
-        tasks=("cartpole", "atari", "structured"),
+        tasks=("cartpole", "atari", "structured", "sac"),
     )
-    parser.add_argument("--env", default="", help="structured: the env id")
+    parser.add_argument("--env", default="", help="structured and sac: the env id")
     parser.add_argument("--num-actors", type=int, default=2)
     parser.add_argument("--envs-per-actor", type=int, default=16)
     args = parser.parse_args(argv)
-    if args.task == "structured" and not args.env:
-        parser.error("the structured task needs --env")
+    if args.task in ("structured", "sac") and not args.env:
+        parser.error(f"the {args.task} task needs --env")
 
     import learner
     from seedrl.metrics import read_metrics
@@ -153,12 +177,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "envs_per_actor": args.envs_per_actor}  # fmt: skip
         # the same wall time from launch as the peer: what start-up took is not trained
         kwargs = {"max_seconds": max(1.0, args.wall_cap_s - (time.monotonic() - args.launched_at))}
+    elif args.task == "sac":
+        settings = {"env": args.env, **SAC}
+        kwargs = {"max_seconds": args.wall_cap_s}
     else:
         settings = dict(ATARI)
         kwargs = {"max_seconds": args.wall_cap_s}
     settings["seed"] = args.seed
     done = threading.Event()
-    measure = args.warmup_s + args.measure_s if args.task == "atari" else None
+    measure = args.warmup_s + args.measure_s if args.task in ("atari", "sac") else None
     stop_at: list[float] = []
     reporter = threading.Thread(
         target=_watch, args=(logdir, args.task, done, measure, stop_at), daemon=True
@@ -205,6 +232,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         out["curve"] = return_curve(records, called_mono - args.launched_at - called_wall)
         if result.reason.startswith("signal"):  # no stop of its own here: the runner's
             out["stopped_by"] = "time limit"
+    elif args.task == "sac":
+        trained = measured_span(update_samples(records), stop_at[0] if stop_at else None)
+        out.update(
+            updates=int(records[-1].get("learner_steps", 0)) if records else 0,
+            transitions_per_update=sac_batch_transitions(),
+            startup_s=(called_mono - args.launched_at) + (trained[0][0] if trained else 0.0),
+            **update_rates(trained, args.warmup_s),
+        )
     else:
         steady = measured_span(samples, stop_at[0] if stop_at else None)
         out.update(
