@@ -185,6 +185,14 @@ def local_target(local_address: str, dialled: str) -> str | None:
 LOCAL_SOCKET_NAME = "learner.sock"
 
 
+def frontend_local_address(local_address: str, index: int) -> str:
+    """Serving frontend ``index``'s own socket beside the learner's (``unix:PATH``): unix
+    sockets have no ``SO_REUSEPORT`` group, so each frontend offers the actors it took
+    over TCP a socket of its own in the same private directory."""
+    directory = os.path.dirname(local_address.removeprefix("unix:"))
+    return "unix:" + os.path.join(directory, f"frontend-{index}.sock")
+
+
 class LocalSocket:
     """A unix socket path in a fresh private directory (mode 0700: this user only).
 
@@ -222,6 +230,15 @@ def _listening(path: str) -> bool:
     return True
 
 
+def _any_listening(directory: str) -> bool:
+    """Whether the learner's socket or one of its frontends' takes connections."""
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(".sock")]
+    except OSError:
+        return False
+    return any(_listening(os.path.join(directory, name)) for name in names)
+
+
 def remove_stale_local_sockets(prefix: str = "seedrl-", tmp: str | None = None) -> list[str]:
     """Remove this user's socket directories whose learner died without cleaning up.
 
@@ -244,7 +261,7 @@ def remove_stale_local_sockets(prefix: str = "seedrl-", tmp: str | None = None) 
                 continue
         except OSError:
             continue
-        if _pid_running(int(pid_text)) or _listening(os.path.join(entry.path, LOCAL_SOCKET_NAME)):
+        if _pid_running(int(pid_text)) or _any_listening(entry.path):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.path)

@@ -98,13 +98,23 @@ def test_stale_socket_directories_of_dead_learners_are_removed(tmp_path) -> None
     # nothing here, but its socket still answers.
     listening = tmp_path / f"seedrl-{dead}-uvwx"
     listening.mkdir()
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+    # A serving tier's directory, where only a frontend's socket may still answer.
+    frontend = tmp_path / f"seedrl-{dead}-yzab"
+    frontend.mkdir()
+    (frontend / LOCAL_SOCKET_NAME).touch()
+    with (
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server,
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as frontend_server,
+    ):
         server.bind(str(listening / LOCAL_SOCKET_NAME))
         server.listen()
+        frontend_server.bind(str(frontend / "frontend-1.sock"))
+        frontend_server.listen()
         removed = remove_stale_local_sockets(tmp=str(tmp_path))
     assert sorted(removed) == sorted([str(stale_with_file), str(stale_empty)])
     assert not stale_with_file.exists() and not stale_empty.exists()
     assert live.exists() and other.exists() and old_style.exists() and listening.exists()
+    assert frontend.exists()
 
 
 def test_same_host_actor_uses_the_unix_socket_and_the_learner_removes_it(tmp_path) -> None:
@@ -159,3 +169,27 @@ def test_actor_falls_back_to_tcp_when_the_offered_socket_does_not_answer(tmp_pat
     assert actor.local_failed
     assert actor.frames >= 200
     assert actor.target == actor.home
+
+
+def test_each_frontend_offers_its_own_socket_and_same_host_actors_switch_to_it(
+    tmp_path,
+) -> None:
+    """With serving frontends the socket an actor is offered is the frontend's that
+    answered its GetInfo over TCP (unix sockets have no port group to share), beside the
+    learner's in its private directory, all removed with the learner."""
+    with learner_process(tmp_path, "--serving-processes", "2", env=INFO) as (learner, port):
+        offered = set()
+        for _ in range(20):  # the kernel spreads new connections over the port's group
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                offered.add(get_info(channel).local_address)
+        names = {os.path.basename(a.removeprefix("unix:")) for a in offered}
+        assert names <= {"frontend-0.sock", "frontend-1.sock"} and names, offered
+        directory = {os.path.dirname(a.removeprefix("unix:")) for a in offered}
+        assert len(directory) == 1
+        for address in offered:
+            assert stat.S_ISSOCK(os.stat(address.removeprefix("unix:")).st_mode)
+        with running(actor_args(port, 2, 2), env=INFO):
+            learner.wait_for("connected from unix:", 60)
+        learner.stop()
+        assert learner.popen.returncode == 0, learner.output()
+    assert not os.path.exists(directory.pop())

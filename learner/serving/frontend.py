@@ -241,9 +241,10 @@ def frontend_main(
     control: Any,
     blocks: StreamBlocks,
     unrolls: FrontendUnrolls | None = None,
+    local_address: str | None = None,
 ) -> None:
     """The frontend process's entry (multiprocessing spawn): serve until the model says
-    stop or goes away."""
+    stop or goes away; ``local_address`` is its own same-host socket to offer, if any."""
     with contextlib.suppress(OSError, AttributeError):  # Linux
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # end with the model process
@@ -258,7 +259,8 @@ def frontend_main(
     # The blocks outlive the loop: none must be unmapped under a view still alive.
     _blocks = run_event_loop(
         _serve(config, pb.EnvSpec.FromString(env_spec), learner_run_id, spec, table_name,
-               model_bell, own_bell, control, token, blocks.open(config, index), unrolls),
+               model_bell, own_bell, control, token, blocks.open(config, index), unrolls,
+               local_address),
         config.uvloop,
     )  # fmt: skip
     logging.shutdown()
@@ -279,6 +281,7 @@ async def _serve(
     token: str | None,
     shared: tuple[Admission, LearnerStats, Any],
     unrolls: FrontendUnrolls | None = None,
+    local_address: str | None = None,
 ) -> tuple[SlotTable, Any, FrontendTrajectories | None]:
     """Serve until told to stop; the table, ``shared`` (admission, stats and their
     blocks) and the unroll buffers, for the caller to keep until the process ends."""
@@ -290,9 +293,9 @@ async def _serve(
     # The submitter stands in for the batcher, the engine's release and the builder's slots.
     servicer = LearnerServicer(
         config, env_spec, submitter, submitter, submitter, stats, learner_run_id,
-        admission=admission,
+        admission=admission, local_address=local_address or "",
     )  # fmt: skip
-    server, port, health = build_server(config, servicer, token, reuse_port=True)
+    server, port, health = build_server(config, servicer, token, local_address, reuse_port=True)
     loop = asyncio.get_running_loop()
     submitter.bind(loop)
     await server.start()

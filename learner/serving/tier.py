@@ -70,6 +70,7 @@ from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
+from seedrl.transport import frontend_local_address
 
 log = logging.getLogger(__name__)
 
@@ -400,8 +401,10 @@ class TierServing:
         builder: TrajectoryBuilder,
         stats: LearnerStats,
         auth_token: str | None,
+        local_address: str | None = None,
     ) -> None:
         self.lock = PortLock(config.bind, config.port)
+        self._local_address = local_address
         self.port = self.lock.port
         # The token travels through the environment, never the config or argv.
         self.config = replace(config, port=self.port, auth_token=None, auth_token_file=None)
@@ -482,6 +485,7 @@ class TierServing:
             f.index, self.config, self._env_spec, self._learner_run_id, self.table.spec,
             self.table.shm.name, InheritedFd(self.model_bell), InheritedFd(f.bell), child,
             self.blocks.spec, self._frontend_unrolls(f),
+            self._local_address and frontend_local_address(self._local_address, f.index),
         )  # fmt: skip
         process = self._ctx.Process(
             target=frontend_main, args=args, name=f"seedrl-frontend-{f.index}", daemon=True
@@ -599,7 +603,11 @@ def build_tier(
     builder: TrajectoryBuilder,
     stats: LearnerStats,
     auth_token: str | None,
+    local_address: str | None = None,
 ) -> TierServing:
-    """The serving tier for this run, or one line (UnsupportedSetup) saying what it lacks."""
+    """The serving tier for this run, or one line (UnsupportedSetup) saying what it lacks;
+    with ``local_address`` each frontend offers a same-host socket of its own beside it."""
     check_tier_supported(config, env_spec)
-    return TierServing(config, env_spec, learner_run_id, engine, builder, stats, auth_token)
+    return TierServing(
+        config, env_spec, learner_run_id, engine, builder, stats, auth_token, local_address
+    )
