@@ -10,6 +10,7 @@ learner side against two frontends; and what the tier does not carry yet is refu
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import re
 import signal
@@ -36,7 +37,14 @@ from learner.agents.models import UnsupportedSetup
 from learner.serving.admission import Admission, SharedCounts
 from learner.serving.frontend_stats import FrontendCounters, FrontendStats
 from learner.serving.slots import RowSpans, SlotTable, TableSpec
-from learner.serving.tier import MAX_DEATHS, PortLock, SlotBatcher, check_tier_supported
+from learner.serving.tier import (
+    MAX_DEATHS,
+    Frontend,
+    PortLock,
+    SlotBatcher,
+    answer_controls,
+    check_tier_supported,
+)
 from learner.state.counters import StepCounter
 from learner.state.stats import LearnerStats
 from seedrl import codec
@@ -174,6 +182,37 @@ def test_a_frame_short_of_the_batch_rule_is_answered_at_the_deadline():
         table.req_L[lanes[1]] += 1  # one of 3 streams, one row of 64
         assert _answered(batcher, table, [lanes[1]]) == [lanes[1]]
     finally:
+        table.close()
+
+
+def test_a_lease_the_table_is_full_for_takes_the_releases_waiting_in_other_pipes():
+    """Frontend A's stream held every row and closed: A sent its release, then gave the
+    admission back, and B's new stream, admitted in that moment, asks for the rows before
+    the model has read A's pipe. The model takes A's release first and B gets the rows;
+    a lease with no release anywhere is still refused."""
+    batcher, table = _batcher(batch=4, quorum=1.0, timeout_ms=1.0)
+    a, b = Frontend(0), Frontend(1)
+    ends = {}
+    for f in (a, b):
+        f.control, ends[f.index] = multiprocessing.Pipe()
+    try:
+        lane, _, problem = batcher.lease(a.index, 8)  # every row of the table
+        assert not problem
+        ends[a.index].send(("release", lane))
+        ends[b.index].send(("allocate", 8))
+        answer_controls(batcher, b, [a, b])
+        assert ends[b.index].poll(5)
+        kind, _, begin, problem = ends[b.index].recv()
+        assert (kind, begin, problem) == ("lease", 0, "")
+        assert not a.control.poll()  # A's release was taken on the way
+        ends[a.index].send(("allocate", 1))  # now truly full: B holds every row
+        answer_controls(batcher, a, [a, b])
+        assert "full" in ends[a.index].recv()[3]
+    finally:
+        for f in (a, b):
+            f.control.close()
+            ends[f.index].close()
+            os.close(f.bell)
         table.close()
 
 

@@ -364,6 +364,33 @@ class Frontend:
         self.deaths: collections.deque[float] = collections.deque()
 
 
+def answer_controls(batcher: SlotBatcher, asker: Frontend, frontends: list[Frontend]) -> None:
+    """Answer ``asker``'s waiting control messages in order. A lease the table has no room
+    for is tried again once every other frontend's waiting messages are taken: a frontend
+    sends a closed stream's release before it gives the stream's admission back, so the
+    rows a newly admitted stream needs may be waiting in another frontend's pipe."""
+    while asker.control.poll():
+        _answer(batcher, asker, asker.control.recv(), frontends)
+
+
+def _answer(
+    batcher: SlotBatcher, f: Frontend, message: tuple[Any, ...], frontends: list[Frontend]
+) -> None:
+    if message[0] == "release":
+        batcher.release(message[1])
+        return
+    lease = batcher.lease(f.index, message[1])
+    if lease[2] and frontends:  # full: first take the releases still in the other pipes
+        for other in frontends:
+            if other is f or other.control is None:
+                continue
+            with contextlib.suppress(EOFError, OSError):  # a dead one's sentinel tells
+                while other.control.poll():
+                    _answer(batcher, other, other.control.recv(), [])
+        lease = batcher.lease(f.index, message[1])
+    f.control.send(("lease", *lease))
+
+
 class TierBlocks:
     """The blocks beside the slot table: the admission counts every frontend shares and
     the frontends' own counters, with the metrics the model reads from them."""
@@ -522,16 +549,10 @@ class TierServing:
 
     def _on_control(self, f: Frontend) -> None:
         """A frontend's per-stream messages: a lease asked for, a lease given back."""
-        control = f.control
         try:
-            while control.poll():
-                message = control.recv()
-                if message[0] == "allocate":
-                    control.send(("lease", *self.batcher.lease(f.index, message[1])))
-                elif message[0] == "release":
-                    self.batcher.release(message[1])
+            answer_controls(self.batcher, f, self.frontends)
         except (EOFError, OSError):  # the process died: its sentinel tells the rest
-            asyncio.get_running_loop().remove_reader(control.fileno())
+            asyncio.get_running_loop().remove_reader(f.control.fileno())
 
     def _on_death(self, f: Frontend) -> None:
         loop = asyncio.get_running_loop()
