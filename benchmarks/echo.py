@@ -87,7 +87,7 @@ def echo_servicer(
     batcher = make_batcher(config, engine.process)
     servicer = LearnerServicer(
         config, env_spec, batcher, engine, engine, stats, ECHO_RUN_ID,
-        local_address=local_address,
+        local_addresses=[local_address] if local_address else [],
     )  # fmt: skip
     return servicer, batcher, stats
 

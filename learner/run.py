@@ -299,7 +299,8 @@ def build_serving(
     batcher = make_batcher(config, engine.process)
     servicer = LearnerServicer(
         config, learner.env_spec, batcher, engine, learner.builder, learner.stats,
-        learner.learner_run_id, rank_addresses=rank_addresses, local_address=local_address or "",
+        learner.learner_run_id, rank_addresses=rank_addresses,
+        local_addresses=[local_address] if local_address else [],
     )  # fmt: skip
     server, port, health = build_server(config, servicer, auth_token, local_address)
     return Serving(batcher, servicer, server, port, health)

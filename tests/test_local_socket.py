@@ -174,16 +174,21 @@ def test_actor_falls_back_to_tcp_when_the_offered_socket_does_not_answer(tmp_pat
 def test_each_frontend_offers_its_own_socket_and_same_host_actors_switch_to_it(
     tmp_path,
 ) -> None:
-    """With serving frontends the socket an actor is offered is the frontend's that
-    answered its GetInfo over TCP (unix sockets have no port group to share), beside the
-    learner's in its private directory, all removed with the learner."""
+    """With serving frontends each frontend listens on a socket of its own (unix sockets
+    have no port group to share) beside the learner's in its private directory, and offers
+    every frontend's in turn, so same-host actors spread evenly over the frontends even
+    when the kernel hands their TCP connections to one; all removed with the learner."""
     with learner_process(tmp_path, "--serving-processes", "2", env=INFO) as (learner, port):
-        offered = set()
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:  # one frontend answers
+            turns = [get_info(channel).local_address for _ in range(4)]
+        names = [os.path.basename(a.removeprefix("unix:")) for a in turns]
+        assert sorted(names[:2]) == ["frontend-0.sock", "frontend-1.sock"], names
+        assert names[2:] == names[:2], names
+        offered = set(turns)
         for _ in range(20):  # the kernel spreads new connections over the port's group
             with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
                 offered.add(get_info(channel).local_address)
-        names = {os.path.basename(a.removeprefix("unix:")) for a in offered}
-        assert names <= {"frontend-0.sock", "frontend-1.sock"} and names, offered
+        assert offered == set(turns), offered
         directory = {os.path.dirname(a.removeprefix("unix:")) for a in offered}
         assert len(directory) == 1
         for address in offered:

@@ -50,7 +50,7 @@ def split_streams(streams: int, connections: int, generators: int) -> list[tuple
 
 def generator_main(
     pipe: Any,
-    target: str,
+    targets: Sequence[str],
     info_bytes: bytes,
     tape: Tape,
     indices: Sequence[int],
@@ -63,7 +63,7 @@ def generator_main(
     ``stop`` (or the parent's end closes the pipe)."""
     info = pb.LearnerInfo.FromString(info_bytes)
     actors = SyntheticActors(
-        target, info, tape, len(indices), num_envs, connections, metadata, indices,
+        targets, info, tape, len(indices), num_envs, connections, metadata, indices,
         opening_window,
     )  # fmt: skip
     actors.start()
@@ -93,11 +93,12 @@ def generator_main(
 
 
 class GeneratorProcesses:
-    """S streams of K envs split over G spawned generator processes."""
+    """S streams of K envs split over G spawned generator processes; the run's connections
+    take ``targets`` in turn across the generators."""
 
     def __init__(
         self,
-        target: str,
+        targets: Sequence[str],
         info: pb.LearnerInfo,
         tape: Tape,
         streams: int,
@@ -110,10 +111,13 @@ class GeneratorProcesses:
         window = max(1, OPENING_WINDOW // generators)
         self._pipes: list[Any] = []
         self._processes: list[Any] = []
+        first = 0  # this generator's first connection among the run's
         for g, (indices, share) in enumerate(split_streams(streams, connections, generators)):
             parent, child = ctx.Pipe()
+            own = [targets[(first + c) % len(targets)] for c in range(share)]
+            first += share
             args = (
-                child, target, info.SerializeToString(), tape, list(indices), num_envs, share,
+                child, own, info.SerializeToString(), tape, list(indices), num_envs, share,
                 metadata, window,
             )  # fmt: skip
             self._processes.append(

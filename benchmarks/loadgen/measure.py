@@ -95,6 +95,20 @@ def learner_info(target: str, timeout: float, proc: subprocess.Popen[Any]) -> pb
                 time.sleep(0.2)
 
 
+def connection_targets(
+    dialled: str, info: pb.LearnerInfo, s: Settings, proc: subprocess.Popen[Any]
+) -> list[str]:
+    """Where each of the run's connections dials, as that many actor processes would: the
+    same-host socket a GetInfo of its own is offered (a serving tier's frontends offer
+    theirs in turn), or ``dialled`` over TCP."""
+    if s.transport == "tcp" or local_target(info.local_address, dialled) is None:
+        return [dialled]
+    offers = [info] + [
+        learner_info(dialled, s.connect_timeout_s, proc) for _ in range(s.connections - 1)
+    ]
+    return [local_target(offer.local_address, dialled) or dialled for offer in offers]
+
+
 def measure(mode: str, s: Settings, tapes: dict[str, Tape]) -> dict[str, Any]:
     """One window of ``mode`` behind S synthetic streams: its row of numbers."""
     logdir = s.workdir / f"{mode}-{time.monotonic_ns()}"
@@ -109,18 +123,18 @@ def measure(mode: str, s: Settings, tapes: dict[str, Tape]) -> dict[str, Any]:
         try:
             dialled = f"127.0.0.1:{port}"
             info = learner_info(dialled, s.connect_timeout_s, proc)
-            target = local_target(info.local_address, dialled) if s.transport != "tcp" else None
+            targets = connection_targets(dialled, info, s, proc)
             tape_key = f"{info.env.env_id}/{info.frame_stack}"
             if tape_key not in tapes:  # recorded once per env and frame layout
                 tapes[tape_key] = record_tape(info, s.tape_steps)
             if s.generators > 1:
                 actors = GeneratorProcesses(
-                    target or dialled, info, tapes[tape_key], s.streams, s.envs,
-                    s.connections, s.generators,
+                    targets, info, tapes[tape_key], s.streams, s.envs, s.connections,
+                    s.generators,
                 )  # fmt: skip
             else:
                 actors = SyntheticActors(
-                    target or dialled, info, tapes[tape_key], s.streams, s.envs, s.connections
+                    targets, info, tapes[tape_key], s.streams, s.envs, s.connections
                 )
             actors.start()
             _until_steady(actors, mode, logdir, s, proc)

@@ -352,11 +352,12 @@ class SyntheticActors:
 
     ``indices`` numbers the streams (their actor ids and tape offsets) where several
     generator processes split one run's streams; ``opening_window`` is this process's
-    share of :data:`OPENING_WINDOW`."""
+    share of :data:`OPENING_WINDOW`; connection ``c`` dials ``targets[c % len(targets)]``
+    (a serving tier's frontends each offer their own same-host socket)."""
 
     def __init__(
         self,
-        target: str,
+        targets: Sequence[str],
         info: pb.LearnerInfo,
         tape: Tape,
         streams: int,
@@ -373,8 +374,8 @@ class SyntheticActors:
         window = max(1, opening_window // connections)
         self.drivers = [
             StreamDriver(
-                target, info, tape, numbers[c::connections], num_envs, c, metadata, window,
-                self.released,
+                targets[c % len(targets)], info, tape, numbers[c::connections], num_envs, c,
+                metadata, window, self.released,
             )
             for c in range(connections)
         ]  # fmt: skip

@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -241,10 +242,11 @@ def frontend_main(
     control: Any,
     blocks: StreamBlocks,
     unrolls: FrontendUnrolls | None = None,
-    local_address: str | None = None,
+    local_addresses: Sequence[str] = (),
 ) -> None:
     """The frontend process's entry (multiprocessing spawn): serve until the model says
-    stop or goes away; ``local_address`` is its own same-host socket to offer, if any."""
+    stop or goes away; ``local_addresses`` are the tier's same-host sockets, its own
+    first (the one it listens on), offered to same-host actors in turn."""
     with contextlib.suppress(OSError, AttributeError):  # Linux
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # end with the model process
@@ -260,7 +262,7 @@ def frontend_main(
     _blocks = run_event_loop(
         _serve(config, pb.EnvSpec.FromString(env_spec), learner_run_id, spec, table_name,
                model_bell, own_bell, control, token, blocks.open(config, index), unrolls,
-               local_address),
+               local_addresses),
         config.uvloop,
     )  # fmt: skip
     logging.shutdown()
@@ -281,7 +283,7 @@ async def _serve(
     token: str | None,
     shared: tuple[Admission, LearnerStats, Any],
     unrolls: FrontendUnrolls | None = None,
-    local_address: str | None = None,
+    local_addresses: Sequence[str] = (),
 ) -> tuple[SlotTable, Any, FrontendTrajectories | None]:
     """Serve until told to stop; the table, ``shared`` (admission, stats and their
     blocks) and the unroll buffers, for the caller to keep until the process ends."""
@@ -293,9 +295,10 @@ async def _serve(
     # The submitter stands in for the batcher, the engine's release and the builder's slots.
     servicer = LearnerServicer(
         config, env_spec, submitter, submitter, submitter, stats, learner_run_id,
-        admission=admission, local_address=local_address or "",
+        admission=admission, local_addresses=local_addresses,
     )  # fmt: skip
-    server, port, health = build_server(config, servicer, token, local_address, reuse_port=True)
+    own = local_addresses[0] if local_addresses else None
+    server, port, health = build_server(config, servicer, token, own, reuse_port=True)
     loop = asyncio.get_running_loop()
     submitter.bind(loop)
     await server.start()

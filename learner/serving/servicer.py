@@ -86,7 +86,7 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         stats: LearnerStats,
         learner_run_id: str | None = None,
         rank_addresses: Sequence[str] = (),
-        local_address: str = "",
+        local_addresses: Sequence[str] = (),
         admission: Admission | None = None,
     ) -> None:
         self.config = config
@@ -98,8 +98,11 @@ class LearnerServicer(pb_grpc.LearnerServicer):
         self.learner_run_id = learner_run_id or uuid.uuid4().hex
         self.rank_addresses = list(rank_addresses)
         """Every data-parallel rank's address, offered to actors (empty: one rank)."""
-        self.local_address = local_address
-        """A unix socket this learner also listens on, offered to same-host actors."""
+        self.local_addresses = list(local_addresses)
+        """The unix sockets offered to same-host actors, one per GetInfo in turn: this
+        learner's own, or every serving frontend's so that same-host actors spread evenly
+        over the frontends whichever one the kernel gave their TCP connection."""
+        self._offers = 0
         self.connections: set[Connection] = set()
         self._obs_shape = codec.spec_shape(env_spec.observation_space)
         self._obs_dtype = np.dtype(env_spec.observation_space.dtype or "uint8")
@@ -124,13 +127,17 @@ class LearnerServicer(pb_grpc.LearnerServicer):
     # ------------------------------------------------------------------ GetInfo
 
     async def GetInfo(self, request: pb.GetInfoRequest, context: Any) -> pb.LearnerInfo:
+        local_address = ""
+        if self.local_addresses:
+            local_address = self.local_addresses[self._offers % len(self.local_addresses)]
+            self._offers += 1
         return pb.LearnerInfo(
             protocol_version=PROTOCOL_VERSION,
             env=self.env_spec,
             learner_run_id=self.learner_run_id,
             max_message_bytes=self.config.max_message_bytes,
             rank_addresses=self.rank_addresses,
-            local_address=self.local_address,
+            local_address=local_address,
             frame_stack=self.frame_stack if self.frame_stack > 1 else 0,
             envs_per_actor=self.config.actor_envs_per_actor,
         )

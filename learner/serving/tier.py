@@ -506,13 +506,20 @@ class TierServing:
 
     # -- frontends
 
+    def _frontend_sockets(self, index: int) -> list[str]:
+        """Every frontend's same-host socket, frontend ``index``'s own first."""
+        if not self._local_address:
+            return []
+        n = len(self.frontends)
+        return [frontend_local_address(self._local_address, (index + k) % n) for k in range(n)]
+
     async def _spawn(self, f: Frontend) -> None:
         parent, child = self._ctx.Pipe()
         args = (
             f.index, self.config, self._env_spec, self._learner_run_id, self.table.spec,
             self.table.shm.name, InheritedFd(self.model_bell), InheritedFd(f.bell), child,
             self.blocks.spec, self._frontend_unrolls(f),
-            self._local_address and frontend_local_address(self._local_address, f.index),
+            self._frontend_sockets(f.index),
         )  # fmt: skip
         process = self._ctx.Process(
             target=frontend_main, args=args, name=f"seedrl-frontend-{f.index}", daemon=True
@@ -627,7 +634,8 @@ def build_tier(
     local_address: str | None = None,
 ) -> TierServing:
     """The serving tier for this run, or one line (UnsupportedSetup) saying what it lacks;
-    with ``local_address`` each frontend offers a same-host socket of its own beside it."""
+    with ``local_address`` each frontend listens on a same-host socket of its own beside
+    it and offers every frontend's in turn."""
     check_tier_supported(config, env_spec)
     return TierServing(
         config, env_spec, learner_run_id, engine, builder, stats, auth_token, local_address
