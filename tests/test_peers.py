@@ -476,6 +476,26 @@ def test_the_sac_rows_pair_seedrl_and_the_loop_on_one_robot_with_one_window() ->
     assert peers.summary(row) == "80 updates/s, 320 env steps/s"
 
 
+def test_a_sac_row_names_its_robot_without_the_structured_levels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands = []
+
+    def driver(cmd: list[str], env: dict[str, str], log: Path, limit: float, label: str):
+        commands.append(cmd)
+        return peers.DriverRun(0, [], {"updates_per_s": 50.0, "env_steps_per_s": 200.0})
+
+    monkeypatch.setattr(peers, "run_driver", driver)
+    for task in (t for t in peers.TASKS if t.task == "sac"):
+        row = peers.run_task(task, peers.Caps(), tmp_path, tmp_path)
+        assert row["status"] == "ok" and row["env"] == peers.SAC_ENV, row
+        assert "random_level" not in row and row["updates_per_s"] == 50.0
+    assert [c[2] for c in commands] == [
+        "benchmarks.peers.seedrl_driver",
+        "benchmarks.peers.sac_loop_driver",
+    ]
+
+
 def test_the_sac_table_shows_both_rates_and_updates_per_env_step() -> None:
     doc = _fixture()
     doc["settings"]["sac_warmup_s"] = 20.0

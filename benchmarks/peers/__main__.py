@@ -89,7 +89,7 @@ class Task:
     """The peer's environment in ``venvs.PINS``; None: seedrl's own interpreter."""
     module: str
     env: str = ""
-    """The structured task's env id (empty for CartPole and Atari)."""
+    """The env id of a structured or SAC task (empty for CartPole and Atari)."""
 
     @property
     def name(self) -> str:
@@ -300,7 +300,9 @@ def run_task(task: Task, caps: Caps, out_dir: Path, venv_root: Path) -> dict[str
     name = task.name
     row: dict[str, Any] = {"peer": task.peer, "system": task.system, "task": task.task}
     if task.env:
-        row.update(env=task.env, **structured_levels(task.env))
+        row["env"] = task.env
+    if task.task == "structured":
+        row.update(structured_levels(task.env))
     log = out_dir / f"{name}.log"
     row["log"] = str(log)
     if task.venv is None:
