@@ -451,7 +451,7 @@ def test_sac_rates_leave_out_the_warmup_for_steps_and_updates_alike() -> None:
 def test_seedrl_sac_samples_start_at_the_record_before_its_first_update() -> None:
     from benchmarks.peers.seedrl_driver import update_samples
 
-    records = [
+    records: list[dict[str, Any]] = [
         {"elapsed_s": 1.0, "frames": 0, "learner_steps": 0},
         {"elapsed_s": 3.0, "frames": 2000, "learner_steps": 0},
         {"elapsed_s": 5.0, "frames": 5200, "learner_steps": 0},
