@@ -157,7 +157,8 @@ def render_table(doc: dict[str, Any]) -> str:
     """One row per label: seeds, solved, halved after passing 200, the median frames and
     seconds to solve (an unsolved run counts as never solving)."""
     lines = [
-        "| settings (learner flags beside `--preset cartpole`) | seeds | solved | halved after "
+        "| settings (learner flags beside the demo's `--preset cartpole` as the row was run) | "
+        "seeds | solved | halved after "
         f"passing {RISEN:.0f} | median frames to solve | median seconds to solve | "
         "frames to solve, min-max | date, machine |",
         "|---|---|---|---|---|---|---|---|",
