@@ -29,11 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.doc_blocks import replace_block
+from seedrl.metrics import read_metrics
+
 SCHEMA = "seedrl-demo-dips/1"
 RISEN = 200.0
 """A run's curve is watched for a fall once its mean-100 first reaches this."""
 FALL = 0.5
 """A halving: the mean-100 at or below this fraction of its best so far."""
+SOLVED = 475.0
+"""The demo's own --target-return: where a run stops and its curve stops being read."""
 LOG_INTERVAL_S = 0.5
 """The demo learner's metrics interval here: fine enough to see a dip of a few seconds."""
 TABLE_START, TABLE_END = "<!-- demo-dips:start -->", "<!-- demo-dips:end -->"
@@ -75,12 +80,11 @@ def deepest_fall(curve: Sequence[tuple[int, float]], solved_at: float) -> Fall |
 
 def read_curve(logdir: Path) -> list[tuple[int, float]]:
     """(frames, mean-100 return) of every metrics record that has a return."""
-    curve = []
-    for line in (logdir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line) if line.strip() else {}
-        if record.get("episode_return_mean") is not None and "frames" in record:
-            curve.append((int(record["frames"]), float(record["episode_return_mean"])))
-    return curve
+    return [
+        (int(record["frames"]), float(record["episode_return_mean"]))
+        for record in read_metrics(logdir)
+        if record.get("episode_return_mean") is not None and "frames" in record
+    ]
 
 
 def run_one(seed: int, workdir: Path, extra: Sequence[str], max_seconds: float) -> dict[str, Any]:
@@ -99,7 +103,7 @@ def run_one(seed: int, workdir: Path, extra: Sequence[str], max_seconds: float) 
         raise RuntimeError(f"seed {seed}: the demo wrote no result ({' '.join(tail)})")
     result = json.loads(result_path.read_text())
     curve = read_curve(logdir)
-    fall = deepest_fall(curve, 475.0)
+    fall = deepest_fall(curve, SOLVED)
     return {
         "seed": seed,
         "solved": bool(result["solved"]),
@@ -188,13 +192,8 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.update is None:
         print(table)
         return 0
-    path = Path(args.update)
-    text = path.read_text()
-    start, end = text.find(TABLE_START), text.find(TABLE_END)
-    if start < 0 or end < start:
-        raise SystemExit(f"error: {path} has no {TABLE_START} ... {TABLE_END} block")
-    path.write_text(text[: start + len(TABLE_START)] + "\n" + table + "\n" + text[end:])
-    print(f"updated {path}")
+    replace_block(Path(args.update), TABLE_START, TABLE_END, table + "\n")
+    print(f"updated {args.update}")
     return 0
 
 
