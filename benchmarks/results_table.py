@@ -167,10 +167,10 @@ def render(report: dict[str, Any]) -> str:
         "N × K: N actors × K envs each (`NxKbB`: the learner trains on B unrolls a step). "
         "CPU µs/frame: the whole machine's, echo / system. Step: an actor's round trip. "
         "+µs a/s/t: what the system spends per frame beyond echo in actors / serving "
-        "(the learner process) / training (its trainer process). Serving +µs/frame: the "
-        "learner process's CPU per frame beyond the echo server's, in inference / system "
-        "mode. Train µs/frame: the in-process ideal's training step time / frames per "
-        "batch.",
+        "(the learner process and its serving frontends) / training (its trainer process). "
+        "Serving +µs/frame: the learner process's CPU per frame beyond the echo server's, "
+        "in inference / system mode. Train µs/frame: the in-process ideal's training step "
+        "time / frames per batch.",
     ]
     ref = report.get("ideal_reference") or {}
     if ref.get("fps"):

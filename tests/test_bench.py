@@ -87,6 +87,30 @@ def test_quick_bench_writes_a_sane_bench_json(tmp_path):
     assert "seedrl bench" in done.stdout
 
 
+@pytest.mark.long
+def test_bench_counts_serving_frontends_as_serving_not_training(tmp_path):
+    """With --serving-processes the learner's children include its frontends: their CPU is
+    serving's, and training keeps only the trainer's (it read both as training once). The
+    inference mode has no trainer, so its training share must be nothing at all."""
+    out = tmp_path / "bench.json"
+    cmd = [
+        sys.executable, "-m", "learner", "bench", "--quick", "--sweep", "2x4b8",
+        "--modes", "inference", "--warmup-s", "0.3", "--measure-s", "1", "--out", str(out),
+        "--learner-args", "--serving-processes 1",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = [r for r in json.loads(out.read_text())["results"] if r["mode"] == "inference"]
+    assert "error" not in row, row
+    assert row["frontends"] == 1
+    frontends = row["frontends_cpu_us_per_frame"]
+    assert frontends > 0, row  # a frontend pays every message: never nothing
+    assert row["serving_cpu_us_per_frame"] > frontends, row  # the model process's share too
+    assert row["training_cpu_us_per_frame"] == 0, row
+    roles = [row[f"{role}_cpu_us_per_frame"] for role in ("actors", "serving", "training")]
+    assert sum(roles) == pytest.approx(row["cpu_us_per_frame"]), row
+
+
 def test_parse_sweep():
     assert parse_sweep("1x1, 64X32,256x1,2x256b128") == (
         Point(1, 1),

@@ -13,8 +13,8 @@ import pytest
 from support import ROOT
 
 from benchmarks.bench.procfs import CLK_TCK, stat_cpu_seconds
+from benchmarks.bench.roles import read_tree, role_cpu, role_memory
 from benchmarks.loadgen.generators import split_streams
-from benchmarks.loadgen.roles import read_tree, role_cpu, role_memory
 from benchmarks.loadgen.table import render
 from learner.serving.slots import PROCESS_NAME
 

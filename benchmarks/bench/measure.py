@@ -23,7 +23,7 @@ from typing import Any
 
 from benchmarks.bench.fleet import ActorFleet, stop_process, wait_for
 from benchmarks.bench.plan import IDEAL_REFERENCE_ENVS, Point
-from benchmarks.bench.procfs import split_cpu_seconds
+from benchmarks.bench.roles import read_tree, role_cpu
 from seedrl.config import ActorConfig
 from seedrl.metrics import read_metrics
 from seedrl.transport import free_port
@@ -240,14 +240,14 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
                     f"server said {tail}"
                 )
             time.sleep(s.warmup_s)
-            t0, cpu0, acpu0 = time.time(), split_cpu_seconds(proc.pid), fleet.cpu_seconds()
+            t0, tree0, acpu0 = time.time(), read_tree(proc.pid), fleet.cpu_seconds()
             frames0 = _last_frames(logdir)
             time.sleep(s.measure_s)
             # Many slow streams: stretch the window until the average stream has made
             # MIN_ROUND_TRIPS round trips (256 x K=1 makes ~6/s each on 2 cores).
             wanted = frames0 + MIN_ROUND_TRIPS * n * k * fleet.groups
             wait_for(lambda: _last_frames(logdir) >= wanted, s.measure_s * (MAX_STRETCH - 1), 0.25)
-            t1, cpu1, acpu1 = time.time(), split_cpu_seconds(proc.pid), fleet.cpu_seconds()
+            t1, tree1, acpu1 = time.time(), read_tree(proc.pid), fleet.cpu_seconds()
             actor_rss, actor_uss_pss = fleet.rss_mb(), fleet.shared_aware_mb()
             time.sleep(0.6)  # one more metrics record covering the window's end
         finally:
@@ -260,8 +260,13 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
     fps = (last["frames"] - first["frames"]) / max(dt, 1e-9)
     inner = window[1:]
     wall = t1 - t0
-    serving_cpu = (cpu1[0] - cpu0[0]) / wall
-    training_cpu = (cpu1[1] - cpu0[1]) / wall
+    # Serving is the model process and its frontends (--serving-processes), training the
+    # other children (the trainer process): the tier's frontends are the learner's
+    # children too, and counting them by their names keeps them out of training.
+    cpu = role_cpu(tree0, tree1)
+    frontends_cpu = sum(cpu.frontends) / wall
+    serving_cpu = cpu.model / wall + frontends_cpu
+    training_cpu = cpu.others / wall
     learner_cpu = serving_cpu + training_cpu
     actors_cpu = (acpu1 - acpu0) / wall
     per_frame = 1e6 / max(fps, 1e-9)
@@ -281,6 +286,8 @@ def measure_server(mode: str, point: Point, fleet: ActorFleet, bind: str, port: 
         # Where the machine's CPU per frame goes: the three roles, summing to the above.
         "actors_cpu_us_per_frame": actors_cpu * per_frame,
         "serving_cpu_us_per_frame": serving_cpu * per_frame,
+        "frontends": len(cpu.frontends),
+        "frontends_cpu_us_per_frame": frontends_cpu * per_frame,
         "training_cpu_us_per_frame": training_cpu * per_frame,
         "learner_rss_mb": last.get("learner_rss_mb"),
         "actor_processes": len(actor_rss),

@@ -168,8 +168,8 @@ def _summarize_once(
 
 
 COST_ROLES = ("actors", "serving", "training")
-"""Who spends the machine's CPU per frame: actor processes, the learner process (serving
-and inference), its trainer process."""
+"""Who spends the machine's CPU per frame: actor processes, the learner's serving (its own
+process, serving and inference, and any serving frontends), its trainer process."""
 
 
 def _extra_cost(rows: list[dict[str, Any]], label: str) -> dict[str, float] | None:

@@ -5,7 +5,7 @@ The server is the learner (``inference``: ``--no-train``; ``system``: training;
 own handler with zero actions, the transport floor). The synthetic actors run in this
 process, one thread per connection, or in ``--generators`` processes. Every stream is
 admitted before any sends a frame. Over a window that opens after a warm-up, it reads
-the CPU of the server's processes by role from ``/proc`` (:mod:`benchmarks.loadgen.roles`:
+the CPU of the server's processes by role from ``/proc`` (:mod:`benchmarks.bench.roles`:
 the model process, its main thread apart, each serving-tier frontend, the trainer and
 other children) and their memory at the window's end, the frames the server counted and
 the steps it trained from its ``metrics.jsonl``, and the replies and round trips from
@@ -27,8 +27,8 @@ from typing import Any
 import grpc
 
 from benchmarks.bench.fleet import stop_process
+from benchmarks.bench.roles import read_tree, role_cpu, role_memory
 from benchmarks.loadgen.generators import GeneratorProcesses
-from benchmarks.loadgen.roles import read_tree, role_cpu, role_memory
 from benchmarks.loadgen.synthetic import SyntheticActors, Tape, record_tape
 from learner.state.stats import SERVING_PHASES
 from seedrl.metrics import read_metrics

@@ -5,8 +5,9 @@ the load generator started), its N frontends (named ``seedrl-fe-<i>``, as
 :mod:`learner.serving.frontend` sets them) and its other children (the trainer process,
 multiprocessing's resource tracker). :func:`read_tree` takes one reading of that tree;
 :func:`role_cpu` turns two readings into CPU seconds per role, and :func:`role_memory`
-one reading into RSS and PSS per role. The generators are not the learner's children, so
-they never count here. ``proc`` is a parameter so the tests read a tree made on disk.
+one reading into RSS and PSS per role. The load generators and ``make bench``'s actors are
+not the learner's children, so they never count here. ``proc`` is a parameter so the
+tests read a tree made on disk.
 """
 
 from __future__ import annotations
