@@ -289,7 +289,9 @@ def build_serving(
     config = learner.config
     if frontends(config):  # frontend processes serve and build unrolls; this one runs the model
         check_tier_supported(config, learner.env_spec)
-        rows = model_rows(config, learner.builder, learner.normalizer)
+        rows = model_rows(
+            config, learner.builder, learner.normalizer, bool(learner.env_spec.agents)
+        )
         engine = make_engine(learner, trainer, rows)
         return build_tier(
             config, learner.env_spec, learner.learner_run_id, engine, learner.builder,
@@ -381,7 +383,9 @@ async def _serve(
     asked = config
     config = learner.config = resolve_serving(
         asked, learner.env_spec,
-        shared_bytes=lambda n: shared_bytes(asked, learner.builder, learner.normalizer, n),
+        shared_bytes=lambda n: shared_bytes(
+            asked, learner.builder, learner.normalizer, n, bool(learner.env_spec.agents)
+        ),
     )  # fmt: skip
     serving_auto = asked.serving_frontends is None
     rank.attach(learner)

@@ -55,12 +55,12 @@ def test_auto_counts_the_cores_this_process_may_run_on(monkeypatch: pytest.Monke
     ("fields", "spec", "environ"),
     [
         ({"self_play": True}, CARTPOLE, {}),
-        ({}, TWO_PLAYERS, {}),
+        ({"policy_mapping": ("first=pa", "second=pb")}, TWO_PLAYERS, {}),
         ({"population": 2}, CARTPOLE, {}),
         ({"bind": "unix:/tmp/seedrl-learner.sock"}, CARTPOLE, {}),
         ({}, CARTPOLE, {"WORLD_SIZE": "2"}),
     ],
-    ids=["self-play", "multi-agent env", "population", "unix bind", "torchrun ranks"],
+    ids=["self-play", "policy mapping", "population", "unix bind", "torchrun ranks"],
 )
 def test_auto_serves_in_one_process_what_the_tier_refuses_and_a_count_still_refuses_it(
     monkeypatch: pytest.MonkeyPatch, fields: dict, spec: pb.EnvSpec, environ: dict
@@ -77,6 +77,12 @@ def test_auto_serves_in_one_process_what_the_tier_refuses_and_a_count_still_refu
     assert auto.resolve_serving(asked, spec, cores=64) is asked
     with pytest.raises(UnsupportedSetup, match="--serving-processes 2 does not serve"):
         check_tier_supported(asked, spec)
+
+
+def test_auto_serves_a_multi_agent_env_by_frontends() -> None:
+    resolved = auto.resolve_serving(LearnerConfig(), TWO_PLAYERS, cores=8)
+    assert resolved.serving_processes == "3"
+    check_tier_supported(resolved, TWO_PLAYERS)
 
 
 def test_an_explicit_count_is_kept_whatever_the_host() -> None:

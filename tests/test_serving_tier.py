@@ -516,6 +516,53 @@ def test_limits_hold_across_frontends_and_their_counts_reach_the_learners_metric
         assert last["serving_rss_mb/0"] > 0 and last["serving_rss_mb/1"] > 0, last
 
 
+# ---------------------------------------------------------------------- multi-agent envs
+
+TESTS_ENV = {
+    "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT / "tests"), os.environ.get("PYTHONPATH"))))
+}
+"""What a learner and its actors need to build tests/multiagent_envs.py's envs."""
+
+
+@pytest.mark.long
+def test_a_multi_agent_env_trains_through_two_frontends(tmp_path):
+    """An AEC game whose agents take turns (so rows wait, and rewards arrive while they
+    do) and one of which leaves early, from real actor processes through two frontends:
+    the model tells the frontends which rows it recorded, and they train and end episodes."""
+    args = [
+        *TIER, "--env", "multiagent_envs:turn_game", "--total-frames", "3000",
+        "--unroll-length", "4", "--batch-size", "8", "--checkpoint-interval-s", "3600",
+    ]  # fmt: skip
+    started = learner_process(tmp_path, *args, env=TESTS_ENV, timeout=START_TIMEOUT_S)
+    with started as (learner, port):
+        allow = ["--allow-env-module", "multiagent_envs"]
+        with running(actor_args(port, 2, 2, *allow), env=TESTS_ENV) as actors:
+            code = learner.wait(240)
+    assert code == 0, learner.output()
+    assert "serving by 2 frontends" in learner.output()
+    assert not any("Traceback" in line for line in [*learner.lines, *actors.lines]), (
+        learner.output()
+    )
+    last = read_records(tmp_path)[-1]
+    assert last["frames"] >= 3000 and last["learner_steps"] > 0, last
+    assert last["episodes"] > 0 and last["episode_length_mean"] > 0, last
+
+
+def test_the_multi_agent_conformance_cases_pass_against_two_frontends(tmp_path):
+    """TurnProbe (three agents, a dict observation with an action mask) through the tier:
+    acting rows are checked and answered, masked actions respected, bad acting refused."""
+    extra = [*TIER, "--env", "seedrl.conformance.probe:TurnProbe", "--total-frames", "100000",
+             "--no-train"]  # fmt: skip
+    with learner_process(tmp_path, *extra, timeout=START_TIMEOUT_S) as (learner, port):
+        cases = ("rejects-missing-agents", "rejects-bad-acting", "agent-actions-reply",
+                 "actions-reply", "episode-ends-served", "rejects-bad-frame")  # fmt: skip
+        report = run_learner_suite(f"127.0.0.1:{port}", LearnerSuiteConfig(only=",".join(cases)))
+        assert "serving by 2 frontends" in learner.output()
+    assert report.ok, report.text()
+    assert not [v for v in report.verdicts if v.status is Status.SKIP], report.text()
+    assert len(report.verdicts) == 6
+
+
 # ---------------------------------------------------------------------- conformance
 
 

@@ -182,6 +182,78 @@ def test_unrolls_built_in_a_frontend_equal_the_one_process_builders(
             block.close()
 
 
+def test_multi_agent_rows_built_in_a_frontend_equal_the_one_process_builders():
+    """A multi-agent env's rows through the tier: only the rows that act or end reach the
+    trajectories, a waiting row's reward is credited to its agent's next step, and the
+    frontend, told by the model which rows it recorded and with what reward, builds the
+    unrolls and episodes the one-process builder builds."""
+    rng = np.random.default_rng(1)
+    reference = _builder(1, (3,), 0)
+    layout = reference.layout()
+    agents_of = (2, 2, 4)  # each stream's rows: its envs' agents
+    rows = sum(agents_of) + 2
+    table = SlotTable(TableSpec(rows, 4, 4 * FEATURES, "<i8", ()))
+    reply = ReplyRows(ReplySpec(rows, 2, (3,), None, multi_agent=True))
+    model = ModelRows(TrajectoryBuilder(**layout), reply)
+    ring = UnrollRing(RingSpec.of(reference, 64))
+    front = FrontendTrajectories(TrajectoryBuilder(**layout), table, reply, ring)
+    core_ref = _core(reference, StepCounter(), False)
+    core_tier = _core(model, StepCounter(), False)
+    lanes = LaneRows(table, np.dtype(np.float32), (FEATURES,), multi_agent=True)
+    obs_RF = table.obs_bytes.view(np.float32).reshape(rows, FEATURES)
+    reward_R = table.reward_bytes.view(np.float32)
+    terminated_R = table.terminated_bytes.view(np.bool_)
+    acting_R = table.acting_bytes.view(np.bool_)
+    begins = (0, 2, 4)
+    streams = [
+        Stream(b, k, model, front, reference) for b, k in zip(begins, agents_of, strict=True)
+    ]
+    for s in streams:
+        lanes.slot_R[s.rows] = s.model
+    built, expected = [], []
+    waits = 0
+    try:
+        for _ in range(80):
+            chosen = [s for s in streams if rng.random() < 0.8] or streams[:1]
+            row_B = np.concatenate([s.rows for s in chosen])
+            n = len(row_B)
+            obs_RF[row_B] = rng.normal(size=(n, FEATURES)).astype(np.float32)
+            reward_R[row_B] = rng.normal(size=n).astype(np.float32)
+            terminated_R[row_B] = rng.random(n) < 0.08
+            acting_R[row_B] = rng.random(n) < 0.5
+            waits += int((~acting_R[row_B] & ~terminated_R[row_B]).sum())
+            rows_tier = lanes.gather(row_B)  # as the slot batcher gathers them
+            assert rows_tier.acting_B is not None
+            rows_ref = FrameBatch(
+                np.concatenate([s.reference for s in chosen]), rows_tier.obs_BO.copy(),
+                rows_tier.reward_B.copy(), rows_tier.terminated_B.copy(),
+                rows_tier.truncated_B.copy(), rows_tier.acting_B.copy(),
+            )  # fmt: skip
+            action_ref, unrolls = core_ref.serve(rows_ref)
+            action_tier, none = core_tier.serve(rows_tier)
+            assert none is None
+            np.testing.assert_array_equal(action_tier, action_ref)
+            table.action_RA[row_B] = action_tier
+            front.record(np.concatenate([s.front for s in chosen]), row_B)
+            if unrolls is not None:
+                expected.append(unrolls)
+            taken = ring.read()
+            if taken is not None:
+                built.append(taken)
+        assert waits > 50  # rows that waited, and whose rewards had to be carried over
+        episodes = ring.read_episodes()
+        assert episodes is not None
+        assert episodes.returns.tolist() == list(core_ref.stats.returns)
+        assert episodes.lengths.tolist() == list(core_ref.stats.lengths)
+        assert len(built) == len(expected) and expected
+        _assert_same(Unrolls.concat(built), Unrolls.concat(expected))
+        lost = [(reference.release(s.reference), model.release(s.model)) for s in streams]
+        assert lost == [(a, a) for a, _ in lost] and any(a for a, _ in lost), lost
+    finally:
+        for block in (ring, reply, table):
+            block.close()
+
+
 def _dataset(parts: list[Unrolls], origins, overlap: int) -> list[tuple]:
     """The episodes the dataset recorder stitches from ``parts`` and their origins, as
     comparable values (observations, actions, rewards, flags)."""

@@ -64,8 +64,8 @@ def tier_gaps(config: LearnerConfig, env_spec: pb.EnvSpec) -> list[str]:
     missing = []
     if config.self_play:
         missing.append("--self-play")
-    if env_spec.agents:
-        missing.append(f"multi-agent envs ({config.env})")
+    if config.policy_mapping:
+        missing.append("--policy-mapping")
     if config.bind.startswith("unix:"):
         missing.append("a unix --bind")
     if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):

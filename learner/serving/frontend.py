@@ -58,6 +58,7 @@ class Lease:
     """One stream's lane and rows, as this frontend writes and reads them."""
 
     __slots__ = (
+        "acting",
         "action_KA",
         "lane",
         "obs",
@@ -73,6 +74,7 @@ class Lease:
     def __init__(self, table: SlotTable, lane: int, begin: int, count: int) -> None:
         self.lane = lane
         self.obs, self.reward, self.terminated, self.truncated = table.row_views(begin, count)
+        self.acting = table.acting_view(begin, count)
         self.row_bytes = len(self.obs)
         self.action_KA = table.action_RA[begin : begin + count]
         self.rows = np.arange(begin, begin + count, dtype=np.int64)
@@ -170,6 +172,8 @@ class SlotSubmitter:
         lease.reward[:] = payload.rewards
         lease.terminated[:] = payload.terminated
         lease.truncated[:] = payload.truncated
+        if payload.acting is not None:  # a multi-agent env's: which of its rows act
+            lease.acting[:] = payload.acting
         lease.seq += 1
         self.table.req_L[lease.lane] = lease.seq  # last: the rows are whole once it moves
         assert self._loop is not None

@@ -141,8 +141,8 @@ class InferenceEngine(ServingCore):
         self._release_closed()
 
     def serve_rows(self, rows: FrameBatch) -> np.ndarray:
-        """Every row's action for a single-agent batch whose caller answers the rows and
-        whose unrolls are built elsewhere (the serving tier's frontends)."""
+        """Every row's action for a batch of one policy's rows whose caller answers them
+        and whose unrolls are built elsewhere (the serving tier's frontends)."""
         action_BA, _ = self.serve(rows)
         return action_BA
 

@@ -11,7 +11,8 @@ owning frontend once per batch. Only counters and doorbells cross per frame; not
 encoded or pickled. Stores are published in program order (x86 keeps stores in order and
 every doorbell is a system call); another architecture needs release/acquire stores.
 
-Shape suffixes: R rows in the table (envs), L lanes (streams), A action dims.
+Shape suffixes: R rows in the table (envs, or a multi-agent env's agents), L lanes
+(streams), A action dims.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class TableSpec:
         raw = [
             r * self.obs_row_bytes, 4 * r, r, r, r * action_bytes,  # obs, reward, flags, action
             8 * lanes, 8 * lanes, 8 * lanes, 8 * lanes, 8 * lanes,  # req, rep, gen, status, step
+            r,  # acting (a multi-agent env's rows that act)
         ]  # fmt: skip
         return [-(-n // 64) * 64 for n in raw]
 
@@ -99,6 +101,7 @@ class SlotTable:
         self.req_L, self.rep_L, self.gen_L, self.status_L, self.step_L = (
             np.frombuffer(p, np.int64, lanes) for p in parts[5:10]
         )
+        self.acting_bytes = np.frombuffer(parts[10], np.uint8, r)
         self._parts = parts
 
     def row_views(
@@ -115,9 +118,15 @@ class SlotTable:
             truncated[begin:end],
         )
 
+    def acting_view(self, begin: int, count: int) -> memoryview:
+        """Rows ``[begin, begin + count)``'s acting flags (bool) as a byte view: which rows
+        of a multi-agent env's frame act (unused for a single-agent env)."""
+        return self._parts[10][begin : begin + count]
+
     def close(self) -> None:
         """Unmap the block (and remove it, for the creator); views must not be used after."""
         del self.obs_bytes, self.reward_bytes, self.terminated_bytes, self.truncated_bytes
+        del self.acting_bytes
         del self.action_RA, self.req_L, self.rep_L, self.gen_L, self.status_L, self.step_L
         for part in self._parts:
             with contextlib.suppress(BufferError):  # a caller's view of it is still alive

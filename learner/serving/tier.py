@@ -124,7 +124,11 @@ def table_spec(
 
 
 def shared_bytes(
-    config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None, count: int
+    config: LearnerConfig,
+    builder: TrajectoryBuilder,
+    normalizer: Normalizer | None,
+    count: int,
+    multi_agent: bool = False,
 ) -> int:
     """Shared memory the tier of ``count`` frontends takes for this run: the slot table,
     the reply rows and a ring per frontend (the small admission and counter blocks aside)."""
@@ -132,7 +136,7 @@ def shared_bytes(
     ring = RingSpec.of(builder, unroll_ring_capacity(config)).layout()
     return (
         sum(table_spec(table, builder, normalizer).sizes())
-        + sum(layout_sizes(reply_spec(config, builder, normalizer).layout()))
+        + sum(layout_sizes(reply_spec(config, builder, normalizer, multi_agent).layout()))
         + count * sum(layout_sizes(ring))
     )
 
@@ -181,7 +185,9 @@ class SlotBatcher:
         self._due = asyncio.Event()
         self._deadline: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.lanes = LaneRows(table, *frame_layout(builder, engine.normalizer))
+        self.lanes = LaneRows(
+            table, *frame_layout(builder, engine.normalizer), builder.reply.spec.multi_agent
+        )
         self._closed = False
         self.batches = 0
         self.frames = 0

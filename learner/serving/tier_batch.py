@@ -23,7 +23,13 @@ _REJECTED_BY_PROBLEM = {problem: status for status, problem in REJECTED.items()}
 class LaneRows:
     """Each lane's table rows and owner, and each row's slot in the model's builder."""
 
-    def __init__(self, table: SlotTable, obs_dtype: np.dtype, frame_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        table: SlotTable,
+        obs_dtype: np.dtype,
+        frame_shape: tuple[int, ...],
+        multi_agent: bool = False,
+    ) -> None:
         spec = table.spec
         self.table = table
         self.begin_L = np.zeros(spec.lanes, np.int64)
@@ -34,6 +40,8 @@ class LaneRows:
         self.reward_R = table.reward_bytes.view(np.float32)
         self.terminated_R = table.terminated_bytes.view(np.bool_)
         self.truncated_R = table.truncated_bytes.view(np.bool_)
+        self.acting_R = table.acting_bytes.view(np.bool_) if multi_agent else None
+        """A multi-agent env's rows that act (None: every row acts)."""
 
     def open(self, lane: int, begin: int, count: int, owner: int, slot_K: np.ndarray) -> None:
         self.begin_L[lane], self.count_L[lane], self.owner_L[lane] = begin, count, owner
@@ -56,6 +64,7 @@ class LaneRows:
             reward_B=self.reward_R[row_B],
             terminated_B=self.terminated_R[row_B],
             truncated_B=self.truncated_R[row_B],
+            acting_B=None if self.acting_R is None else self.acting_R[row_B],
         )
 
     def serve(self, engine: InferenceEngine, lane_B: np.ndarray) -> np.ndarray:

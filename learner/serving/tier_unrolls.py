@@ -127,6 +127,10 @@ class ReplySpec:
     seen_shape: tuple[int, ...] | None
     """The normalized observation's shape with --normalize-observations (the frontend
     stores what the policy saw), else None (it stores the frame it wrote)."""
+    multi_agent: bool = False
+    """A multi-agent env's rows: only the rows the learning policy stepped on are
+    recorded, with their credited rewards, which the model writes (``recorded``,
+    ``reward``); a single-agent env's frontend records every row with the reward it wrote."""
 
     def layout(self) -> Layout:
         r = self.rows
@@ -138,12 +142,15 @@ class ReplySpec:
         parts += [(f"state{i}", (r, h), "<f4") for i, h in enumerate(self.state_sizes)]
         if self.seen_shape is not None:
             parts.append(("seen", (r, *self.seen_shape), "<f4"))
+        if self.multi_agent:
+            parts += [("recorded", (r,), "|b1"), ("reward", (r,), "<f4")]
         return tuple(parts)
 
 
 class ReplyRows(SharedArrays):
     """Per table row: ``first``, learner step, behaviour parameters, core state before the
-    row, and the seen observation (with --normalize-observations)."""
+    row, the seen observation (with --normalize-observations) and, for a multi-agent env,
+    whether the row is recorded and its credited reward."""
 
     def __init__(self, spec: ReplySpec, name: str | None = None) -> None:
         super().__init__(spec.layout(), name)
@@ -152,9 +159,12 @@ class ReplyRows(SharedArrays):
         self.first_R, self.step_R, self.params_RP = a["first"], a["step"], a["params"]
         self.state_RH = tuple(a[f"state{i}"] for i in range(len(spec.state_sizes)))
         self.seen_RO = a.get("seen")
+        self.recorded_R = a.get("recorded")
+        self.reward_R = a.get("reward")
 
     def close(self) -> None:
         del self.first_R, self.step_R, self.params_RP, self.state_RH, self.seen_RO
+        del self.recorded_R, self.reward_R
         super().close()
 
 
@@ -205,6 +215,16 @@ class ModelRows(TrajectoryBuilder):
         self._free.extend(int(i) for i in ids)
         return int(position_S.sum())
 
+    def credit_waits(
+        self, slot_B: np.ndarray, reward_B: np.ndarray, step_B: np.ndarray
+    ) -> np.ndarray:
+        """As the builder's, for every row of a multi-agent batch (the serving core asks
+        it once per such batch, before it records the learning policy's rows): so each of
+        those rows is marked unrecorded here, and :meth:`record` marks the ones it records."""
+        assert self.reply.recorded_R is not None, "a multi-agent batch needs multi-agent reply rows"
+        self.reply.recorded_R[self.row_S[slot_B]] = False
+        return super().credit_waits(slot_B, reward_B, step_B)
+
     def record(
         self,
         slot_B: np.ndarray,
@@ -222,6 +242,10 @@ class ModelRows(TrajectoryBuilder):
         """The rows' reply for the frontends' builders, and the slots' next first flag and
         core state; no unrolls or episodes here (the frontends build them)."""
         reply, row_B = self.reply, self.row_S[slot_B]
+        if reply.recorded_R is not None:  # a multi-agent env's: these rows, credited so
+            assert reply.reward_R is not None
+            reply.recorded_R[row_B] = True
+            reply.reward_R[row_B] = reward_B
         reply.first_R[row_B] = first_B
         reply.step_R[row_B] = learner_step
         reply.params_RP[row_B] = params_BP
@@ -237,23 +261,31 @@ class ModelRows(TrajectoryBuilder):
 
 
 def reply_spec(
-    config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None
+    config: LearnerConfig,
+    builder: TrajectoryBuilder,
+    normalizer: Normalizer | None,
+    multi_agent: bool = False,
 ) -> ReplySpec:
-    """The reply rows of this run: one per env of ``--max-envs``."""
+    """The reply rows of this run: one per env of ``--max-envs`` (per agent of a
+    multi-agent env's, which counts its agents as envs there)."""
     layout = builder.layout()
     return ReplySpec(
         rows=config.max_envs,
         param_size=int(layout["param_size"]),
         state_sizes=tuple(layout["core_state_sizes"]),
         seen_shape=None if normalizer is None else tuple(normalizer.obs_shape),
+        multi_agent=multi_agent,
     )
 
 
 def model_rows(
-    config: LearnerConfig, builder: TrajectoryBuilder, normalizer: Normalizer | None
+    config: LearnerConfig,
+    builder: TrajectoryBuilder,
+    normalizer: Normalizer | None,
+    multi_agent: bool = False,
 ) -> ModelRows:
     """The model process's rows for this run, with their reply block created."""
-    return ModelRows(builder, ReplyRows(reply_spec(config, builder, normalizer)))
+    return ModelRows(builder, ReplyRows(reply_spec(config, builder, normalizer, multi_agent)))
 
 
 # ---------------------------------------------------------------------- the unroll ring
@@ -449,16 +481,25 @@ class FrontendTrajectories:
         self.builder.release(slot_S)
 
     def record(self, slot_B: np.ndarray, row_B: np.ndarray) -> None:
-        """Append the answered rows ``row_B`` (of table rows) to builder slots ``slot_B``;
+        """Append the answered rows ``row_B`` (of table rows) to builder slots ``slot_B``
+        (of a multi-agent env, only those the model recorded, with its credited rewards);
         unrolls and episodes that ended go to the ring."""
         builder, reply = self.builder, self.reply
+        reward_R = self.reward_R
+        if reply.recorded_R is not None:
+            kept_B = reply.recorded_R[row_B]
+            slot_B, row_B = slot_B[kept_B], row_B[kept_B]
+            assert reply.reward_R is not None
+            reward_R = reply.reward_R
+            if not len(row_B):  # only waiting agents and opponents this time
+                return
         obs_BO = reply.seen_RO[row_B] if self.obs_RO is None else self.obs_RO[row_B]  # type: ignore[index]
         first_B = reply.first_R[row_B]
         if builder.frame_stack > 1:  # its ring gives a full unroll's first stack
             builder.stack_frames(slot_B, obs_BO, first_B)
         before = tuple(s[row_B] for s in reply.state_RH)
         unrolls, episodes = builder.record(
-            slot_B, obs_BO, self.reward_R[row_B], self.terminated_R[row_B],
+            slot_B, obs_BO, reward_R[row_B], self.terminated_R[row_B],
             self.truncated_R[row_B], first_B, self.action_RA[row_B], reply.params_RP[row_B],
             before, before, reply.step_R[row_B],
         )  # fmt: skip
