@@ -60,13 +60,6 @@ def train_main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    if ranked and config.serving_frontends:  # auto serves ranks in one process each
-        print(
-            "python -m learner: error: --serving-processes cannot run under torchrun yet: "
-            "serve each rank in its process (--serving-processes 0)",
-            file=sys.stderr,
-        )
-        return 2
     if ranked and config.standby:
         print(
             "python -m learner: error: --standby cannot run under torchrun: a standby is one "

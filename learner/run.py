@@ -295,7 +295,7 @@ def build_serving(
         engine = make_engine(learner, trainer, rows)
         return build_tier(
             config, learner.env_spec, learner.learner_run_id, engine, learner.builder,
-            learner.stats, auth_token, local_address,
+            learner.stats, auth_token, local_address, rank_addresses,
         )  # fmt: skip
     engine = make_engine(learner, trainer)
     batcher = make_batcher(config, engine.process)

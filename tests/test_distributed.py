@@ -172,11 +172,16 @@ def test_actor_picks_rank_by_index():
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("bound", [[], ["--max-update-kl", "1e-7"]], ids=["free", "bounded"])
+@pytest.mark.parametrize(
+    "bound",
+    [[], ["--max-update-kl", "1e-7"], ["--serving-processes", "1"]],
+    ids=["free", "bounded", "serving frontends"],
+)
 def test_two_ranks_train_in_lockstep(tmp_path, bound):
     """2 gloo ranks, 3 actors (2 find their rank via GetInfo, 1 is given a list). With a
     step bound that bites every step, the ranks must still agree on how far each step
-    went (their batches, and so their own measures, differ) or their weights part."""
+    went (their batches, and so their own measures, differ) or their weights part. With
+    a serving frontend per rank, each rank's frontend offers the ranks in GetInfo."""
     port = free_port_pair()
     learner = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -198,6 +203,8 @@ def test_two_ranks_train_in_lockstep(tmp_path, bound):
         with running(by_discovery), running(by_list):
             assert ranks.wait(timeout=120) == 0, ranks.output()
     assert "parameters identical: True" in ranks.output()
+    if "--serving-processes" in bound:
+        assert ranks.output().count("serving by 1 frontend") == 2, ranks.output()
     summary = json.loads((tmp_path / "ranks.json").read_text())
     assert summary["world_size"] == 2
     assert summary["params_identical"], summary
@@ -214,7 +221,7 @@ def test_two_ranks_train_in_lockstep(tmp_path, bound):
         records = read_records(logdir)
         assert max(r["actors_connected"] for r in records) >= 1, logdir
         assert records[-1]["world_size"] == 2
-        if bound:
+        if "--max-update-kl" in bound:
             kept = [r["update_kept"] for r in records if "update_kept" in r]
             assert kept and min(kept) < 1.0, logdir
     # Rank 1 got actor 1 (by discovery) and actor 2 (by list): two streams at once.

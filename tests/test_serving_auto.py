@@ -58,9 +58,8 @@ def test_auto_counts_the_cores_this_process_may_run_on(monkeypatch: pytest.Monke
         ({"policy_mapping": ("first=pa", "second=pb")}, TWO_PLAYERS, {}),
         ({"population": 2}, CARTPOLE, {}),
         ({"bind": "unix:/tmp/seedrl-learner.sock"}, CARTPOLE, {}),
-        ({}, CARTPOLE, {"WORLD_SIZE": "2"}),
     ],
-    ids=["self-play", "policy mapping", "population", "unix bind", "torchrun ranks"],
+    ids=["self-play", "policy mapping", "population", "unix bind"],
 )
 def test_auto_serves_in_one_process_what_the_tier_refuses_and_a_count_still_refuses_it(
     monkeypatch: pytest.MonkeyPatch, fields: dict, spec: pb.EnvSpec, environ: dict

@@ -68,8 +68,6 @@ def tier_gaps(config: LearnerConfig, env_spec: pb.EnvSpec) -> list[str]:
         missing.append("--policy-mapping")
     if config.bind.startswith("unix:"):
         missing.append("a unix --bind")
-    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
-        missing.append("torchrun ranks")
     return missing
 
 

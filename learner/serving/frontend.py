@@ -247,10 +247,12 @@ def frontend_main(
     blocks: StreamBlocks,
     unrolls: FrontendUnrolls | None = None,
     local_addresses: Sequence[str] = (),
+    rank_addresses: Sequence[str] = (),
 ) -> None:
     """The frontend process's entry (multiprocessing spawn): serve until the model says
     stop or goes away; ``local_addresses`` are the tier's same-host sockets, its own
-    first (the one it listens on), offered to same-host actors in turn."""
+    first (the one it listens on), offered to same-host actors in turn;
+    ``rank_addresses`` every torchrun rank's, offered in GetInfo (empty: one rank)."""
     with contextlib.suppress(OSError, AttributeError):  # Linux
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # end with the model process
@@ -266,7 +268,7 @@ def frontend_main(
     _blocks = run_event_loop(
         _serve(config, pb.EnvSpec.FromString(env_spec), learner_run_id, spec, table_name,
                model_bell, own_bell, control, token, blocks.open(config, index), unrolls,
-               local_addresses),
+               local_addresses, rank_addresses),
         config.uvloop,
     )  # fmt: skip
     logging.shutdown()
@@ -288,6 +290,7 @@ async def _serve(
     shared: tuple[Admission, LearnerStats, Any],
     unrolls: FrontendUnrolls | None = None,
     local_addresses: Sequence[str] = (),
+    rank_addresses: Sequence[str] = (),
 ) -> tuple[SlotTable, Any, FrontendTrajectories | None]:
     """Serve until told to stop; the table, ``shared`` (admission, stats and their
     blocks) and the unroll buffers, for the caller to keep until the process ends."""
@@ -299,7 +302,7 @@ async def _serve(
     # The submitter stands in for the batcher, the engine's release and the builder's slots.
     servicer = LearnerServicer(
         config, env_spec, submitter, submitter, submitter, stats, learner_run_id,
-        admission=admission, local_addresses=local_addresses,
+        admission=admission, local_addresses=local_addresses, rank_addresses=rank_addresses,
     )  # fmt: skip
     own = local_addresses[0] if local_addresses else None
     server, port, health = build_server(config, servicer, token, own, reuse_port=True)

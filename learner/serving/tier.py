@@ -30,7 +30,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -435,9 +435,11 @@ class TierServing:
         stats: LearnerStats,
         auth_token: str | None,
         local_address: str | None = None,
+        rank_addresses: Sequence[str] = (),
     ) -> None:
         self.lock = PortLock(config.bind, config.port)
         self._local_address = local_address
+        self._rank_addresses = list(rank_addresses)
         self.port = self.lock.port
         # The token travels through the environment, never the config or argv.
         self.config = replace(config, port=self.port, auth_token=None, auth_token_file=None)
@@ -525,7 +527,7 @@ class TierServing:
             f.index, self.config, self._env_spec, self._learner_run_id, self.table.spec,
             self.table.shm.name, InheritedFd(self.model_bell), InheritedFd(f.bell), child,
             self.blocks.spec, self._frontend_unrolls(f),
-            self._frontend_sockets(f.index),
+            self._frontend_sockets(f.index), self._rank_addresses,
         )  # fmt: skip
         process = self._ctx.Process(
             target=frontend_main, args=args, name=f"seedrl-frontend-{f.index}", daemon=True
@@ -638,11 +640,14 @@ def build_tier(
     stats: LearnerStats,
     auth_token: str | None,
     local_address: str | None = None,
+    rank_addresses: Sequence[str] = (),
 ) -> TierServing:
     """The serving tier for this run, or one line (UnsupportedSetup) saying what it lacks;
     with ``local_address`` each frontend listens on a same-host socket of its own beside
-    it and offers every frontend's in turn."""
+    it and offers every frontend's in turn; ``rank_addresses``: every torchrun rank's
+    address, which each frontend offers in GetInfo as the one-process servicer does."""
     check_tier_supported(config, env_spec)
     return TierServing(
-        config, env_spec, learner_run_id, engine, builder, stats, auth_token, local_address
-    )
+        config, env_spec, learner_run_id, engine, builder, stats, auth_token, local_address,
+        rank_addresses,
+    )  # fmt: skip
