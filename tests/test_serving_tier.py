@@ -536,6 +536,38 @@ def test_a_multi_agent_env_trains_through_two_frontends(tmp_path):
     assert last["episodes"] > 0 and last["episode_length_mean"] > 0, last
 
 
+@pytest.mark.long
+def test_self_play_trains_through_two_frontends_and_counts_each_game_once(tmp_path):
+    """A two-player game by self-play through two frontends: new streams' envs start with no
+    game under way, the model ends the learning seat's episodes and records each game in
+    the league as one process does, and the frontends' episode counts do not add to it."""
+    from learner.state import checkpoint
+
+    args = [
+        *TIER, "--env", "multiagent_envs:two_player", "--self-play", "--snapshot-every", "3",
+        "--total-frames", "1200", "--unroll-length", "4", "--batch-size", "4",
+        "--checkpoint-interval-s", "3600",
+    ]  # fmt: skip
+    started = learner_process(tmp_path, *args, env=TESTS_ENV, timeout=START_TIMEOUT_S)
+    with started as (learner, port):
+        allow = ["--allow-env-module", "multiagent_envs"]
+        with running(actor_args(port, 2, 3, *allow), env=TESTS_ENV) as actors:
+            code = learner.wait(240)
+    assert code == 0, learner.output()
+    assert "serving by 2 frontends" in learner.output()
+    assert not any("Traceback" in line for line in [*learner.lines, *actors.lines]), (
+        learner.output()
+    )
+    assert any("win/draw/loss" in line for line in learner.lines), learner.output()
+    last = read_records(tmp_path)[-1]
+    assert last["learner_steps"] > 0 and "selfplay_win_rate" in last, last
+    games = checkpoint.load(tmp_path / "checkpoint.pt")["self_play"]["ratings"]["games"]
+    # The final record may count a last batch's games beyond the final checkpoint's (one a
+    # env at most, as in one process); counted twice, the episodes would double.
+    envs = 2 * 3
+    assert 0 < games["learner"] <= last["episodes"] <= games["learner"] + envs, (last, games)
+
+
 def test_the_multi_agent_conformance_cases_pass_against_two_frontends(tmp_path):
     """TurnProbe (three agents, a dict observation with an action mask) through the tier:
     acting rows are checked and answered, masked actions respected, bad acting refused."""

@@ -9,10 +9,12 @@ frames; and a frontend killed in the middle of writing an unroll leaves none hal
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import multiprocessing as mp
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -35,7 +37,12 @@ from learner.state.counters import StepCounter
 from learner.state.dataset import EpisodeStitcher, RowConverter
 from learner.state.normalize import ObservationNormalizer
 from learner.state.stats import LearnerStats
-from learner.state.trajectories import TrajectoryBuilder, UnrollQueue, Unrolls
+from learner.state.trajectories import (
+    FinishedEpisodes,
+    TrajectoryBuilder,
+    UnrollQueue,
+    Unrolls,
+)
 from seedrl.proto import seedrl_pb2 as pb
 
 FEATURES = 4
@@ -254,6 +261,154 @@ def test_multi_agent_rows_built_in_a_frontend_equal_the_one_process_builders():
             block.close()
 
 
+class _Snapshots:
+    """Stands in for the league's stacked snapshot models: holds members, acts with zeros."""
+
+    def __init__(self) -> None:
+        self.held: dict[int, object] = {}
+
+    def __contains__(self, member: int) -> bool:
+        return member in self.held
+
+    def members(self) -> list[int]:
+        return list(self.held)
+
+    def add(self, member: int, weights: object) -> None:
+        self.held[member] = weights
+
+    def remove(self, member: int) -> None:
+        del self.held[member]
+
+    def act(self, obs_BO: np.ndarray, member_B: np.ndarray) -> np.ndarray:
+        return np.zeros((len(obs_BO), 2), np.float32)
+
+
+class _ChooseThree:
+    """The snapshots' every action is 3, which the learning policy (0 or 1) never plays."""
+
+    def choose(self, params_BP, slot_B=None) -> np.ndarray:
+        return np.full(len(params_BP), 3, np.int64)
+
+
+def _self_play(seed: int):
+    from learner.league.league import League
+    from learner.league.pool import PoolConfig
+    from learner.serving.selfplay import SelfPlay
+
+    league = League(PoolConfig(1000, 4, "latest"), seed)
+    return league, SelfPlay(league, 2, 1000, _Snapshots(), _ChooseThree(), lambda: {}, seed)
+
+
+def test_self_play_through_the_tier_seats_records_and_scores_as_one_process():
+    """Two-player games (two rows an env, turns by move, a zero-sum end): with the model's
+    rows ending the learning seat's episodes themselves, the tier's model and frontend
+    give the same seats (actions), unrolls, episode statistics and league results as one
+    process, and the frontends' ring episodes are dropped by the drain, not counted twice."""
+    rng = np.random.default_rng(2)
+    reference = _builder(1, (3,), 0)
+    layout = reference.layout()
+    envs = (2, 1)
+    rows = 2 * sum(envs)
+    table = SlotTable(TableSpec(rows, 4, 4 * FEATURES, "<i8", ()))
+    reply = ReplyRows(ReplySpec(rows, 2, (3,), None, multi_agent=True))
+    model = ModelRows(TrajectoryBuilder(**layout), reply, counts_episodes=True)
+    ring = UnrollRing(RingSpec.of(reference, 64))
+    front = FrontendTrajectories(TrajectoryBuilder(**layout), table, reply, ring)
+    league_ref, play_ref = _self_play(5)
+    league_tier, play_tier = _self_play(5)
+    stats_tier = LearnerStats()
+    core_ref = ServingCore(
+        fake_policy, reference, LearnerStats(), contextlib.nullcontext(), StepCounter(),
+        self_play=play_ref,
+    )  # fmt: skip
+    core_tier = ServingCore(
+        fake_policy, model, stats_tier, contextlib.nullcontext(), StepCounter(),
+        self_play=play_tier,
+    )  # fmt: skip
+    lanes = LaneRows(table, np.dtype(np.float32), (FEATURES,), multi_agent=True)
+    streams = [Stream(b, 2 * k, model, front, reference) for b, k in zip((0, 4), envs, strict=True)]
+    for s in streams:
+        lanes.slot_R[s.rows] = s.model
+        play_tier.reset(s.model)  # as the slot batcher does when it leases a stream's rows
+    obs_RF = table.obs_bytes.view(np.float32).reshape(rows, FEATURES)
+    reward_R = table.reward_bytes.view(np.float32)
+    terminated_R = table.terminated_bytes.view(np.bool_)
+    acting_R = table.acting_bytes.view(np.bool_)
+    moves_E = np.zeros(rows // 2, np.int64)
+    built, expected = [], []
+    opponent_moves = 0
+    try:
+        for step in range(90):
+            # Every env moves each frame: its mover acts; after 4 moves both rows end,
+            # one winning what the other loses; the next frame starts a new game.
+            ended_E = moves_E == 4
+            mover_E = moves_E % 2
+            acting_RE = np.stack([mover_E == 0, mover_E == 1], 1) & ~ended_E[:, None]
+            acting_R[:] = acting_RE.reshape(-1)
+            terminated_R[:] = np.repeat(ended_E, 2)
+            sign_E = np.where(rng.random(len(moves_E)) < 0.5, 1.0, -1.0)
+            reward_R[:] = (np.stack([sign_E, -sign_E], 1) * ended_E[:, None]).reshape(-1)
+            obs_RF[:] = rng.normal(size=(rows, FEATURES)).astype(np.float32)
+            moves_E = np.where(ended_E, 0, moves_E + 1)
+            row_B = np.arange(rows)
+            rows_tier = lanes.gather(row_B)
+            fresh = np.concatenate([s.reference for s in streams]) if step == 0 else None
+            rows_ref = FrameBatch(
+                np.concatenate([s.reference for s in streams]), rows_tier.obs_BO.copy(),
+                rows_tier.reward_B.copy(), rows_tier.terminated_B.copy(),
+                rows_tier.truncated_B.copy(), rows_tier.acting_B.copy(),
+            )  # fmt: skip
+            action_ref, unrolls = core_ref.serve(rows_ref, fresh)
+            action_tier, none = core_tier.serve(rows_tier)
+            assert none is None
+            np.testing.assert_array_equal(action_tier, action_ref)  # the same seats
+            opponent_moves += int((action_ref == 3).sum())
+            table.action_RA[row_B] = action_tier
+            front.record(np.concatenate([s.front for s in streams]), row_B)
+            if unrolls is not None:
+                expected.append(unrolls)
+            taken = ring.read()
+            if taken is not None:
+                built.append(taken)
+        assert opponent_moves > 20  # the snapshots held a seat in every game
+        assert core_ref.stats.episodes > 10
+        assert list(stats_tier.returns) == list(core_ref.stats.returns)
+        assert list(stats_tier.lengths) == list(core_ref.stats.lengths)
+        assert league_tier.pool.results() == league_ref.pool.results()
+        assert sum(sum(r) for r in league_ref.pool.results().values()) == core_ref.stats.episodes
+        assert len(built) == len(expected) and expected
+        _assert_same(Unrolls.concat(built), Unrolls.concat(expected))
+        assert (Unrolls.concat(built).action != 3).all()  # no opponent's row trained
+        # The frontend ends the same episodes into its ring, which the drain drops then.
+        front_episodes = ring.read_episodes()
+        assert front_episodes is not None
+        assert front_episodes.returns.tolist() == list(core_ref.stats.returns)
+    finally:
+        for block in (ring, reply, table):
+            block.close()
+
+
+@pytest.mark.parametrize("counts", [True, False], ids=["counted", "model ends them"])
+def test_the_drain_counts_the_rings_episodes_unless_the_model_ends_them(counts):
+    ring = UnrollRing(RingSpec.of(_builder(1, (), 0), 4))
+    stats = LearnerStats()
+    drainer = UnrollDrain([ring], UnrollQueue(8), True, stats, counts_episodes=counts)
+    loop = asyncio.new_event_loop()
+    try:
+        drainer.start(loop)
+        ring.write_episodes(FinishedEpisodes(np.array([1.0, -1.0]), np.array([3, 4])))
+        deadline = time.monotonic() + 30
+        while ring.arrays["ep_tail"][0] < 2 and time.monotonic() < deadline:
+            loop.run_until_complete(asyncio.sleep(0.01))
+        loop.run_until_complete(asyncio.sleep(0.05))  # the callbacks the drain scheduled
+        assert ring.arrays["ep_tail"][0] == 2  # taken either way
+        assert stats.episodes == (2 if counts else 0)
+    finally:
+        assert drainer.stop(timeout_s=60)
+        loop.close()
+        ring.close()
+
+
 def _dataset(parts: list[Unrolls], origins, overlap: int) -> list[tuple]:
     """The episodes the dataset recorder stitches from ``parts`` and their origins, as
     comparable values (observations, actions, rewards, flags)."""
@@ -383,6 +538,40 @@ def test_a_full_ring_takes_what_fits_and_the_frontend_keeps_the_rest():
         assert taken is not None and taken.reward[:, 0].tolist() == [3.0, 4.0]
     finally:
         ring.close()
+
+
+def test_a_stream_waiting_for_room_in_a_full_ring_ends_when_the_frontend_closes():
+    """Back-pressure holds a frontend's next frames while its ring is full; at the run's
+    end the trainer that would make room may be gone, so a closing frontend stops waiting."""
+    builder = _builder(1, (), 0)
+    table = SlotTable(TableSpec(1, 1, 4 * FEATURES, "<i8", ()))
+    reply = ReplyRows(ReplySpec(1, 2, (), None))
+    ring = UnrollRing(RingSpec.of(builder, 1))
+    front = FrontendTrajectories(_builder(1, (), 0), table, reply, ring)
+    try:
+        assert ring.write(_unroll(builder, 9.0), _origin(1)) == 1  # the ring is full
+        slot = front.open(1)
+        for _ in range(6):  # one unroll of 5 steps and its bootstrap frame
+            front.record(slot, np.zeros(1, np.int64))
+        assert front.backlog
+        loop = asyncio.new_event_loop()
+        try:
+            waiting = loop.create_task(front.room(lambda: False))
+            loop.run_until_complete(asyncio.sleep(0.05))
+            assert not waiting.done()  # still full: it waits
+            closing = False
+            waiting.cancel()
+            held = loop.create_task(front.room(lambda: closing))
+            loop.run_until_complete(asyncio.sleep(0.05))
+            assert not held.done()
+            closing = True
+            loop.run_until_complete(asyncio.wait_for(held, 5.0))  # ends, the ring still full
+            assert front.backlog
+        finally:
+            loop.close()
+    finally:
+        for block in (ring, reply, table):
+            block.close()
 
 
 def _rung(bell: int) -> bool:

@@ -62,8 +62,6 @@ def shm_room(path: str = SHM_DIR) -> int | None:
 def tier_gaps(config: LearnerConfig, env_spec: pb.EnvSpec) -> list[str]:
     """What this run asks for that the serving tier does not carry yet (empty: none)."""
     missing = []
-    if config.self_play:
-        missing.append("--self-play")
     if config.policy_mapping:
         missing.append("--policy-mapping")
     if config.bind.startswith("unix:"):

@@ -48,6 +48,8 @@ with, never its argv or a file."""
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 LEASE_TIMEOUT_S = 30.0
+STOP_TASKS_S = 2.0
+"""How long a stopping frontend waits for the tasks its stopped server left to end."""
 
 
 class TableFull(NoRoom):
@@ -158,7 +160,10 @@ class SlotSubmitter:
         if self._closed:
             raise BatcherClosed
         if self.trajectories is not None and self.trajectories.backlog:
-            await self.trajectories.room()  # the trainer is behind: no new frames until it takes
+            # The trainer is behind: no new frames until it takes, or until the run ends.
+            await self.trajectories.room(lambda: self._closed)
+            if self._closed:
+                raise BatcherClosed
         conn = payload.conn
         lease = self._by_conn.get(conn)
         if lease is None:
@@ -331,6 +336,11 @@ async def _serve(
     await set_serving(health, False)
     servicer.begin_shutdown(reason, final)
     await server.stop(grace=3.0)
+    # An RPC's own task may still be sending its status when the server has stopped; let
+    # such tasks end rather than be cancelled with the loop, which gRPC logs as an error.
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    if others:
+        await asyncio.wait(others, timeout=STOP_TASKS_S)
     with contextlib.suppress(Exception):
         loop.remove_reader(control.fileno())
         loop.remove_reader(own_bell)

@@ -208,6 +208,8 @@ class SlotBatcher:
             num_envs=count, slot_ids=self.builder.allocate_rows(begin, count),
         )  # fmt: skip
         self.lanes.open(lane, begin, count, owner, conn.slot_ids)
+        if self.engine.self_play is not None:  # as one process does at a stream's first frame
+            self.engine.self_play.reset(conn.slot_ids)  # no game under way in its envs
         self.leases[lane] = ModelLease(lane, begin, count, owner, conn)
         self._frames_L[lane] = count
         self._wide_leases += count > 1
@@ -457,8 +459,9 @@ class TierServing:
         ring_spec = RingSpec.of(builder, unroll_ring_capacity(config))
         self.rings = [UnrollRing(ring_spec) for _ in self.frontends]
         self.drain = UnrollDrain(
-            self.rings, engine.queue, engine.keep_unrolls, stats, engine.recorder
-        )
+            self.rings, engine.queue, engine.keep_unrolls, stats, engine.recorder,
+            counts_episodes=not self.rows.counts_episodes,
+        )  # fmt: skip
         for frontend in self.frontends:
             self.batcher.bells[frontend.index] = frontend.bell
         self.blocks = TierBlocks(config, self.lock.path.parent, self.frontends)

@@ -33,6 +33,7 @@ import math
 import os
 import select
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any
@@ -173,7 +174,12 @@ class ModelRows(TrajectoryBuilder):
     flag, frame stack and recurrent state, and its row in the slot table. It keeps no
     unroll: :meth:`record` writes what the frontend's builder needs into the reply rows."""
 
-    def __init__(self, builder: TrajectoryBuilder, reply: ReplyRows) -> None:
+    def __init__(
+        self, builder: TrajectoryBuilder, reply: ReplyRows, counts_episodes: bool = False
+    ) -> None:
+        """``counts_episodes``: end the learning policy's episodes here too, as the
+        builder does, and return them from :meth:`record` (self-play, whose game results
+        the model's league records as they end); the frontends' then go uncounted."""
         layout = builder.layout()
         self.unroll_layout = (int(layout["unroll_length"]), int(layout["overlap"]))
         """The frontends' unroll length and overlap, which say how many frames a closed
@@ -182,6 +188,7 @@ class ModelRows(TrajectoryBuilder):
         # flags, stacks and core state are used.
         super().__init__(**{**layout, "unroll_length": 1, "overlap": 0, "return_discount": None})
         self.reply = reply
+        self.counts_episodes = counts_episodes
 
     row_S: np.ndarray
     """Each slot's row in the slot table."""
@@ -255,8 +262,11 @@ class ModelRows(TrajectoryBuilder):
             reply.seen_RO[row_B] = obs_BO
         for store, after in zip(self.core_state_SH, state_after_BH, strict=True):
             store[slot_B] = after
-        self.next_first_S[slot_B] = terminated_B | truncated_B
+        done_B = terminated_B | truncated_B
+        self.next_first_S[slot_B] = done_B
         self.recorded_S[slot_B] += 1
+        if self.counts_episodes:
+            return None, self._episode_stats(slot_B, reward_B, done_B)
         return None, None
 
 
@@ -284,8 +294,10 @@ def model_rows(
     normalizer: Normalizer | None,
     multi_agent: bool = False,
 ) -> ModelRows:
-    """The model process's rows for this run, with their reply block created."""
-    return ModelRows(builder, ReplyRows(reply_spec(config, builder, normalizer, multi_agent)))
+    """The model process's rows for this run, with their reply block created; with
+    --self-play it ends the episodes itself (the league records each game as it ends)."""
+    reply = ReplyRows(reply_spec(config, builder, normalizer, multi_agent))
+    return ModelRows(builder, reply, counts_episodes=config.self_play)
 
 
 # ---------------------------------------------------------------------- the unroll ring
@@ -537,9 +549,11 @@ class FrontendTrajectories:
         """Unrolls or episodes wait for room in the ring: the trainer is behind."""
         return bool(self._unrolls or self._episodes)
 
-    async def room(self) -> None:
-        """Until the ring took the backlog (the frontend's streams wait: back-pressure)."""
-        while self.backlog:
+    async def room(self, closing: Callable[[], bool]) -> None:
+        """Until the ring took the backlog (the frontend's streams wait: back-pressure) or
+        the frontend is ``closing`` (the run ends: the trainer that would make room may
+        have stopped already, and a stream waiting here must end with the others)."""
+        while self.backlog and not closing():
             self.flush()
             if self.backlog:
                 await asyncio.sleep(ROOM_POLL_S)
@@ -560,8 +574,12 @@ class UnrollDrain:
         keep_unrolls: bool,
         stats: LearnerStats,
         recorder: EpisodeRecorder | None = None,
+        counts_episodes: bool = True,
     ) -> None:
         self.rings = rings
+        self.counts_episodes = counts_episodes
+        """False where the model process ends the episodes itself (:class:`ModelRows`
+        with self-play): the rings' episodes are taken and dropped, so none counts twice."""
         self.store = store
         self.keep_unrolls = keep_unrolls
         """False with --no-train: nothing consumes unrolls; the rings are still emptied."""
@@ -610,7 +628,7 @@ class UnrollDrain:
         full."""
         unroll_ring = self.rings[index]
         episodes = unroll_ring.read_episodes()
-        if episodes is not None and self._loop is not None:
+        if episodes is not None and self._loop is not None and self.counts_episodes:
             with contextlib.suppress(RuntimeError):  # the loop closed: the run is over
                 self._loop.call_soon_threadsafe(self.stats.on_episodes, episodes)
         unrolls = unroll_ring.read()
