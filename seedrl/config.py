@@ -503,8 +503,8 @@ class LearnerConfig:
     that owns the model pays no per-message work (docs/serving-tier.md). 0: one process
     serves and runs the model. auto: from the host's usable cores, none below 4 (there
     the extra hop costs more than the spread gives), else a frontend per two cores beyond
-    two, at most 8; and none for a run the frontends do not serve yet (self-play,
-    --policy-mapping, --population, a unix --bind), which an explicit
+    two, at most 8; and none for a run the frontends do not serve yet
+    (--policy-mapping, --population, a unix --bind), which an explicit
     number refuses, or whose slot table and rings would not fit the free /dev/shm."""
     max_actors: int = 1024
     """Actor streams served at once, those still awaiting their Hello included; more get
