@@ -297,6 +297,8 @@ def build_serving(
             config, learner.env_spec, learner.learner_run_id, engine, learner.builder,
             learner.stats, auth_token, local_address, rank_addresses,
         )  # fmt: skip
+    if config.bind.startswith("unix:"):  # one process on a unix bind offers no second socket
+        local_address = None
     engine = make_engine(learner, trainer)
     batcher = make_batcher(config, engine.process)
     servicer = LearnerServicer(
@@ -367,7 +369,10 @@ async def serve(
         if turn is None:
             return RunResult("the leader finished the run", 0, 0, 0, None, 0.0, False)
         config = turn
-    with offered_local_socket(config.local_socket and not config.tls_cert, config.bind) as local:
+    offered = offered_local_socket(
+        config.local_socket and not config.tls_cert, config.bind, beside_unix_bind=True
+    )
+    with offered as local:
         return await _serve(config, token, ready, rank or SingleRank(), local)
 
 

@@ -503,9 +503,9 @@ class LearnerConfig:
     that owns the model pays no per-message work (docs/serving-tier.md). 0: one process
     serves and runs the model. auto: from the host's usable cores, none below 4 (there
     the extra hop costs more than the spread gives), else a frontend per two cores beyond
-    two, at most 8; and none for a run the frontends do not serve yet
-    (--policy-mapping, --population, a unix --bind), which an explicit
-    number refuses, or whose slot table and rings would not fit the free /dev/shm."""
+    two, at most 8; and none for a run the frontends do not serve yet (--population,
+    a unix --bind with TLS or --no-local-socket), which an explicit number refuses, or
+    whose slot table and rings would not fit the free /dev/shm."""
     max_actors: int = 1024
     """Actor streams served at once, those still awaiting their Hello included; more get
     RESOURCE_EXHAUSTED and retry."""
@@ -958,7 +958,8 @@ class ActorConfig:
     """PEM private key of --tls-cert."""
     local_socket: bool = True
     """Use the unix socket a learner on this host offers (when --learner is a loopback
-    address), falling back to TCP if it cannot connect."""
+    address or a unix socket: a serving frontend's own), falling back to the address
+    dialled if it cannot connect."""
     max_backoff_s: float = 30.0
     """Cap of the exponential reconnect backoff (with jitter)."""
     exit_on_shutdown: bool = False

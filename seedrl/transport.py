@@ -174,10 +174,11 @@ def is_loopback(target: str) -> bool:
 def local_target(local_address: str, dialled: str) -> str | None:
     """The learner's unix socket if this actor can use it, else None.
 
-    Only for an actor that dialled a loopback address (so the learner is on this host)
-    and that sees the socket file (same filesystem: not across containers).
+    Only for an actor that dialled a loopback address or a unix socket (so the learner is
+    on this host) and that sees the socket file (same filesystem: not across containers).
     """
-    if not local_address.startswith("unix:") or not is_loopback(dialled):
+    same_host = is_loopback(dialled) or dialled.startswith("unix:")
+    if not local_address.startswith("unix:") or not same_host or local_address == dialled:
         return None
     return local_address if os.path.exists(local_address.removeprefix("unix:")) else None
 
@@ -269,11 +270,15 @@ def remove_stale_local_sockets(prefix: str = "seedrl-", tmp: str | None = None) 
 
 
 @contextlib.contextmanager
-def offered_local_socket(enabled: bool, bind: str) -> Iterator[str | None]:
+def offered_local_socket(
+    enabled: bool, bind: str, beside_unix_bind: bool = False
+) -> Iterator[str | None]:
     """A fresh same-host socket address (``unix:PATH``) for a server to listen on and
-    offer in GetInfo, removed when the block ends; None when off or already on a unix bind.
+    offer in GetInfo, removed when the block ends; None when off or already on a unix bind
+    (unless ``beside_unix_bind``: the serving tier's frontends then each listen on a socket
+    of their own in its directory, beside the one that binds the unix path).
     """
-    if not enabled or bind.startswith("unix:"):
+    if not enabled or (bind.startswith("unix:") and not beside_unix_bind):
         yield None
         return
     local = LocalSocket()

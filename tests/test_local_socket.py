@@ -16,6 +16,7 @@ from wire_clients import get_info
 
 from actors.actor import Actor
 from benchmarks.echo import echo_servicer
+from seedrl.commands import actors_command
 from seedrl.config import ActorConfig, LearnerConfig
 from seedrl.transport import (
     LOCAL_SOCKET_NAME,
@@ -55,6 +56,9 @@ def test_local_target_needs_a_loopback_dial_and_a_visible_socket(tmp_path) -> No
     assert local_target(offered, "10.0.0.5:8686") is None  # the learner is elsewhere
     assert local_target("", "127.0.0.1:8686") is None  # not offered
     assert local_target("ipv4:127.0.0.1:9", "127.0.0.1:8686") is None
+    # A unix dial is on this host too: a serving frontend's own socket beside the bound path.
+    assert local_target(offered, "unix:/run/seedrl/learner.sock") == offered
+    assert local_target(offered, offered) is None  # already there
 
 
 def test_local_socket_directory_is_private_and_removed() -> None:
@@ -169,6 +173,33 @@ def test_actor_falls_back_to_tcp_when_the_offered_socket_does_not_answer(tmp_pat
     assert actor.local_failed
     assert actor.frames >= 200
     assert actor.target == actor.home
+
+
+def test_frontends_on_a_unix_bind_share_its_actors_through_their_own_sockets(tmp_path) -> None:
+    """A unix ``--bind`` has no port group: one frontend holds the path, and every frontend
+    listens on a socket of its own beside it and offers them in turn, so actors that dial
+    the path spread over both frontends; a second learner on the same path is refused."""
+    bound = f"unix:{tmp_path}/learner.sock"
+    logdir = tmp_path / "run"
+    extra = ("--serving-processes", "2", "--bind", bound)
+    with learner_process(logdir, *extra, env=INFO, timeout=240) as (learner, _port):
+        with grpc.insecure_channel(bound) as channel:
+            turns = [get_info(channel).local_address for _ in range(2)]
+        names = sorted(os.path.basename(a.removeprefix("unix:")) for a in turns)
+        assert names == ["frontend-0.sock", "frontend-1.sock"], turns
+        second = subprocess.run(
+            [sys.executable, "-m", "learner", "--bind", bound, "--serving-processes", "2",
+             "--logdir", str(tmp_path / "second"), "--progress", "off"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert second.returncode != 0 and "another process listens there" in second.stderr
+        actors = ActorConfig(learner=bound, num_actors=4, envs_per_actor=1)
+        with running(actors_command(actors), env=INFO):
+            for index in (0, 1):
+                learner.wait_for(f"frontend {index} learner.serving.servicer: actor", 120)
+        learner.stop()
+        assert learner.popen.returncode == 0, learner.output()
+    assert "Traceback" not in learner.output()
 
 
 def test_each_frontend_offers_its_own_socket_and_same_host_actors_switch_to_it(

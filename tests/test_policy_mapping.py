@@ -267,18 +267,23 @@ def test_the_learner_stops_with_one_line(tmp_path, extra, environ, words) -> Non
 
 
 @pytest.mark.long
-def test_two_policies_train_from_the_commands(tmp_path) -> None:
+@pytest.mark.parametrize("serving", [[], ["--serving-processes", "1"]], ids=["one", "frontend"])
+def test_two_policies_train_from_the_commands(tmp_path, serving) -> None:
     """Learner (each policy's trainer a child process) and actor processes: each policy's
     metrics under policy/NAME/, both trained, the checkpoint holds both, and evaluate
-    refuses it in one line."""
+    refuses it in one line; also served by a frontend, whose unrolls and episodes reach
+    each policy's own store and stats."""
     args = ["--env", "multiagent_envs:two_targets", "--policy-mapping", "a=pa,b=pb",
             "--total-frames", "3000", "--unroll-length", "4", "--batch-size", "8",
-            "--checkpoint-interval-s", "3600", "--trainer", "process"]  # fmt: skip
+            "--checkpoint-interval-s", "3600", "--trainer", "process", *serving]  # fmt: skip
     with learner_process(tmp_path, *args, env=ENV, timeout=180) as (learner, port):
         allow = ["--allow-env-module", "multiagent_envs"]
         with running(actor_args(port, 1, 4, *allow), env=ENV) as actors:
             code = learner.wait(240)
     assert code == 0, "\n".join(learner.lines[-30:])
+    if serving:
+        assert "serving by 1 frontend" in learner.output()
+        assert not any("Traceback" in line for line in learner.lines), learner.output()
     assert not any("Traceback" in line for line in actors.lines), "\n".join(actors.lines[-30:])
     last = read_records(tmp_path)[-1]
     for name in ("pa", "pb"):

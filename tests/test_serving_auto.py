@@ -54,11 +54,10 @@ def test_auto_counts_the_cores_this_process_may_run_on(monkeypatch: pytest.Monke
 @pytest.mark.parametrize(
     ("fields", "spec", "environ"),
     [
-        ({"policy_mapping": ("first=pa", "second=pb")}, TWO_PLAYERS, {}),
         ({"population": 2}, CARTPOLE, {}),
-        ({"bind": "unix:/tmp/seedrl-learner.sock"}, CARTPOLE, {}),
+        ({"bind": "unix:/tmp/seedrl-learner.sock", "local_socket": False}, CARTPOLE, {}),
     ],
-    ids=["policy mapping", "population", "unix bind"],
+    ids=["population", "unix bind without local sockets"],
 )
 def test_auto_serves_in_one_process_what_the_tier_refuses_and_a_count_still_refuses_it(
     monkeypatch: pytest.MonkeyPatch, fields: dict, spec: pb.EnvSpec, environ: dict
@@ -77,7 +76,11 @@ def test_auto_serves_in_one_process_what_the_tier_refuses_and_a_count_still_refu
         check_tier_supported(asked, spec)
 
 
-@pytest.mark.parametrize("fields", [{}, {"self_play": True}], ids=["shared policy", "self-play"])
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"self_play": True}, {"policy_mapping": ("first=pa", "second=pb")}],
+    ids=["shared policy", "self-play", "policy mapping"],
+)
 def test_auto_serves_a_multi_agent_env_by_frontends(fields: dict) -> None:
     resolved = auto.resolve_serving(LearnerConfig(**fields), TWO_PLAYERS, cores=8)
     assert resolved.serving_processes == "3"

@@ -285,8 +285,10 @@ def test_the_port_probe_passes_lingering_connections_and_refuses_a_listener(tmp_
 
 def test_what_the_tier_does_not_carry_is_refused_in_one_line():
     spec = describe_env("CartPole-v1")
-    config = LearnerConfig(serving_processes=2, bind="unix:/tmp/seedrl-learner.sock")
-    refusal = "--serving-processes 2 does not serve a unix --bind"
+    config = LearnerConfig(
+        serving_processes=2, bind="unix:/tmp/seedrl-learner.sock", local_socket=False
+    )
+    refusal = "--serving-processes 2 does not serve a unix --bind without"
     with pytest.raises(UnsupportedSetup, match=refusal):
         check_tier_supported(config, spec)
     check_tier_supported(LearnerConfig(serving_processes=2), spec)

@@ -261,6 +261,107 @@ def test_multi_agent_rows_built_in_a_frontend_equal_the_one_process_builders():
             block.close()
 
 
+def _other_policy(obs_BO, first_B, state, slot_B):
+    """A second policy, told apart from :func:`fake_policy` by its actions and parameters."""
+    action_B, params_BP, after = fake_policy(obs_BO, first_B, state, slot_B)
+    return 1 - action_B, 2 * params_BP, after
+
+
+def test_each_policys_rows_reach_its_own_store_and_stats_through_the_tier(monkeypatch):
+    """--policy-mapping through the tier: agent 0 of each env plays policy 0, agent 1
+    policy 1; the frontend tags each unroll and episode with its slot's policy and the
+    drain hands each to that policy's store and stats alone, as one process does."""
+    from learner.serving.rows import ServedPolicy
+
+    monkeypatch.setattr(tier_unrolls, "DRAIN_PERIOD_S", 3600.0)  # only this test's takes read
+    rng = np.random.default_rng(3)
+    reference = _builder(1, (3,), 0)
+    layout = reference.layout()
+    agent_policy = np.array([0, 1], np.int64)
+    envs = (2, 1)
+    rows = 2 * sum(envs)
+    table = SlotTable(TableSpec(rows, 4, 4 * FEATURES, "<i8", ()))
+    reply = ReplyRows(ReplySpec(rows, 2, (3,), None, multi_agent=True))
+    model = ModelRows(TrajectoryBuilder(**layout), reply)
+    ring = UnrollRing(RingSpec.of(reference, 64))
+    front = FrontendTrajectories(
+        TrajectoryBuilder(**layout), table, reply, ring, agent_policy=agent_policy
+    )
+
+    def served(stats_of: list[LearnerStats]) -> list[ServedPolicy]:
+        return [
+            ServedPolicy(p, contextlib.nullcontext(), StepCounter(), stats)
+            for p, stats in zip((fake_policy, _other_policy), stats_of, strict=True)
+        ]
+
+    stats_ref, stats_tier = [LearnerStats(), LearnerStats()], [LearnerStats(), LearnerStats()]
+    core_ref = ServingCore(
+        fake_policy, reference, LearnerStats(), contextlib.nullcontext(), StepCounter(),
+        policies=served(stats_ref),
+    )  # fmt: skip
+    core_tier = ServingCore(
+        fake_policy, model, LearnerStats(), contextlib.nullcontext(), StepCounter(),
+        policies=served([LearnerStats(), LearnerStats()]),
+    )  # fmt: skip
+    lanes = LaneRows(table, np.dtype(np.float32), (FEATURES,), True, agent_policy)
+    stores = [UnrollQueue(256), UnrollQueue(256)]
+    drainer = UnrollDrain(
+        [ring], stores[0], True, LearnerStats(),
+        policies=list(zip(stores, stats_tier, strict=True)),
+    )  # fmt: skip
+    streams = [Stream(b, 2 * k, model, front, reference) for b, k in zip((0, 4), envs, strict=True)]
+    for lane, s in enumerate(streams):
+        lanes.open(lane, int(s.rows[0]), len(s.rows), 0, s.model)
+    obs_RF = table.obs_bytes.view(np.float32).reshape(rows, FEATURES)
+    reward_R = table.reward_bytes.view(np.float32)
+    terminated_R = table.terminated_bytes.view(np.bool_)
+    acting_R = table.acting_bytes.view(np.bool_)
+    expected: list[list[Unrolls]] = [[], []]
+    loop = asyncio.new_event_loop()
+    try:
+        drainer.start(loop)
+        for _ in range(80):
+            row_B = lanes.rows_of(np.arange(len(streams)))
+            n = len(row_B)
+            obs_RF[row_B] = rng.normal(size=(n, FEATURES)).astype(np.float32)
+            reward_R[row_B] = rng.normal(size=n).astype(np.float32)
+            terminated_R[row_B] = np.repeat(rng.random(n // 2) < 0.1, 2)
+            acting_R[row_B] = rng.random(n) < 0.7
+            rows_tier = lanes.gather(row_B)
+            assert rows_tier.acting_B is not None and lanes.policy_R is not None
+            policy_B = lanes.policy_R[row_B]
+            rows_ref = FrameBatch(
+                np.concatenate([s.reference for s in streams]), rows_tier.obs_BO.copy(),
+                rows_tier.reward_B.copy(), rows_tier.terminated_B.copy(),
+                rows_tier.truncated_B.copy(), rows_tier.acting_B.copy(),
+            )  # fmt: skip
+            action_ref, handoffs = core_ref.serve_policies(rows_ref, None, policy_B)
+            action_tier, none = core_tier.serve_policies(rows_tier, None, policy_B)
+            assert all(h.unrolls is None for h in none)
+            np.testing.assert_array_equal(action_tier, action_ref)
+            table.action_RA[row_B] = action_tier
+            front.record(np.concatenate([s.front for s in streams]), row_B)
+            for handoff in handoffs:
+                if handoff.unrolls is not None:
+                    expected[handoff.policy].append(handoff.unrolls)
+            drainer.take(0)
+        loop.run_until_complete(asyncio.sleep(0.05))  # the episode counts the drain scheduled
+        for policy in (0, 1):
+            assert expected[policy], policy
+            want = Unrolls.concat(expected[policy])
+            got = stores[policy].get(len(want), timeout=5)
+            assert got is not None and len(stores[policy]) == 0, policy
+            _assert_same(got, want)
+            assert stats_ref[policy].episodes > 0
+            assert list(stats_tier[policy].returns) == list(stats_ref[policy].returns), policy
+        assert drainer.stats.episodes == stats_ref[0].episodes + stats_ref[1].episodes
+    finally:
+        assert drainer.stop(timeout_s=60)
+        loop.close()
+        for block in (ring, reply, table):
+            block.close()
+
+
 class _Snapshots:
     """Stands in for the league's stacked snapshot models: holds members, acts with zeros."""
 

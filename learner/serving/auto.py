@@ -62,10 +62,8 @@ def shm_room(path: str = SHM_DIR) -> int | None:
 def tier_gaps(config: LearnerConfig, env_spec: pb.EnvSpec) -> list[str]:
     """What this run asks for that the serving tier does not carry yet (empty: none)."""
     missing = []
-    if config.policy_mapping:
-        missing.append("--policy-mapping")
-    if config.bind.startswith("unix:"):
-        missing.append("a unix --bind")
+    if config.bind.startswith("unix:") and (config.tls_cert or not config.local_socket):
+        missing.append("a unix --bind without the frontends' own sockets (TLS, --no-local-socket)")
     return missing
 
 

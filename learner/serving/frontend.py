@@ -273,7 +273,8 @@ def frontend_main(
     _blocks = run_event_loop(
         _serve(config, pb.EnvSpec.FromString(env_spec), learner_run_id, spec, table_name,
                model_bell, own_bell, control, token, blocks.open(config, index), unrolls,
-               local_addresses, rank_addresses),
+               local_addresses, rank_addresses,
+               index == 0 or not config.bind.startswith("unix:")),  # one holds a unix path
         config.uvloop,
     )  # fmt: skip
     logging.shutdown()
@@ -296,6 +297,7 @@ async def _serve(
     unrolls: FrontendUnrolls | None = None,
     local_addresses: Sequence[str] = (),
     rank_addresses: Sequence[str] = (),
+    on_bind: bool = True,
 ) -> tuple[SlotTable, Any, FrontendTrajectories | None]:
     """Serve until told to stop; the table, ``shared`` (admission, stats and their
     blocks) and the unroll buffers, for the caller to keep until the process ends."""
@@ -310,7 +312,9 @@ async def _serve(
         admission=admission, local_addresses=local_addresses, rank_addresses=rank_addresses,
     )  # fmt: skip
     own = local_addresses[0] if local_addresses else None
-    server, port, health = build_server(config, servicer, token, own, reuse_port=True)
+    server, port, health = build_server(
+        config, servicer, token, own, reuse_port=True, on_bind=on_bind
+    )
     loop = asyncio.get_running_loop()
     submitter.bind(loop)
     await server.start()

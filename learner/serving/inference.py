@@ -140,10 +140,11 @@ class InferenceEngine(ServingCore):
         begin()
         self._release_closed()
 
-    def serve_rows(self, rows: FrameBatch) -> np.ndarray:
-        """Every row's action for a batch of one policy's rows whose caller answers them
-        and whose unrolls are built elsewhere (the serving tier's frontends)."""
-        action_BA, _ = self.serve(rows)
+    def serve_rows(self, rows: FrameBatch, policy_B: np.ndarray | None = None) -> np.ndarray:
+        """Every row's action for a batch whose caller answers the rows and whose unrolls
+        are built elsewhere (the serving tier's frontends); ``policy_B``: each row's
+        policy with --policy-mapping (None: the one policy plays them all)."""
+        action_BA, _ = self.serve_policies(rows, None, policy_B)
         return action_BA
 
     async def process(self, batch: list[PendingRequest]) -> None:

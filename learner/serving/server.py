@@ -31,6 +31,7 @@ def build_server(
     auth_token: str | None,
     local_address: str | None = None,
     reuse_port: bool = False,
+    on_bind: bool = True,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """An aio server with the Learner service, health and reflection: (server, port, health).
 
@@ -38,6 +39,8 @@ def build_server(
     GetInfo offers to actors on this host; the token check applies there too.
     ``reuse_port``: join the port's ``SO_REUSEPORT`` group (the serving tier's frontends,
     whose model process holds the port's lock); otherwise a port in use fails the bind.
+    ``on_bind`` False: listen on ``local_address`` only (a serving frontend other than the
+    first on a unix ``--bind``, whose path one listener holds).
     """
     # The first interceptor sees the handler the later ones chose (also the auth denial).
     interceptors: list[grpc.aio.ServerInterceptor] = [
@@ -68,6 +71,10 @@ def build_server(
         server,
     )
     address = listen_address(config.bind, config.port)
+    if not on_bind:
+        assert local_address is not None, "a server that listens on no address"
+        server.add_insecure_port(local_address)
+        return server, 0, health_servicer
     try:
         if config.tls_cert and config.tls_key:
             client_ca = _read(config.tls_client_ca) if config.tls_client_ca else None

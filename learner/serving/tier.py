@@ -23,6 +23,7 @@ import asyncio
 import collections
 import contextlib
 import fcntl
+import hashlib
 import logging
 import math
 import multiprocessing as mp
@@ -186,8 +187,9 @@ class SlotBatcher:
         self._deadline: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.lanes = LaneRows(
-            table, *frame_layout(builder, engine.normalizer), builder.reply.spec.multi_agent
-        )
+            table, *frame_layout(builder, engine.normalizer), builder.reply.spec.multi_agent,
+            engine.agent_policy,
+        )  # fmt: skip
         self._closed = False
         self.batches = 0
         self.frames = 0
@@ -323,18 +325,37 @@ class PortLock:
     and a bind of its own first proves nobody else listens there."""
 
     def __init__(self, bind: str, port: int) -> None:
-        self.port = self._probe(bind, port)
         directory = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
-        self.path = directory / f"seedrl-port-{self.port}.lock"
+        if bind.startswith("unix:"):  # one frontend binds the path; the lock is the path's
+            self.port = 0
+            self._probe_unix(bind)
+            digest = hashlib.sha256(os.path.abspath(bind[5:]).encode()).hexdigest()[:16]
+            self.path = directory / f"seedrl-unix-{digest}.lock"
+            where = bind
+        else:
+            self.port = self._probe(bind, port)
+            self.path = directory / f"seedrl-port-{self.port}.lock"
+            where = f"{bind}:{self.port}"
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(self._fd)
             raise OSError(
-                f"could not bind the learner to {bind}:{self.port}: another seedrl learner "
-                f"holds it ({self.path})"
+                f"could not bind the learner to {where}: another seedrl learner holds it "
+                f"({self.path})"
             ) from None
+
+    @staticmethod
+    def _probe_unix(bind: str) -> None:
+        """A socket file nobody answers on is a dead learner's, which gRPC replaces; one
+        that answers is another server's."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(bind[5:])
+            except OSError:
+                return
+        raise OSError(f"could not bind the learner to {bind}: another process listens there")
 
     @staticmethod
     def _probe(bind: str, port: int) -> int:
@@ -458,9 +479,12 @@ class TierServing:
         self._builder_layout = builder.layout()
         ring_spec = RingSpec.of(builder, unroll_ring_capacity(config))
         self.rings = [UnrollRing(ring_spec) for _ in self.frontends]
+        several = engine.agent_policy is not None
         self.drain = UnrollDrain(
             self.rings, engine.queue, engine.keep_unrolls, stats, engine.recorder,
             counts_episodes=not self.rows.counts_episodes,
+            policies=list(zip(engine.stores, [s.stats for s in engine.served], strict=True))
+            if several else None,
         )  # fmt: skip
         for frontend in self.frontends:
             self.batcher.bells[frontend.index] = frontend.bell
@@ -560,9 +584,11 @@ class TierServing:
     def _frontend_unrolls(self, f: Frontend) -> FrontendUnrolls:
         """What frontend ``f`` builds its streams' unrolls with, and where it writes them."""
         reply = self.rows.reply
+        agent_policy = self.batcher.lanes.agent_policy
         return FrontendUnrolls(
             self._builder_layout, reply.spec, reply.name, self.rings[f.index].spec,
             self.rings[f.index].name, InheritedFd(self.drain.bell),
+            None if agent_policy is None else tuple(agent_policy.tolist()),
         )  # fmt: skip
 
     def _on_control(self, f: Frontend) -> None:

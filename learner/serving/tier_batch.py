@@ -29,6 +29,7 @@ class LaneRows:
         obs_dtype: np.dtype,
         frame_shape: tuple[int, ...],
         multi_agent: bool = False,
+        agent_policy: np.ndarray | None = None,
     ) -> None:
         spec = table.spec
         self.table = table
@@ -42,10 +43,18 @@ class LaneRows:
         self.truncated_R = table.truncated_bytes.view(np.bool_)
         self.acting_R = table.acting_bytes.view(np.bool_) if multi_agent else None
         """A multi-agent env's rows that act (None: every row acts)."""
+        self.agent_policy = agent_policy
+        """With --policy-mapping, each agent's policy by its index (None: one policy)."""
+        self.policy_R = None if agent_policy is None else np.zeros(spec.rows, np.int64)
+        """Each row's policy: a lease's rows come env by env, agent by agent."""
 
     def open(self, lane: int, begin: int, count: int, owner: int, slot_K: np.ndarray) -> None:
         self.begin_L[lane], self.count_L[lane], self.owner_L[lane] = begin, count, owner
         self.slot_R[begin : begin + count] = slot_K
+        if self.policy_R is not None:
+            assert self.agent_policy is not None
+            agents = len(self.agent_policy)
+            self.policy_R[begin : begin + count] = np.tile(self.agent_policy, count // agents)
 
     def rows_of(self, lane_B: np.ndarray) -> np.ndarray:
         """The table rows of lanes ``lane_B``, lane by lane, each lane's in order."""
@@ -81,7 +90,8 @@ class LaneRows:
                 return status_B
             row_B = self.rows_of(lane_B)
             rows = self.gather(row_B)
-        action_BA = engine.serve_rows(rows)
+        policy_B = None if self.policy_R is None else self.policy_R[row_B]
+        action_BA = engine.serve_rows(rows, policy_B)
         self.table.action_RA[row_B] = action_BA
         return status_B
 

@@ -33,7 +33,7 @@ import math
 import os
 import select
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any
@@ -57,6 +57,8 @@ ORIGIN_FIELDS = ("origin_slot", "origin_index")
 """Per unroll in a ring: the frontend's builder slot it came from and its number among
 that slot's unrolls (the builder's ``last_origin``), which ``--record-dataset`` stitches
 episodes by."""
+NO_POLICIES = np.zeros(0, np.int64)
+"""The policies of no unroll: what a ring says before its first read."""
 FRONTEND_SLOTS = 2**32
 """A frontend's builder slots, numbered apart from every other's: frontend i's slot s is
 ``i * FRONTEND_SLOTS + s`` wherever slots of several frontends meet (the dataset recorder)."""
@@ -329,8 +331,12 @@ class RingSpec:
     def layout(self) -> Layout:
         counters = [(name, (8,), "<i8") for name in ("head", "tail", "ep_head", "ep_tail")]
         rows = [(name, (self.capacity, *shape), dtype) for name, shape, dtype in self.fields]
-        origin = [(name, (self.capacity,), "<i8") for name in ORIGIN_FIELDS]
-        episodes = [("returns", (self.episodes,), "<f8"), ("lengths", (self.episodes,), "<i8")]
+        origin = [(name, (self.capacity,), "<i8") for name in (*ORIGIN_FIELDS, "policy")]
+        episodes = [
+            ("returns", (self.episodes,), "<f8"),
+            ("lengths", (self.episodes,), "<i8"),
+            ("ep_policy", (self.episodes,), "<i8"),
+        ]
         return (*counters, *rows, *origin, *episodes)
 
 
@@ -350,13 +356,24 @@ class UnrollRing(SharedArrays):
         self.last_origin: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64),) * 2
         """The writer's builder slot and slot-unroll number of each unroll the last
         :meth:`read` returned."""
+        self.last_policy = NO_POLICIES
+        """The policy (by index, --policy-mapping) of each unroll the last :meth:`read`
+        returned."""
+        self.last_episode_policy = NO_POLICIES
+        """The policy of each episode the last :meth:`read_episodes` returned."""
 
     def _counter(self, name: str) -> np.ndarray:
         return self.arrays[name]
 
-    def write(self, unrolls: Unrolls, origin: tuple[np.ndarray, np.ndarray]) -> int:
+    def write(
+        self,
+        unrolls: Unrolls,
+        origin: tuple[np.ndarray, np.ndarray],
+        policy_N: np.ndarray | None = None,
+    ) -> int:
         """Commit as many of ``unrolls`` as there is room for, with their ``origin`` (the
-        builder's ``last_origin`` when it returned them); how many."""
+        builder's ``last_origin`` when it returned them) and policies (None: all the one
+        policy's); how many."""
         head_c, tail_c = self._counter("head"), self._counter("tail")
         head = int(head_c[0])
         n = min(len(unrolls), self.spec.capacity - (head - int(tail_c[0])))
@@ -367,6 +384,7 @@ class UnrollRing(SharedArrays):
             self.arrays[name][at_N] = self._field(unrolls, name)[:n]
         for name, values_N in zip(ORIGIN_FIELDS, origin, strict=True):
             self.arrays[name][at_N] = values_N[:n]
+        self.arrays["policy"][at_N] = 0 if policy_N is None else policy_N[:n]
         head_c[0] = head + n  # last: the rows are whole once it moves
         return n
 
@@ -384,6 +402,7 @@ class UnrollRing(SharedArrays):
         at_N = (tail + np.arange(head - tail)) % self.spec.capacity
         taken = {name: self.arrays[name][at_N] for name, _, _ in self.spec.fields}
         self.last_origin = (self.arrays["origin_slot"][at_N], self.arrays["origin_index"][at_N])
+        self.last_policy = self.arrays["policy"][at_N]
         tail_c[0] = head
         return Unrolls(
             obs=taken["obs"], first=taken["first"], reward=taken["reward"],
@@ -393,8 +412,9 @@ class UnrollRing(SharedArrays):
             acted_step=taken["acted_step"], running_return=taken.get("running_return"),
         )  # fmt: skip
 
-    def write_episodes(self, episodes: FinishedEpisodes) -> int:
-        """Commit as many ended episodes as there is room for; how many."""
+    def write_episodes(self, episodes: FinishedEpisodes, policy_E: np.ndarray | None = None) -> int:
+        """Commit as many ended episodes as there is room for, with their policies (None:
+        the one policy's); how many."""
         head_c, tail_c = self._counter("ep_head"), self._counter("ep_tail")
         head = int(head_c[0])
         n = min(len(episodes.returns), self.spec.episodes - (head - int(tail_c[0])))
@@ -403,6 +423,7 @@ class UnrollRing(SharedArrays):
         at_E = (head + np.arange(n)) % self.spec.episodes
         self.arrays["returns"][at_E] = episodes.returns[:n]
         self.arrays["lengths"][at_E] = episodes.lengths[:n]
+        self.arrays["ep_policy"][at_E] = 0 if policy_E is None else policy_E[:n]
         head_c[0] = head + n
         return n
 
@@ -413,6 +434,7 @@ class UnrollRing(SharedArrays):
             return None
         at_E = (tail + np.arange(head - tail)) % self.spec.episodes
         episodes = FinishedEpisodes(self.arrays["returns"][at_E], self.arrays["lengths"][at_E])
+        self.last_episode_policy = self.arrays["ep_policy"][at_E]
         tail_c[0] = head
         return episodes
 
@@ -440,6 +462,8 @@ class FrontendUnrolls:
     ring_name: str
     drain_bell: InheritedFd | int | None = None
     """The model's drain thread's doorbell (an int descriptor once in the frontend)."""
+    agent_policy: tuple[int, ...] | None = None
+    """With --policy-mapping, each agent's policy by its index (None: one policy)."""
 
     def attach(self, table: SlotTable) -> FrontendTrajectories:
         assert not isinstance(self.drain_bell, InheritedFd)  # unpickled in the frontend
@@ -449,6 +473,7 @@ class FrontendUnrolls:
             ReplyRows(self.reply, self.reply_name),
             UnrollRing(self.ring, self.ring_name),
             self.drain_bell,
+            None if self.agent_policy is None else np.array(self.agent_policy, np.int64),
         )
 
 
@@ -462,12 +487,18 @@ class FrontendTrajectories:
         reply: ReplyRows,
         ring: UnrollRing,
         drain_bell: int | None = None,
+        agent_policy: np.ndarray | None = None,
     ) -> None:
         self.builder = builder
         self.reply = reply
         self.ring = ring
         self.drain_bell = drain_bell
         """Rung when a write leaves half the ring committed (None: the drain's period only)."""
+        self.agent_policy = agent_policy
+        """With --policy-mapping, each agent's policy: a stream's rows come env by env, so
+        its slot ``i * A + j`` is agent j's, and its unrolls and episodes are that policy's."""
+        self.policy_S = np.zeros(0, np.int64)
+        """Each builder slot's policy (with ``agent_policy``)."""
         rows = table.spec.rows
         self.obs_RO: np.ndarray | None = None
         if reply.seen_RO is None:  # the frames as written are what the policy saw
@@ -478,14 +509,21 @@ class FrontendTrajectories:
         self.terminated_R = table.terminated_bytes.view(np.bool_)
         self.truncated_R = table.truncated_bytes.view(np.bool_)
         self.action_RA = table.action_RA
-        self._unrolls: list[tuple[Unrolls, tuple[np.ndarray, np.ndarray]]] = []
-        """Unrolls (with their origin) the ring had no room for yet, oldest first."""
-        self._episodes: list[FinishedEpisodes] = []
-        """Episodes the ring had no room for yet, oldest first."""
+        self._unrolls: list[tuple[Unrolls, tuple[np.ndarray, np.ndarray], np.ndarray | None]] = []
+        """Unrolls (with their origin and policies) the ring had no room for yet, oldest first."""
+        self._episodes: list[tuple[FinishedEpisodes, np.ndarray | None]] = []
+        """Episodes (with their policies) the ring had no room for yet, oldest first."""
 
     def open(self, count: int) -> np.ndarray:
-        """Fresh builder slots for a new stream's ``count`` envs."""
-        return self.builder.allocate(count)
+        """Fresh builder slots for a new stream's ``count`` envs (its agents' rows)."""
+        ids = self.builder.allocate(count)
+        if self.agent_policy is not None:
+            if len(self.policy_S) <= int(ids.max()):
+                grown = np.zeros(max(2 * len(self.policy_S), int(ids.max()) + 1), np.int64)
+                grown[: len(self.policy_S)] = self.policy_S
+                self.policy_S = grown
+            self.policy_S[ids] = np.tile(self.agent_policy, count // len(self.agent_policy))
+        return ids
 
     def close(self, slot_S: np.ndarray) -> None:
         """A closed stream's slots back; their partial unrolls are dropped (the model
@@ -515,10 +553,13 @@ class FrontendTrajectories:
             self.truncated_R[row_B], first_B, self.action_RA[row_B], reply.params_RP[row_B],
             before, before, reply.step_R[row_B],
         )  # fmt: skip
+        several = self.agent_policy is not None
         if unrolls is not None:
-            self._unrolls.append((unrolls, builder.last_origin))
-        if episodes is not None:
-            self._episodes.append(episodes)
+            origin = builder.last_origin
+            self._unrolls.append((unrolls, origin, self.policy_S[origin[0]] if several else None))
+        if episodes is not None:  # the builder ends them in the order of the rows that end
+            ended_E = slot_B[self.terminated_R[row_B] | self.truncated_R[row_B]]
+            self._episodes.append((episodes, self.policy_S[ended_E] if several else None))
         if unrolls is not None or episodes is not None:
             self.flush()
 
@@ -526,21 +567,23 @@ class FrontendTrajectories:
         """Into the ring what fits, oldest first; the drain rung once half the ring waits."""
         wrote = 0
         while self._unrolls:
-            head, (slot_N, index_N) = self._unrolls[0]
-            n = self.ring.write(head, (slot_N, index_N))
+            head, (slot_N, index_N), policy_N = self._unrolls[0]
+            n = self.ring.write(head, (slot_N, index_N), policy_N)
             wrote += n
             if n < len(head):
-                self._unrolls[0] = (head.split(n)[1], (slot_N[n:], index_N[n:]))
+                rest = None if policy_N is None else policy_N[n:]
+                self._unrolls[0] = (head.split(n)[1], (slot_N[n:], index_N[n:]), rest)
                 break
             self._unrolls.pop(0)
         half = 2 * self.ring.committed() >= self.ring.spec.capacity
         if wrote and half and self.drain_bell is not None:
             ring(self.drain_bell)
         while self._episodes:
-            head_e = self._episodes[0]
-            n = self.ring.write_episodes(head_e)
+            head_e, policy_E = self._episodes[0]
+            n = self.ring.write_episodes(head_e, policy_E)
             if n < len(head_e.returns):
-                self._episodes[0] = FinishedEpisodes(head_e.returns[n:], head_e.lengths[n:])
+                rest = None if policy_E is None else policy_E[n:]
+                self._episodes[0] = (FinishedEpisodes(head_e.returns[n:], head_e.lengths[n:]), rest)
                 break
             self._episodes.pop(0)
 
@@ -575,8 +618,12 @@ class UnrollDrain:
         stats: LearnerStats,
         recorder: EpisodeRecorder | None = None,
         counts_episodes: bool = True,
+        policies: Sequence[tuple[Store, LearnerStats | None]] | None = None,
     ) -> None:
         self.rings = rings
+        self.policies = None if policies is None else list(policies)
+        """With --policy-mapping, each policy's store and stats by its index: an unroll
+        goes to its policy's store alone, an episode to its stats besides the learner's."""
         self.counts_episodes = counts_episodes
         """False where the model process ends the episodes itself (:class:`ModelRows`
         with self-play): the rings' episodes are taken and dropped, so none counts twice."""
@@ -629,14 +676,36 @@ class UnrollDrain:
         unroll_ring = self.rings[index]
         episodes = unroll_ring.read_episodes()
         if episodes is not None and self._loop is not None and self.counts_episodes:
+            policy_E = unroll_ring.last_episode_policy.copy()
             with contextlib.suppress(RuntimeError):  # the loop closed: the run is over
-                self._loop.call_soon_threadsafe(self.stats.on_episodes, episodes)
+                self._loop.call_soon_threadsafe(self._count, episodes, policy_E)
         unrolls = unroll_ring.read()
         if unrolls is not None and self.recorder is not None:
             slot_N, count_N = unroll_ring.last_origin
             self.recorder.offer(unrolls, index * FRONTEND_SLOTS + slot_N, count_N)
         if unrolls is None or not self.keep_unrolls:
             return
-        while not self.store.put(unrolls, timeout=DRAIN_PERIOD_S):
-            if self._stop.is_set() or self.store.has_room():  # stopping, or the store closed
+        if self.policies is None:
+            self._put(self.store, unrolls)
+            return
+        policy_N = unroll_ring.last_policy
+        for policy in np.unique(policy_N).tolist():
+            self._put(self.policies[policy][0], unrolls.select(np.flatnonzero(policy_N == policy)))
+
+    def _put(self, store: Store, unrolls: Unrolls) -> None:
+        """Into ``store``, waiting while it is full (back-pressure) unless stopping."""
+        while not store.put(unrolls, timeout=DRAIN_PERIOD_S):
+            if self._stop.is_set() or store.has_room():  # stopping, or the store closed
                 return
+
+    def _count(self, episodes: FinishedEpisodes, policy_E: np.ndarray) -> None:
+        """Episodes into the learner's stats and, with several policies, each into its
+        policy's (on the event loop, which owns the stats)."""
+        self.stats.on_episodes(episodes)
+        if self.policies is None:
+            return
+        for policy in np.unique(policy_E).tolist():
+            stats = self.policies[policy][1]
+            if stats is not None:
+                at = np.flatnonzero(policy_E == policy)
+                stats.on_episodes(FinishedEpisodes(episodes.returns[at], episodes.lengths[at]))

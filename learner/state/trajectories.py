@@ -108,6 +108,17 @@ class Unrolls:
             running_return=_concat_optional([p.running_return for p in parts]),
         )
 
+    def select(self, index: np.ndarray) -> Unrolls:
+        """The unrolls at ``index`` (copies), in its order."""
+        picked: dict[str, object] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "core_state":
+                picked[f.name] = tuple(s[index] for s in value)
+            else:
+                picked[f.name] = None if value is None else value[index]
+        return Unrolls(**picked)  # type: ignore[arg-type]
+
     def split(self, n: int) -> tuple[Unrolls, Unrolls]:
         """The first ``n`` unrolls and the rest."""
         head: dict[str, object] = {}
