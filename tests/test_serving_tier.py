@@ -99,6 +99,8 @@ class _Engine:
     """The engine's part the slot batcher calls: every row's action is 7."""
 
     normalizer = None
+    agent_policy = None  # one policy
+    self_play = None
 
     def __init__(self) -> None:
         self.learner_step = StepCounter()
@@ -106,7 +108,7 @@ class _Engine:
     def begin_batch(self) -> None:
         pass
 
-    def serve_rows(self, rows) -> np.ndarray:
+    def serve_rows(self, rows, policy_B=None) -> np.ndarray:
         return np.full(len(rows.slot_B), 7, np.int64)
 
     def release_later(self, conn) -> None:
@@ -116,7 +118,7 @@ class _Engine:
 def _batcher(batch: int, quorum: float, timeout_ms: float) -> tuple[SlotBatcher, SlotTable]:
     table = SlotTable(TableSpec(8, 4, 4 * 4, "<i8", ()))
     rows = SimpleNamespace(
-        obs_dtype=np.dtype(np.float32), frame_shape=(4,),
+        obs_dtype=np.dtype(np.float32), frame_shape=(4,), multi_agent=False,
         allocate_rows=lambda begin, count: np.arange(begin, begin + count),
     )  # fmt: skip
     config = LearnerConfig(

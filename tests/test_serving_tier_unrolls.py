@@ -696,14 +696,14 @@ def test_a_frontend_rings_the_drain_once_half_its_ring_waits():
     bell = new_doorbell()
     front = FrontendTrajectories(TrajectoryBuilder(**builder.layout()), table, reply, ring, bell)
     try:
-        front._unrolls.append((_unroll(builder, 0.0), _ORIGIN_ONE))
+        front._unrolls.append((_unroll(builder, 0.0), _ORIGIN_ONE, None))
         front.flush()
         assert not _rung(bell)  # a quarter of the ring: the drain's period takes it
-        front._unrolls.append((_unroll(builder, 1.0), _ORIGIN_ONE))
+        front._unrolls.append((_unroll(builder, 1.0), _ORIGIN_ONE, None))
         front.flush()
         assert _rung(bell)  # half: a trainer batch waits
         assert ring.read() is not None
-        front._unrolls.append((_unroll(builder, 2.0), _ORIGIN_ONE))
+        front._unrolls.append((_unroll(builder, 2.0), _ORIGIN_ONE, None))
         front.flush()
         assert not _rung(bell)  # taken: the count starts again
     finally:

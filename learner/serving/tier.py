@@ -187,7 +187,7 @@ class SlotBatcher:
         self._deadline: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.lanes = LaneRows(
-            table, *frame_layout(builder, engine.normalizer), builder.reply.spec.multi_agent,
+            table, *frame_layout(builder, engine.normalizer), builder.multi_agent,
             engine.agent_policy,
         )  # fmt: skip
         self._closed = False

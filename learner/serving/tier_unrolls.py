@@ -194,6 +194,11 @@ class ModelRows(TrajectoryBuilder):
 
     row_S: np.ndarray
     """Each slot's row in the slot table."""
+
+    @property
+    def multi_agent(self) -> bool:
+        """Rows of a multi-agent env: the frontends record only the rows marked recorded."""
+        return self.reply.spec.multi_agent
     recorded_S: np.ndarray
     """Frames each slot recorded since it was allocated."""
 
