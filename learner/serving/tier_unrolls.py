@@ -199,6 +199,7 @@ class ModelRows(TrajectoryBuilder):
     def multi_agent(self) -> bool:
         """Rows of a multi-agent env: the frontends record only the rows marked recorded."""
         return self.reply.spec.multi_agent
+
     recorded_S: np.ndarray
     """Frames each slot recorded since it was allocated."""
 
