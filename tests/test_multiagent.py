@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from league_doubles import ChooseThree, self_play
 from multiagent_envs import ACTIONS, OBS, JoinLeave, TurnGame, two_player
 from support import actor_args, learner_process, read_records, running
 
@@ -317,48 +318,6 @@ def test_rewards_sent_between_an_agents_end_and_its_next_episode_are_ignored() -
     assert stats.returns[-1] == 1.5
 
 
-def _self_play(seed: int = 0):
-    from learner.league.league import League
-    from learner.league.pool import PoolConfig
-    from learner.serving.selfplay import SelfPlay
-
-    league = League(PoolConfig(1000, 4, "latest"), seed)
-    snapshots = _Snapshots()
-    play = SelfPlay(league, 2, 1000, snapshots, _ChooseThree(), lambda: {}, seed)
-    return league, play, snapshots.calls
-
-
-class _Snapshots:
-    """Stands in for StackedModels: holds members, records the rows it acts on."""
-
-    def __init__(self) -> None:
-        self.held: dict[int, Any] = {}
-        self.calls: list[np.ndarray] = []
-
-    def __contains__(self, member: int) -> bool:
-        return member in self.held
-
-    def members(self) -> list[int]:
-        return list(self.held)
-
-    def add(self, member: int, weights: Any) -> None:
-        self.held[member] = weights
-
-    def remove(self, member: int) -> None:
-        del self.held[member]
-
-    def act(self, obs_BO: np.ndarray, member_B: np.ndarray) -> torch.Tensor:
-        self.calls.append(np.array(obs_BO))
-        return torch.zeros(len(obs_BO), 4)
-
-
-class _ChooseThree:
-    """A chooser whose every action is 3: the replies tell the snapshot's moves apart."""
-
-    def choose(self, params_BP: torch.Tensor, slot_B: np.ndarray | None = None) -> np.ndarray:
-        return np.full(len(params_BP), 3, np.int64)
-
-
 def test_self_play_trains_only_the_learning_seat_and_records_each_game() -> None:
     """Two agents: each episode the learning policy plays a seat drawn at random and a
     frozen snapshot (action 3) the other; only the learner's rows reach the unrolls, and
@@ -366,7 +325,7 @@ def test_self_play_trains_only_the_learning_seat_and_records_each_game() -> None
     the ratings."""
     from learner.league.pool import Outcome
 
-    league, play, opponent_calls = _self_play()
+    league, play, opponent_calls = self_play()
     length = 2
     run = _serve(two_player, 80, lambda obs: obs[:, 1].astype(np.int64), length, play)
     sent, replies = run["sent"], run["replies"]
@@ -416,7 +375,7 @@ def test_a_fixed_opponent_acts_on_its_rows_and_its_games_are_counted() -> None:
     from learner.serving.selfplay import SelfPlay
 
     league = League(PoolConfig(1000, 4, "uniform", fixed_opponents=("scripted",)), 0)
-    _, snapshot_play, _ = _self_play()
+    _, snapshot_play, _ = self_play()
     scripted_rows: list[np.ndarray] = []
 
     def scripted(obs_BO: np.ndarray) -> np.ndarray:
@@ -424,7 +383,7 @@ def test_a_fixed_opponent_acts_on_its_rows_and_its_games_are_counted() -> None:
         return np.full(len(obs_BO), 2, np.int64)
 
     play = SelfPlay(
-        league, 2, 1000, snapshot_play.snapshots, _ChooseThree(), lambda: {}, 0, {-1: scripted}
+        league, 2, 1000, snapshot_play.snapshots, ChooseThree(), lambda: {}, 0, {-1: scripted}
     )
     run = _serve(two_player, 160, lambda obs: obs[:, 1].astype(np.int64), 2, play)
     sent, replies = run["sent"], run["replies"]
@@ -444,14 +403,13 @@ def test_a_fixed_opponent_acts_on_its_rows_and_its_games_are_counted() -> None:
 
 
 def test_the_league_survives_a_checkpoint_round_trip(tmp_path) -> None:
-    import torch
 
-    league, play, _ = _self_play()
+    league, play, _ = self_play()
     play.snapshot_due(0)
     league.record(0, __import__("learner.league.pool", fromlist=["Outcome"]).Outcome.WIN)
     path = tmp_path / "league.pt"
     torch.save(league.state_dict(), path)
-    restored, _, _ = _self_play(seed=5)
+    restored, _, _ = self_play(seed=5)
     restored.load_state_dict(torch.load(path, weights_only=True))
     assert restored.pool.results() == league.pool.results() == {0: (1, 0, 0)}
     assert restored.ratings.table() == league.ratings.table()

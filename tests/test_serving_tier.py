@@ -517,25 +517,33 @@ TESTS_ENV = {
 """What a learner and its actors need to build tests/multiagent_envs.py's envs."""
 
 
+def _train_through_two_frontends(tmp_path, envs: int, *args: str):
+    """A learner with two frontends and two actor processes of ``envs`` envs each, run to
+    its end (``args``: its env and frames); the learner, once it exited cleanly with no
+    traceback in any process."""
+    extra = [*TIER, "--checkpoint-interval-s", "3600", *args]
+    started = learner_process(tmp_path, *extra, env=TESTS_ENV, timeout=START_TIMEOUT_S)
+    with started as (learner, port):
+        allow = ["--allow-env-module", "multiagent_envs"]
+        with running(actor_args(port, 2, envs, *allow), env=TESTS_ENV) as actors:
+            code = learner.wait(240)
+    assert code == 0, learner.output()
+    assert not any("Traceback" in line for line in [*learner.lines, *actors.lines]), (
+        learner.output()
+    )
+    return learner
+
+
 @pytest.mark.long
 def test_a_multi_agent_env_trains_through_two_frontends(tmp_path):
     """An AEC game whose agents take turns (so rows wait, and rewards arrive while they
     do) and one of which leaves early, from real actor processes through two frontends:
     the model tells the frontends which rows it recorded, and they train and end episodes."""
-    args = [
-        *TIER, "--env", "multiagent_envs:turn_game", "--total-frames", "3000",
-        "--unroll-length", "4", "--batch-size", "8", "--checkpoint-interval-s", "3600",
-    ]  # fmt: skip
-    started = learner_process(tmp_path, *args, env=TESTS_ENV, timeout=START_TIMEOUT_S)
-    with started as (learner, port):
-        allow = ["--allow-env-module", "multiagent_envs"]
-        with running(actor_args(port, 2, 2, *allow), env=TESTS_ENV) as actors:
-            code = learner.wait(240)
-    assert code == 0, learner.output()
+    learner = _train_through_two_frontends(
+        tmp_path, 2, "--env", "multiagent_envs:turn_game", "--total-frames", "3000",
+        "--unroll-length", "4", "--batch-size", "8",
+    )  # fmt: skip
     assert "serving by 2 frontends" in learner.output()
-    assert not any("Traceback" in line for line in [*learner.lines, *actors.lines]), (
-        learner.output()
-    )
     last = read_records(tmp_path)[-1]
     assert last["frames"] >= 3000 and last["learner_steps"] > 0, last
     assert last["episodes"] > 0 and last["episode_length_mean"] > 0, last
@@ -548,21 +556,11 @@ def test_self_play_trains_through_two_frontends_and_counts_each_game_once(tmp_pa
     the league as one process does, and the frontends' episode counts do not add to it."""
     from learner.state import checkpoint
 
-    args = [
-        *TIER, "--env", "multiagent_envs:two_player", "--self-play", "--snapshot-every", "3",
-        "--total-frames", "1200", "--unroll-length", "4", "--batch-size", "4",
-        "--checkpoint-interval-s", "3600",
-    ]  # fmt: skip
-    started = learner_process(tmp_path, *args, env=TESTS_ENV, timeout=START_TIMEOUT_S)
-    with started as (learner, port):
-        allow = ["--allow-env-module", "multiagent_envs"]
-        with running(actor_args(port, 2, 3, *allow), env=TESTS_ENV) as actors:
-            code = learner.wait(240)
-    assert code == 0, learner.output()
+    learner = _train_through_two_frontends(
+        tmp_path, 3, "--env", "multiagent_envs:two_player", "--self-play", "--snapshot-every",
+        "3", "--total-frames", "1200", "--unroll-length", "4", "--batch-size", "4",
+    )  # fmt: skip
     assert "serving by 2 frontends" in learner.output()
-    assert not any("Traceback" in line for line in [*learner.lines, *actors.lines]), (
-        learner.output()
-    )
     assert any("win/draw/loss" in line for line in learner.lines), learner.output()
     last = read_records(tmp_path)[-1]
     assert last["learner_steps"] > 0 and "selfplay_win_rate" in last, last

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pytest
+from league_doubles import self_play
 
 from learner.serving import tier_unrolls
 from learner.serving.rows import FrameBatch, ServingCore
@@ -362,44 +363,6 @@ def test_each_policys_rows_reach_its_own_store_and_stats_through_the_tier(monkey
             block.close()
 
 
-class _Snapshots:
-    """Stands in for the league's stacked snapshot models: holds members, acts with zeros."""
-
-    def __init__(self) -> None:
-        self.held: dict[int, object] = {}
-
-    def __contains__(self, member: int) -> bool:
-        return member in self.held
-
-    def members(self) -> list[int]:
-        return list(self.held)
-
-    def add(self, member: int, weights: object) -> None:
-        self.held[member] = weights
-
-    def remove(self, member: int) -> None:
-        del self.held[member]
-
-    def act(self, obs_BO: np.ndarray, member_B: np.ndarray) -> np.ndarray:
-        return np.zeros((len(obs_BO), 2), np.float32)
-
-
-class _ChooseThree:
-    """The snapshots' every action is 3, which the learning policy (0 or 1) never plays."""
-
-    def choose(self, params_BP, slot_B=None) -> np.ndarray:
-        return np.full(len(params_BP), 3, np.int64)
-
-
-def _self_play(seed: int):
-    from learner.league.league import League
-    from learner.league.pool import PoolConfig
-    from learner.serving.selfplay import SelfPlay
-
-    league = League(PoolConfig(1000, 4, "latest"), seed)
-    return league, SelfPlay(league, 2, 1000, _Snapshots(), _ChooseThree(), lambda: {}, seed)
-
-
 def test_self_play_through_the_tier_seats_records_and_scores_as_one_process():
     """Two-player games (two rows an env, turns by move, a zero-sum end): with the model's
     rows ending the learning seat's episodes themselves, the tier's model and frontend
@@ -415,8 +378,8 @@ def test_self_play_through_the_tier_seats_records_and_scores_as_one_process():
     model = ModelRows(TrajectoryBuilder(**layout), reply, counts_episodes=True)
     ring = UnrollRing(RingSpec.of(reference, 64))
     front = FrontendTrajectories(TrajectoryBuilder(**layout), table, reply, ring)
-    league_ref, play_ref = _self_play(5)
-    league_tier, play_tier = _self_play(5)
+    league_ref, play_ref, _ = self_play(5)
+    league_tier, play_tier, _ = self_play(5)
     stats_tier = LearnerStats()
     core_ref = ServingCore(
         fake_policy, reference, LearnerStats(), contextlib.nullcontext(), StepCounter(),
