@@ -94,7 +94,7 @@ def echo_servicer(
 
 async def serve(config: LearnerConfig) -> None:
     """Serve until SIGTERM/SIGINT, writing a metrics record every ``log_interval_s``."""
-    with offered_local_socket(config.local_socket and not config.tls_cert, config.bind) as local:
+    with offered_local_socket(config.offers_local_socket, config.bind) as local:
         servicer, batcher, stats = echo_servicer(config, local or "")
         token = config_auth_token(config)
         serving = Serving(batcher, servicer, *build_server(config, servicer, token, local))

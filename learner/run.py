@@ -369,9 +369,7 @@ async def serve(
         if turn is None:
             return RunResult("the leader finished the run", 0, 0, 0, None, 0.0, False)
         config = turn
-    offered = offered_local_socket(
-        config.local_socket and not config.tls_cert, config.bind, beside_unix_bind=True
-    )
+    offered = offered_local_socket(config.offers_local_socket, config.bind, beside_unix_bind=True)
     with offered as local:
         return await _serve(config, token, ready, rank or SingleRank(), local)
 

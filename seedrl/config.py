@@ -685,6 +685,12 @@ class LearnerConfig:
         return serving_count(self.serving_processes)
 
     @property
+    def offers_local_socket(self) -> bool:
+        """Whether the learner listens on a same-host unix socket of its own and offers it
+        (--local-socket, never beside TLS: the socket is plaintext)."""
+        return self.local_socket and not self.tls_cert
+
+    @property
     def effective_lr_schedule(self) -> str:
         """``lr_schedule`` with ``auto`` resolved: linear when a frame budget is the plan,
         else inverse_sqrt (a run of unknown length)."""

@@ -62,7 +62,7 @@ def shm_room(path: str = SHM_DIR) -> int | None:
 def tier_gaps(config: LearnerConfig, env_spec: pb.EnvSpec) -> list[str]:
     """What this run asks for that the serving tier does not carry yet (empty: none)."""
     missing = []
-    if config.bind.startswith("unix:") and (config.tls_cert or not config.local_socket):
+    if config.bind.startswith("unix:") and not config.offers_local_socket:
         missing.append("a unix --bind without the frontends' own sockets (TLS, --no-local-socket)")
     return missing
 

@@ -24,7 +24,7 @@ from learner.agents.policy import Policy
 from learner.population.assignment import MemberSlots
 from learner.serving.batcher import PendingRequest
 from learner.serving.rows import FrameBatch, ServedPolicy, ServingCore
-from learner.serving.streams import Connection, FramePayload
+from learner.serving.streams import Connection, FramePayload, stream_policies
 from learner.state.counters import StepCounter
 from learner.state.normalize import Normalizer
 from learner.state.stats import LearnerStats
@@ -65,14 +65,11 @@ def nonfinite_problem(batch: FrameBatch) -> str | None:
 
 
 def policy_rows(live: list[PendingRequest], agent_policy_A: np.ndarray | None) -> np.ndarray | None:
-    """Each row's policy, by its index (None: one policy plays every row): a stream's rows
-    come env by env, so its row ``i * A + j`` is agent j's."""
+    """Each row's policy, by its index (None: one policy plays every row), stream by
+    stream (:func:`~learner.serving.streams.stream_policies`)."""
     if agent_policy_A is None:
         return None
-    agents = len(agent_policy_A)
-    return np.concatenate(
-        [np.tile(agent_policy_A, r.payload.conn.num_envs // agents) for r in live]
-    )
+    return np.concatenate([stream_policies(agent_policy_A, r.payload.conn.num_envs) for r in live])
 
 
 class InferenceEngine(ServingCore):

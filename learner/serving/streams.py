@@ -32,6 +32,12 @@ class Connection:
         self.slot_bytes = np.ascontiguousarray(self.slot_ids, np.int64).tobytes()
 
 
+def stream_policies(agent_policy_A: np.ndarray, rows: int) -> np.ndarray:
+    """Each of a stream's ``rows`` rows' policy: its rows come env by env, so row
+    ``i * A + j`` is agent j's and plays agent j's policy (``agent_policy_A[j]``)."""
+    return np.tile(agent_policy_A, rows // len(agent_policy_A))
+
+
 class FramePayload:
     """One stream's frame as the raw bytes of its four tensors, already checked for layout.
 

@@ -16,6 +16,7 @@ import numpy as np
 from learner.serving.inference import InferenceEngine, nonfinite_problem
 from learner.serving.rows import FrameBatch
 from learner.serving.slots import OK, REJECTED, SlotTable
+from learner.serving.streams import stream_policies
 
 _REJECTED_BY_PROBLEM = {problem: status for status, problem in REJECTED.items()}
 
@@ -53,8 +54,7 @@ class LaneRows:
         self.slot_R[begin : begin + count] = slot_K
         if self.policy_R is not None:
             assert self.agent_policy is not None
-            agents = len(self.agent_policy)
-            self.policy_R[begin : begin + count] = np.tile(self.agent_policy, count // agents)
+            self.policy_R[begin : begin + count] = stream_policies(self.agent_policy, count)
 
     def rows_of(self, lane_B: np.ndarray) -> np.ndarray:
         """The table rows of lanes ``lane_B``, lane by lane, each lane's in order."""

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from learner.serving.slots import InheritedFd, SlotTable, drain, new_doorbell, ring
+from learner.serving.streams import stream_policies
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import FinishedEpisodes, TrajectoryBuilder, Unrolls
 from seedrl.config import LearnerConfig
@@ -524,11 +525,11 @@ class FrontendTrajectories:
         """Fresh builder slots for a new stream's ``count`` envs (its agents' rows)."""
         ids = self.builder.allocate(count)
         if self.agent_policy is not None:
-            if len(self.policy_S) <= int(ids.max()):
-                grown = np.zeros(max(2 * len(self.policy_S), int(ids.max()) + 1), np.int64)
+            if len(self.policy_S) < self.builder.capacity:  # the builder grew its slots
+                grown = np.zeros(self.builder.capacity, np.int64)
                 grown[: len(self.policy_S)] = self.policy_S
                 self.policy_S = grown
-            self.policy_S[ids] = np.tile(self.agent_policy, count // len(self.agent_policy))
+            self.policy_S[ids] = stream_policies(self.agent_policy, count)
         return ids
 
     def close(self, slot_S: np.ndarray) -> None:
