@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -84,6 +85,42 @@ def _core(builder, steps, normalize: bool) -> ServingCore:
     )  # fmt: skip
 
 
+class _Tier(NamedTuple):
+    """The tier's split over one slot table: the model's rows and one frontend's builder."""
+
+    table: SlotTable
+    reply: ReplyRows
+    model: ModelRows
+    ring: UnrollRing
+    front: FrontendTrajectories
+
+    def close(self) -> None:
+        for block in (self.ring, self.reply, self.table):
+            block.close()
+
+
+def _tier(
+    reference: TrajectoryBuilder,
+    rows: int,
+    seen: tuple[int, ...] | None = None,
+    multi_agent: bool = False,
+    counts_episodes: bool = False,
+    agent_policy: np.ndarray | None = None,
+) -> _Tier:
+    """A table and reply rows of ``rows`` rows laid out as ``reference``'s, the model's rows
+    over them and a frontend's builder with its ring."""
+    layout = reference.layout()
+    table = SlotTable(TableSpec(rows, 4, 4 * FEATURES, "<i8", ()))
+    states = tuple(layout["core_state_sizes"])
+    reply = ReplyRows(ReplySpec(rows, 2, states, seen, multi_agent))
+    model = ModelRows(TrajectoryBuilder(**layout), reply, counts_episodes)
+    ring = UnrollRing(RingSpec.of(reference, 64))
+    front = FrontendTrajectories(
+        TrajectoryBuilder(**layout), table, reply, ring, agent_policy=agent_policy
+    )
+    return _Tier(table, reply, model, ring, front)
+
+
 class Stream:
     """One stream in both paths: its table rows, model slots, frontend slots, reference slots."""
 
@@ -104,14 +141,9 @@ def test_unrolls_built_in_a_frontend_equal_the_one_process_builders(
 ):
     rng = np.random.default_rng(0)
     reference = _builder(stack, states, overlap)
-    layout = reference.layout()
     rows = sum(ENVS) + 4
-    table = SlotTable(TableSpec(rows, 4, 4 * FEATURES, "<i8", ()))
-    seen = reference.obs_shape if normalize else None
-    reply = ReplyRows(ReplySpec(rows, 2, states, seen))
-    model = ModelRows(TrajectoryBuilder(**layout), reply)
-    ring = UnrollRing(RingSpec.of(reference, 64))
-    front = FrontendTrajectories(TrajectoryBuilder(**layout), table, reply, ring)
+    tier = _tier(reference, rows, seen=reference.obs_shape if normalize else None)
+    table, model, ring, front = tier.table, tier.model, tier.ring, tier.front
     steps_ref, steps_tier = StepCounter(), StepCounter()
     core_ref = _core(reference, steps_ref, normalize)
     core_tier = _core(model, steps_tier, normalize)
@@ -186,8 +218,7 @@ def test_unrolls_built_in_a_frontend_equal_the_one_process_builders(
                 expected, origins_ref, overlap
             )
     finally:
-        for block in (ring, reply, table):
-            block.close()
+        tier.close()
 
 
 def test_multi_agent_rows_built_in_a_frontend_equal_the_one_process_builders():
@@ -197,14 +228,10 @@ def test_multi_agent_rows_built_in_a_frontend_equal_the_one_process_builders():
     unrolls and episodes the one-process builder builds."""
     rng = np.random.default_rng(1)
     reference = _builder(1, (3,), 0)
-    layout = reference.layout()
     agents_of = (2, 2, 4)  # each stream's rows: its envs' agents
     rows = sum(agents_of) + 2
-    table = SlotTable(TableSpec(rows, 4, 4 * FEATURES, "<i8", ()))
-    reply = ReplyRows(ReplySpec(rows, 2, (3,), None, multi_agent=True))
-    model = ModelRows(TrajectoryBuilder(**layout), reply)
-    ring = UnrollRing(RingSpec.of(reference, 64))
-    front = FrontendTrajectories(TrajectoryBuilder(**layout), table, reply, ring)
+    tier = _tier(reference, rows, multi_agent=True)
+    table, model, ring, front = tier.table, tier.model, tier.ring, tier.front
     core_ref = _core(reference, StepCounter(), False)
     core_tier = _core(model, StepCounter(), False)
     lanes = LaneRows(table, np.dtype(np.float32), (FEATURES,), multi_agent=True)
@@ -258,8 +285,7 @@ def test_multi_agent_rows_built_in_a_frontend_equal_the_one_process_builders():
         lost = [(reference.release(s.reference), model.release(s.model)) for s in streams]
         assert lost == [(a, a) for a, _ in lost] and any(a for a, _ in lost), lost
     finally:
-        for block in (ring, reply, table):
-            block.close()
+        tier.close()
 
 
 def _other_policy(obs_BO, first_B, state, slot_B):
@@ -277,17 +303,11 @@ def test_each_policys_rows_reach_its_own_store_and_stats_through_the_tier(monkey
     monkeypatch.setattr(tier_unrolls, "DRAIN_PERIOD_S", 3600.0)  # only this test's takes read
     rng = np.random.default_rng(3)
     reference = _builder(1, (3,), 0)
-    layout = reference.layout()
     agent_policy = np.array([0, 1], np.int64)
     envs = (2, 1)
     rows = 2 * sum(envs)
-    table = SlotTable(TableSpec(rows, 4, 4 * FEATURES, "<i8", ()))
-    reply = ReplyRows(ReplySpec(rows, 2, (3,), None, multi_agent=True))
-    model = ModelRows(TrajectoryBuilder(**layout), reply)
-    ring = UnrollRing(RingSpec.of(reference, 64))
-    front = FrontendTrajectories(
-        TrajectoryBuilder(**layout), table, reply, ring, agent_policy=agent_policy
-    )
+    tier = _tier(reference, rows, multi_agent=True, agent_policy=agent_policy)
+    table, model, ring, front = tier.table, tier.model, tier.ring, tier.front
 
     def served(stats_of: list[LearnerStats]) -> list[ServedPolicy]:
         return [
@@ -359,8 +379,7 @@ def test_each_policys_rows_reach_its_own_store_and_stats_through_the_tier(monkey
     finally:
         assert drainer.stop(timeout_s=60)
         loop.close()
-        for block in (ring, reply, table):
-            block.close()
+        tier.close()
 
 
 def test_self_play_through_the_tier_seats_records_and_scores_as_one_process():
@@ -370,14 +389,10 @@ def test_self_play_through_the_tier_seats_records_and_scores_as_one_process():
     process, and the frontends' ring episodes are dropped by the drain, not counted twice."""
     rng = np.random.default_rng(2)
     reference = _builder(1, (3,), 0)
-    layout = reference.layout()
     envs = (2, 1)
     rows = 2 * sum(envs)
-    table = SlotTable(TableSpec(rows, 4, 4 * FEATURES, "<i8", ()))
-    reply = ReplyRows(ReplySpec(rows, 2, (3,), None, multi_agent=True))
-    model = ModelRows(TrajectoryBuilder(**layout), reply, counts_episodes=True)
-    ring = UnrollRing(RingSpec.of(reference, 64))
-    front = FrontendTrajectories(TrajectoryBuilder(**layout), table, reply, ring)
+    tier = _tier(reference, rows, multi_agent=True, counts_episodes=True)
+    table, model, ring, front = tier.table, tier.model, tier.ring, tier.front
     league_ref, play_ref, _ = self_play(5)
     league_tier, play_tier, _ = self_play(5)
     stats_tier = LearnerStats()
@@ -448,8 +463,7 @@ def test_self_play_through_the_tier_seats_records_and_scores_as_one_process():
         assert front_episodes is not None
         assert front_episodes.returns.tolist() == list(core_ref.stats.returns)
     finally:
-        for block in (ring, reply, table):
-            block.close()
+        tier.close()
 
 
 @pytest.mark.parametrize("counts", [True, False], ids=["counted", "model ends them"])
