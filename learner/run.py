@@ -290,8 +290,9 @@ def build_serving(
     if frontends(config):  # frontend processes serve and build unrolls; this one runs the model
         check_tier_supported(config, learner.env_spec)
         rows = model_rows(
-            config, learner.builder, learner.normalizer, bool(learner.env_spec.agents)
-        )
+            config, learner.builder, learner.normalizer, bool(learner.env_spec.agents),
+            len(learner.policies) > 1,
+        )  # fmt: skip
         engine = make_engine(learner, trainer, rows)
         return build_tier(
             config, learner.env_spec, learner.learner_run_id, engine, learner.builder,
@@ -387,7 +388,8 @@ async def _serve(
     config = learner.config = resolve_serving(
         asked, learner.env_spec,
         shared_bytes=lambda n: shared_bytes(
-            asked, learner.builder, learner.normalizer, n, bool(learner.env_spec.agents)
+            asked, learner.builder, learner.normalizer, n, bool(learner.env_spec.agents),
+            len(learner.policies) > 1,
         ),
     )  # fmt: skip
     serving_auto = asked.serving_frontends is None

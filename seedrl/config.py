@@ -503,9 +503,9 @@ class LearnerConfig:
     that owns the model pays no per-message work (docs/serving-tier.md). 0: one process
     serves and runs the model. auto: from the host's usable cores, none below 4 (there
     the extra hop costs more than the spread gives), else a frontend per two cores beyond
-    two, at most 8; and none for a run the frontends do not serve yet (--population,
-    a unix --bind with TLS or --no-local-socket), which an explicit number refuses, or
-    whose slot table and rings would not fit the free /dev/shm."""
+    two, at most 8; and none for a run the frontends do not serve yet (a unix --bind
+    with TLS or --no-local-socket), which an explicit number refuses, or whose slot
+    table and rings would not fit the free /dev/shm."""
     max_actors: int = 1024
     """Actor streams served at once, those still awaiting their Hello included; more get
     RESOURCE_EXHAUSTED and retry."""
@@ -804,13 +804,12 @@ def _check_population(config: LearnerConfig) -> None:
     refused = (
         ("--policy-mapping", bool(config.policy_mapping)),
         ("--self-play", config.self_play),
-        ("--serving-processes", bool(serving_count(config.serving_processes))),
         (f"--trainer {config.trainer}", config.trainer not in ("auto", "thread")),
     )
     for flag, given in refused:
         if given:
             raise ValueError(
-                f"--population trains its members in threads of one serving process: drop {flag}"
+                f"--population trains its members in threads of the learner process: drop {flag}"
             )
 
 

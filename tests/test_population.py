@@ -477,7 +477,6 @@ def test_evaluate_refuses_a_member_the_population_lacks_in_one_line(tmp_path, ca
 @pytest.mark.parametrize(
     ("changes", "words"),
     [
-        ({"serving_processes": 2}, "drop --serving-processes"),
         ({"trainer": "process"}, "drop --trainer process"),
         ({"policy_mapping": ("a=pa",)}, "drop --policy-mapping"),
         ({"pbt_params": ("discount",)}, "--pbt-params: 'discount'"),
@@ -492,26 +491,29 @@ def test_a_population_it_cannot_run_is_refused(tmp_path, changes, words) -> None
 
 def test_the_learner_refuses_it_in_one_line(tmp_path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "learner", "--population", "3", "--serving-processes", "2",
+        [sys.executable, "-m", "learner", "--population", "3", "--trainer", "process",
          "--logdir", str(tmp_path)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "drop --serving-processes" in lines[0], result.stderr
+    assert len(lines) == 1 and "drop --trainer process" in lines[0], result.stderr
 
 
 # ------------------------------------------------------------------ end to end
 
 
 @pytest.mark.long
-def test_a_population_trains_cartpole_with_actor_processes(tmp_path) -> None:
-    """Learner and two actor processes for a few seconds: every member trains on frames of
-    its own, at least one exploit is logged (metrics.jsonl, the progress line) within
-    bounds, the lineage plot is written, and the checkpoint's history is the log's."""
+@pytest.mark.parametrize("frontends", ["0", "2"], ids=["one process", "two frontends"])
+def test_a_population_trains_cartpole_with_actor_processes(tmp_path, frontends) -> None:
+    """Learner and two actor processes for a few seconds (served in one process, or by
+    two frontend processes): every member trains on frames of its own, at least one
+    exploit is logged (metrics.jsonl, the progress line) within bounds, the lineage plot
+    is written, and the checkpoint's history is the log's."""
     args = ["--env", "CartPole-v1", "--population", "3", "--pbt-interval", "1500",
             "--pbt-fraction", "0.34", "--total-frames", "20000", "--unroll-length", "8",
-            "--batch-size", "8", "--checkpoint-interval-s", "3600", "--seed", "3"]  # fmt: skip
+            "--batch-size", "8", "--checkpoint-interval-s", "3600", "--seed", "3",
+            "--serving-processes", frontends]  # fmt: skip
     env = {
         "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
     }
@@ -519,6 +521,8 @@ def test_a_population_trains_cartpole_with_actor_processes(tmp_path) -> None:
         with running(actor_args(port, 2, 4), env=env):
             code = learner.wait(240)
     assert code == 0, "\n".join(learner.lines[-30:])
+    served_by = [line for line in learner.lines if "serving by 2 frontends" in line]
+    assert bool(served_by) == (frontends == "2"), "\n".join(learner.lines[:30])
     records = read_records(tmp_path)
     events = [event for record in records for event in record.get(EVENT_KEY, [])]
     assert events, "\n".join(learner.lines[-30:])

@@ -53,11 +53,8 @@ def test_auto_counts_the_cores_this_process_may_run_on(monkeypatch: pytest.Monke
 
 @pytest.mark.parametrize(
     ("fields", "spec", "environ"),
-    [
-        ({"population": 2}, CARTPOLE, {}),
-        ({"bind": "unix:/tmp/seedrl-learner.sock", "local_socket": False}, CARTPOLE, {}),
-    ],
-    ids=["population", "unix bind without local sockets"],
+    [({"bind": "unix:/tmp/seedrl-learner.sock", "local_socket": False}, CARTPOLE, {})],
+    ids=["unix bind without local sockets"],
 )
 def test_auto_serves_in_one_process_what_the_tier_refuses_and_a_count_still_refuses_it(
     monkeypatch: pytest.MonkeyPatch, fields: dict, spec: pb.EnvSpec, environ: dict
@@ -66,10 +63,6 @@ def test_auto_serves_in_one_process_what_the_tier_refuses_and_a_count_still_refu
         monkeypatch.setenv(name, value)
     resolved = auto.resolve_serving(LearnerConfig(**fields), spec, cores=64)
     assert resolved.serving_processes == "0"
-    if "population" in fields:  # refused by the config's own check, before any env is known
-        with pytest.raises(ValueError, match="drop --serving-processes"):
-            LearnerConfig(**fields, serving_processes="2")
-        return
     asked = LearnerConfig(**fields, serving_processes="2")
     assert auto.resolve_serving(asked, spec, cores=64) is asked
     with pytest.raises(UnsupportedSetup, match="--serving-processes 2 does not serve"):
@@ -85,6 +78,12 @@ def test_auto_serves_a_multi_agent_env_by_frontends(fields: dict) -> None:
     resolved = auto.resolve_serving(LearnerConfig(**fields), TWO_PLAYERS, cores=8)
     assert resolved.serving_processes == "3"
     check_tier_supported(resolved, TWO_PLAYERS)
+
+
+def test_auto_serves_a_population_by_frontends() -> None:
+    resolved = auto.resolve_serving(LearnerConfig(population=3), CARTPOLE, cores=8)
+    assert resolved.serving_processes == "3"
+    check_tier_supported(resolved, CARTPOLE)
 
 
 def test_an_explicit_count_is_kept_whatever_the_host() -> None:

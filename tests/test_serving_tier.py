@@ -108,8 +108,8 @@ class _Engine:
     def begin_batch(self) -> None:
         pass
 
-    def serve_rows(self, rows, policy_B=None) -> np.ndarray:
-        return np.full(len(rows.slot_B), 7, np.int64)
+    def serve_rows(self, rows, policy_B=None) -> tuple[np.ndarray, None]:
+        return np.full(len(rows.slot_B), 7, np.int64), None
 
     def release_later(self, conn) -> None:
         pass
@@ -119,6 +119,7 @@ def _batcher(batch: int, quorum: float, timeout_ms: float) -> tuple[SlotBatcher,
     table = SlotTable(TableSpec(8, 4, 4 * 4, "<i8", ()))
     rows = SimpleNamespace(
         obs_dtype=np.dtype(np.float32), frame_shape=(4,), multi_agent=False,
+        reply=SimpleNamespace(policy_R=None),
         allocate_rows=lambda begin, count: np.arange(begin, begin + count),
     )  # fmt: skip
     config = LearnerConfig(

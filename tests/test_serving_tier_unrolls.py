@@ -105,19 +105,18 @@ def _tier(
     seen: tuple[int, ...] | None = None,
     multi_agent: bool = False,
     counts_episodes: bool = False,
-    agent_policy: np.ndarray | None = None,
+    policies: bool = False,
 ) -> _Tier:
-    """A table and reply rows of ``rows`` rows laid out as ``reference``'s, the model's rows
-    over them and a frontend's builder with its ring."""
+    """A table and reply rows of ``rows`` rows laid out as ``reference``'s (``policies``:
+    with each row's policy), the model's rows over them and a frontend's builder with
+    its ring."""
     layout = reference.layout()
-    table = SlotTable(TableSpec(rows, 4, 4 * FEATURES, "<i8", ()))
+    table = SlotTable(TableSpec(rows, max(rows, 4), 4 * FEATURES, "<i8", ()))
     states = tuple(layout["core_state_sizes"])
-    reply = ReplyRows(ReplySpec(rows, 2, states, seen, multi_agent))
+    reply = ReplyRows(ReplySpec(rows, 2, states, seen, multi_agent, policies))
     model = ModelRows(TrajectoryBuilder(**layout), reply, counts_episodes)
     ring = UnrollRing(RingSpec.of(reference, 64))
-    front = FrontendTrajectories(
-        TrajectoryBuilder(**layout), table, reply, ring, agent_policy=agent_policy
-    )
+    front = FrontendTrajectories(TrajectoryBuilder(**layout), table, reply, ring)
     return _Tier(table, reply, model, ring, front)
 
 
@@ -306,7 +305,7 @@ def test_each_policys_rows_reach_its_own_store_and_stats_through_the_tier(monkey
     agent_policy = np.array([0, 1], np.int64)
     envs = (2, 1)
     rows = 2 * sum(envs)
-    tier = _tier(reference, rows, multi_agent=True, agent_policy=agent_policy)
+    tier = _tier(reference, rows, multi_agent=True, policies=True)
     table, model, ring, front = tier.table, tier.model, tier.ring, tier.front
 
     def served(stats_of: list[LearnerStats]) -> list[ServedPolicy]:
@@ -324,7 +323,9 @@ def test_each_policys_rows_reach_its_own_store_and_stats_through_the_tier(monkey
         fake_policy, model, LearnerStats(), contextlib.nullcontext(), StepCounter(),
         policies=served([LearnerStats(), LearnerStats()]),
     )  # fmt: skip
-    lanes = LaneRows(table, np.dtype(np.float32), (FEATURES,), True, agent_policy)
+    lanes = LaneRows(
+        table, np.dtype(np.float32), (FEATURES,), True, agent_policy, tier.reply.policy_R
+    )
     stores = [UnrollQueue(256), UnrollQueue(256)]
     drainer = UnrollDrain(
         [ring], stores[0], True, LearnerStats(),
@@ -361,6 +362,8 @@ def test_each_policys_rows_reach_its_own_store_and_stats_through_the_tier(monkey
             assert all(h.unrolls is None for h in none)
             np.testing.assert_array_equal(action_tier, action_ref)
             table.action_RA[row_B] = action_tier
+            assert lanes.played_R is not None  # as LaneRows.serve writes them
+            lanes.played_R[row_B] = policy_B
             front.record(np.concatenate([s.front for s in streams]), row_B)
             for handoff in handoffs:
                 if handoff.unrolls is not None:
@@ -376,6 +379,137 @@ def test_each_policys_rows_reach_its_own_store_and_stats_through_the_tier(monkey
             assert stats_ref[policy].episodes > 0
             assert list(stats_tier[policy].returns) == list(stats_ref[policy].returns), policy
         assert drainer.stats.episodes == stats_ref[0].episodes + stats_ref[1].episodes
+    finally:
+        assert drainer.stop(timeout_s=60)
+        loop.close()
+        tier.close()
+
+
+def _third_policy(obs_BO, first_B, state, slot_B):
+    """A third policy, told apart from the other two by its parameters."""
+    action_B, params_BP, after = fake_policy(obs_BO, first_B, state, slot_B)
+    return action_B, 3 * params_BP, after
+
+
+def test_a_populations_members_take_and_move_slots_through_the_tier_as_in_one_process(
+    monkeypatch,
+):
+    """--population through the tier: the model's engine gives each slot its member and
+    writes it into the reply rows; the frontend tags unrolls and episodes by it and, when
+    a slot comes back played by another member (moved as its episode ended, after a
+    stream left), drops its partial unroll as one process does. Every member's unrolls,
+    episodes and frames, every row's action and the dropped frames equal one process's."""
+    from learner.population.assignment import MemberSlots
+    from learner.serving.batcher import PendingRequest
+    from learner.serving.inference import Connection, FramePayload, InferenceEngine
+    from learner.serving.rows import ServedPolicy
+
+    monkeypatch.setattr(tier_unrolls, "DRAIN_PERIOD_S", 3600.0)  # only this test's takes read
+    rng = np.random.default_rng(5)
+    reference = _builder(1, (3,), 0)
+    members, rows = 3, 8
+    tier = _tier(reference, rows, policies=True)
+    table, model, ring, front = tier.table, tier.model, tier.ring, tier.front
+    policies = (fake_policy, _other_policy, _third_policy)
+
+    def engine(builder: TrajectoryBuilder) -> InferenceEngine:
+        served = [
+            (ServedPolicy(p, contextlib.nullcontext(), StepCounter(), LearnerStats()),
+             UnrollQueue(512))
+            for p in policies
+        ]  # fmt: skip
+        return InferenceEngine(
+            fake_policy, builder, UnrollQueue(1), LearnerStats(), contextlib.nullcontext(),
+            StepCounter(), policies=served, members=MemberSlots(members),
+        )  # fmt: skip
+
+    one, split = engine(reference), engine(model)
+    lanes = LaneRows(table, np.dtype(np.float32), (FEATURES,), played_R=tier.reply.policy_R)
+    each = [(store, s.stats) for store, s in zip(split.stores, split.served, strict=True)]
+    drainer = UnrollDrain([ring], split.stores[0], True, split.stats, policies=each)
+
+    class Both(NamedTuple):
+        """One single-env stream in both paths."""
+
+        lane: int
+        row: int
+        reference: Connection
+        model: Connection
+        front: np.ndarray
+
+    def open_stream(lane: int, row: int) -> Both:
+        ref = Connection(f"a{lane}", "run", "peer", 1, reference.allocate(1))
+        own = Connection(f"a{lane}", "", "frontend", 1, model.allocate_rows(row, 1))
+        lanes.open(lane, row, 1, 0, own.slot_ids)
+        return Both(lane, row, ref, own, front.open(1))
+
+    streams = [open_stream(i, i) for i in range(5)]
+    fresh = {s.row for s in streams}
+    obs_RF = table.obs_bytes.view(np.float32).reshape(rows, FEATURES)
+    reward_R = table.reward_bytes.view(np.float32)
+    terminated_R = table.terminated_bytes.view(np.bool_)
+    loop = asyncio.new_event_loop()
+    member_of = lambda s: int(split.members.member_S[s.model.slot_ids[0]])  # noqa: E731
+    try:
+        drainer.start(loop)
+        moved_from = None
+        for step in range(120):
+            if step == 30:  # member 2's only stream leaves: a slot is promised to it
+                gone = next(s for s in streams if member_of(s) == 2)
+                streams.remove(gone)
+                one.release_later(gone.reference)
+                split.release_later(gone.model)
+                front.close(gone.front)
+                moved_from = {s.lane: member_of(s) for s in streams}
+            if step == 80:  # a stream comes back and takes the member with fewest
+                streams.append(open_stream(5, 5))
+                fresh.add(5)
+            row_B = np.array([s.row for s in streams])
+            n = len(row_B)
+            obs_RF[row_B] = rng.normal(size=(n, FEATURES)).astype(np.float32)
+            # An env's reset frame carries no reward (a new stream's first, or after an end).
+            starts_B = np.isin(row_B, list(fresh)) | terminated_R[row_B]
+            reward_R[row_B] = np.where(starts_B, 0.0, rng.normal(size=n)).astype(np.float32)
+            terminated_R[row_B] = rng.random(n) < 0.15
+            fresh.clear()
+            batch = [
+                PendingRequest(
+                    FramePayload(
+                        s.reference, obs_RF[[s.row]].tobytes(), reward_R[[s.row]].tobytes(),
+                        terminated_R[[s.row]].tobytes(), np.zeros(1, np.bool_).tobytes(),
+                    ),
+                    1, loop.create_future(),
+                )
+                for s in streams
+            ]  # fmt: skip
+            loop.run_until_complete(one.process(batch))
+            action_ref = np.concatenate([r.future.result() for r in batch])
+            status = lanes.serve(split, np.array([s.lane for s in streams]))
+            assert (status == 0).all()
+            np.testing.assert_array_equal(table.action_RA[row_B], action_ref)
+            front.record(np.concatenate([s.front for s in streams]), row_B)
+            drainer.take(0)
+        loop.run_until_complete(asyncio.sleep(0.05))  # the episode counts the drain scheduled
+        assert moved_from is not None
+        moved = {lane: m for lane, m in moved_from.items() if any(
+            s.lane == lane and member_of(s) != m for s in streams
+        )}  # fmt: skip
+        assert len(moved) == 1 and 2 in [member_of(s) for s in streams], "one slot moved to 2"
+        np.testing.assert_array_equal(split.members.member_S, one.members.member_S)
+        assert split.stats.frames_dropped == one.stats.frames_dropped > 0
+        for m in range(members):
+            want_store, got_store = one.stores[m], split.stores[m]
+            assert len(want_store) > 0, m
+            want = want_store.get(len(want_store), timeout=5)
+            got = got_store.get(len(got_store), timeout=5)
+            assert want is not None and got is not None
+            _assert_same(got, want)
+            want_stats, got_stats = one.served[m].stats, split.served[m].stats
+            assert want_stats is not None and got_stats is not None
+            assert want_stats.episodes > 0
+            assert list(got_stats.returns) == list(want_stats.returns), m
+            assert list(got_stats.lengths) == list(want_stats.lengths), m
+            assert got_stats.frames == want_stats.frames, m
     finally:
         assert drainer.stop(timeout_s=60)
         loop.close()

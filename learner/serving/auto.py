@@ -81,7 +81,7 @@ def resolve_serving(
     ``room`` (default: what /dev/shm has free)."""
     if config.serving_frontends is not None:
         return config
-    if tier_gaps(config, env_spec) or config.population > 1:
+    if tier_gaps(config, env_spec):
         count = 0
     else:
         count = frontends_for_cores(usable_cores() if cores is None else cores)

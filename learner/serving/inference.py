@@ -137,12 +137,24 @@ class InferenceEngine(ServingCore):
         begin()
         self._release_closed()
 
-    def serve_rows(self, rows: FrameBatch, policy_B: np.ndarray | None = None) -> np.ndarray:
-        """Every row's action for a batch whose caller answers the rows and whose unrolls
-        are built elsewhere (the serving tier's frontends); ``policy_B``: each row's
-        policy with --policy-mapping (None: the one policy plays them all)."""
+    def serve_rows(
+        self, rows: FrameBatch, policy_B: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Every row's action and the policy that played it (None: the one policy played
+        them all), for a batch whose caller answers the rows and whose unrolls are built
+        elsewhere (the serving tier's frontends); ``policy_B``: each row's policy with
+        --policy-mapping (a population's members are this engine's to assign)."""
+        if self.members is not None:
+            policy_B = self.members.members_of(rows.slot_B)
         action_BA, _ = self.serve_policies(rows, None, policy_B)
-        return action_BA
+        self._move_members(rows)
+        return action_BA, policy_B
+
+    def _move_members(self, rows: FrameBatch) -> None:
+        """A population's slots promised to another member move as their episode ends."""
+        if self.members is not None:
+            moved = self.members.moves_due(rows.slot_B, rows.terminated_B | rows.truncated_B)
+            self.stats.frames_dropped += self.builder.restart(moved)
 
     async def process(self, batch: list[PendingRequest]) -> None:
         begin, mark = self._phase_marks  # each mark ends a phase (--time-phases)
@@ -162,9 +174,7 @@ class InferenceEngine(ServingCore):
         else:
             policy_B = self.members.members_of(rows.slot_B)
         action_BA, handoffs = self.serve_policies(rows, self._fresh_slots(live), policy_B)
-        if self.members is not None:  # a slot promised to another member moves as its episode ends
-            moved = self.members.moves_due(rows.slot_B, rows.terminated_B | rows.truncated_B)
-            self.stats.frames_dropped += self.builder.restart(moved)
+        self._move_members(rows)
         self._reply(live, action_BA)
         mark("reply")
         for handoff in handoffs:  # each policy's unrolls to its own store only

@@ -130,14 +130,16 @@ def shared_bytes(
     normalizer: Normalizer | None,
     count: int,
     multi_agent: bool = False,
+    policies: bool = False,
 ) -> int:
     """Shared memory the tier of ``count`` frontends takes for this run: the slot table,
-    the reply rows and a ring per frontend (the small admission and counter blocks aside)."""
+    the reply rows and a ring per frontend (the small admission and counter blocks aside);
+    ``multi_agent``, ``policies``: as :func:`~learner.serving.tier_unrolls.reply_spec`'s."""
     table = replace(config, serving_processes=str(count))
     ring = RingSpec.of(builder, unroll_ring_capacity(config)).layout()
     return (
         sum(table_spec(table, builder, normalizer).sizes())
-        + sum(layout_sizes(reply_spec(config, builder, normalizer, multi_agent).layout()))
+        + sum(layout_sizes(reply_spec(config, builder, normalizer, multi_agent, policies).layout()))
         + count * sum(layout_sizes(ring))
     )
 
@@ -188,7 +190,7 @@ class SlotBatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.lanes = LaneRows(
             table, *frame_layout(builder, engine.normalizer), builder.multi_agent,
-            engine.agent_policy,
+            engine.agent_policy, builder.reply.policy_R,
         )  # fmt: skip
         self._closed = False
         self.batches = 0
@@ -479,7 +481,7 @@ class TierServing:
         self._builder_layout = builder.layout()
         ring_spec = RingSpec.of(builder, unroll_ring_capacity(config))
         self.rings = [UnrollRing(ring_spec) for _ in self.frontends]
-        several = engine.agent_policy is not None
+        several = len(engine.stores) > 1
         self.drain = UnrollDrain(
             self.rings, engine.queue, engine.keep_unrolls, stats, engine.recorder,
             counts_episodes=not self.rows.counts_episodes,
@@ -584,11 +586,9 @@ class TierServing:
     def _frontend_unrolls(self, f: Frontend) -> FrontendUnrolls:
         """What frontend ``f`` builds its streams' unrolls with, and where it writes them."""
         reply = self.rows.reply
-        agent_policy = self.batcher.lanes.agent_policy
         return FrontendUnrolls(
             self._builder_layout, reply.spec, reply.name, self.rings[f.index].spec,
             self.rings[f.index].name, InheritedFd(self.drain.bell),
-            None if agent_policy is None else tuple(agent_policy.tolist()),
         )  # fmt: skip
 
     def _on_control(self, f: Frontend) -> None:

@@ -31,6 +31,7 @@ class LaneRows:
         frame_shape: tuple[int, ...],
         multi_agent: bool = False,
         agent_policy: np.ndarray | None = None,
+        played_R: np.ndarray | None = None,
     ) -> None:
         spec = table.spec
         self.table = table
@@ -48,6 +49,9 @@ class LaneRows:
         """With --policy-mapping, each agent's policy by its index (None: one policy)."""
         self.policy_R = None if agent_policy is None else np.zeros(spec.rows, np.int64)
         """Each row's policy: a lease's rows come env by env, agent by agent."""
+        self.played_R = played_R
+        """With several policies, where each answered row's policy goes (the reply rows
+        the frontends tag unrolls and episodes by)."""
 
     def open(self, lane: int, begin: int, count: int, owner: int, slot_K: np.ndarray) -> None:
         self.begin_L[lane], self.count_L[lane], self.owner_L[lane] = begin, count, owner
@@ -91,8 +95,10 @@ class LaneRows:
             row_B = self.rows_of(lane_B)
             rows = self.gather(row_B)
         policy_B = None if self.policy_R is None else self.policy_R[row_B]
-        action_BA = engine.serve_rows(rows, policy_B)
+        action_BA, played_B = engine.serve_rows(rows, policy_B)
         self.table.action_RA[row_B] = action_BA
+        if self.played_R is not None and played_B is not None:
+            self.played_R[row_B] = played_B
         return status_B
 
     def _statuses(self, lane_B: np.ndarray) -> np.ndarray:

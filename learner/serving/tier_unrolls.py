@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from learner.serving.slots import InheritedFd, SlotTable, drain, new_doorbell, ring
-from learner.serving.streams import stream_policies
 from learner.state.stats import LearnerStats
 from learner.state.trajectories import FinishedEpisodes, TrajectoryBuilder, Unrolls
 from seedrl.config import LearnerConfig
@@ -58,6 +57,8 @@ ORIGIN_FIELDS = ("origin_slot", "origin_index")
 """Per unroll in a ring: the frontend's builder slot it came from and its number among
 that slot's unrolls (the builder's ``last_origin``), which ``--record-dataset`` stitches
 episodes by."""
+UNPLAYED = -1
+"""A frontend slot's policy before its first row."""
 NO_POLICIES = np.zeros(0, np.int64)
 """The policies of no unroll: what a ring says before its first read."""
 FRONTEND_SLOTS = 2**32
@@ -135,6 +136,10 @@ class ReplySpec:
     """A multi-agent env's rows: only the rows the learning policy stepped on are
     recorded, with their credited rewards, which the model writes (``recorded``,
     ``reward``); a single-agent env's frontend records every row with the reward it wrote."""
+    policies: bool = False
+    """Rows of several policies (--policy-mapping, a population's members): the model
+    writes the policy that played each row (``policy``), which its unroll and episode are
+    that policy's."""
 
     def layout(self) -> Layout:
         r = self.rows
@@ -148,13 +153,16 @@ class ReplySpec:
             parts.append(("seen", (r, *self.seen_shape), "<f4"))
         if self.multi_agent:
             parts += [("recorded", (r,), "|b1"), ("reward", (r,), "<f4")]
+        if self.policies:
+            parts.append(("policy", (r,), "<i8"))
         return tuple(parts)
 
 
 class ReplyRows(SharedArrays):
     """Per table row: ``first``, learner step, behaviour parameters, core state before the
-    row, the seen observation (with --normalize-observations) and, for a multi-agent env,
-    whether the row is recorded and its credited reward."""
+    row, the seen observation (with --normalize-observations), for a multi-agent env
+    whether the row is recorded and its credited reward, and with several policies the
+    one that played it."""
 
     def __init__(self, spec: ReplySpec, name: str | None = None) -> None:
         super().__init__(spec.layout(), name)
@@ -165,10 +173,11 @@ class ReplyRows(SharedArrays):
         self.seen_RO = a.get("seen")
         self.recorded_R = a.get("recorded")
         self.reward_R = a.get("reward")
+        self.policy_R = a.get("policy")
 
     def close(self) -> None:
         del self.first_R, self.step_R, self.params_RP, self.state_RH, self.seen_RO
-        del self.recorded_R, self.reward_R
+        del self.recorded_R, self.reward_R, self.policy_R
         super().close()
 
 
@@ -222,13 +231,27 @@ class ModelRows(TrajectoryBuilder):
 
     def release(self, ids: np.ndarray) -> int:
         """Slots back to the pool; the frames their frontend's partial unrolls held, which
-        are lost (where its builder stood after recording every frame answered here)."""
+        are lost."""
+        self._free.extend(int(i) for i in ids)
+        return self._partial_frames(ids)
+
+    def restart(self, ids: np.ndarray) -> int:
+        """As the builder's (a population's slot moved to another member as its episode
+        ended); the frames its frontend's partial unrolls held, which its frontend drops
+        when the slot's next row comes with the other member's policy."""
+        lost = self._partial_frames(ids)
+        super().restart(ids)
+        self.recorded_S[ids] = 0
+        return lost
+
+    def _partial_frames(self, ids: np.ndarray) -> int:
+        """Frames in the frontend's partial unrolls of slots ``ids``: where its builder
+        stands after recording every frame answered here."""
         length, overlap = self.unroll_layout
         n_S = self.recorded_S[ids]
         position_S = np.where(
             n_S <= length, n_S, 1 + overlap + (n_S - length - 1) % (length - overlap)
         )
-        self._free.extend(int(i) for i in ids)
         return int(position_S.sum())
 
     def credit_waits(
@@ -284,9 +307,11 @@ def reply_spec(
     builder: TrajectoryBuilder,
     normalizer: Normalizer | None,
     multi_agent: bool = False,
+    policies: bool = False,
 ) -> ReplySpec:
     """The reply rows of this run: one per env of ``--max-envs`` (per agent of a
-    multi-agent env's, which counts its agents as envs there)."""
+    multi-agent env's, which counts its agents as envs there); ``policies``: several
+    policies play its rows."""
     layout = builder.layout()
     return ReplySpec(
         rows=config.max_envs,
@@ -294,6 +319,7 @@ def reply_spec(
         state_sizes=tuple(layout["core_state_sizes"]),
         seen_shape=None if normalizer is None else tuple(normalizer.obs_shape),
         multi_agent=multi_agent,
+        policies=policies,
     )
 
 
@@ -302,10 +328,11 @@ def model_rows(
     builder: TrajectoryBuilder,
     normalizer: Normalizer | None,
     multi_agent: bool = False,
+    policies: bool = False,
 ) -> ModelRows:
     """The model process's rows for this run, with their reply block created; with
     --self-play it ends the episodes itself (the league records each game as it ends)."""
-    reply = ReplyRows(reply_spec(config, builder, normalizer, multi_agent))
+    reply = ReplyRows(reply_spec(config, builder, normalizer, multi_agent, policies))
     return ModelRows(builder, reply, counts_episodes=config.self_play)
 
 
@@ -469,8 +496,6 @@ class FrontendUnrolls:
     ring_name: str
     drain_bell: InheritedFd | int | None = None
     """The model's drain thread's doorbell (an int descriptor once in the frontend)."""
-    agent_policy: tuple[int, ...] | None = None
-    """With --policy-mapping, each agent's policy by its index (None: one policy)."""
 
     def attach(self, table: SlotTable) -> FrontendTrajectories:
         assert not isinstance(self.drain_bell, InheritedFd)  # unpickled in the frontend
@@ -480,7 +505,6 @@ class FrontendUnrolls:
             ReplyRows(self.reply, self.reply_name),
             UnrollRing(self.ring, self.ring_name),
             self.drain_bell,
-            None if self.agent_policy is None else np.array(self.agent_policy, np.int64),
         )
 
 
@@ -494,18 +518,15 @@ class FrontendTrajectories:
         reply: ReplyRows,
         ring: UnrollRing,
         drain_bell: int | None = None,
-        agent_policy: np.ndarray | None = None,
     ) -> None:
         self.builder = builder
         self.reply = reply
         self.ring = ring
         self.drain_bell = drain_bell
         """Rung when a write leaves half the ring committed (None: the drain's period only)."""
-        self.agent_policy = agent_policy
-        """With --policy-mapping, each agent's policy: a stream's rows come env by env, so
-        its slot ``i * A + j`` is agent j's, and its unrolls and episodes are that policy's."""
         self.policy_S = np.zeros(0, np.int64)
-        """Each builder slot's policy (with ``agent_policy``)."""
+        """With several policies, each builder slot's: the one its last row was played by
+        (``UNPLAYED`` before its first), its unrolls' and episodes' policy."""
         rows = table.spec.rows
         self.obs_RO: np.ndarray | None = None
         if reply.seen_RO is None:  # the frames as written are what the policy saw
@@ -524,12 +545,12 @@ class FrontendTrajectories:
     def open(self, count: int) -> np.ndarray:
         """Fresh builder slots for a new stream's ``count`` envs (its agents' rows)."""
         ids = self.builder.allocate(count)
-        if self.agent_policy is not None:
+        if self.reply.policy_R is not None:
             if len(self.policy_S) < self.builder.capacity:  # the builder grew its slots
-                grown = np.zeros(self.builder.capacity, np.int64)
+                grown = np.full(self.builder.capacity, UNPLAYED, np.int64)
                 grown[: len(self.policy_S)] = self.policy_S
                 self.policy_S = grown
-            self.policy_S[ids] = stream_policies(self.agent_policy, count)
+            self.policy_S[ids] = UNPLAYED
         return ids
 
     def close(self, slot_S: np.ndarray) -> None:
@@ -550,6 +571,9 @@ class FrontendTrajectories:
             reward_R = reply.reward_R
             if not len(row_B):  # only waiting agents and opponents this time
                 return
+        several = reply.policy_R is not None
+        if several:
+            self._played_by(slot_B, row_B)
         obs_BO = reply.seen_RO[row_B] if self.obs_RO is None else self.obs_RO[row_B]  # type: ignore[index]
         first_B = reply.first_R[row_B]
         if builder.frame_stack > 1:  # its ring gives a full unroll's first stack
@@ -560,7 +584,6 @@ class FrontendTrajectories:
             self.truncated_R[row_B], first_B, self.action_RA[row_B], reply.params_RP[row_B],
             before, before, reply.step_R[row_B],
         )  # fmt: skip
-        several = self.agent_policy is not None
         if unrolls is not None:
             origin = builder.last_origin
             self._unrolls.append((unrolls, origin, self.policy_S[origin[0]] if several else None))
@@ -569,6 +592,18 @@ class FrontendTrajectories:
             self._episodes.append((episodes, self.policy_S[ended_E] if several else None))
         if unrolls is not None or episodes is not None:
             self.flush()
+
+    def _played_by(self, slot_B: np.ndarray, row_B: np.ndarray) -> None:
+        """Each slot's policy from the rows' reply. A slot played by another policy than
+        its last row's was moved by the model to another population member as its
+        episode ended: it starts afresh, its partial unroll dropped as the model's was."""
+        assert self.reply.policy_R is not None
+        policy_B = self.reply.policy_R[row_B]
+        last_B = self.policy_S[slot_B]
+        moved_B = (policy_B != last_B) & (last_B != UNPLAYED)
+        if moved_B.any():
+            self.builder.restart(slot_B[moved_B])
+        self.policy_S[slot_B] = policy_B
 
     def flush(self) -> None:
         """Into the ring what fits, oldest first; the drain rung once half the ring waits."""
