@@ -17,13 +17,14 @@ import time
 from contextlib import ExitStack
 
 import pytest
-from support import ROOT, learner_process, running
+from support import ROOT, learner_process, running, wait_until
 
 from seedrl import envs
 from seedrl.conformance.actor_suite import run_actor_suite
 from seedrl.conformance.cases import ACTOR_CASES, Status
 from seedrl.conformance.config import ActorSuiteConfig
 from seedrl.conformance.scripted import Script, ScriptedLearner, Serve
+from seedrl.proto import seedrl_pb2 as pb
 
 BINARY = ROOT / "actors" / "cpp" / "build" / "seedrl-actor"
 PACKAGES = "libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc cmake g++"
@@ -129,3 +130,63 @@ def test_sigterm_ends_a_retrying_cpp_actor_with_0(cpp_actor):
         actor.signal(signal.SIGTERM)
         assert actor.wait(timeout=10) == 0
     assert time.monotonic() - started < 5, "a retry wait must not delay the exit"
+
+
+def test_cpp_actors_on_the_learners_host_take_each_frontends_own_socket(cpp_actor, tmp_path):
+    """With serving frontends each offers its own unix socket in GetInfo, in turn: C++
+    actors that dialled the loopback port switch to the socket offered, so they reach
+    both frontends over unix sockets (before, every one stayed on TCP)."""
+    extra = ("--serving-processes", "2")
+    env = {"SEEDRL_LOG_LEVEL": "INFO"}
+    with learner_process(tmp_path, *extra, env=env, timeout=240) as (learner, port):
+        args = [cpp_actor, "--learner", f"127.0.0.1:{port}", "--envs-per-actor", "2"]
+        with ExitStack() as stack:
+            actors = [stack.enter_context(running([*args, "--seed", str(s)])) for s in (1, 2)]
+            for actor in actors:
+                actor.wait_for("learner on this host, using unix:", 60)
+
+            def on_unix(index: int) -> bool:
+                mark = f"frontend {index} learner.serving.servicer: actor"
+                return any(mark in line and "from unix:" in line for line in learner.lines)
+
+            for index in (0, 1):
+                wait_until(lambda i=index: on_unix(i), 60, what=f"a C++ actor on frontend {index}")
+        learner.stop()
+        assert learner.popen.returncode == 0, learner.output()
+
+
+class _StaleSocketLearner(ScriptedLearner):
+    """A scripted learner that offers a socket file nobody listens on."""
+
+    def __init__(self, socket_path: str) -> None:
+        script = Script(acts=[Serve(50, True)])
+        super().__init__(envs.describe_env("CartPole-v1"), script, None)
+        self.socket_path = socket_path
+
+    def info_message(self, frame_stack: int) -> pb.LearnerInfo:
+        info = super().info_message(frame_stack)
+        info.local_address = f"unix:{self.socket_path}"
+        return info
+
+
+def test_cpp_actor_stays_on_tcp_when_the_offered_socket_does_not_answer(cpp_actor, tmp_path):
+    """A socket path that exists but takes no connection (a stale file, another user's
+    learner): the C++ actor says so once and streams over TCP; --no-local-socket never
+    tries it."""
+    stale = tmp_path / "stale.sock"
+    stale.touch()
+    for flags, tried in (([], True), (["--no-local-socket"], False)):
+        learner = _StaleSocketLearner(str(stale))
+        port = learner.start("127.0.0.1:0")
+        try:
+            done = subprocess.run(
+                [cpp_actor, "--learner", f"127.0.0.1:{port}", "--max-backoff-s", "0.2", *flags],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+        finally:
+            learner.stop()
+        assert done.returncode == 0, done.stderr
+        assert ("using unix:" in done.stderr) == tried, done.stderr
+        assert (done.stderr.count("staying on TCP") == 1) == tried, done.stderr
+        assert "the learner finished training" in done.stderr
+        assert len(learner.streams) == 1 and len(learner.streams[0].frames) >= 50

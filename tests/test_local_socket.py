@@ -22,6 +22,7 @@ from seedrl.transport import (
     LOCAL_SOCKET_NAME,
     LocalSocket,
     add_learner_service,
+    frontend_local_address,
     is_loopback,
     local_target,
     remove_stale_local_sockets,
@@ -229,3 +230,19 @@ def test_each_frontend_offers_its_own_socket_and_same_host_actors_switch_to_it(
         learner.stop()
         assert learner.popen.returncode == 0, learner.output()
     assert not os.path.exists(directory.pop())
+
+
+def test_an_actor_asking_again_through_its_offered_socket_takes_no_turn(tmp_path) -> None:
+    """An actor that took a frontend's offered socket calls GetInfo again through it; that
+    call must not advance the frontend's turn, or the next actor over TCP on the same
+    frontend is offered the same socket and both land on one frontend."""
+    with learner_process(tmp_path, "--serving-processes", "2", env=INFO) as (learner, port):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as tcp:  # one connection: one frontend
+            first = get_info(tcp).local_address
+            with grpc.insecure_channel(first) as local:
+                assert get_info(local).local_address
+            second = get_info(tcp).local_address
+        both = {frontend_local_address(first, index) for index in (0, 1)}
+        assert {first, second} == both, (first, second)
+        learner.stop()
+        assert learner.popen.returncode == 0, learner.output()

@@ -2,6 +2,7 @@
 //
 //   seedrl-actor --learner HOST:PORT [--envs-per-actor K] [--auth-token T] [--max-backoff-s S]
 //                [--seed N] [--actor-id NAME] [--max-frames N] [--tls-ca PEM [--tls-server-name H]]
+//                [--no-local-socket]
 //
 // It follows docs/wire-protocol.md and nothing else: GetInfo, then one Act stream (Hello,
 // then a Frame of K envs per step answered by K actions) until the learner says Shutdown;
@@ -13,6 +14,7 @@
 #include <grpcpp/grpcpp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,6 +64,7 @@ struct Flags {
   std::string tls_ca;
   std::string tls_ca_pem;  // the file's certificates, read once at start-up
   std::string tls_server_name;
+  bool local_socket = true;  // take the unix socket a learner on this host offers
 };
 
 [[noreturn]] void Usage(const std::string& problem) {
@@ -74,6 +77,10 @@ Flags ParseFlags(int argc, char** argv) {
   if (const char* token = std::getenv("SEEDRL_AUTH_TOKEN")) flags.auth_token = token;
   for (int i = 1; i < argc; ++i) {
     std::string name = argv[i];
+    if (name == "--no-local-socket") {  // the one flag without a value
+      flags.local_socket = false;
+      continue;
+    }
     std::string value;
     if (auto eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
@@ -120,6 +127,35 @@ Flags ParseFlags(int argc, char** argv) {
     flags.actor_id = std::string(host) + "-" + std::to_string(getpid()) + "-cpp";
   }
   return flags;
+}
+
+// ------------------------------------------------------------------------ addresses
+
+bool StartsWith(const std::string& text, const std::string& prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Whether HOST:PORT names this host through the loopback interface (IPv6 in brackets).
+bool IsLoopback(const std::string& target) {
+  if (StartsWith(target, "unix:")) return false;
+  std::string host = target;
+  if (StartsWith(target, "[")) {
+    host = target.substr(0, target.find(']') + 1);
+  } else if (auto colon = target.rfind(':'); colon != std::string::npos) {
+    host = target.substr(0, colon);
+  }
+  return host == "localhost" || host == "[::1]" || host == "::1" || StartsWith(host, "127.");
+}
+
+// The unix socket a learner offers in GetInfo if this actor can use it, else "": only
+// after a loopback or unix dial (the learner is on this host) and where the socket file
+// is seen (the same filesystem: not across containers). Serving frontends each offer
+// their own, so same-host actors spread over them whichever took their TCP connection.
+std::string LocalTarget(const std::string& offered, const std::string& dialled) {
+  const bool same_host = IsLoopback(dialled) || StartsWith(dialled, "unix:");
+  if (!StartsWith(offered, "unix:") || !same_host || offered == dialled) return "";
+  struct stat file;
+  return stat(offered.substr(5).c_str(), &file) == 0 ? offered : "";
 }
 
 // ------------------------------------------------------------------------ envs
@@ -293,6 +329,7 @@ class Actor {
  public:
   explicit Actor(Flags flags)
       : flags_(std::move(flags)),
+        target_(flags_.learner),
         envs_(flags_.envs_per_actor, flags_.seed),
         backoff_(flags_.max_backoff_s),
         ids_(std::random_device{}()) {}
@@ -304,13 +341,33 @@ class Actor {
       pb::LearnerInfo info;
       grpc::Status status = GetInfo(*stub, &info);
       End end = End::kFailed;
+      const bool on_local = target_ != flags_.learner;
+      const int64_t streamed = streams_;
       if (status.ok()) {
         if (std::string why = Unsupported(info); !why.empty()) {
           Log(why);
           return kExitMisconfigured;
         }
+        if (!on_local && flags_.local_socket && !local_failed_) {
+          if (std::string local = LocalTarget(info.local_address(), target_); !local.empty()) {
+            Log("learner on this host, using " + local);
+            target_ = local;
+            continue;
+          }
+        }
         end = Stream(*stub, info, &status);
       }
+      if (on_local && streams_ == streamed && end == End::kFailed &&
+          status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        // The socket exists but does not take us (another user's learner, a stale file):
+        // TCP worked a moment ago, so use it from now on.
+        Log("cannot use the learner's local socket " + target_ + " (" + status.error_message() +
+            "); staying on TCP");
+        local_failed_ = true;
+        target_ = flags_.learner;
+        continue;
+      }
+      target_ = flags_.learner;  // a reconnect asks --learner which socket to take again
       if (stopping_ || end == End::kStopped || end == End::kMaxFrames) return 0;
       if (end == End::kFinished) {
         Log("the learner finished training after " + std::to_string(frames_) + " frames");
@@ -360,7 +417,7 @@ class Actor {
         args.SetSslTargetNameOverride(flags_.tls_server_name);
       }
     }
-    return grpc::CreateCustomChannel(flags_.learner, credentials, args);
+    return grpc::CreateCustomChannel(target_, credentials, args);
   }
 
   void Authorize(grpc::ClientContext* context) const {
@@ -406,7 +463,8 @@ class Actor {
       return Finish(*stream, status);
     }
     backoff_.Reset();
-    Log("connected to " + flags_.learner + " with " + std::to_string(envs_.size()) + " envs");
+    ++streams_;
+    Log("connected to " + target_ + " with " + std::to_string(envs_.size()) + " envs");
 
     pb::Frame* frame = message.mutable_frame();  // the Hello is done: the message is a Frame now
     envs_.Reset(frame);
@@ -475,6 +533,9 @@ class Actor {
   }
 
   Flags flags_;
+  std::string target_;  // where the next connection goes: --learner, or its offered socket
+  bool local_failed_ = false;  // the offered socket would not take us: TCP from now on
+  int64_t streams_ = 0;  // streams the learner accepted
   Envs envs_;
   Backoff backoff_;
   std::mt19937_64 ids_;

@@ -127,20 +127,28 @@ class LearnerServicer(pb_grpc.LearnerServicer):
     # ------------------------------------------------------------------ GetInfo
 
     async def GetInfo(self, request: pb.GetInfoRequest, context: Any) -> pb.LearnerInfo:
-        local_address = ""
-        if self.local_addresses:
-            local_address = self.local_addresses[self._offers % len(self.local_addresses)]
-            self._offers += 1
         return pb.LearnerInfo(
             protocol_version=PROTOCOL_VERSION,
             env=self.env_spec,
             learner_run_id=self.learner_run_id,
             max_message_bytes=self.config.max_message_bytes,
             rank_addresses=self.rank_addresses,
-            local_address=local_address,
+            local_address=self._offered_socket(context),
             frame_stack=self.frame_stack if self.frame_stack > 1 else 0,
             envs_per_actor=self.config.actor_envs_per_actor,
         )
+
+    def _offered_socket(self, context: Any) -> str:
+        """The next same-host socket in turn (empty: none offered). A call over a unix
+        socket while the learner listens on TCP is an actor asking again through the
+        socket it took: it takes no turn, or the next actor over TCP would get that one too."""
+        if not self.local_addresses:
+            return ""
+        address = self.local_addresses[self._offers % len(self.local_addresses)]
+        peer = context.peer() if context is not None else ""
+        if not peer.startswith("unix:") or self.config.bind.startswith("unix:"):
+            self._offers += 1
+        return address
 
     # ------------------------------------------------------------------ Act
 
