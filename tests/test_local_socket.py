@@ -177,9 +177,10 @@ def test_actor_falls_back_to_tcp_when_the_offered_socket_does_not_answer(tmp_pat
 
 
 def test_frontends_on_a_unix_bind_share_its_actors_through_their_own_sockets(tmp_path) -> None:
-    """A unix ``--bind`` has no port group: one frontend holds the path, and every frontend
-    listens on a socket of its own beside it and offers them in turn, so actors that dial
-    the path spread over both frontends; a second learner on the same path is refused."""
+    """A unix ``--bind`` has no port group: frontend 0 holds the path (its own socket), the
+    others listen on sockets of their own beside it, and frontend 0 offers them in turn, so
+    actors that dial the path spread over both frontends (an actor offered the path stays
+    and asks nothing again, so the turns alternate); a second learner on the path is refused."""
     bound = f"unix:{tmp_path}/learner.sock"
     logdir = tmp_path / "run"
     extra = ("--serving-processes", "2", "--bind", bound)
@@ -187,7 +188,8 @@ def test_frontends_on_a_unix_bind_share_its_actors_through_their_own_sockets(tmp
         with grpc.insecure_channel(bound) as channel:
             turns = [get_info(channel).local_address for _ in range(2)]
         names = sorted(os.path.basename(a.removeprefix("unix:")) for a in turns)
-        assert names == ["frontend-0.sock", "frontend-1.sock"], turns
+        assert names == ["frontend-1.sock", "learner.sock"], turns  # frontend 0's is the path
+        assert bound in turns
         second = subprocess.run(
             [sys.executable, "-m", "learner", "--bind", bound, "--serving-processes", "2",
              "--logdir", str(tmp_path / "second"), "--progress", "off"],

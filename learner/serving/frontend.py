@@ -312,6 +312,8 @@ async def _serve(
         admission=admission, local_addresses=local_addresses, rank_addresses=rank_addresses,
     )  # fmt: skip
     own = local_addresses[0] if local_addresses else None
+    if own == config.bind:  # frontend 0 on a unix --bind: the path is its own socket
+        own = None
     server, port, health = build_server(
         config, servicer, token, own, reuse_port=True, on_bind=on_bind
     )

@@ -544,11 +544,20 @@ class TierServing:
     # -- frontends
 
     def _frontend_sockets(self, index: int) -> list[str]:
-        """Every frontend's same-host socket, frontend ``index``'s own first."""
-        if not self._local_address:
+        """Every frontend's same-host socket, frontend ``index``'s own first. On a unix
+        --bind frontend 0's is the bound path: an actor offered the path it dialled stays,
+        so frontend 0 only ever answers fresh dials, whose turns then alternate evenly
+        (a second GetInfo through a socket of its own would take a turn there too)."""
+        local = self._local_address
+        if not local:
             return []
+        bound = self.config.bind if self.config.bind.startswith("unix:") else None
+
+        def socket_of(i: int) -> str:
+            return bound if i == 0 and bound else frontend_local_address(local, i)
+
         n = len(self.frontends)
-        return [frontend_local_address(self._local_address, (index + k) % n) for k in range(n)]
+        return [socket_of((index + k) % n) for k in range(n)]
 
     async def _spawn(self, f: Frontend) -> None:
         parent, child = self._ctx.Pipe()
