@@ -449,7 +449,11 @@ def test_a_populations_members_take_and_move_slots_through_the_tier_as_in_one_pr
     reward_R = table.reward_bytes.view(np.float32)
     terminated_R = table.terminated_bytes.view(np.bool_)
     loop = asyncio.new_event_loop()
-    member_of = lambda s: int(split.members.member_S[s.model.slot_ids[0]])  # noqa: E731
+
+    def member_of(stream: Both) -> int:
+        assert split.members is not None
+        return int(split.members.member_S[stream.model.slot_ids[0]])
+
     try:
         drainer.start(loop)
         moved_from = None
