@@ -78,3 +78,21 @@ def test_a_spec_with_or_without_a_trunk_round_trips_and_an_older_one_has_none(
     if not leaf_trunk:  # a checkpoint written before the trunk existed
         del saved["leaf_trunk"]
         ActorCritic(model_spec_from_dict(saved)).load_state_dict(model.state_dict())
+
+
+def test_the_defaults_join_the_leaves_through_a_trunk_and_the_tuned_presets_keep_none() -> None:
+    """Unset, a dict observation's leaves meet in a 64-wide trunk (what a user's own env
+    starts from); the presets tuned without one still build none."""
+    from learner.agents.vtrace.agent import VTraceAgent
+    from seedrl.config import LearnerConfig
+    from seedrl.presets import build_config, load_preset
+
+    action = codec.space_to_spec(spaces.Discrete(2))
+    cpu = torch.device("cpu")
+    model = VTraceAgent(LearnerConfig(), action, cpu).build_model(
+        codec.space_to_spec(TWO_BITS), "auto"
+    )
+    assert model.spec.leaf_trunk == (64,) and model.torso.out_size == 64
+    for preset in ("minigrid", "connect4"):
+        config = build_config(LearnerConfig, {}, load_preset(preset))
+        assert config.leaf_trunk == (), preset

@@ -9,6 +9,7 @@ import logging
 import math
 import threading
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -34,6 +35,7 @@ from learner.training.trainer import (
     UpdateBound,
     to_time_major,
 )
+from seedrl import codec
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
 
@@ -644,6 +646,29 @@ def test_a_step_that_moves_the_policy_too_far_is_shrunk_back_to_the_bound(tmp_pa
         torch.testing.assert_close(got, begun + kept * (stepped - begun))
     moved = float(tight.agent.policy_change(tight.model, batch, (), before_logp))
     assert 0.5 * bound < moved <= bound
+
+
+@pytest.mark.parametrize(
+    ("action", "settings", "bound"),
+    [
+        (gym.spaces.Discrete(3), {}, 1e-4),
+        (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), {}, 1e-4),
+        (gym.spaces.MultiDiscrete([7]), {}, 1e-4),
+        (gym.spaces.MultiDiscrete([7, 7]), {}, 1e-3),
+        (gym.spaces.MultiDiscrete([7, 7]), {"max_update_kl": 1e-3}, 1e-3),
+        (gym.spaces.Discrete(3), {"max_update_kl": 0}, None),
+    ],
+)
+def test_unset_the_step_bound_holds_one_choice_tighter_than_a_joint_action(
+    action: gym.Space, settings: dict[str, float], bound: float | None
+) -> None:
+    """A joint action's log-probability sums its sub-actions', so the bound measured on one
+    choice would hold each step of a MultiDiscrete policy to a fraction of its size: unset,
+    it is ten times looser there; a bound the user sets holds whatever the action."""
+    agent = VTraceAgent(LearnerConfig(**settings), codec.space_to_spec(action), torch.device("cpu"))
+    obs = codec.space_to_spec(gym.spaces.Box(-1.0, 1.0, (4,), np.float32))
+    state = agent.state_for(agent.build_model(obs, "mlp"))
+    assert state.update_bounds == ({} if bound is None else {"model": bound})
 
 
 def test_a_step_whose_policy_change_is_not_finite_is_taken_back_whole():

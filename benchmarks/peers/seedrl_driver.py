@@ -160,6 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--env", default="", help="structured and sac: the env id")
     parser.add_argument("--num-actors", type=int, default=2)
     parser.add_argument("--envs-per-actor", type=int, default=16)
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="FIELD=VALUE",
+                        help="structured: a learner field changed from its default, to "
+                        "measure a candidate default beside the peer")  # fmt: skip
     args = parser.parse_args(argv)
     if args.task in ("structured", "sac") and not args.env:
         parser.error(f"the {args.task} task needs --env")
@@ -173,8 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         kwargs = {"target_return": args.target, "total_frames": args.frame_cap,
                   "max_seconds": args.wall_cap_s}  # fmt: skip
     elif args.task == "structured":  # no preset: what a user's own env starts from
+        from benchmarks.learning.__main__ import parse_overrides
+
         settings = {"env": args.env, "preset": None, "num_actors": args.num_actors,
-                    "envs_per_actor": args.envs_per_actor}  # fmt: skip
+                    "envs_per_actor": args.envs_per_actor,
+                    **parse_overrides(args.overrides)}  # fmt: skip
         # the same wall time from launch as the peer: what start-up took is not trained
         kwargs = {"max_seconds": max(1.0, args.wall_cap_s - (time.monotonic() - args.launched_at))}
     elif args.task == "sac":
@@ -212,7 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "return_mean100": result.episode_return_mean,
         "frame_skip": 4 if args.task == "atari" else 1,
         "stopped_by": stopped_by(result.reason, result.solved),
-        "summary": SUMMARY[args.task].format(**settings),
+        "summary": SUMMARY[args.task].format(**settings)
+        + "".join(f", {item}" for item in args.overrides),
         "settings": settings,
     }
     if args.task == "cartpole":

@@ -13,6 +13,7 @@ from learner.agents.models import (
     ActionHead,
     ActorCritic,
     ModelSpec,
+    MultiCategoricalHead,
     UnsupportedSetup,
     action_head,
     autocast,
@@ -21,6 +22,7 @@ from learner.agents.models import (
 )
 from learner.agents.optim import make_optimizer
 from learner.agents.policy import Policy, inference_policy
+from learner.agents.vtrace.config import VTraceOptions
 from learner.agents.vtrace.loss import VTraceCosts, update_kl, valid_transitions, vtrace_loss
 from learner.common.schedules import StepClock, entropy_cost_schedule
 from learner.state.normalize import ReturnNormalizer
@@ -55,6 +57,11 @@ class VTraceAgent:
         self.device = device
         self.precision = resolve_precision(config.precision, device)
         self.head = action_head(action_space, masked)
+        options = config.agent_options
+        assert isinstance(options, VTraceOptions)
+        sub_actions = len(self.head.nvec) if isinstance(self.head, MultiCategoricalHead) else 1
+        self.max_update_kl = options.update_bound(sub_actions)
+        """The bound on each step, resolved against the action (None: no bound)."""
         self.entropy_cost = entropy_cost_schedule(config)
         self.return_discount = config.discount if config.normalize_returns else None
         """The scale is measured on each episode's discounted reward sum so far, which the
@@ -92,7 +99,7 @@ class VTraceAgent:
         extras: dict[str, Any] = {}
         if cfg.normalize_returns:  # rewards divided by a running scale of the return
             extras[RETURN_NORMALIZER_KEY] = ReturnNormalizer()
-        bound = cfg.effective_max_update_kl
+        bound = self.max_update_kl
         return AgentState(
             networks={"model": model},
             optimizers={"model": optimizer or make_optimizer(model, cfg)},
@@ -179,7 +186,7 @@ class VTraceAgent:
             terms["reward_norm_clipped"] = torch.tensor(float(norm.clipped_values))
         if cfg.final_entropy_cost is not None:
             terms["entropy_cost"] = torch.tensor(entropy_cost)
-        if cfg.effective_max_update_kl is not None:
+        if self.max_update_kl is not None:
             terms[UPDATE_LOGP] = result.target_logp_TB
         return result.total, terms
 

@@ -7,7 +7,13 @@ import dataclasses
 from seedrl.config import LOG_STD_RANGE, AgentOptions, LearnerConfig, require_range
 
 DEFAULT_MAX_UPDATE_KL = 1e-4
-"""The bound on each step when --max-update-kl is unset (docs/stability.md)."""
+"""The bound on each step when --max-update-kl is unset and the action is one choice or
+one Box (docs/stability.md)."""
+JOINT_MAX_UPDATE_KL = 1e-3
+"""The bound when --max-update-kl is unset and the action is several categorical choices
+(MultiDiscrete): a joint action's KL sums its sub-actions', and at the one-choice bound
+every step of such a policy was held to a fraction of its size (docs/learning.md, suite
+structured)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +36,10 @@ class VTraceOptions(AgentOptions):
     their size when the gradient turns from tiny to large (a solved policy's first
     failures), and such a step can throw the policy far from what it knew
     (docs/stability.md). Unset: 1e-4, the bound the default --learning-rate was measured
-    with; 0 bounds nothing (the presets, each tuned without it)."""
+    with, for a Discrete or Box action; 1e-3 for a MultiDiscrete one, whose joint
+    log-probability sums its sub-actions', so that the one-choice bound held every step
+    to a fraction of its size (docs/learning.md, suite structured); 0 bounds nothing (the
+    presets, each tuned without it)."""
     policy_clip: float | None = None
     """PPO's clipped surrogate for the policy term, as Sample Factory's APPO uses it beside
     V-trace's targets: the advantage r + gamma * v_{s+1} - V(x_s) is weighted by the ratio
@@ -46,11 +55,12 @@ class VTraceOptions(AgentOptions):
     leaves flipped along their width, the action mask and the Discrete action reversed),
     for games whose rules do not change under the flip, such as Connect Four: twice the
     experience per game at twice the training compute."""
-    leaf_trunk: tuple[int, ...] = ()
-    """Widths of a tanh MLP (64, or 64,64) that a dict/tuple observation's per-leaf
-    features pass through, joined, before the policy and value heads. Empty: the joined
-    features reach the heads directly, where each leaf's only adds to the logits, so no
-    choice can depend on two leaves at once (docs/learning.md, suite structured)."""
+    leaf_trunk: tuple[int, ...] = (64,)
+    """Widths of a tanh MLP that a dict/tuple observation's per-leaf features pass
+    through, joined, before the policy and value heads, so that a choice can depend on two
+    leaves at once (docs/learning.md, suite structured). Empty: the joined features reach
+    the heads directly, where each leaf's only adds its own term to the logits. A flat
+    observation has no leaves and no trunk."""
     log_std_init: float = 0.0
     """Starting log-std of a Gaussian policy (Box actions), on every action dimension: 0
     starts with unit noise; lower starts quieter, for robots whose random flailing ends
@@ -68,8 +78,16 @@ class VTraceOptions(AgentOptions):
 
     @property
     def effective_max_update_kl(self) -> float | None:
-        """``max_update_kl`` with unset resolved (the default bound) and 0 read as no
-        bound: None when nothing bounds the step."""
+        """``max_update_kl`` with unset resolved for a one-choice action (the default
+        bound) and 0 read as no bound: None when nothing bounds the step. The agent,
+        which knows the action, resolves unset for several choices (:meth:`update_bound`)."""
         if self.max_update_kl is None:
             return DEFAULT_MAX_UPDATE_KL
         return self.max_update_kl or None
+
+    def update_bound(self, sub_actions: int) -> float | None:
+        """The bound on each step for an action of ``sub_actions`` categorical choices
+        (1 for a Discrete or Box action): unset bounds several more loosely."""
+        if self.max_update_kl is None and sub_actions > 1:
+            return JOINT_MAX_UPDATE_KL
+        return self.effective_max_update_kl
