@@ -183,8 +183,10 @@ def test_a_tiny_tier_run_from_two_generators_reports_every_role(tmp_path):
     assert row["mode"] == "inference@1" and row["frames_answered"] > 0
     assert len(row["frontend_cpu_us_per_frame_each"]) == 1
     assert row["frontend_cpu_us_per_frame"] > 0 and row["fps_per_frontend_core"] > 0
+    # The host's figure is one sum scaled once, the roles' are each scaled apart: with an
+    # idle trainer they are equal but for the last bit, so the bound allows rounding.
     assert row["host_cpu_us_per_frame"] >= (
-        row["learner_cpu_us_per_frame"] + row["frontend_cpu_us_per_frame"]
+        row["learner_cpu_us_per_frame"] + row["frontend_cpu_us_per_frame"] - 1e-9
     )
     assert row["generator_cpu_us_per_frame"] > 0
     assert len(row["frontend_rss_mb_each"]) == 1 and row["model_rss_mb"] > 0
