@@ -343,10 +343,12 @@ class LearnerConfig:
     batch_size: int = 64
     """Unrolls per learner step. A small model's step is mostly per-op overhead, so a
     larger batch costs less CPU per frame and leaves more to the actors."""
-    updates_per_batch: int = 1
+    updates_per_batch: int | None = None
     """Optimizer steps on each batch (K): every step recomputes the loss with the current
     weights and V-trace corrects for the policy having moved since acting, so a batch
-    teaches more before it is dropped, at K times the training compute per frame."""
+    teaches more before it is dropped, at K times the training compute per frame. Unset:
+    the agent's own, 1 but for V-trace on a MultiDiscrete action, which takes 4 under PPO's
+    clip (--policy-clip; docs/learning.md, suite structured)."""
     learning_rate: float = 4e-3
     """Adam learning rate. This high only with the bound on each step (--max-update-kl): at
     this rate without it a policy that had just solved its task was often thrown off within

@@ -53,6 +53,7 @@ class ReinforceAgent:
     ) -> None:
         self.config = config
         self.device = device
+        self.updates_per_batch = config.updates_per_batch or 1
         self.head = action_head(action_space, masked)
 
     def build(self, observation_space: pb.SpaceSpec, torso: str) -> AgentState:

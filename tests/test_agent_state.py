@@ -100,6 +100,7 @@ class TwoOptimizerAgent:
 
     name = "two"
     return_discount = None
+    updates_per_batch = 1
 
     def __init__(self, critic_loss: float = 1.0, skip_critic: bool = False) -> None:
         self.critic_scale, self.skip_critic = critic_loss, skip_critic

@@ -649,26 +649,54 @@ def test_a_step_that_moves_the_policy_too_far_is_shrunk_back_to_the_bound(tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("action", "settings", "bound"),
+    ("action", "settings", "bound", "clip", "updates"),
     [
-        (gym.spaces.Discrete(3), {}, 1e-4),
-        (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), {}, 1e-4),
-        (gym.spaces.MultiDiscrete([7]), {}, 1e-4),
-        (gym.spaces.MultiDiscrete([7, 7]), {}, 1e-3),
-        (gym.spaces.MultiDiscrete([7, 7]), {"max_update_kl": 1e-3}, 1e-3),
-        (gym.spaces.Discrete(3), {"max_update_kl": 0}, None),
+        (gym.spaces.Discrete(3), {}, 1e-4, None, 1),
+        (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), {}, 1e-4, None, 1),
+        (gym.spaces.MultiDiscrete([7]), {}, 1e-4, None, 1),
+        (gym.spaces.MultiDiscrete([7, 7]), {}, 1e-3, 0.2, 4),
+        (gym.spaces.MultiDiscrete([7, 7]), {"max_update_kl": 1e-3}, 1e-3, 0.2, 4),
+        (gym.spaces.MultiDiscrete([7, 7]), {"policy_clip": 0}, 1e-3, None, 1),
+        (gym.spaces.MultiDiscrete([7, 7]), {"updates_per_batch": 2}, 1e-3, 0.2, 2),
+        (gym.spaces.Discrete(3), {"policy_clip": 0.1, "updates_per_batch": 3}, 1e-4, 0.1, 3),
+        (gym.spaces.Discrete(3), {"max_update_kl": 0}, None, None, 1),
     ],
 )
-def test_unset_the_step_bound_holds_one_choice_tighter_than_a_joint_action(
-    action: gym.Space, settings: dict[str, float], bound: float | None
+def test_unset_a_joint_action_trains_with_a_looser_bound_and_reuses_each_batch_under_the_clip(
+    action: gym.Space,
+    settings: dict[str, float],
+    bound: float | None,
+    clip: float | None,
+    updates: int,
 ) -> None:
     """A joint action's log-probability sums its sub-actions', so the bound measured on one
-    choice would hold each step of a MultiDiscrete policy to a fraction of its size: unset,
-    it is ten times looser there; a bound the user sets holds whatever the action."""
+    choice would hold each step of a MultiDiscrete policy to a fraction of its size, and
+    its joint reward made one pass over each batch learn slowly: unset, such an action gets
+    a ten times looser bound and four updates on each batch under PPO's clip; what the user
+    sets holds whatever the action, and a clip turned off takes the reuse with it."""
     agent = VTraceAgent(LearnerConfig(**settings), codec.space_to_spec(action), torch.device("cpu"))
     obs = codec.space_to_spec(gym.spaces.Box(-1.0, 1.0, (4,), np.float32))
     state = agent.state_for(agent.build_model(obs, "mlp"))
     assert state.update_bounds == ({} if bound is None else {"model": bound})
+    assert (agent.policy_clip, agent.updates_per_batch) == (clip, updates)
+
+
+def test_a_joint_action_left_unset_takes_four_clipped_updates_on_each_batch(tmp_path):
+    """What the trainer does with the resolved defaults: four updates on one batch of a
+    MultiDiscrete action, each trained through PPO's clipped surrogate (which reports the
+    share of clipped ratios), and the frame clock advanced by the batch's frames once."""
+    config = LearnerConfig(
+        logdir=str(tmp_path), env="spaces_envs:multi_choice", unroll_length=T, batch_size=B,
+        max_queue_unrolls=B, normalize_returns=False,
+    )  # fmt: skip
+    learner = build_learner(config)
+    trainer = make_trainer(learner)
+    unrolls = learner.builder.empty_unrolls(B)  # uniform acting policy, all first actions
+    unrolls.obs[...] = np.random.default_rng(0).normal(size=unrolls.obs.shape)
+    unrolls.reward[...] = np.random.default_rng(1).normal(size=unrolls.reward.shape)
+    results = trainer.train_batch(unrolls)
+    assert len(results) == 4 and all(r is not None and "clip_fraction" in r for r in results)
+    assert trainer.frames_per_step == pytest.approx(B * T / 4)
 
 
 def test_a_step_whose_policy_change_is_not_finite_is_taken_back_whole():

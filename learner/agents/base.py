@@ -175,6 +175,9 @@ class Agent(Protocol):
     return_discount: float | None
     """The discount of the running episode return the trajectories keep for the loss
     (:attr:`Unrolls.running_return`); None: the loss reads none."""
+    updates_per_batch: int
+    """Updates the trainer takes on each batch (``--updates-per-batch``, or the agent's
+    own when it is unset)."""
 
     def build(self, observation_space: pb.SpaceSpec, torso: str) -> AgentState:
         """Everything it trains, fresh, for observations as the model sees them, on the

@@ -366,7 +366,7 @@ class RankHost(ThreadHost):
         if unrolls is not None:
             batch = to_time_major(unrolls, trainer.device)
             core_state = tuple(torch.from_numpy(s).to(trainer.device) for s in unrolls.core_state)
-        for _ in range(self.config.updates_per_batch if unrolls is not None else 1):
+        for _ in range(trainer.agent.updates_per_batch if unrolls is not None else 1):
             scalars = trainer.step_on(batch, core_state, unrolls, trainer.step_counter.value)
             if scalars is not None:
                 self.stats.on_train_step(scalars)

@@ -285,7 +285,7 @@ class Trainer:
         """(sample ids, new priorities) of the steps since :meth:`take_feedback`, for the
         host to hand to the store."""
         self.frames_per_step = (
-            self.agent.new_frames_per_batch() / config.updates_per_batch
+            self.agent.new_frames_per_batch() / self.agent.updates_per_batch
         ) * self.exchange.world_size
         """New transitions per optimizer step (the schedules' clock): a batch reused for K
         steps advances the clock by its frames once, not K times, and a replayed one by
@@ -338,7 +338,7 @@ class Trainer:
     ) -> list[dict[str, float] | None]:
         """``updates`` updates on one device batch, each with the losses recomputed from
         the weights the previous one left (so V-trace sees how far the policy has moved)."""
-        count = self.config.updates_per_batch if updates is None else updates
+        count = self.agent.updates_per_batch if updates is None else updates
         return [
             self.step_on(batch, core_state, unrolls, self.step_counter.value) for _ in range(count)
         ]

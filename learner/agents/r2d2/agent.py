@@ -113,6 +113,7 @@ class R2D2Agent:
         self.config = config
         self.device = device
         self.precision = resolve_precision(config.precision, device)
+        self.updates_per_batch = config.updates_per_batch or 1
         self.head = action_head(action_space)
         if not isinstance(self.head, CategoricalHead):
             raise ValueError("--agent r2d2 needs a discrete action space (Q-learning)")

@@ -135,6 +135,7 @@ class SACAgent:
         self.config = config
         self.device = device
         self.precision = resolve_precision(config.precision, device)
+        self.updates_per_batch = config.updates_per_batch or 1
         self.squashed = squashed_head(action_space)
         self.head: ActionHead = self.squashed
         self.target_entropy = -config.target_entropy_scale * self.squashed.action_size

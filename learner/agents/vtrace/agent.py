@@ -62,6 +62,9 @@ class VTraceAgent:
         sub_actions = len(self.head.nvec) if isinstance(self.head, MultiCategoricalHead) else 1
         self.max_update_kl = options.update_bound(sub_actions)
         """The bound on each step, resolved against the action (None: no bound)."""
+        self.policy_clip = options.clip_for(sub_actions)
+        """PPO's clip on the policy term, resolved against the action (None: V-trace's)."""
+        self.updates_per_batch = options.updates_for(sub_actions, config.updates_per_batch)
         self.entropy_cost = entropy_cost_schedule(config)
         self.return_discount = config.discount if config.normalize_returns else None
         """The scale is measured on each episode's discounted reward sum so far, which the
@@ -175,7 +178,7 @@ class VTraceAgent:
             clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
             lambda_=cfg.lambda_,
             normalize_advantages=cfg.normalize_advantages,
-            policy_clip=cfg.policy_clip,
+            policy_clip=self.policy_clip,
         )
         result = vtrace_loss(self.head, params_T1BP, values_T1B, batch, reward_TB, costs)
         terms = result.terms

@@ -14,6 +14,13 @@ JOINT_MAX_UPDATE_KL = 1e-3
 (MultiDiscrete): a joint action's KL sums its sub-actions', and at the one-choice bound
 every step of such a policy was held to a fraction of its size (docs/learning.md, suite
 structured)."""
+JOINT_POLICY_CLIP = 0.2
+"""PPO's clip when --policy-clip is unset and the action is several categorical choices."""
+JOINT_UPDATES_PER_BATCH = 4
+"""Updates on each batch when --updates-per-batch is unset and the action is several
+categorical choices: with one pass over each batch such a policy learned per frame at a
+fraction of the pace of PPO's epochs over its rollouts, and the clip keeps the reuse near
+the acting policy (docs/learning.md, suite structured)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +53,9 @@ class VTraceOptions(AgentOptions):
     of the learner's policy to the one that acted, and a ratio past [1 - x, 1 + x] in the
     advantage's favour stops pulling. Several updates on one batch (--updates-per-batch)
     then cannot carry the policy far from the one that acted, which V-trace's truncated
-    weights alone do not stop. Unset: V-trace's own policy gradient."""
+    weights alone do not stop. Unset: 0.2 for a MultiDiscrete action, which trains on each
+    batch four times unless --updates-per-batch says otherwise; V-trace's own policy
+    gradient for a Discrete or Box one. 0: V-trace's own gradient whatever the action."""
     normalize_advantages: bool = False
     """Scale V-trace policy-gradient advantages to zero mean, unit std per batch (helps
     continuous control; IMPALA itself does not)."""
@@ -67,10 +76,9 @@ class VTraceOptions(AgentOptions):
     episodes early or costs more in control penalty than staying up earns (Ant)."""
 
     def check(self, config: LearnerConfig) -> None:
-        require_range(self, ("baseline_cost", "max_update_kl"), low=0)
+        require_range(self, ("baseline_cost", "max_update_kl", "policy_clip"), low=0)
         require_range(
-            self, ("clip_rho_threshold", "clip_pg_rho_threshold", "policy_clip"),
-            low=0, low_open=True,
+            self, ("clip_rho_threshold", "clip_pg_rho_threshold"), low=0, low_open=True
         )  # fmt: skip
         require_range(self, ("lambda_",), low=0, high=1)
         require_range(self, ("leaf_trunk",), low=1)
@@ -91,3 +99,18 @@ class VTraceOptions(AgentOptions):
         if self.max_update_kl is None and sub_actions > 1:
             return JOINT_MAX_UPDATE_KL
         return self.effective_max_update_kl
+
+    def clip_for(self, sub_actions: int) -> float | None:
+        """PPO's clip for an action of ``sub_actions`` categorical choices (None: V-trace's
+        own gradient): unset clips a joint action, 0 clips nothing."""
+        if self.policy_clip is None:
+            return JOINT_POLICY_CLIP if sub_actions > 1 else None
+        return self.policy_clip or None
+
+    def updates_for(self, sub_actions: int, updates_per_batch: int | None) -> int:
+        """Updates on each batch: ``updates_per_batch`` when set, else more for a joint
+        action trained under the clip, which keeps the reuse near the acting policy."""
+        if updates_per_batch is not None:
+            return updates_per_batch
+        joint = sub_actions > 1 and self.clip_for(sub_actions) is not None
+        return JOINT_UPDATES_PER_BATCH if joint else 1
