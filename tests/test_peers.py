@@ -322,7 +322,7 @@ def test_a_package_built_after_the_pins_fails_with_its_build_error(
 def test_merge_keeps_the_rows_not_run_again_with_their_date(tmp_path: Path) -> None:
     out = tmp_path / "peers.json"
     out.write_text(json.dumps(_fixture()))
-    kept = peers.earlier_rows(out, [_task("sample-factory", "cartpole")])
+    kept = peers.earlier_rows(out, [_task("sample-factory", "cartpole")], 0)
     assert [(r["peer"], r["task"]) for r in kept] == [
         ("seedrl", "cartpole"), ("sb3", "cartpole"), ("seedrl", "atari"),
         ("sample-factory", "atari"),
@@ -408,22 +408,55 @@ def test_the_structured_table_has_a_row_per_system_and_env_with_its_levels() -> 
     assert "after 300 s from launch" in block and "CartPole-v1 to a mean" not in block
     heading = "structured learning suite"
     ours = _cells(block, "lit_cell", heading)
-    assert ours[1:] == ["seedrl V-trace", "2 actors × 16 envs", "trained", "1.90", "0.204",
-                        "10", "3,900,000", "13,448", "10", "wall cap"]  # fmt: skip
+    assert ours[1:] == ["seedrl V-trace", "0", "2 actors × 16 envs", "trained", "1.90",
+                        "0.204", "10", "3,900,000", "13,448", "10", "wall cap"]  # fmt: skip
     section = block[block.index(heading) :]
     theirs = next(x for x in section.splitlines() if "stable-baselines3 PPO" in x)
     assert "failed: install: no network" in theirs and "| 0.204 | 10 |" in theirs
 
 
-def test_merge_tells_structured_rows_apart_by_their_env(tmp_path: Path) -> None:
+def test_merge_tells_structured_rows_apart_by_their_env_and_seed(tmp_path: Path) -> None:
     seedrl_lit, _, seedrl_tuple, _ = peers.suite_tasks("structured")[:4]
     out = tmp_path / "peers.json"
     rows = [
         {"peer": "seedrl", "task": "structured", "env": t.env} for t in (seedrl_lit, seedrl_tuple)
-    ]
+    ]  # rows from before seeds were recorded: seed 0
+    rows.append({"peer": "seedrl", "task": "structured", "env": seedrl_lit.env,
+                 "settings": {"seed": 1}})  # fmt: skip
     out.write_text(json.dumps({**_fixture(), "results": rows}))
-    kept = peers.earlier_rows(out, [seedrl_lit])
-    assert [r["env"] for r in kept] == [seedrl_tuple.env]
+    kept = peers.earlier_rows(out, [seedrl_lit], 0)
+    assert [(r["env"], report.row_seed(r)) for r in kept] == [
+        (seedrl_tuple.env, 0), (seedrl_lit.env, 1)
+    ]  # fmt: skip
+    kept = peers.earlier_rows(out, [seedrl_lit], 1)
+    assert [(r["env"], report.row_seed(r)) for r in kept] == [
+        (seedrl_lit.env, 0), (seedrl_tuple.env, 0)
+    ]  # fmt: skip
+
+
+def test_the_seeds_table_averages_each_system_over_its_seeds_and_says_who_leads() -> None:
+    def row(system: str, env: str, seed: int, mean: float) -> dict[str, Any]:
+        return {
+            "system": system, "task": "structured", "status": "ok", "return_mean100": mean,
+            "env": f"benchmarks.learning.structured:{env}", "settings": {"seed": seed},
+        }  # fmt: skip
+
+    ours, theirs = "seedrl V-trace", "stable-baselines3 PPO"
+    rows = [
+        row(ours, "lit_cell", 1, 8.0), row(ours, "lit_cell", 0, 6.0),
+        row(theirs, "lit_cell", 0, 6.5), row(theirs, "lit_cell", 1, 7.0),
+        row(ours, "register", 0, 0.3), row(theirs, "register", 0, 0.2),
+        {**row(theirs, "register", 1, 9.0), "status": "failed"},
+    ]  # fmt: skip
+    table = report.structured_seeds(rows)
+    assert table[0] == (
+        f"| env | {ours}: mean (seeds: each) | {theirs}: mean (seeds: each) | seedrl at or above |"
+    )
+    assert table[2] == "| lit_cell | 7.00 (2: 6.00, 8.00) | 6.75 (2: 6.50, 7.00) | yes |"
+    assert table[3] == "| register | 0.30 (1: 0.30) | 0.20 (1: 0.20) | yes |"
+    rows[0]["return_mean100"] = 7.0
+    assert report.structured_seeds(rows)[2].endswith("| no, by 0.25 |")
+    assert report.structured_seeds([r for r in rows if r["settings"]["seed"] == 0]) == []
 
 
 def test_the_seedrl_curve_is_in_seconds_from_launch() -> None:
@@ -569,3 +602,15 @@ def test_the_sac_loop_updates_once_per_step_after_it_starts_and_the_actor_on_its
     assert out["updates"] == out["frames"] - 40 == len(steps_taken) > 3
     assert steps_taken == [3 if i % 3 == 0 else 0 for i in range(len(steps_taken))]
     assert out["transitions_per_update"] == 16 and out["updates_per_s"] is not None
+
+
+def test_envs_picks_structured_tasks_by_short_id_and_an_unknown_one_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert {t.short_env for t in peers.suite_tasks("structured")} == {
+        "lit_cell", "lit_cell_tuple", "lit_cell_masked", "combination_lock", "register"
+    }  # fmt: skip
+    with pytest.raises(SystemExit) as stop:
+        peers.main(["run", "--suite", "structured", "--envs", "lit_cell,lit_cel"])
+    assert stop.value.code == 2
+    assert "--envs: no lit_cel in the structured suite" in capsys.readouterr().err

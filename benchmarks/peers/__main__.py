@@ -92,10 +92,14 @@ class Task:
     """The env id of a structured or SAC task (empty for CartPole and Atari)."""
 
     @property
+    def short_env(self) -> str:
+        """The env id without its module (``lit_cell`` for a structured suite's env)."""
+        return self.env.partition(":")[2] or self.env
+
+    @property
     def name(self) -> str:
         """The row's log and run directory name."""
-        short = self.env.partition(":")[2] or self.env
-        return f"{self.peer}-{self.task}" + (f"-{short}" if self.env else "")
+        return f"{self.peer}-{self.task}" + (f"-{self.short_env}" if self.env else "")
 
 
 SAC_ENV = "HalfCheetah-v5"
@@ -380,9 +384,11 @@ def run(args: argparse.Namespace) -> int:
     )
     only = {p for p in args.only.split(",") if p}
     tasks_wanted = {t for t in args.tasks.split(",") if t}
+    envs_wanted = {e for e in args.envs.split(",") if e}
     tasks = [
         t for t in suite_tasks(args.suite)
         if (not only or t.peer in only) and (not tasks_wanted or t.task in tasks_wanted)
+        and (not envs_wanted or t.short_env in envs_wanted)
     ]  # fmt: skip
     out = Path(args.out)
     out_dir = Path(args.workdir)
@@ -396,7 +402,7 @@ def run(args: argparse.Namespace) -> int:
         "settings": {**asdict(caps), "note": args.note},
         "results": [],
     }
-    kept = earlier_rows(out, tasks) if args.merge else []
+    kept = earlier_rows(out, tasks, caps.seed) if args.merge else []
     for i, task in enumerate(tasks, 1):
         where = f"{task.task} {task.env}" if task.env else task.task
         print(f"[{i}/{len(tasks)}] {task.system}, {where}", flush=True)
@@ -411,17 +417,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def earlier_rows(out: Path, tasks: list[Task]) -> list[dict[str, Any]]:
-    """The rows of ``out`` that this run does not redo (other systems or tasks), each
-    keeping the date it was measured on: ``--merge`` adds a system to a committed run."""
+def earlier_rows(out: Path, tasks: list[Task], seed: int) -> list[dict[str, Any]]:
+    """The rows of ``out`` that this run does not redo (other systems, tasks or seeds),
+    each keeping the date it was measured on: ``--merge`` adds a system or a seed to a
+    committed run."""
     if not out.exists():
         return []
     old = json.loads(out.read_text())
-    redone = {(t.peer, t.task, t.env) for t in tasks}
+    redone = {(t.peer, t.task, t.env, seed) for t in tasks}
     return [
         {**row, "date": row.get("date", old.get("date"))}
         for row in old.get("results", [])
-        if (row.get("peer"), row.get("task"), row.get("env", "")) not in redone
+        if (row.get("peer"), row.get("task"), row.get("env", ""), report.row_seed(row))
+        not in redone
     ]
 
 
@@ -478,6 +486,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="default: CartPole and Atari; structured: the structured learning "
                    "suite's envs, seedrl's and SB3 PPO's defaults")  # fmt: skip
     r.add_argument("--tasks", default="", help="cartpole,atari,sac (default all)")
+    r.add_argument("--envs", default="",
+                   help="structured and sac: the envs to run, by id without its module "
+                   "(lit_cell,register; default all)")  # fmt: skip
     r.add_argument("--cartpole-wall-cap-s", type=_positive, default=Caps.cartpole_wall_cap_s)
     r.add_argument("--atari-warmup-s", type=_positive, default=Caps.atari_warmup_s)
     r.add_argument("--atari-measure-s", type=_positive, default=Caps.atari_measure_s)
@@ -498,6 +509,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--update", metavar="PAGE", help="replace the block in this Markdown page")
     args = parser.parse_args(argv)
     if args.command == "run":
+        known = {t.short_env for t in suite_tasks(args.suite) if t.env}
+        unknown = sorted({e for e in args.envs.split(",") if e} - known)
+        if unknown:
+            parser.error(f"--envs: no {', '.join(unknown)} in the {args.suite} suite")
         return run(args)
     return table(args, parser)
 

@@ -39,6 +39,7 @@ ATARI_COLUMNS = (
 STRUCTURED_COLUMNS = (
     "env",
     "system",
+    "seed",
     "settings",
     "result",
     "mean-100 return",
@@ -128,8 +129,9 @@ def structured_row(row: dict[str, Any]) -> list[str]:
     trained = wall - startup if wall is not None and startup is not None else None
     ok = row.get("status") == "ok"
     return [
-        _cell(str(row.get("env", "?")).partition(":")[2] or row.get("env", "?")),
+        _cell(_short_env(row)),
         _cell(row.get("system", row.get("peer", "?"))),
+        str(row_seed(row)),
         _cell(row.get("summary", "—")),
         _outcome(row, 0.0),
         _num(row.get("return_mean100") if ok else None, "{:.2f}"),
@@ -140,6 +142,52 @@ def structured_row(row: dict[str, Any]) -> list[str]:
         _num(startup if ok else None, "{:.0f}"),
         _cell(row.get("stopped_by") or "—"),
     ]
+
+
+def row_seed(row: dict[str, Any]) -> int:
+    """The seed a row ran with (rows from before seeds were recorded ran seed 0)."""
+    return int((row.get("settings") or {}).get("seed", 0))
+
+
+def _short_env(row: dict[str, Any]) -> str:
+    env = str(row.get("env", "?"))
+    return env.partition(":")[2] or env
+
+
+def structured_seeds(rows: list[dict[str, Any]]) -> list[str]:
+    """Per env, each system's mean-100 return averaged over the seeds it trained (its
+    seeds' own returns beside), and whether seedrl's mean is at or above every peer's:
+    the suite's target, read over seeds rather than from one run."""
+    envs: dict[str, dict[str, dict[int, float]]] = {}
+    systems: list[str] = []
+    for row in sorted(rows, key=row_seed):
+        if row.get("task") != "structured" or row.get("status") != "ok":
+            continue
+        system = str(row.get("system", row.get("peer", "?")))
+        if system not in systems:
+            systems.append(system)
+        returns = envs.setdefault(_short_env(row), {}).setdefault(system, {})
+        returns[row_seed(row)] = float(row["return_mean100"])
+    if not any(len(seeds) > 1 for by in envs.values() for seeds in by.values()):
+        return []
+    ours = next((s for s in systems if s.startswith("seedrl")), None)
+    table = []
+    for env, by_system in envs.items():
+        means = {s: sum(v.values()) / len(v) for s, v in by_system.items()}
+        cells = [_cell(env)]
+        for system in systems:
+            seeds = by_system.get(system, {})
+            each = ", ".join(f"{seeds[k]:.2f}" for k in sorted(seeds))
+            cells.append(f"{means[system]:.2f} ({len(seeds)}: {each})" if seeds else "—")
+        peers = [means[s] for s in by_system if s != ours]
+        if ours in means and peers:
+            short = max(peers) - means[ours]
+            cells.append("yes" if short <= 0 else f"no, by {short:.2f}")
+        else:
+            cells.append("—")
+        table.append(cells)
+    columns = ("env", *(f"{s}: mean (seeds: each)" for s in systems), "seedrl at or above")
+    return _table(columns, table)
 
 
 def sac_row(row: dict[str, Any]) -> list[str]:
@@ -234,6 +282,9 @@ def render(report: dict[str, Any]) -> str:
             "",
             *_table(STRUCTURED_COLUMNS, structured),
         ]
+        seeds = structured_seeds(rows)
+        if seeds:
+            lines += ["", "The same over the seeds each system ran:", "", *seeds]
     if sac:
         lines += [
             "",
