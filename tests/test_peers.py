@@ -442,10 +442,10 @@ def test_the_seeds_table_averages_each_system_over_its_seeds_and_says_who_leads(
         }  # fmt: skip
 
     ours, theirs = "seedrl V-trace", "stable-baselines3 PPO"
-    rows = [
-        row(ours, "lit_cell", 1, 8.0), row(ours, "lit_cell", 0, 6.0),
-        row(theirs, "lit_cell", 0, 6.5), row(theirs, "lit_cell", 1, 7.0),
-        row(ours, "register", 0, 0.3), row(theirs, "register", 0, 0.2),
+    rows = [  # a peer's row first: seedrl's column still comes first
+        row(theirs, "lit_cell", 1, 7.0), row(ours, "lit_cell", 1, 8.0),
+        row(theirs, "lit_cell", 0, 6.5), row(ours, "lit_cell", 0, 6.0),
+        row(theirs, "register", 0, 0.2), row(ours, "register", 0, 0.3),
         {**row(theirs, "register", 1, 9.0), "status": "failed"},
     ]  # fmt: skip
     table = report.structured_seeds(rows)
@@ -454,7 +454,7 @@ def test_the_seeds_table_averages_each_system_over_its_seeds_and_says_who_leads(
     )
     assert table[2] == "| lit_cell | 7.00 (2: 6.00, 8.00) | 6.75 (2: 6.50, 7.00) | yes |"
     assert table[3] == "| register | 0.30 (1: 0.30) | 0.20 (1: 0.20) | yes |"
-    rows[0]["return_mean100"] = 7.0
+    rows[1]["return_mean100"] = 7.0
     assert report.structured_seeds(rows)[2].endswith("| no, by 0.25 |")
     assert report.structured_seeds([r for r in rows if r["settings"]["seed"] == 0]) == []
 

@@ -171,6 +171,7 @@ def structured_seeds(rows: list[dict[str, Any]]) -> list[str]:
     if not any(len(seeds) > 1 for by in envs.values() for seeds in by.values()):
         return []
     ours = next((s for s in systems if s.startswith("seedrl")), None)
+    systems.sort(key=lambda s: s != ours)  # seedrl's column first, the peers' in their order
     table = []
     for env, by_system in envs.items():
         means = {s: sum(v.values()) / len(v) for s, v in by_system.items()}
