@@ -35,7 +35,7 @@ LEARNER_CASES = {
     "interval": ("--log-interval-s", "0", "--log-interval-s must be > 0"),
     "nan": ("--max-grad-norm", "nan", "--max-grad-norm must be > 0"),
     "update bound": ("--max-update-kl", "-0.5", "--max-update-kl must be >= 0"),
-    "policy clip": ("--policy-clip", "0", "--policy-clip must be > 0"),
+    "policy clip": ("--policy-clip", "-0.2", "--policy-clip must be >= 0"),
     "log-std": ("--log-std-init", "-7", "--log-std-init must be in [-5, 2]"),
     # probabilities and factors in [0, 1]
     "lambda": ("--lambda", "1.5", "--lambda must be in [0, 1]"),
