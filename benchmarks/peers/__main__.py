@@ -94,7 +94,7 @@ class Task:
     @property
     def short_env(self) -> str:
         """The env id without its module (``lit_cell`` for a structured suite's env)."""
-        return self.env.partition(":")[2] or self.env
+        return report.short_env(self.env)
 
     @property
     def name(self) -> str:

@@ -129,7 +129,7 @@ def structured_row(row: dict[str, Any]) -> list[str]:
     trained = wall - startup if wall is not None and startup is not None else None
     ok = row.get("status") == "ok"
     return [
-        _cell(_short_env(row)),
+        _cell(short_env(str(row.get("env", "?")))),
         _cell(row.get("system", row.get("peer", "?"))),
         str(row_seed(row)),
         _cell(row.get("summary", "—")),
@@ -149,8 +149,8 @@ def row_seed(row: dict[str, Any]) -> int:
     return int((row.get("settings") or {}).get("seed", 0))
 
 
-def _short_env(row: dict[str, Any]) -> str:
-    env = str(row.get("env", "?"))
+def short_env(env: str) -> str:
+    """An env id without its module (``lit_cell`` for a structured suite's env)."""
     return env.partition(":")[2] or env
 
 
@@ -166,7 +166,7 @@ def structured_seeds(rows: list[dict[str, Any]]) -> list[str]:
         system = str(row.get("system", row.get("peer", "?")))
         if system not in systems:
             systems.append(system)
-        returns = envs.setdefault(_short_env(row), {}).setdefault(system, {})
+        returns = envs.setdefault(short_env(str(row.get("env", "?"))), {}).setdefault(system, {})
         returns[row_seed(row)] = float(row["return_mean100"])
     if not any(len(seeds) > 1 for by in envs.values() for seeds in by.values()):
         return []
