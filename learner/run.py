@@ -298,8 +298,6 @@ def build_serving(
             config, learner.env_spec, learner.learner_run_id, engine, learner.builder,
             learner.stats, auth_token, local_address, rank_addresses,
         )  # fmt: skip
-    if config.bind.startswith("unix:"):  # one process on a unix bind offers no second socket
-        local_address = None
     engine = make_engine(learner, trainer)
     batcher = make_batcher(config, engine.process)
     servicer = LearnerServicer(
@@ -358,6 +356,7 @@ async def serve(
     ``rank`` says what this process is among data-parallel ranks (default: alone).
     Unless ``--no-local-socket``, TLS or a unix ``--bind``, it also listens on a unix
     socket that same-host actors switch to; the socket's directory goes with the learner.
+    On a unix ``--bind`` the serving frontends' own sockets sit beside its path instead.
     """
     token = config_auth_token(config)  # the one place it is resolved
     check_bind_protected(config, token)
@@ -370,8 +369,7 @@ async def serve(
         if turn is None:
             return RunResult("the leader finished the run", 0, 0, 0, None, 0.0, False)
         config = turn
-    offered = offered_local_socket(config.offers_local_socket, config.bind, beside_unix_bind=True)
-    with offered as local:
+    with offered_local_socket(config.offers_local_socket, config.bind) as local:
         return await _serve(config, token, ready, rank or SingleRank(), local)
 
 

@@ -295,7 +295,8 @@ class LearnerConfig:
     for a wildcard bind the host the actor already used to reach rank 0."""
     local_socket: bool = True
     """Also listen on a unix socket in a private temp dir (without TLS) and offer it to
-    actors on this host: a unix socket costs less CPU per message than loopback TCP."""
+    actors on this host: a unix socket costs less CPU per message than loopback TCP. A
+    unix --bind needs none: serving frontends listen beside its path, with its TLS."""
     logdir: str = "runs/latest"
     """Where metrics.jsonl, TensorBoard events, config.json and checkpoints go."""
     device: str = "auto"
@@ -505,9 +506,9 @@ class LearnerConfig:
     that owns the model pays no per-message work (docs/serving-tier.md). 0: one process
     serves and runs the model. auto: from the host's usable cores, none below 4 (there
     the extra hop costs more than the spread gives), else a frontend per two cores beyond
-    two, at most 8; and none for a run the frontends do not serve yet (a unix --bind
-    with TLS or --no-local-socket), which an explicit number refuses, or whose slot
-    table and rings would not fit the free /dev/shm."""
+    two, at most 8; and none for a run the frontends cannot serve (a unix --bind path
+    too long for their sockets beside it), which an explicit number refuses, or whose
+    slot table and rings would not fit the free /dev/shm."""
     max_actors: int = 1024
     """Actor streams served at once, those still awaiting their Hello included; more get
     RESOURCE_EXHAUSTED and retry."""

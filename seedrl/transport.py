@@ -194,6 +194,20 @@ def frontend_local_address(local_address: str, index: int) -> str:
     return "unix:" + os.path.join(directory, f"frontend-{index}.sock")
 
 
+UNIX_PATH_MAX = 107
+"""The longest unix socket path the kernel takes (``sun_path`` less its terminating NUL)."""
+
+
+def frontend_bind_address(bind: str, index: int) -> str:
+    """Serving frontend ``index``'s socket on a unix ``--bind`` (``unix:PATH``): frontend 0
+    holds the path itself, the others a socket beside it named from it, so two learners
+    bound in one directory never share a name and each socket is as reachable as the path."""
+    if index == 0:
+        return bind
+    root, ext = os.path.splitext(bind.removeprefix("unix:"))
+    return f"unix:{root}-frontend-{index}{ext}"
+
+
 class LocalSocket:
     """A unix socket path in a fresh private directory (mode 0700: this user only).
 
@@ -270,15 +284,12 @@ def remove_stale_local_sockets(prefix: str = "seedrl-", tmp: str | None = None) 
 
 
 @contextlib.contextmanager
-def offered_local_socket(
-    enabled: bool, bind: str, beside_unix_bind: bool = False
-) -> Iterator[str | None]:
+def offered_local_socket(enabled: bool, bind: str) -> Iterator[str | None]:
     """A fresh same-host socket address (``unix:PATH``) for a server to listen on and
-    offer in GetInfo, removed when the block ends; None when off or already on a unix bind
-    (unless ``beside_unix_bind``: the serving tier's frontends then each listen on a socket
-    of their own in its directory, beside the one that binds the unix path).
+    offer in GetInfo, removed when the block ends; None when off or on a unix bind (whose
+    actors are on this host already: the serving tier's frontends listen beside its path).
     """
-    if not enabled or (bind.startswith("unix:") and not beside_unix_bind):
+    if not enabled or bind.startswith("unix:"):
         yield None
         return
     local = LocalSocket()

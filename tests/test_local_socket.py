@@ -188,8 +188,10 @@ def test_frontends_on_a_unix_bind_share_its_actors_through_their_own_sockets(tmp
         with grpc.insecure_channel(bound) as channel:
             turns = [get_info(channel).local_address for _ in range(2)]
         names = sorted(os.path.basename(a.removeprefix("unix:")) for a in turns)
-        assert names == ["frontend-1.sock", "learner.sock"], turns  # frontend 0's is the path
+        # Frontend 0's is the path; frontend 1's is named from it, in the same directory.
+        assert names == ["learner-frontend-1.sock", "learner.sock"], turns
         assert bound in turns
+        assert {os.path.dirname(a.removeprefix("unix:")) for a in turns} == {str(tmp_path)}
         second = subprocess.run(
             [sys.executable, "-m", "learner", "--bind", bound, "--serving-processes", "2",
              "--logdir", str(tmp_path / "second"), "--progress", "off"],
@@ -203,6 +205,7 @@ def test_frontends_on_a_unix_bind_share_its_actors_through_their_own_sockets(tmp
         learner.stop()
         assert learner.popen.returncode == 0, learner.output()
     assert "Traceback" not in learner.output()
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".sock")]  # gone too
 
 
 def test_each_frontend_offers_its_own_socket_and_same_host_actors_switch_to_it(

@@ -37,6 +37,7 @@ from wire_clients import act, fake_learner, get_info, hello
 
 from seedrl import envs
 from seedrl.cli import parse_config
+from seedrl.commands import actors_command
 from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, LearnerConfig, to_json_dict
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.security import (
@@ -293,6 +294,39 @@ def test_mutual_tls_needs_a_client_certificate(tmp_path):
         mtls_actors = actor_args(port, 2, 2, "--tls-ca", str(pki["ca"]), *client_tls)
         with running([*mtls_actors, "--exit-on-shutdown"]) as actors:
             train_then_stop(learner, logdir, actors, 200)
+    assert "Traceback" not in learner.output()
+
+
+def test_tls_on_a_unix_bind_is_served_by_every_frontend_and_only_over_tls(tmp_path):
+    """On a unix --bind the frontends beside the first listen on sockets beside the path,
+    with its TLS: a plaintext client is refused on each, and actors that dial the path
+    and trust the CA train through both frontends."""
+    pki = make_certificates(tmp_path / "pki")
+    bound, beside = f"unix:{tmp_path}/learner.sock", f"unix:{tmp_path}/learner-frontend-1.sock"
+    tls = ["--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"])]
+    extra = ("--serving-processes", "2", "--bind", bound, *tls)
+    info_logs = {"SEEDRL_LOG_LEVEL": "INFO"}
+    with learner_process(tmp_path / "run", *extra, env=info_logs, timeout=240) as (learner, _):
+        trusted = grpc.ssl_channel_credentials(pki["ca"].read_bytes())
+        # A unix target's authority is its path: the client names the certificate's host.
+        named = [("grpc.ssl_target_name_override", "localhost")]
+        with grpc.secure_channel(bound, trusted, named) as channel:
+            turns = sorted(get_info(channel).local_address for _ in range(2))
+        assert turns == sorted([bound, beside]), turns
+        for address in (bound, beside):
+            with grpc.insecure_channel(address) as plain:
+                assert rpc_code(lambda: get_info(plain)) == grpc.StatusCode.UNAVAILABLE
+            with grpc.secure_channel(address, trusted, named) as channel:
+                assert get_info(channel).env.env_id == "CartPole-v1"
+        actors = ActorConfig(
+            learner=bound, num_actors=4, envs_per_actor=1, tls_ca=str(pki["ca"]),
+            tls_server_name="localhost",
+        )  # fmt: skip
+        with running(actors_command(actors), env=info_logs):
+            for index in (0, 1):
+                learner.wait_for(f"frontend {index} learner.serving.servicer: actor", 120)
+        learner.stop()
+        assert learner.popen.returncode == 0, learner.output()
     assert "Traceback" not in learner.output()
 
 

@@ -51,10 +51,32 @@ def test_auto_counts_the_cores_this_process_may_run_on(monkeypatch: pytest.Monke
     assert auto.resolve_serving(LearnerConfig(), CARTPOLE).serving_processes == "2"
 
 
+LONG_UNIX_BIND = "unix:/tmp/" + "x" * 90 + ".sock"
+"""A path the kernel binds (100 bytes) whose frontends' sockets beside it it would not."""
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"bind": "unix:/tmp/seedrl-learner.sock"},
+        {"bind": "unix:/tmp/seedrl-learner.sock", "local_socket": False},
+        {"bind": "unix:/tmp/seedrl-learner.sock", "tls_cert": "c.pem", "tls_key": "k.pem"},
+        {"bind": "unix:/tmp/" + "x" * 86 + ".sock"},
+    ],
+    ids=["unix bind", "without local sockets", "with TLS", "the longest path auto takes"],
+)
+def test_auto_serves_a_unix_bind_by_frontends_with_or_without_tls(fields: dict) -> None:
+    """The frontends' sockets sit beside the bound path with its TLS, so neither TLS nor
+    --no-local-socket holds a unix bind to one process."""
+    resolved = auto.resolve_serving(LearnerConfig(**fields), CARTPOLE, cores=64)
+    assert resolved.serving_processes == str(auto.MAX_FRONTENDS)
+    check_tier_supported(resolved, CARTPOLE)
+
+
 @pytest.mark.parametrize(
     ("fields", "spec", "environ"),
-    [({"bind": "unix:/tmp/seedrl-learner.sock", "local_socket": False}, CARTPOLE, {})],
-    ids=["unix bind without local sockets"],
+    [({"bind": LONG_UNIX_BIND}, CARTPOLE, {})],
+    ids=["unix bind with no room for the frontends' sockets beside it"],
 )
 def test_auto_serves_in_one_process_what_the_tier_refuses_and_a_count_still_refuses_it(
     monkeypatch: pytest.MonkeyPatch, fields: dict, spec: pb.EnvSpec, environ: dict

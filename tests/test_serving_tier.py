@@ -16,6 +16,7 @@ import re
 import signal
 import socket
 import subprocess
+from dataclasses import replace
 from types import SimpleNamespace
 
 import grpc
@@ -288,12 +289,15 @@ def test_the_port_probe_passes_lingering_connections_and_refuses_a_listener(tmp_
 
 def test_what_the_tier_does_not_carry_is_refused_in_one_line():
     spec = describe_env("CartPole-v1")
-    config = LearnerConfig(
-        serving_processes=2, bind="unix:/tmp/seedrl-learner.sock", local_socket=False
+    # Frontend 1's socket is the path and "-frontend-1": 21 bytes beside the name's own.
+    config = LearnerConfig(serving_processes=2, bind="unix:/tmp/" + "x" * 87 + ".sock")
+    refusal = (
+        "--serving-processes 2 does not serve a unix --bind whose frontend sockets beside it "
+        "exceed 107 bytes"
     )
-    refusal = "--serving-processes 2 does not serve a unix --bind without"
     with pytest.raises(UnsupportedSetup, match=refusal):
         check_tier_supported(config, spec)
+    check_tier_supported(replace(config, bind="unix:/tmp/" + "x" * 86 + ".sock"), spec)
     check_tier_supported(LearnerConfig(serving_processes=2), spec)
 
 

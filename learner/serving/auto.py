@@ -5,10 +5,11 @@ frame and a process per frontend; on a host with few cores that hop costs more t
 spread gives (docs/serving-tier.md), so auto serves in one process there. Elsewhere it
 leaves two cores to the model process and the trainer and gives a frontend to every two
 of the rest, up to :data:`MAX_FRONTENDS`. Auto never turns the tier on for a run the
-tier would refuse: such a run serves in one process, while an explicit N keeps its
-one-line refusal (:func:`learner.serving.tier.check_tier_supported`); nor for a run whose
-slot table, reply rows and rings would not fit the free shared memory (a container's
-default /dev/shm is small), where an explicit N says so in one line.
+tier would refuse (a unix path too long for the frontends' sockets beside it): such a
+run serves in one process, while an explicit N keeps its one-line refusal
+(:func:`learner.serving.tier.check_tier_supported`); nor for a run whose slot table,
+reply rows and rings would not fit the free shared memory (a container's default
+/dev/shm is small), where an explicit N says so in one line.
 
 Light on purpose (no torch, no gRPC): the learner resolves its config with it before it
 builds the serving side.
@@ -22,6 +23,7 @@ from collections.abc import Callable
 
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
+from seedrl.transport import UNIX_PATH_MAX, frontend_bind_address
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +62,17 @@ def shm_room(path: str = SHM_DIR) -> int | None:
 
 
 def tier_gaps(config: LearnerConfig, env_spec: pb.EnvSpec) -> list[str]:
-    """What this run asks for that the serving tier does not carry yet (empty: none)."""
+    """What this run asks for that the serving tier does not carry (empty: none)."""
     missing = []
-    if config.bind.startswith("unix:") and not config.offers_local_socket:
-        missing.append("a unix --bind without the frontends' own sockets (TLS, --no-local-socket)")
+    if config.bind.startswith("unix:"):
+        # The last frontend's socket beside the path has the longest name of them.
+        last = (config.serving_frontends or MAX_FRONTENDS) - 1
+        beside = frontend_bind_address(config.bind, last).removeprefix("unix:")
+        if len(os.fsencode(beside)) > UNIX_PATH_MAX:
+            missing.append(
+                f"a unix --bind whose frontend sockets beside it exceed {UNIX_PATH_MAX} "
+                f"bytes ({beside})"
+            )
     return missing
 
 

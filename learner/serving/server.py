@@ -39,8 +39,8 @@ def build_server(
     GetInfo offers to actors on this host; the token check applies there too.
     ``reuse_port``: join the port's ``SO_REUSEPORT`` group (the serving tier's frontends,
     whose model process holds the port's lock); otherwise a port in use fails the bind.
-    ``on_bind`` False: listen on ``local_address`` only (a serving frontend other than the
-    first on a unix ``--bind``, whose path one listener holds).
+    ``on_bind`` False: listen on ``local_address`` only, with the bind's TLS (a serving
+    frontend other than the first on a unix ``--bind``, whose path one listener holds).
     """
     # The first interceptor sees the handler the later ones chose (also the auth denial).
     interceptors: list[grpc.aio.ServerInterceptor] = [
@@ -71,23 +71,12 @@ def build_server(
         server,
     )
     address = listen_address(config.bind, config.port)
-    if not on_bind:
+    credentials = _server_credentials(config)
+    if not on_bind:  # a socket beside a unix --bind: as protected as the path itself
         assert local_address is not None, "a server that listens on no address"
-        server.add_insecure_port(local_address)
+        _add_port(server, local_address, credentials)
         return server, 0, health_servicer
-    try:
-        if config.tls_cert and config.tls_key:
-            client_ca = _read(config.tls_client_ca) if config.tls_client_ca else None
-            credentials = grpc.ssl_server_credentials(
-                [(_read(config.tls_key), _read(config.tls_cert))],
-                root_certificates=client_ca,
-                require_client_auth=client_ca is not None,
-            )
-            port = server.add_secure_port(address, credentials)
-        else:
-            port = server.add_insecure_port(address)
-    except RuntimeError:  # newer grpcio raises where older ones returned port 0
-        port = 0
+    port = _add_port(server, address, credentials)
     if port == 0 and not address.startswith("unix:"):
         raise OSError(
             f"could not bind the learner to {address} (port in use, or not this host's address?)"
@@ -95,6 +84,30 @@ def build_server(
     if local_address is not None:
         server.add_insecure_port(local_address)
     return server, port, health_servicer
+
+
+def _server_credentials(config: LearnerConfig) -> grpc.ServerCredentials | None:
+    """TLS (mutual with --tls-client-ca) when the learner has a certificate, else None."""
+    if not (config.tls_cert and config.tls_key):
+        return None
+    client_ca = _read(config.tls_client_ca) if config.tls_client_ca else None
+    return grpc.ssl_server_credentials(
+        [(_read(config.tls_key), _read(config.tls_cert))],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
+
+
+def _add_port(
+    server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None
+) -> int:
+    """Listen on ``address``; the port bound, 0 where it could not be."""
+    try:
+        if credentials is None:
+            return int(server.add_insecure_port(address))
+        return int(server.add_secure_port(address, credentials))
+    except RuntimeError:  # newer grpcio raises where older ones returned port 0
+        return 0
 
 
 def connection_limits(config: LearnerConfig) -> list[tuple[str, int]]:

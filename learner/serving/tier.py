@@ -71,7 +71,7 @@ from learner.state.stats import LearnerStats
 from learner.state.trajectories import TrajectoryBuilder
 from seedrl.config import LearnerConfig
 from seedrl.proto import seedrl_pb2 as pb
-from seedrl.transport import frontend_local_address
+from seedrl.transport import frontend_bind_address, frontend_local_address
 
 log = logging.getLogger(__name__)
 
@@ -545,19 +545,19 @@ class TierServing:
 
     def _frontend_sockets(self, index: int) -> list[str]:
         """Every frontend's same-host socket, frontend ``index``'s own first. On a unix
-        --bind frontend 0's is the bound path: an actor offered the path it dialled stays,
-        so frontend 0 only ever answers fresh dials, whose turns then alternate evenly
-        (a second GetInfo through a socket of its own would take a turn there too)."""
-        local = self._local_address
-        if not local:
+        --bind frontend 0's is the bound path and the others' sit beside it, with its TLS:
+        an actor offered the path it dialled stays, so frontend 0 only ever answers fresh
+        dials, whose turns then alternate evenly (a second GetInfo through a socket of its
+        own would take a turn there too)."""
+        if self.config.bind.startswith("unix:"):
+            bind = self.config.bind
+            sockets = [frontend_bind_address(bind, i) for i in range(len(self.frontends))]
+        elif self._local_address:
+            local = self._local_address
+            sockets = [frontend_local_address(local, i) for i in range(len(self.frontends))]
+        else:
             return []
-        bound = self.config.bind if self.config.bind.startswith("unix:") else None
-
-        def socket_of(i: int) -> str:
-            return bound if i == 0 and bound else frontend_local_address(local, i)
-
-        n = len(self.frontends)
-        return [socket_of((index + k) % n) for k in range(n)]
+        return sockets[index:] + sockets[:index]
 
     async def _spawn(self, f: Frontend) -> None:
         parent, child = self._ctx.Pipe()
