@@ -322,7 +322,7 @@ def test_a_package_built_after_the_pins_fails_with_its_build_error(
 def test_merge_keeps_the_rows_not_run_again_with_their_date(tmp_path: Path) -> None:
     out = tmp_path / "peers.json"
     out.write_text(json.dumps(_fixture()))
-    kept = peers.earlier_rows(out, [_task("sample-factory", "cartpole")], 0)
+    kept = peers.earlier_rows(out, [_task("sample-factory", "cartpole")], peers.Caps(seed=0))
     assert [(r["peer"], r["task"]) for r in kept] == [
         ("seedrl", "cartpole"), ("sb3", "cartpole"), ("seedrl", "atari"),
         ("sample-factory", "atari"),
@@ -408,7 +408,7 @@ def test_the_structured_table_has_a_row_per_system_and_env_with_its_levels() -> 
     assert "after 300 s from launch" in block and "CartPole-v1 to a mean" not in block
     heading = "structured learning suite"
     ours = _cells(block, "lit_cell", heading)
-    assert ours[1:] == ["seedrl V-trace", "0", "2 actors × 16 envs", "trained", "1.90",
+    assert ours[1:] == ["seedrl V-trace", "0", "300", "2 actors × 16 envs", "trained", "1.90",
                         "0.204", "10", "3,900,000", "13,448", "10", "wall cap"]  # fmt: skip
     section = block[block.index(heading) :]
     theirs = next(x for x in section.splitlines() if "stable-baselines3 PPO" in x)
@@ -424,14 +424,40 @@ def test_merge_tells_structured_rows_apart_by_their_env_and_seed(tmp_path: Path)
     rows.append({"peer": "seedrl", "task": "structured", "env": seedrl_lit.env,
                  "settings": {"seed": 1}})  # fmt: skip
     out.write_text(json.dumps({**_fixture(), "results": rows}))
-    kept = peers.earlier_rows(out, [seedrl_lit], 0)
+    kept = peers.earlier_rows(out, [seedrl_lit], peers.Caps(seed=0))
     assert [(r["env"], report.row_seed(r)) for r in kept] == [
         (seedrl_tuple.env, 0), (seedrl_lit.env, 1)
     ]  # fmt: skip
-    kept = peers.earlier_rows(out, [seedrl_lit], 1)
+    kept = peers.earlier_rows(out, [seedrl_lit], peers.Caps(seed=1))
     assert [(r["env"], report.row_seed(r)) for r in kept] == [
         (seedrl_lit.env, 0), (seedrl_tuple.env, 0)
     ]  # fmt: skip
+
+
+def test_merge_keeps_a_structured_row_of_another_wall_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A longer budget at the same seed is a row beside the 300 s one, not in its place;
+    rows from before the cap was recorded ran 300 s, and every row records its own."""
+    seedrl_lit, sb3_lit = peers.suite_tasks("structured")[:2]
+
+    def refuse(name: str, root: Path, log: Path | None = None) -> venvs.Venv:
+        raise venvs.VenvError("no network")
+
+    monkeypatch.setattr(venvs, "ensure", refuse)
+    monkeypatch.setattr(peers, "FAILED_INSTALLS", {})
+    failed = peers.run_task(sb3_lit, peers.Caps(structured_wall_cap_s=900.0), tmp_path, tmp_path)
+    assert failed["status"] == "failed" and report.row_wall_cap(failed) == 900.0
+    out = tmp_path / "peers.json"
+    rows = [
+        {"peer": "seedrl", "task": "structured", "env": seedrl_lit.env},
+        {"peer": "seedrl", "task": "structured", "env": seedrl_lit.env, "wall_cap_s": 900.0},
+    ]
+    out.write_text(json.dumps({**_fixture(), "results": rows}))
+    longer = peers.earlier_rows(out, [seedrl_lit], peers.Caps(structured_wall_cap_s=900.0))
+    assert [report.row_wall_cap(r) for r in longer] == [300.0]
+    shorter = peers.earlier_rows(out, [seedrl_lit], peers.Caps())
+    assert [report.row_wall_cap(r) for r in shorter] == [900.0]
 
 
 def test_the_seeds_table_averages_each_system_over_its_seeds_and_says_who_leads() -> None:
@@ -457,6 +483,11 @@ def test_the_seeds_table_averages_each_system_over_its_seeds_and_says_who_leads(
     rows[1]["return_mean100"] = 7.0
     assert report.structured_seeds(rows)[2].endswith("| no, by 0.25 |")
     assert report.structured_seeds([r for r in rows if r["settings"]["seed"] == 0]) == []
+    longer = [{**r, "wall_cap_s": 900.0, "return_mean100": r["return_mean100"] + 1} for r in rows]
+    table = report.structured_seeds(rows + longer)  # each budget averaged on its own
+    behind = " | no, by 0.25 |"
+    assert table[2] == f"| lit_cell at 300 s | 6.50 (2: 6.00, 7.00) | 6.75 (2: 6.50, 7.00){behind}"
+    assert table[4] == f"| lit_cell at 900 s | 7.50 (2: 7.00, 8.00) | 7.75 (2: 7.50, 8.00){behind}"
 
 
 def test_the_seedrl_curve_is_in_seconds_from_launch() -> None:

@@ -306,7 +306,7 @@ def run_task(task: Task, caps: Caps, out_dir: Path, venv_root: Path) -> dict[str
     if task.env:
         row["env"] = task.env
     if task.task == "structured":
-        row.update(structured_levels(task.env))
+        row.update(structured_levels(task.env), wall_cap_s=caps.structured_wall_cap_s)
     log = out_dir / f"{name}.log"
     row["log"] = str(log)
     if task.venv is None:
@@ -402,7 +402,7 @@ def run(args: argparse.Namespace) -> int:
         "settings": {**asdict(caps), "note": args.note},
         "results": [],
     }
-    kept = earlier_rows(out, tasks, caps.seed) if args.merge else []
+    kept = earlier_rows(out, tasks, caps) if args.merge else []
     for i, task in enumerate(tasks, 1):
         where = f"{task.task} {task.env}" if task.env else task.task
         print(f"[{i}/{len(tasks)}] {task.system}, {where}", flush=True)
@@ -417,20 +417,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def earlier_rows(out: Path, tasks: list[Task], seed: int) -> list[dict[str, Any]]:
-    """The rows of ``out`` that this run does not redo (other systems, tasks or seeds),
-    each keeping the date it was measured on: ``--merge`` adds a system or a seed to a
-    committed run."""
+def earlier_rows(out: Path, tasks: list[Task], caps: Caps) -> list[dict[str, Any]]:
+    """The rows of ``out`` that this run does not redo (other systems, tasks, seeds or, for
+    the structured suite, wall caps), each keeping the date it was measured on: ``--merge``
+    adds a system, a seed or a longer budget to a committed run."""
     if not out.exists():
         return []
     old = json.loads(out.read_text())
-    redone = {(t.peer, t.task, t.env, seed) for t in tasks}
+
+    def cap(task: str, row: dict[str, Any]) -> float | None:
+        return report.row_wall_cap(row) if task == "structured" else None
+
+    now = {"wall_cap_s": caps.structured_wall_cap_s}
+    redone = {(t.peer, t.task, t.env, caps.seed, cap(t.task, now)) for t in tasks}
     return [
         {**row, "date": row.get("date", old.get("date"))}
         for row in old.get("results", [])
-        if (row.get("peer"), row.get("task"), row.get("env", ""), report.row_seed(row))
+        if (row.get("peer"), row.get("task"), row.get("env", ""), report.row_seed(row),
+            cap(str(row.get("task")), row))
         not in redone
-    ]
+    ]  # fmt: skip
 
 
 def summary(row: dict[str, Any]) -> str:

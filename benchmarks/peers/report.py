@@ -40,6 +40,7 @@ STRUCTURED_COLUMNS = (
     "env",
     "system",
     "seed",
+    "wall cap s",
     "settings",
     "result",
     "mean-100 return",
@@ -132,6 +133,7 @@ def structured_row(row: dict[str, Any]) -> list[str]:
         _cell(short_env(str(row.get("env", "?")))),
         _cell(row.get("system", row.get("peer", "?"))),
         str(row_seed(row)),
+        f"{row_wall_cap(row):g}",
         _cell(row.get("summary", "—")),
         _outcome(row, 0.0),
         _num(row.get("return_mean100") if ok else None, "{:.2f}"),
@@ -149,24 +151,37 @@ def row_seed(row: dict[str, Any]) -> int:
     return int((row.get("settings") or {}).get("seed", 0))
 
 
+STRUCTURED_WALL_CAP_S = 300.0
+"""The wall cap of the structured rows from before each row recorded its own."""
+
+
+def row_wall_cap(row: dict[str, Any]) -> float:
+    """The seconds from launch a structured row trained for (its return is read then)."""
+    return float(row.get("wall_cap_s", STRUCTURED_WALL_CAP_S))
+
+
 def short_env(env: str) -> str:
     """An env id without its module (``lit_cell`` for a structured suite's env)."""
     return env.partition(":")[2] or env
 
 
 def structured_seeds(rows: list[dict[str, Any]]) -> list[str]:
-    """Per env, each system's mean-100 return averaged over the seeds it trained (its
-    seeds' own returns beside), and whether seedrl's mean is at or above every peer's:
-    the suite's target, read over seeds rather than from one run."""
+    """Per env (and wall cap, where rows ran under several), each system's mean-100
+    return averaged over the seeds it trained (its seeds' own returns beside), and
+    whether seedrl's mean is at or above every peer's: the suite's target, read over
+    seeds rather than from one run."""
     envs: dict[str, dict[str, dict[int, float]]] = {}
     systems: list[str] = []
-    for row in sorted(rows, key=row_seed):
-        if row.get("task") != "structured" or row.get("status") != "ok":
-            continue
+    trained = [r for r in rows if r.get("task") == "structured" and r.get("status") == "ok"]
+    several_caps = len({row_wall_cap(r) for r in trained}) > 1
+    for row in sorted(trained, key=lambda r: (row_wall_cap(r), row_seed(r))):
         system = str(row.get("system", row.get("peer", "?")))
         if system not in systems:
             systems.append(system)
-        returns = envs.setdefault(short_env(str(row.get("env", "?"))), {}).setdefault(system, {})
+        env = short_env(str(row.get("env", "?")))
+        if several_caps:
+            env += f" at {row_wall_cap(row):g} s"
+        returns = envs.setdefault(env, {}).setdefault(system, {})
         returns[row_seed(row)] = float(row["return_mean100"])
     if not any(len(seeds) > 1 for by in envs.values() for seeds in by.values()):
         return []
@@ -274,10 +289,11 @@ def render(report: dict[str, Any]) -> str:
             *_table(ATARI_COLUMNS, atari),
         ]
     if structured:
+        caps = sorted({row_wall_cap(r) for r in rows if r.get("task") == "structured"})
         lines += [
             "",
             f"The structured learning suite: the mean return of the last 100 training "
-            f"episodes after {_num(s.get('structured_wall_cap_s'), '{:.0f}')} s from launch, "
+            f"episodes after {' or '.join(f'{c:g}' for c in caps)} s from launch (its wall cap), "
             "each system on its defaults with as many envs (random: a uniform policy's "
             "expected return over the allowed actions; upper: the best, a scripted policy's):",
             "",
