@@ -775,3 +775,4 @@ def test_the_sac_twin_of_mujoco_is_held_to_sacs_published_returns():
         assert ppo_reference in spec.others and ppo_reference is not None
         assert spec.reference is not None and "SAC" in spec.reference.label
         assert {ppo_reference.value, spec.reference.value} <= set(spec.thresholds)
+    assert cheetah.thresholds == (1000.0, 1442.64, 5000.0, 9634.89)  # the host's 300 k target

@@ -563,7 +563,8 @@ def _sac_twin(spec: EnvSpec, cleanrl: float | None, zoo: float | None) -> EnvSpe
                 label="SB3 zoo SAC",
             )
         )  # fmt: skip
-    thresholds = tuple(sorted({*spec.thresholds, refs[0].value}))
+    extra = _SAC_HOST_TARGETS.get(spec.env, ())
+    thresholds = tuple(sorted({*spec.thresholds, *extra, refs[0].value}))
     ppo = () if spec.reference is None else (spec.reference,)
     return replace(spec, reference=refs[0], thresholds=thresholds, others=(*refs[1:], *ppo))
 
@@ -577,6 +578,9 @@ _SAC_REFERENCES = {
     "Ant-v5": (None, 4615.791),
     "Humanoid-v5": (4996.29, None),
 }
+_SAC_HOST_TARGETS = {"HalfCheetah-v5": (5000.0,)}
+"""Returns the table should time on their way (issue 82's HalfCheetah past 5,000 within
+300 k steps on the 2-core development host: its frames and wall time to that column)."""
 _mujoco_for_sac = with_agent(SUITES["mujoco"], "sac")
 SUITES["mujoco-sac"] = replace(
     _mujoco_for_sac,
