@@ -165,6 +165,16 @@ def learner_process(
         yield proc, port
 
 
+def actors_reach_every_frontend(
+    learner: Proc, actors: ActorConfig, frontends: int, env: dict[str, str]
+) -> None:
+    """Run ``actors`` until each of the learner's serving frontends has admitted one (the
+    learner logs at INFO), then stop them."""
+    with running(actors_command(actors), env=env):
+        for index in range(frontends):
+            learner.wait_for(f"frontend {index} learner.serving.servicer: actor", 120)
+
+
 def read_records(logdir: Path) -> list[dict[str, Any]]:
     path = logdir / "metrics.jsonl"
     if not path.exists():

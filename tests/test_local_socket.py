@@ -11,12 +11,11 @@ import sys
 
 import grpc
 import pytest
-from support import actor_args, learner_process, running
+from support import actor_args, actors_reach_every_frontend, learner_process, running
 from wire_clients import get_info
 
 from actors.actor import Actor
 from benchmarks.echo import echo_servicer
-from seedrl.commands import actors_command
 from seedrl.config import ActorConfig, LearnerConfig
 from seedrl.transport import (
     LOCAL_SOCKET_NAME,
@@ -199,9 +198,7 @@ def test_frontends_on_a_unix_bind_share_its_actors_through_their_own_sockets(tmp
         )  # fmt: skip
         assert second.returncode != 0 and "another process listens there" in second.stderr
         actors = ActorConfig(learner=bound, num_actors=4, envs_per_actor=1)
-        with running(actors_command(actors), env=INFO):
-            for index in (0, 1):
-                learner.wait_for(f"frontend {index} learner.serving.servicer: actor", 120)
+        actors_reach_every_frontend(learner, actors, 2, INFO)
         learner.stop()
         assert learner.popen.returncode == 0, learner.output()
     assert "Traceback" not in learner.output()

@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from support import (
     Proc,
     actor_args,
+    actors_reach_every_frontend,
     certs_script,
     free_port,
     learner_args,
@@ -37,7 +38,6 @@ from wire_clients import act, fake_learner, get_info, hello
 
 from seedrl import envs
 from seedrl.cli import parse_config
-from seedrl.commands import actors_command
 from seedrl.config import AUTH_TOKEN_ENV, ActorConfig, LearnerConfig, to_json_dict
 from seedrl.proto import seedrl_pb2 as pb
 from seedrl.security import (
@@ -322,9 +322,7 @@ def test_tls_on_a_unix_bind_is_served_by_every_frontend_and_only_over_tls(tmp_pa
             learner=bound, num_actors=4, envs_per_actor=1, tls_ca=str(pki["ca"]),
             tls_server_name="localhost",
         )  # fmt: skip
-        with running(actors_command(actors), env=info_logs):
-            for index in (0, 1):
-                learner.wait_for(f"frontend {index} learner.serving.servicer: actor", 120)
+        actors_reach_every_frontend(learner, actors, 2, info_logs)
         learner.stop()
         assert learner.popen.returncode == 0, learner.output()
     assert "Traceback" not in learner.output()
