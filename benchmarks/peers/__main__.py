@@ -424,19 +424,20 @@ def earlier_rows(out: Path, tasks: list[Task], caps: Caps) -> list[dict[str, Any
     if not out.exists():
         return []
     old = json.loads(out.read_text())
+    cap = caps.structured_wall_cap_s
+    redone = {(t.peer, t.task, t.env, caps.seed, cap if t.task == "structured" else None)
+              for t in tasks}  # fmt: skip
 
-    def cap(task: str, row: dict[str, Any]) -> float | None:
-        return report.row_wall_cap(row) if task == "structured" else None
+    def key(row: dict[str, Any]) -> tuple[Any, ...]:
+        task = row.get("task")
+        row_cap = report.row_wall_cap(row) if task == "structured" else None
+        return (row.get("peer"), task, row.get("env", ""), report.row_seed(row), row_cap)
 
-    now = {"wall_cap_s": caps.structured_wall_cap_s}
-    redone = {(t.peer, t.task, t.env, caps.seed, cap(t.task, now)) for t in tasks}
     return [
         {**row, "date": row.get("date", old.get("date"))}
         for row in old.get("results", [])
-        if (row.get("peer"), row.get("task"), row.get("env", ""), report.row_seed(row),
-            cap(str(row.get("task")), row))
-        not in redone
-    ]  # fmt: skip
+        if key(row) not in redone
+    ]
 
 
 def summary(row: dict[str, Any]) -> str:
